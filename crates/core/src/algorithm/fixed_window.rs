@@ -1,0 +1,224 @@
+//! Fixed window: a counter per aligned window.
+//!
+//! # Guarantee
+//!
+//! **Every aligned window `[k·T, (k+1)·T)` admits at most `limit` permits**,
+//! where `T` is the period and instants count from the clock's origin (the
+//! "weak" statement: an unaligned window straddling a boundary can see up to
+//! `2·limit`; use [`SlidingLog`](crate::SlidingLog) when that matters).
+//! `retry_after` for a denial is exactly the time to the next window.
+//!
+//! # State: one `u64`
+//!
+//! The window index in the high bits and the count in the low
+//! `bits(limit)` bits, so that admission is one compare-and-swap. A count
+//! from an earlier window reads as zero; a fresh state is window 0, count 0.
+//! Memory per limiter: 8 bytes.
+//!
+//! The index has `64 − bits(limit)` bits; [`FixedWindow::new`] refuses a
+//! quota whose windows would run out of index before 2^60 ns (36 years) of
+//! clock time ([`QuotaError::Overflow`]: only for more than ~10⁹ permits per
+//! second in one window). Past the last window the limiter fails closed.
+//!
+//! # Clock going backwards
+//!
+//! A reading from an earlier window than the stored one is decided in the
+//! stored window: its count stands and nothing is re-credited.
+
+use std::fmt;
+
+use crate::algorithm::{Algorithm, sealed};
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::quota::{Quota, QuotaError};
+use crate::store;
+use crate::sync::AtomicU64;
+
+const NAME: &str = "fixed window";
+/// The least clock time the window index must cover.
+const MIN_LIFETIME_NS: u128 = 1 << 60;
+
+/// Fixed window: see the [module docs](self).
+#[derive(Clone, PartialEq, Eq)]
+pub struct FixedWindow {
+    quota: Quota,
+    /// Low bits holding the count.
+    count_bits: u32,
+}
+
+impl FixedWindow {
+    /// Runs `quota` as a fixed window of `limit` per `period` (the burst is
+    /// not used).
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::Overflow`] when the window index and the count do not fit
+    /// together in 64 bits for 36 years of windows.
+    pub fn new(quota: Quota) -> Result<FixedWindow, QuotaError> {
+        let count_bits = u64::BITS - quota.limit().leading_zeros();
+        let overflow = QuotaError::Overflow {
+            algorithm: NAME,
+            what: "the window index beside the count",
+        };
+        if count_bits >= u64::BITS {
+            return Err(overflow);
+        }
+        let windows = 1u128 << (u64::BITS - count_bits);
+        if windows * u128::from(quota.period_nanos()) < MIN_LIFETIME_NS {
+            return Err(overflow);
+        }
+        Ok(FixedWindow { quota, count_bits })
+    }
+
+    fn pack(&self, index: u64, count: u64) -> u64 {
+        debug_assert!(
+            count <= self.quota.limit() && index <= self.last_index(),
+            "fixed window: packing index {index} count {count} with {} count bits",
+            self.count_bits
+        );
+        (index << self.count_bits) | count
+    }
+
+    fn unpack(&self, state: u64) -> (u64, u64) {
+        let mask = (1u64 << self.count_bits) - 1;
+        (state >> self.count_bits, state & mask)
+    }
+
+    fn last_index(&self) -> u64 {
+        u64::MAX >> self.count_bits
+    }
+
+    /// The transition: given the stored word, decide a request of `cost`
+    /// permits at `now`, and return the word to store if it changes.
+    ///
+    /// `None` means nothing to write: every denial, and a cost of 0.
+    pub fn transition(&self, state: u64, now: Nanos, cost: u64) -> (Decision, Option<u64>) {
+        let limit = self.quota.limit();
+        let period = u128::from(self.quota.period_nanos());
+        let (stored, stored_count) = self.unpack(state);
+        let index = now.as_u64() / self.quota.period_nanos();
+        // An earlier reading is decided in the stored window (no re-credit).
+        let (window, count) = if index > stored {
+            (index, 0)
+        } else {
+            (stored, stored_count)
+        };
+        let window_end = (u128::from(window) + 1) * period;
+        let until_next = sat_u64(window_end - u128::from(now.as_u64()).min(window_end));
+        let past_the_end = window > self.last_index();
+        if count + cost <= limit && !past_the_end {
+            let used = count + cost;
+            let reset_after = if used > 0 { until_next } else { 0 };
+            let decision = Decision::allow(limit, limit - used, reset_after);
+            let next = (cost > 0).then(|| self.pack(window, used));
+            (decision, next)
+        } else {
+            let retry_after = if cost > limit || past_the_end || window == self.last_index() {
+                u64::MAX
+            } else {
+                until_next
+            };
+            let reset_after = if count > 0 { until_next } else { 0 };
+            let decision = Decision::deny(limit, limit - count, retry_after, reset_after);
+            (decision, None)
+        }
+    }
+}
+
+fn sat_u64(value: u128) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+impl fmt::Debug for FixedWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FixedWindow")
+            .field("quota", &self.quota)
+            .field("count_bits", &self.count_bits)
+            .finish()
+    }
+}
+
+impl sealed::Sealed for FixedWindow {}
+
+impl Algorithm for FixedWindow {
+    type Cell = AtomicU64;
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.limit()
+    }
+
+    fn new_cell(&self) -> AtomicU64 {
+        AtomicU64::new(0)
+    }
+
+    fn check_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
+        store::word_update(cell, |state| self.transition(state, now, cost))
+    }
+
+    fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
+        self.transition(store::word_load(cell), now, cost).0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn window(limit: u64, period: Duration) -> FixedWindow {
+        FixedWindow::new(Quota::new(limit, period).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn admits_limit_per_aligned_window() {
+        let w = window(3, Duration::from_secs(1));
+        let mut state = 0;
+        let mut admitted = Vec::new();
+        for t in [0, 1, 2, SEC - 1, SEC, SEC + 1, SEC + 2, SEC + 3] {
+            let (d, next) = w.transition(state, Nanos::new(t), 1);
+            state = next.unwrap_or(state);
+            admitted.push(d.is_allowed());
+        }
+        assert_eq!(admitted, [true, true, true, false, true, true, true, false]);
+    }
+
+    #[test]
+    fn denial_retries_at_the_next_window_exactly() {
+        let w = window(1, Duration::from_secs(1));
+        let (_, state) = w.transition(0, Nanos::new(250_000_000), 1);
+        let (d, next) = w.transition(state.unwrap(), Nanos::new(400_000_000), 1);
+        assert!(d.is_denied());
+        assert_eq!(next, None);
+        assert_eq!(d.retry_after(), Duration::from_millis(600));
+        assert_eq!(d.reset_after(), Duration::from_millis(600));
+        assert_eq!(d.remaining(), 0);
+    }
+
+    #[test]
+    fn clock_going_backwards_keeps_the_stored_window() {
+        let w = window(2, Duration::from_secs(1));
+        let (_, s) = w.transition(0, Nanos::new(5 * SEC), 2);
+        let s = s.unwrap();
+        let (d, next) = w.transition(s, Nanos::new(4 * SEC), 1);
+        assert!(d.is_denied());
+        assert_eq!(next, None);
+        assert_eq!(d.retry_after(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn refuses_windows_it_cannot_index_for_36_years() {
+        let q = Quota::new(1 << 40, Duration::from_micros(1)).unwrap();
+        assert!(matches!(
+            FixedWindow::new(q),
+            Err(QuotaError::Overflow { .. })
+        ));
+        assert!(FixedWindow::new(Quota::per_second(1_000_000_000).unwrap()).is_ok());
+        assert!(FixedWindow::new(Quota::per_second(u64::MAX).unwrap()).is_err());
+    }
+}

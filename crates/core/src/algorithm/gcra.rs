@@ -1,0 +1,346 @@
+//! Token bucket, computed as GCRA; also the leaky bucket as a meter.
+//!
+//! # Guarantee
+//!
+//! **Any interval of length `t` admits at most `burst + rate·t` permits**
+//! (`rate = limit / period`), and a caller who waits `retry_after` is admitted
+//! at exactly that moment, not one nanosecond earlier. The token bucket
+//! (tokens refill at `rate` up to `burst`), the leaky bucket as a meter (a
+//! bucket of size `burst` that drains at `rate`) and the Generic Cell Rate
+//! Algorithm of ITU-T I.371 admit exactly the same requests; this is the GCRA
+//! form, because its state is one number.
+//!
+//! # State: one `u64`, the theoretical arrival time (TAT)
+//!
+//! The TAT is the instant at which the bucket would be full again. A request
+//! of `cost` permits at `now` is admitted iff
+//! `max(tat, now) + cost·T − now ≤ burst·T`, where `T = period / limit` is the
+//! emission interval, and then `tat := max(tat, now) + cost·T`. A fresh state
+//! is `tat = 0`: full at any time. Memory per limiter: 8 bytes (padded to a
+//! cache line for a direct limiter).
+//!
+//! # Ticks: exact rates below one nanosecond per permit
+//!
+//! Time is counted in *ticks* of `1/scale` nanosecond so that `T` is a whole
+//! number of ticks. With `g = gcd(limit, period_ns)` and `L = limit / g`:
+//!
+//! - if `L ≤ 16`, then `scale = L` and `T = period_ns / g` ticks **exactly**:
+//!   every quota of up to 16 per second, every `n` per second with `n`
+//!   dividing 16·10⁹, and rates of up to 16 per nanosecond (1.6·10¹⁰ per
+//!   second) are represented without error;
+//! - otherwise `scale = 16` and `T` is rounded **up** to a whole tick, so the
+//!   effective rate is lower than asked by less than one part in
+//!   `16·period_ns/limit` (below 10⁻⁹ for 999 per minute). It never admits more.
+//!
+//! Rates above 16 per nanosecond are refused with [`QuotaError::TooFast`];
+//! `burst·T` above `u64::MAX` ticks with [`QuotaError::Overflow`].
+//! A `u64` of ticks lasts `584 / scale` years of clock time (at least 36);
+//! past that the limiter fails closed, it never admits everything.
+//!
+//! # Clock going backwards
+//!
+//! `max(tat, now)` never moves the TAT back, so an earlier reading only makes
+//! the wait longer: no permit is re-credited.
+
+use std::fmt;
+
+use crate::algorithm::{Algorithm, sealed};
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::quota::{Quota, QuotaError};
+use crate::store;
+use crate::sync::AtomicU64;
+
+const NAME: &str = "gcra";
+/// The finest tick: 1/16 ns.
+const MAX_SCALE: u64 = 16;
+
+/// Token bucket / GCRA / leaky bucket as a meter: see the [module docs](self).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Gcra {
+    quota: Quota,
+    /// Ticks per nanosecond.
+    scale: u64,
+    /// Emission interval `T`, in ticks: the cost of one permit.
+    interval: u64,
+    /// `burst · T`, in ticks: how far the TAT may run ahead of now.
+    capacity: u64,
+}
+
+impl Gcra {
+    /// Runs `quota` (limit per period, and its burst) as GCRA.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::TooFast`] above 16 permits per nanosecond,
+    /// [`QuotaError::Overflow`] when `burst · period / limit` does not fit in
+    /// 64 bits of ticks.
+    pub fn new(quota: Quota) -> Result<Gcra, QuotaError> {
+        let limit = quota.limit();
+        let period = quota.period_nanos();
+        let g = gcd(limit, period);
+        let reduced_limit = limit / g;
+        let (scale, interval) = if reduced_limit <= MAX_SCALE {
+            (reduced_limit, period / g)
+        } else {
+            let interval = (u128::from(period) * u128::from(MAX_SCALE)).div_ceil(u128::from(limit));
+            // `interval` ≤ period · 16 / limit + 1 ≤ 2^64 · 16, but is below 2 only
+            // when limit > 16 · period, which is refused next.
+            (MAX_SCALE, u64::try_from(interval).unwrap_or(u64::MAX))
+        };
+        if u128::from(limit) > u128::from(period) * u128::from(MAX_SCALE) {
+            return Err(QuotaError::TooFast {
+                algorithm: NAME,
+                max_per_second: MAX_SCALE * 1_000_000_000,
+            });
+        }
+        let capacity =
+            u64::try_from(u128::from(quota.burst()) * u128::from(interval)).map_err(|_| {
+                QuotaError::Overflow {
+                    algorithm: NAME,
+                    what: "burst × emission interval",
+                }
+            })?;
+        Ok(Gcra {
+            quota,
+            scale,
+            interval,
+            capacity,
+        })
+    }
+
+    /// Ticks per nanosecond (1 to 16).
+    pub const fn scale(&self) -> u64 {
+        self.scale
+    }
+
+    /// The emission interval `T` in ticks: what one permit costs.
+    pub const fn interval_ticks(&self) -> u64 {
+        self.interval
+    }
+
+    /// `burst · T` in ticks: how far the TAT may run ahead of now.
+    pub const fn capacity_ticks(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The transition: given the stored TAT, decide a request of `cost`
+    /// permits at `now`, and return the TAT to store if it changes.
+    ///
+    /// `None` means nothing to write: every denial, and an admission of cost
+    /// 0. A cost above the burst is denied with `retry_after` at its maximum;
+    /// [`Limiter`](crate::Limiter) refuses it earlier with a
+    /// [`CostError`](crate::CostError).
+    pub fn transition(&self, tat: u64, now: Nanos, cost: u64) -> (Decision, Option<u64>) {
+        let burst = self.quota.burst();
+        let interval = u128::from(self.interval);
+        let capacity = u128::from(self.capacity);
+        // Saturating: past the end of representable time the limiter fails closed.
+        let now_ticks = u128::from(now.as_u64()) * u128::from(self.scale);
+        let now_ticks = now_ticks.min(u128::from(u64::MAX));
+        let base = u128::from(tat).max(now_ticks);
+        let debt = base - now_ticks;
+        let wanted = base + u128::from(cost) * interval;
+        let fits = wanted - now_ticks <= capacity && wanted <= u128::from(u64::MAX);
+        if fits {
+            let after = wanted - now_ticks;
+            let remaining = ((capacity - after) / interval) as u64;
+            let decision = Decision::allow(burst, remaining, self.ticks_to_nanos(after));
+            let next = (cost > 0).then_some(wanted as u64);
+            (decision, next)
+        } else {
+            // The same request fits once now' · scale ≥ wanted − capacity.
+            let retry_after = if wanted > u128::from(u64::MAX) || cost > burst {
+                u64::MAX
+            } else {
+                let earliest = (wanted - capacity).div_ceil(u128::from(self.scale));
+                sat_u64(earliest.saturating_sub(u128::from(now.as_u64())))
+            };
+            let remaining = (capacity.saturating_sub(debt) / interval) as u64;
+            let decision = Decision::deny(burst, remaining, retry_after, self.ticks_to_nanos(debt));
+            (decision, None)
+        }
+    }
+
+    /// Ticks to whole nanoseconds, rounded up: the first instant by which
+    /// that many ticks have passed.
+    fn ticks_to_nanos(&self, ticks: u128) -> u64 {
+        sat_u64(ticks.div_ceil(u128::from(self.scale)))
+    }
+}
+
+fn sat_u64(value: u128) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl fmt::Debug for Gcra {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gcra")
+            .field("quota", &self.quota)
+            .field("scale", &self.scale)
+            .field("interval_ticks", &self.interval)
+            .field("capacity_ticks", &self.capacity)
+            .finish()
+    }
+}
+
+impl sealed::Sealed for Gcra {}
+
+impl Algorithm for Gcra {
+    type Cell = AtomicU64;
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.burst()
+    }
+
+    fn new_cell(&self) -> AtomicU64 {
+        AtomicU64::new(0)
+    }
+
+    fn check_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
+        store::word_update(cell, |tat| self.transition(tat, now, cost))
+    }
+
+    fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
+        self.transition(store::word_load(cell), now, cost).0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn gcra(limit: u64, period_ns: u64, burst: u64) -> Gcra {
+        let quota = Quota::new(limit, std::time::Duration::from_nanos(period_ns))
+            .unwrap()
+            .with_burst(burst)
+            .unwrap();
+        Gcra::new(quota).unwrap()
+    }
+
+    /// Runs requests of cost 1 at the given instants, returning the decisions.
+    fn run(g: &Gcra, times: &[u64]) -> Vec<Decision> {
+        let mut tat = 0;
+        times
+            .iter()
+            .map(|&t| {
+                let (d, next) = g.transition(tat, Nanos::new(t), 1);
+                if let Some(next) = next {
+                    tat = next;
+                }
+                d
+            })
+            .collect()
+    }
+
+    #[test]
+    fn burst_then_one_per_interval() {
+        let g = gcra(10, SEC, 3);
+        let d = run(&g, &[0, 0, 0, 0]);
+        assert_eq!(
+            d.iter().map(|d| d.is_allowed()).collect::<Vec<_>>(),
+            [true, true, true, false]
+        );
+        assert_eq!(d[0].remaining(), 2);
+        assert_eq!(d[2].remaining(), 0);
+        assert_eq!(d[2].reset_after().as_nanos(), 300_000_000);
+        assert_eq!(d[3].retry_after().as_nanos(), 100_000_000);
+    }
+
+    #[test]
+    fn retry_after_is_exact_to_the_nanosecond() {
+        let g = gcra(3, SEC, 1);
+        let (_, tat) = g.transition(0, Nanos::new(0), 1);
+        let tat = tat.unwrap();
+        let (denied, _) = g.transition(tat, Nanos::new(1), 1);
+        // 1 s / 3 = 333_333_333.33 ns: admitted at 333_333_334, not before.
+        assert_eq!(denied.retry_after().as_nanos(), 333_333_333);
+        assert!(g.transition(tat, Nanos::new(333_333_333), 1).0.is_denied());
+        assert!(g.transition(tat, Nanos::new(333_333_334), 1).0.is_allowed());
+    }
+
+    #[test]
+    fn scale_is_exact_for_small_denominators_and_bounded_otherwise() {
+        assert_eq!(
+            (gcra(3, SEC, 1).scale(), gcra(3, SEC, 1).interval_ticks()),
+            (3, SEC)
+        );
+        assert_eq!(gcra(100, SEC, 1).scale(), 1);
+        // 10^10 per second: 0.1 ns per permit, exact with scale 10.
+        let fast = gcra(10_000_000_000, SEC, 1);
+        assert_eq!((fast.scale(), fast.interval_ticks()), (10, 1));
+        // 999 per minute: rounded up, never down.
+        let odd = gcra(999, 60 * SEC, 1);
+        assert_eq!(odd.scale(), 16);
+        assert!(odd.interval_ticks() as u128 * 999 >= 60 * SEC as u128 * 16);
+    }
+
+    #[test]
+    fn rates_above_16_per_ns_are_refused() {
+        let quota = Quota::new(17, std::time::Duration::from_nanos(1)).unwrap();
+        assert!(matches!(Gcra::new(quota), Err(QuotaError::TooFast { .. })));
+        let quota = Quota::new(16, std::time::Duration::from_nanos(1)).unwrap();
+        assert!(Gcra::new(quota).is_ok());
+    }
+
+    #[test]
+    fn huge_burst_times_interval_is_an_overflow_error() {
+        let quota = Quota::new(1, std::time::Duration::from_secs(365 * 86_400))
+            .unwrap()
+            .with_burst(1_000)
+            .unwrap();
+        assert!(matches!(Gcra::new(quota), Err(QuotaError::Overflow { .. })));
+    }
+
+    #[test]
+    fn cost_zero_never_writes() {
+        let g = gcra(10, SEC, 10);
+        let (d, next) = g.transition(0, Nanos::new(5), 0);
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 10);
+        assert_eq!(next, None);
+    }
+
+    #[test]
+    fn clock_going_backwards_never_recredits() {
+        let g = gcra(10, SEC, 2);
+        let (_, tat) = g.transition(0, Nanos::new(10_000 * SEC), 2);
+        let tat = tat.unwrap();
+        for back in [1, SEC, 3_600 * SEC] {
+            let (d, next) = g.transition(tat, Nanos::new(10_000 * SEC - back), 1);
+            assert!(d.is_denied(), "went back {back} ns");
+            assert_eq!(next, None);
+            assert!(d.retry_after().as_nanos() > 100_000_000);
+        }
+    }
+
+    #[test]
+    fn end_of_time_fails_closed() {
+        let g = gcra(1, SEC, 1);
+        let (first, tat) = g.transition(0, Nanos::MAX, 1);
+        // The very last instant can still admit what fits before u64::MAX ticks...
+        assert!(first.is_denied() || tat.is_some());
+        let mut tat = tat.unwrap_or(0);
+        let mut admitted = u64::from(first.is_allowed());
+        for _ in 0..10 {
+            let (d, next) = g.transition(tat, Nanos::MAX, 1);
+            admitted += u64::from(d.is_allowed());
+            tat = next.unwrap_or(tat);
+        }
+        // ...but never more than the burst.
+        assert!(admitted <= 1);
+    }
+}

@@ -1,0 +1,319 @@
+//! Sliding log: the times of the last `limit` admitted permits.
+//!
+//! # Guarantee
+//!
+//! **Every window of length `T` (the period), at any start, admits at most
+//! `limit` permits** (the "strong" statement). A request of `cost` at `now`
+//! is admitted iff the permits admitted in `(now − T, now]`, plus `cost`, are
+//! at most `limit`; `retry_after` is the exact instant at which enough of them
+//! have aged out.
+//!
+//! # State
+//!
+//! The admission times, oldest first, as runs of `(time, count)` so that a
+//! request of cost `n` is one entry, not `n`. Expired runs are dropped when a
+//! request is admitted; a denial reads and never writes. Memory: a mutex, a
+//! `VecDeque` header and at most `limit` runs of 16 bytes; with requests of
+//! cost 1 at distinct instants that is `16 · limit` bytes, so
+//! [`SlidingLog::new`] refuses limits above 2^20 ([`QuotaError::TooLarge`];
+//! a 16 MiB limiter is a configuration mistake: use the sliding window
+//! counter for large limits).
+//!
+//! # Why a lock
+//!
+//! The state is up to `limit` words; no single compare-and-swap covers it. A
+//! small mutex makes "count the window, then append" one step (linearizable
+//! by construction); a request of cost 1 that cannot fit is still denied
+//! from a published hint without taking the lock (see [`Locked`](crate::store::Locked)).
+//!
+//! # Clock going backwards
+//!
+//! An admission is recorded at `max(now, newest)`, so the log stays sorted
+//! and an earlier reading only finds more permits in its window.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use crate::algorithm::{Algorithm, LockedTransition, sealed};
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::quota::{Quota, QuotaError};
+use crate::store::{self, DenyHint, Locked};
+
+const NAME: &str = "sliding log";
+/// The largest limit a sliding log accepts.
+pub const MAX_LOG_LIMIT: u64 = 1 << 20;
+
+/// Sliding log: see the [module docs](self).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SlidingLog {
+    quota: Quota,
+}
+
+/// The admission log of one [`SlidingLog`] limiter.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogState {
+    /// `(admission time in ns, permits)`, oldest first, times non-decreasing.
+    runs: VecDeque<(u64, u64)>,
+    /// The sum of the counts in `runs`.
+    total: u64,
+}
+
+impl LogState {
+    /// The permits recorded, expired or not.
+    pub fn recorded(&self) -> u64 {
+        self.total
+    }
+}
+
+impl SlidingLog {
+    /// Runs `quota` as a sliding log of `limit` per `period` (the burst is not
+    /// used).
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::TooLarge`] for a limit above [`MAX_LOG_LIMIT`].
+    pub fn new(quota: Quota) -> Result<SlidingLog, QuotaError> {
+        if quota.limit() > MAX_LOG_LIMIT {
+            return Err(QuotaError::TooLarge {
+                algorithm: NAME,
+                max: MAX_LOG_LIMIT,
+                what: "the limit",
+            });
+        }
+        Ok(SlidingLog { quota })
+    }
+
+    fn period(&self) -> u64 {
+        self.quota.period_nanos()
+    }
+
+    /// Whether a permit admitted at `time` still counts at `now`.
+    fn is_live(&self, time: u64, now: u64) -> bool {
+        u128::from(time) + u128::from(self.period()) > u128::from(now)
+    }
+
+    /// The instant at which a permit admitted at `time` stops counting.
+    fn expiry(&self, time: u64) -> u64 {
+        time.saturating_add(self.period())
+    }
+
+    /// Permits in the log that still count at `now`.
+    fn live(&self, state: &LogState, now: u64) -> u64 {
+        let expired: u64 = state
+            .runs
+            .iter()
+            .take_while(|&&(time, _)| !self.is_live(time, now))
+            .map(|&(_, count)| count)
+            .sum();
+        state.total - expired
+    }
+
+    /// The time of the `k`-th oldest recorded permit (1-based).
+    fn kth_oldest(state: &LogState, k: u64) -> u64 {
+        let mut seen = 0;
+        for &(time, count) in &state.runs {
+            seen += count;
+            if seen >= k {
+                return time;
+            }
+        }
+        unreachable!("sliding log: asked for permit {k} of {}", state.total)
+    }
+
+    /// The decision for `cost` permits at `now`; never changes the state.
+    pub fn decide(&self, state: &LogState, now: Nanos, cost: u64) -> Decision {
+        let limit = self.quota.limit();
+        let now = now.as_u64();
+        let live = self.live(state, now);
+        let reset_after = match state.runs.back() {
+            Some(&(newest, _)) if live > 0 => self.expiry(newest).saturating_sub(now),
+            _ => 0,
+        };
+        if live + cost <= limit {
+            let reset_after = if cost > 0 {
+                reset_after.max(self.period())
+            } else {
+                reset_after
+            };
+            return Decision::allow(limit, limit - live - cost, reset_after);
+        }
+        let retry_after = if cost > limit {
+            u64::MAX
+        } else {
+            // Of the `total` recorded permits, the oldest `total + cost − limit`
+            // must have aged out; the last of them decides when.
+            let must_expire = state.total + cost - limit;
+            self.expiry(Self::kth_oldest(state, must_expire))
+                .saturating_sub(now)
+        };
+        Decision::deny(limit, limit - live, retry_after, reset_after)
+    }
+
+    /// Records `cost` permits admitted at `now`; call only after
+    /// [`SlidingLog::decide`] allowed them.
+    pub fn admit(&self, state: &mut LogState, now: Nanos, cost: u64) {
+        let now = now.as_u64();
+        while let Some(&(time, count)) = state.runs.front() {
+            if self.is_live(time, now) {
+                break;
+            }
+            state.runs.pop_front();
+            state.total -= count;
+        }
+        if cost == 0 {
+            return;
+        }
+        let at = state
+            .runs
+            .back()
+            .map_or(now, |&(newest, _)| newest.max(now));
+        match state.runs.back_mut() {
+            Some((time, count)) if *time == at => *count += cost,
+            _ => state.runs.push_back((at, cost)),
+        }
+        state.total += cost;
+        debug_assert!(
+            state.total <= self.quota.limit(),
+            "sliding log: {} permits recorded, limit {}",
+            state.total,
+            self.quota.limit()
+        );
+    }
+
+    /// What a request of cost 1 can be denied from, after an admission.
+    pub fn hint(&self, state: &LogState) -> DenyHint {
+        let full_at = state.runs.back().map_or(0, |&(t, _)| self.expiry(t));
+        if state.total < self.quota.limit() {
+            return DenyHint {
+                denied_until: 0,
+                full_at,
+            };
+        }
+        DenyHint {
+            denied_until: state.runs.front().map_or(0, |&(t, _)| self.expiry(t)),
+            full_at,
+        }
+    }
+}
+
+impl fmt::Debug for SlidingLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingLog")
+            .field("quota", &self.quota)
+            .finish()
+    }
+}
+
+impl LockedTransition for SlidingLog {
+    type State = LogState;
+
+    fn decide(&self, state: &LogState, now: Nanos, cost: u64) -> Decision {
+        SlidingLog::decide(self, state, now, cost)
+    }
+
+    fn admit(&self, state: &mut LogState, now: Nanos, cost: u64) {
+        SlidingLog::admit(self, state, now, cost);
+    }
+
+    fn hint(&self, state: &LogState) -> DenyHint {
+        SlidingLog::hint(self, state)
+    }
+
+    fn limit(&self) -> u64 {
+        self.quota.limit()
+    }
+}
+
+impl sealed::Sealed for SlidingLog {}
+
+impl Algorithm for SlidingLog {
+    type Cell = Locked<LogState>;
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.limit()
+    }
+
+    fn new_cell(&self) -> Locked<LogState> {
+        Locked::new(LogState::default())
+    }
+
+    fn check_cell(&self, cell: &Locked<LogState>, now: Nanos, cost: u64) -> Decision {
+        store::locked_check(self, cell, now, cost)
+    }
+
+    fn peek_cell(&self, cell: &Locked<LogState>, now: Nanos, cost: u64) -> Decision {
+        store::locked_peek(self, cell, now, cost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn log(limit: u64, period: Duration) -> SlidingLog {
+        SlidingLog::new(Quota::new(limit, period).unwrap()).unwrap()
+    }
+
+    fn check(l: &SlidingLog, s: &mut LogState, t: u64, cost: u64) -> Decision {
+        let d = l.decide(s, Nanos::new(t), cost);
+        if d.is_allowed() {
+            l.admit(s, Nanos::new(t), cost);
+        }
+        d
+    }
+
+    #[test]
+    fn every_window_at_any_start_admits_at_most_limit() {
+        let l = log(2, Duration::from_secs(1));
+        let mut s = LogState::default();
+        assert!(check(&l, &mut s, 900 * MS, 1).is_allowed());
+        assert!(check(&l, &mut s, 1_000 * MS, 1).is_allowed());
+        // A fixed window would admit here (new second); the log does not.
+        let d = check(&l, &mut s, 1_100 * MS, 1);
+        assert!(d.is_denied());
+        assert_eq!(d.retry_after(), Duration::from_millis(800));
+        assert!(check(&l, &mut s, 1_899 * MS, 1).is_denied());
+        assert!(check(&l, &mut s, 1_900 * MS, 1).is_allowed());
+    }
+
+    #[test]
+    fn costs_are_runs_and_retry_waits_for_enough_expiries() {
+        let l = log(5, Duration::from_secs(1));
+        let mut s = LogState::default();
+        assert!(check(&l, &mut s, 0, 3).is_allowed());
+        assert!(check(&l, &mut s, 100 * MS, 2).is_allowed());
+        assert_eq!(s.runs.len(), 2);
+        let d = check(&l, &mut s, 200 * MS, 4);
+        assert!(d.is_denied());
+        // 4 more need 4 of the 5 gone: the run at 100 ms must expire too.
+        assert_eq!(d.retry_after(), Duration::from_millis(900));
+        assert_eq!(d.reset_after(), Duration::from_millis(900));
+    }
+
+    #[test]
+    fn a_denial_leaves_the_log_unchanged() {
+        let l = log(1, Duration::from_secs(1));
+        let mut s = LogState::default();
+        assert!(check(&l, &mut s, 0, 1).is_allowed());
+        let before = s.clone();
+        assert!(check(&l, &mut s, 10, 1).is_denied());
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn large_limits_are_refused() {
+        let q = Quota::per_second(MAX_LOG_LIMIT + 1).unwrap();
+        assert!(matches!(
+            SlidingLog::new(q),
+            Err(QuotaError::TooLarge { .. })
+        ));
+    }
+}

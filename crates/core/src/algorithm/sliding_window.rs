@@ -1,0 +1,400 @@
+//! Sliding window counter: a time wheel of `n` slots.
+//!
+//! The period `T` is cut into `n` slots of `T/n`; each slot counts the
+//! permits admitted in it, and a request is admitted iff the counts of the
+//! current slot and the `n − 1` before it, plus its cost, are at most `limit`.
+//!
+//! # Guarantee
+//!
+//! - **Every slot-aligned window of length `T` admits at most `limit`.**
+//! - **Every window of length `T − T/n`, at any start, admits at most
+//!   `limit`** (it lies within `n` consecutive slots).
+//! - **Every window of length `T`, at any start, admits at most `2·limit`,
+//!   and this is tight**: `limit` at the very end of slot `k` and `limit` at
+//!   the very start of slot `k + n` fall within `(n − 1)·T/n + ε`.
+//!
+//! So `n` trades memory for precision: with `n = 1` this is a fixed window,
+//! and as `n` grows it approaches the sliding log. `retry_after` is the exact
+//! slot boundary at which enough old slots have left the window.
+//!
+//! Slot `e` is `[⌈e·T/n⌉, ⌈(e+1)·T/n⌉)` ns, so slots need not be whole
+//! nanoseconds and any `n` up to [`MAX_SLOTS`] works with any period; every
+//! run of `n` slots is exactly `T` long.
+//!
+//! # Why a lock, and why it is linearizable
+//!
+//! The widely copied design reads the sum of the slots and then increments
+//! one slot with a separate atomic add: two threads can both read `limit − 1`
+//! and both add, admitting `limit + 1`. Here "advance the wheel, sum, add" is
+//! one step under a small mutex, so every decision is taken on the state left
+//! by the previous one: linearizable by construction, and proven by the
+//! frozen-clock hammer and the loom model. A request of cost 1 that cannot fit
+//! is still denied from a published hint without the lock.
+//!
+//! # State
+//!
+//! The epoch of the newest slot, the running total and `n` counters:
+//! `8·n + 16` bytes plus a mutex. Slots that leave the window are zeroed only
+//! when a request is admitted; a denial reads and never writes.
+//!
+//! # Clock going backwards
+//!
+//! A reading in an earlier slot than the newest recorded one is decided in
+//! the newest slot: nothing is re-credited.
+
+use std::fmt;
+
+use crate::algorithm::{Algorithm, LockedTransition, sealed};
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::quota::{Quota, QuotaError};
+use crate::store::{self, DenyHint, Locked};
+
+const NAME: &str = "sliding window";
+/// The most slots a wheel may have.
+pub const MAX_SLOTS: u32 = 1 << 16;
+
+/// Sliding window counter (time wheel): see the [module docs](self).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SlidingWindow {
+    quota: Quota,
+    slots: u32,
+}
+
+/// The wheel of one [`SlidingWindow`] limiter.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WheelState {
+    /// The epoch (slot number since the clock's origin) of the newest slot;
+    /// the wheel holds epochs `head − n + 1 ..= head`.
+    head: u64,
+    /// Permits per slot; epoch `e` lives at index `e mod n`.
+    counts: Box<[u64]>,
+    /// The sum of `counts`.
+    total: u64,
+}
+
+impl fmt::Debug for WheelState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WheelState")
+            .field("head", &self.head)
+            .field("total", &self.total)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WheelState {
+    /// The permits recorded in the wheel, whether or not they still count.
+    pub fn recorded(&self) -> u64 {
+        self.total
+    }
+}
+
+impl SlidingWindow {
+    /// Runs `quota` as a wheel of `slots` slots (the burst is not used).
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::InvalidParameter`] for 0 slots, [`QuotaError::TooLarge`]
+    /// above [`MAX_SLOTS`].
+    pub fn new(quota: Quota, slots: u32) -> Result<SlidingWindow, QuotaError> {
+        if slots == 0 {
+            return Err(QuotaError::InvalidParameter {
+                algorithm: NAME,
+                what: "the number of slots must be at least 1",
+            });
+        }
+        if slots > MAX_SLOTS {
+            return Err(QuotaError::TooLarge {
+                algorithm: NAME,
+                max: u64::from(MAX_SLOTS),
+                what: "the number of slots",
+            });
+        }
+        Ok(SlidingWindow { quota, slots })
+    }
+
+    /// The number of slots.
+    pub const fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// A fresh wheel.
+    pub fn new_state(&self) -> WheelState {
+        WheelState {
+            head: 0,
+            counts: vec![0; self.slots as usize].into_boxed_slice(),
+            total: 0,
+        }
+    }
+
+    fn n(&self) -> u64 {
+        u64::from(self.slots)
+    }
+
+    /// The slot containing `now`.
+    fn epoch(&self, now: u64) -> u64 {
+        let epoch = u128::from(now) * u128::from(self.n()) / u128::from(self.quota.period_nanos());
+        u64::try_from(epoch).unwrap_or(u64::MAX)
+    }
+
+    /// The first nanosecond of slot `epoch`.
+    fn slot_start(&self, epoch: u64) -> u64 {
+        let start = (u128::from(epoch) * u128::from(self.quota.period_nanos()))
+            .div_ceil(u128::from(self.n()));
+        u64::try_from(start).unwrap_or(u64::MAX)
+    }
+
+    fn count(&self, state: &WheelState, epoch: u64) -> u64 {
+        state.counts[(epoch % self.n()) as usize]
+    }
+
+    /// Permits that still count in the window ending with slot `current`
+    /// (`current ≥ head`).
+    fn live(&self, state: &WheelState, current: u64) -> u64 {
+        let gone = current - state.head;
+        if gone >= self.n() {
+            return 0;
+        }
+        // Epochs head − n + 1 ..= current − n have left the window.
+        let expired: u64 = (0..gone)
+            .map(|i| self.count(state, state.head + 1 + i))
+            .sum();
+        state.total - expired
+    }
+
+    /// The decision for `cost` permits at `now`; never changes the state.
+    pub fn decide(&self, state: &WheelState, now: Nanos, cost: u64) -> Decision {
+        let limit = self.quota.limit();
+        let n = self.n();
+        let now_ns = now.as_u64();
+        let current = self.epoch(now_ns).max(state.head);
+        let live = self.live(state, current);
+        let full_at = |newest: u64| {
+            self.slot_start(newest.saturating_add(n))
+                .saturating_sub(now_ns)
+        };
+        if live + cost <= limit {
+            let reset_after = if cost > 0 {
+                full_at(current)
+            } else {
+                self.newest_live(state, current).map_or(0, full_at)
+            };
+            return Decision::allow(limit, limit - live - cost, reset_after);
+        }
+        let reset_after = self.newest_live(state, current).map_or(0, full_at);
+        let retry_after = if cost > limit {
+            u64::MAX
+        } else {
+            // Move the window forward one slot at a time until enough has left.
+            let mut still = live;
+            let mut epoch = current;
+            while still + cost > limit && epoch < u64::MAX {
+                epoch += 1;
+                // The epoch leaving the window that now ends at `epoch`.
+                if let Some(leaving) = epoch.checked_sub(n) {
+                    if leaving + n > state.head && leaving <= state.head {
+                        still -= self.count(state, leaving);
+                    }
+                }
+            }
+            if still + cost > limit {
+                u64::MAX // the end of representable time
+            } else {
+                self.slot_start(epoch).saturating_sub(now_ns)
+            }
+        };
+        Decision::deny(limit, limit - live, retry_after, reset_after)
+    }
+
+    /// The newest epoch with permits still counting at `current`, if any.
+    fn newest_live(&self, state: &WheelState, current: u64) -> Option<u64> {
+        let oldest_live = current.saturating_sub(self.n() - 1);
+        (oldest_live..=state.head)
+            .rev()
+            .find(|&e| self.count(state, e) > 0)
+    }
+
+    /// Records `cost` permits admitted at `now`; call only after
+    /// [`SlidingWindow::decide`] allowed them.
+    pub fn admit(&self, state: &mut WheelState, now: Nanos, cost: u64) {
+        let n = self.n();
+        let current = self.epoch(now.as_u64()).max(state.head);
+        if current - state.head >= n {
+            state.counts.fill(0);
+            state.total = 0;
+        } else {
+            for epoch in state.head + 1..=current {
+                let slot = (epoch % n) as usize;
+                state.total -= state.counts[slot];
+                state.counts[slot] = 0;
+            }
+        }
+        state.head = current;
+        state.counts[(current % n) as usize] += cost;
+        state.total += cost;
+        debug_assert!(
+            state.total <= self.quota.limit(),
+            "sliding window: {} permits in the wheel at epoch {}, limit {}",
+            state.total,
+            state.head,
+            self.quota.limit()
+        );
+    }
+
+    /// What a request of cost 1 can be denied from, after an admission.
+    pub fn hint(&self, state: &WheelState) -> DenyHint {
+        let n = self.n();
+        let full_at = self
+            .newest_live(state, state.head)
+            .map_or(0, |e| self.slot_start(e.saturating_add(n)));
+        if state.total < self.quota.limit() {
+            return DenyHint {
+                denied_until: 0,
+                full_at,
+            };
+        }
+        // Full: cost 1 fits once the oldest non-empty slot leaves the window.
+        let oldest = (state.head.saturating_sub(n - 1)..=state.head)
+            .find(|&e| self.count(state, e) > 0)
+            .unwrap_or(state.head);
+        DenyHint {
+            denied_until: self.slot_start(oldest.saturating_add(n)),
+            full_at,
+        }
+    }
+}
+
+impl fmt::Debug for SlidingWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingWindow")
+            .field("quota", &self.quota)
+            .field("slots", &self.slots)
+            .finish()
+    }
+}
+
+impl LockedTransition for SlidingWindow {
+    type State = WheelState;
+
+    fn decide(&self, state: &WheelState, now: Nanos, cost: u64) -> Decision {
+        SlidingWindow::decide(self, state, now, cost)
+    }
+
+    fn admit(&self, state: &mut WheelState, now: Nanos, cost: u64) {
+        SlidingWindow::admit(self, state, now, cost);
+    }
+
+    fn hint(&self, state: &WheelState) -> DenyHint {
+        SlidingWindow::hint(self, state)
+    }
+
+    fn limit(&self) -> u64 {
+        self.quota.limit()
+    }
+}
+
+impl sealed::Sealed for SlidingWindow {}
+
+impl Algorithm for SlidingWindow {
+    type Cell = Locked<WheelState>;
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.limit()
+    }
+
+    fn new_cell(&self) -> Locked<WheelState> {
+        Locked::new(self.new_state())
+    }
+
+    fn check_cell(&self, cell: &Locked<WheelState>, now: Nanos, cost: u64) -> Decision {
+        store::locked_check(self, cell, now, cost)
+    }
+
+    fn peek_cell(&self, cell: &Locked<WheelState>, now: Nanos, cost: u64) -> Decision {
+        store::locked_peek(self, cell, now, cost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn wheel(limit: u64, period: Duration, slots: u32) -> SlidingWindow {
+        SlidingWindow::new(Quota::new(limit, period).unwrap(), slots).unwrap()
+    }
+
+    fn check(w: &SlidingWindow, s: &mut WheelState, t: u64, cost: u64) -> Decision {
+        let d = w.decide(s, Nanos::new(t), cost);
+        if d.is_allowed() {
+            w.admit(s, Nanos::new(t), cost);
+        }
+        d
+    }
+
+    #[test]
+    fn slots_leave_the_window_one_at_a_time() {
+        // 4 per second, 4 slots of 250 ms.
+        let w = wheel(4, Duration::from_secs(1), 4);
+        let mut s = w.new_state();
+        assert!(check(&w, &mut s, 0, 2).is_allowed());
+        assert!(check(&w, &mut s, 300 * MS, 2).is_allowed());
+        let d = check(&w, &mut s, 600 * MS, 1);
+        assert!(d.is_denied());
+        // Slot 0 leaves when slot 4 begins, at 1 s.
+        assert_eq!(d.retry_after(), Duration::from_millis(400));
+        assert_eq!(d.reset_after(), Duration::from_millis(650));
+        assert!(check(&w, &mut s, 999 * MS, 1).is_denied());
+        assert!(check(&w, &mut s, 1_000 * MS, 2).is_allowed());
+        assert!(check(&w, &mut s, 1_000 * MS, 1).is_denied());
+    }
+
+    #[test]
+    fn uneven_slots_still_make_whole_periods() {
+        let w = wheel(1, Duration::from_nanos(10), 3);
+        // Slots start at 0, 4, 7, 10, 14, ...
+        assert_eq!(
+            (0..5).map(|e| w.slot_start(e)).collect::<Vec<_>>(),
+            [0, 4, 7, 10, 14]
+        );
+        for e in 0..100 {
+            assert_eq!(w.slot_start(e + 3) - w.slot_start(e), 10);
+            let start = w.slot_start(e);
+            assert_eq!(w.epoch(start), e);
+            if start > 0 {
+                assert_eq!(w.epoch(start - 1), e - 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_denial_leaves_the_wheel_unchanged() {
+        let w = wheel(1, Duration::from_secs(1), 10);
+        let mut s = w.new_state();
+        assert!(check(&w, &mut s, 0, 1).is_allowed());
+        let before = s.clone();
+        assert!(check(&w, &mut s, 950 * MS, 1).is_denied());
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn one_slot_is_a_fixed_window() {
+        let w = wheel(2, Duration::from_secs(1), 1);
+        let mut s = w.new_state();
+        assert!(check(&w, &mut s, 999 * MS, 2).is_allowed());
+        assert!(check(&w, &mut s, 1_000 * MS, 2).is_allowed());
+    }
+
+    #[test]
+    fn slot_count_is_validated() {
+        let q = Quota::per_second(1).unwrap();
+        assert!(SlidingWindow::new(q, 0).is_err());
+        assert!(SlidingWindow::new(q, MAX_SLOTS + 1).is_err());
+    }
+}

@@ -1,0 +1,287 @@
+//! Where time comes from.
+//!
+//! Every algorithm is a pure function of the time it is given; a [`Clock`]
+//! is the one place a limiter reads it. Time is a [`Nanos`]: whole
+//! nanoseconds since the clock's own origin, so that a `u64` covers 584 years.
+//!
+//! | clock | cost of a read | resolution | use it for |
+//! |---|---|---|---|
+//! | [`MonotonicClock`] (default) | one `Instant::now()` (vDSO, ~20 ns) | 1 ns | everything |
+//! | [`CachedClock`] | one relaxed load | its refresh interval | the hottest paths, where a stale reading of up to one interval is acceptable |
+//! | [`ManualClock`] | one relaxed load | 1 ns | tests and simulation |
+//!
+//! No clock reads the CPU's time-stamp counter directly: it can go backwards
+//! between cores on some machines, and `Instant` already uses it where the
+//! kernel has found it safe.
+//!
+//! # Clocks that go backwards
+//!
+//! A [`ManualClock`] can be set back, and a user-written clock may misbehave.
+//! No algorithm re-credits permits when the time it is given goes backwards:
+//! each treats an earlier reading as "no time has passed" or as a longer wait,
+//! never as a refill.
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use crate::sync::{Arc, AtomicU64, Ordering};
+
+/// A point in time: nanoseconds since the origin of the clock that produced it.
+///
+/// Two `Nanos` are comparable only when they come from the same clock (or from
+/// clones of it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Nanos(u64);
+
+impl Nanos {
+    /// The clock's origin.
+    pub const ZERO: Nanos = Nanos(0);
+    /// The last representable instant, 584 years after the origin.
+    pub const MAX: Nanos = Nanos(u64::MAX);
+
+    /// The instant `nanos` nanoseconds after the origin.
+    pub const fn new(nanos: u64) -> Nanos {
+        Nanos(nanos)
+    }
+
+    /// Nanoseconds since the origin.
+    pub const fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// The instant `duration` after the origin, saturating at [`Nanos::MAX`].
+    pub fn from_duration(duration: Duration) -> Nanos {
+        Nanos(saturating_nanos(duration))
+    }
+
+    /// The time elapsed since the origin.
+    pub const fn as_duration(self) -> Duration {
+        Duration::from_nanos(self.0)
+    }
+
+    /// `self + duration`, saturating at [`Nanos::MAX`].
+    pub fn saturating_add(self, duration: Duration) -> Nanos {
+        Nanos(self.0.saturating_add(saturating_nanos(duration)))
+    }
+
+    /// The time from `earlier` to `self`, or zero if `earlier` is later.
+    pub const fn saturating_duration_since(self, earlier: Nanos) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl fmt::Display for Nanos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_duration())
+    }
+}
+
+/// `duration` in whole nanoseconds, saturating at `u64::MAX`.
+pub(crate) fn saturating_nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A source of monotonic time for limiters.
+///
+/// Implementations must be cheap to call and must not go backwards in normal
+/// operation; the algorithms stay safe if one does (see the
+/// [module docs](self)).
+pub trait Clock: Send + Sync {
+    /// The current time.
+    fn now(&self) -> Nanos;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+/// The origin shared by every [`MonotonicClock`] in the process, so that two
+/// limiters built at different times read comparable instants.
+fn process_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+/// The default clock: [`std::time::Instant`], counted from the first time any
+/// `MonotonicClock` was created in this process.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Clock, MonotonicClock};
+///
+/// let clock = MonotonicClock::new();
+/// let a = clock.now();
+/// let b = clock.now();
+/// assert!(b >= a);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct MonotonicClock {
+    origin: Instant,
+}
+
+impl MonotonicClock {
+    /// A clock counting from the process-wide origin.
+    pub fn new() -> MonotonicClock {
+        MonotonicClock {
+            origin: process_origin(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> MonotonicClock {
+        MonotonicClock::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Nanos {
+        Nanos(saturating_nanos(self.origin.elapsed()))
+    }
+}
+
+/// A clock whose reading is a word that a background thread refreshes.
+///
+/// A read is one relaxed load, several times cheaper than `Instant::now()`,
+/// at the price of a reading that lags real time by up to one refresh
+/// interval. A limiter on a cached clock stays exact *relative to the clock*:
+/// `retry_after` is then exact to the interval, not to the nanosecond.
+///
+/// The thread stops by itself once every clone of the clock is dropped.
+///
+/// Opt-in: creating one spawns a thread.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{CachedClock, Clock};
+///
+/// let clock = CachedClock::new(Duration::from_millis(1));
+/// let first = clock.now();
+/// std::thread::sleep(Duration::from_millis(5));
+/// assert!(clock.now() > first);
+/// ```
+#[derive(Clone, Debug)]
+pub struct CachedClock {
+    now: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl CachedClock {
+    /// A clock refreshed every `interval` (at least 1 µs) by a new thread.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system refuses to spawn a thread.
+    pub fn new(interval: Duration) -> CachedClock {
+        let interval = interval.max(Duration::from_micros(1));
+        let source = MonotonicClock::new();
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(source.now().as_u64()));
+        let weak: Weak<std::sync::atomic::AtomicU64> = std::sync::Arc::downgrade(&now);
+        std::thread::Builder::new()
+            .name("tollgate-clock".into())
+            .spawn(move || {
+                while let Some(word) = weak.upgrade() {
+                    // Relaxed: the word is the only data published; readers need
+                    // a recent value, not ordering with other memory.
+                    // `fetch_max` keeps the reading monotonic even if the
+                    // source ever returned an earlier instant.
+                    word.fetch_max(source.now().as_u64(), std::sync::atomic::Ordering::Relaxed);
+                    drop(word);
+                    std::thread::sleep(interval);
+                }
+            })
+            .expect("tollgate: failed to spawn the cached clock's thread");
+        CachedClock { now }
+    }
+}
+
+impl Clock for CachedClock {
+    fn now(&self) -> Nanos {
+        // Relaxed: see the writer.
+        Nanos(self.now.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// A clock that moves only when told to; clones share one time.
+///
+/// For tests and simulation: a limiter on a `ManualClock` is fully
+/// deterministic.
+///
+/// # Thread safety
+///
+/// Clones share one atomic word. A thread that advances the clock makes the
+/// new time visible to every clone, but a limiter that read the time just
+/// before the change may still decide with the old one, exactly as with a
+/// real clock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, ManualClock, Nanos};
+///
+/// let clock = ManualClock::new();
+/// let view = clock.clone();
+/// clock.advance(Duration::from_secs(2));
+/// assert_eq!(view.now(), Nanos::new(2_000_000_000));
+/// ```
+#[derive(Clone, Debug)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at its origin, [`Nanos::ZERO`].
+    pub fn new() -> ManualClock {
+        ManualClock::starting_at(Nanos::ZERO)
+    }
+
+    /// A clock reading `start`.
+    pub fn starting_at(start: Nanos) -> ManualClock {
+        ManualClock {
+            now: Arc::new(AtomicU64::new(start.as_u64())),
+        }
+    }
+
+    /// Moves the time forward by `by`, saturating at [`Nanos::MAX`].
+    pub fn advance(&self, by: Duration) {
+        let by = saturating_nanos(by);
+        // Relaxed: the clock word carries no other data; see "Thread safety".
+        let _ = self
+            .now
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_add(by))
+            });
+    }
+
+    /// Sets the time, forwards or backwards.
+    pub fn set(&self, now: Nanos) {
+        // Relaxed: as in `advance`.
+        self.now.store(now.as_u64(), Ordering::Relaxed);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> ManualClock {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Nanos {
+        // Relaxed: as in `advance`.
+        Nanos(self.now.load(Ordering::Relaxed))
+    }
+}

@@ -1,0 +1,67 @@
+//! Exact rate limiting: every classic algorithm as a pure, lock-free-where-it-fits
+//! state machine.
+//!
+//! # Glossary
+//!
+//! - **permit**: the unit a limiter counts; a request may cost several.
+//! - **[`Quota`]**: `limit` permits per `period`, and a `burst`.
+//! - **[`Decision`]**: allowed or not, with `limit`, `remaining`,
+//!   `retry_after` and `reset_after`, enough for `Retry-After` and the
+//!   `RateLimit-*` headers.
+//! - **algorithm**: a pure transition (state, now, cost) → (decision, state):
+//!   [`Gcra`] (token bucket, leaky bucket as a meter), [`FixedWindow`],
+//!   [`SlidingLog`], [`SlidingWindow`] (time wheel). Each states and proves
+//!   its guarantee; see [`algorithm`].
+//! - **[`Limiter`]**: an algorithm, its state and a [`Clock`], shared by
+//!   clones across threads; linearizable.
+//! - **[`Clock`]**: where time comes from: [`MonotonicClock`] (default),
+//!   [`CachedClock`] (fastest), [`ManualClock`] (tests, simulation).
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Gcra, Limiter, ManualClock, Quota};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let clock = ManualClock::new();
+//! let limiter = Limiter::with_clock(Gcra::new(Quota::per_second(10)?.with_burst(2)?)?, clock.clone());
+//!
+//! assert!(limiter.check().is_allowed());
+//! assert!(limiter.check().is_allowed());
+//! let denied = limiter.check();
+//! assert!(denied.is_denied());
+//! assert_eq!(denied.retry_after(), Duration::from_millis(100));
+//!
+//! clock.advance(denied.retry_after());
+//! assert!(limiter.check().is_allowed());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Which algorithm
+//!
+//! - [`Gcra`] by default: one word, no lock, smooth refill, burst and rate
+//!   set independently.
+//! - [`SlidingLog`] when "never more than N in any window of T" must hold
+//!   exactly, and N is small (logins, password resets).
+//! - [`SlidingWindow`] for the same with large N, at the precision of its
+//!   slots.
+//! - [`FixedWindow`] when the windows are the contract ("1,000 per calendar
+//!   minute") and bursts at the edges are acceptable.
+
+#![forbid(unsafe_code)]
+
+pub mod algorithm;
+pub mod clock;
+pub mod decision;
+mod limiter;
+pub mod quota;
+pub mod store;
+mod sync;
+
+pub use algorithm::{Algorithm, FixedWindow, Gcra, SlidingLog, SlidingWindow};
+pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, Nanos};
+pub use decision::{CostError, Decision};
+pub use limiter::{DefaultLimiter, Limiter};
+pub use quota::{Quota, QuotaError};

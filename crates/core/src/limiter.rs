@@ -1,0 +1,159 @@
+//! [`Limiter`]: one algorithm, one shared state, one clock.
+
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::algorithm::{Algorithm, Gcra};
+use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::decision::{CostError, Decision};
+use crate::quota::Quota;
+use crate::sync::Arc;
+
+/// A rate limiter: one state shared by every clone.
+///
+/// `Send + Sync`, and `Clone` is one reference-count increment: hand a clone
+/// to every thread or task. Every decision is linearizable: as if the
+/// decisions were taken one at a time, in an order consistent with real
+/// time, so the algorithm's guarantee holds under any number of threads.
+///
+/// The algorithm is a type parameter (`A`, by default [`Gcra`]) so that the
+/// hot path is static; the clock (`C`, by default [`MonotonicClock`]) too.
+/// Aliases name the common types: [`DefaultLimiter`].
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Gcra, Limiter, Quota, SlidingLog};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 100 per second, at most 10 at once.
+/// let api = Limiter::new(Gcra::new(Quota::per_second(100)?.with_burst(10)?)?);
+/// assert!(api.check().is_allowed());
+///
+/// // At most 5 logins in any minute, however the minute is placed.
+/// let logins = Limiter::new(SlidingLog::new(Quota::per_minute(5)?)?);
+/// let decision = logins.check_n(2)?;
+/// assert_eq!(decision.remaining(), 3);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Limiter<A: Algorithm = Gcra, C: Clock = MonotonicClock> {
+    shared: Arc<Shared<A, C>>,
+}
+
+struct Shared<A: Algorithm, C> {
+    algorithm: A,
+    clock: C,
+    /// Padded: the state is the one word every thread writes; it must not
+    /// share a cache line with the read-only fields above.
+    cell: CachePadded<A::Cell>,
+}
+
+/// A GCRA limiter on the monotonic clock, the type most code needs to name.
+pub type DefaultLimiter = Limiter<Gcra, MonotonicClock>;
+
+impl<A: Algorithm> Limiter<A, MonotonicClock> {
+    /// A limiter running `algorithm` on the [`MonotonicClock`].
+    pub fn new(algorithm: A) -> Limiter<A, MonotonicClock> {
+        Limiter::with_clock(algorithm, MonotonicClock::new())
+    }
+}
+
+impl<A: Algorithm, C: Clock> Limiter<A, C> {
+    /// A limiter running `algorithm` on `clock`.
+    pub fn with_clock(algorithm: A, clock: C) -> Limiter<A, C> {
+        let cell = CachePadded::new(algorithm.new_cell());
+        Limiter {
+            shared: Arc::new(Shared {
+                algorithm,
+                clock,
+                cell,
+            }),
+        }
+    }
+
+    /// Takes one permit if it is available now.
+    pub fn check(&self) -> Decision {
+        // Every algorithm's capacity is at least 1.
+        self.decide(1, true)
+    }
+
+    /// Takes `cost` permits at once if they are all available now; takes
+    /// none otherwise. A cost of 0 only looks (it never changes the state).
+    ///
+    /// # Errors
+    ///
+    /// [`CostError`] if `cost` is above the limiter's capacity: no amount
+    /// of waiting would admit it.
+    pub fn check_n(&self, cost: u64) -> Result<Decision, CostError> {
+        self.within_capacity(cost)?;
+        Ok(self.decide(cost, true))
+    }
+
+    /// What [`check`](Limiter::check) would answer now, without taking
+    /// anything.
+    pub fn peek(&self) -> Decision {
+        self.decide(1, false)
+    }
+
+    /// What [`check_n`](Limiter::check_n) would answer now, without taking
+    /// anything.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Limiter::check_n).
+    pub fn peek_n(&self, cost: u64) -> Result<Decision, CostError> {
+        self.within_capacity(cost)?;
+        Ok(self.decide(cost, false))
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> &A {
+        &self.shared.algorithm
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> &Quota {
+        self.shared.algorithm.quota()
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.shared.clock
+    }
+
+    fn within_capacity(&self, cost: u64) -> Result<(), CostError> {
+        let capacity = self.shared.algorithm.capacity();
+        if cost > capacity {
+            return Err(CostError::new(cost, capacity));
+        }
+        Ok(())
+    }
+
+    fn decide(&self, cost: u64, record: bool) -> Decision {
+        let shared = &*self.shared;
+        let now: Nanos = shared.clock.now();
+        if record {
+            shared.algorithm.check_cell(&shared.cell, now, cost)
+        } else {
+            shared.algorithm.peek_cell(&shared.cell, now, cost)
+        }
+    }
+}
+
+impl<A: Algorithm, C: Clock> Clone for Limiter<A, C> {
+    fn clone(&self) -> Limiter<A, C> {
+        Limiter {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<A: Algorithm + fmt::Debug, C: Clock> fmt::Debug for Limiter<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("algorithm", &self.shared.algorithm)
+            .finish_non_exhaustive()
+    }
+}
