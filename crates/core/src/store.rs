@@ -4,7 +4,7 @@
 //! view of the state and written in one indivisible step, and a denial writes
 //! nothing.
 //!
-//! - [`word_update`]: a state of one `u64` (GCRA, fixed window), updated by a
+//! - `word_update`: a state of one `u64` (GCRA, fixed window), updated by a
 //!   compare-and-swap loop. The decision is linearized at the successful CAS,
 //!   or, for a denial, at the load it was computed from.
 //! - [`Locked`]: a larger state (sliding log, sliding window counter) behind a

@@ -24,7 +24,7 @@
 //! The state is up to `limit` words; no single compare-and-swap covers it. A
 //! small mutex makes "count the window, then append" one step (linearizable
 //! by construction); a request of cost 1 that cannot fit is still denied
-//! from a published hint without taking the lock (see [`Locked`](crate::store::Locked)).
+//! from a published hint without taking the lock (see [`Locked`]).
 //!
 //! # Clock going backwards
 //!
