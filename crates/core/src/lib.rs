@@ -65,3 +65,8 @@ pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, Nanos};
 pub use decision::{CostError, Decision};
 pub use limiter::{DefaultLimiter, Limiter};
 pub use quota::{Quota, QuotaError};
+
+/// The README's tour, compiled and run as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeTour;
