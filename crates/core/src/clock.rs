@@ -170,7 +170,12 @@ impl Clock for MonotonicClock {
 ///
 /// let clock = CachedClock::new(Duration::from_millis(1));
 /// let first = clock.now();
-/// std::thread::sleep(Duration::from_millis(5));
+/// // The reading moves once the background thread has run again.
+/// let mut polls = 0;
+/// while clock.now() == first && polls < 10_000 {
+///     std::thread::sleep(Duration::from_millis(1));
+///     polls += 1;
+/// }
 /// assert!(clock.now() > first);
 /// ```
 #[derive(Clone, Debug)]

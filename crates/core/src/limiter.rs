@@ -157,3 +157,59 @@ impl<A: Algorithm + fmt::Debug, C: Clock> fmt::Debug for Limiter<A, C> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{FixedWindow, ManualClock, SlidingLog, SlidingWindow};
+
+    fn quota() -> Quota {
+        Quota::per_second(3).unwrap()
+    }
+
+    #[test]
+    fn clones_share_one_state() {
+        let clock = ManualClock::new();
+        let a = Limiter::with_clock(Gcra::new(quota()).unwrap(), clock.clone());
+        let b = a.clone();
+        assert!(a.check_n(2).unwrap().is_allowed());
+        assert_eq!(b.peek().remaining(), 0);
+        assert!(b.check().is_allowed());
+        assert!(a.check().is_denied());
+    }
+
+    #[test]
+    fn cost_above_capacity_is_an_error_not_a_denial() {
+        let limiter = Limiter::with_clock(SlidingLog::new(quota()).unwrap(), ManualClock::new());
+        let error = limiter.check_n(4).unwrap_err();
+        assert_eq!((error.cost(), error.capacity()), (4, 3));
+        assert_eq!(limiter.peek_n(u64::MAX).unwrap_err().cost(), u64::MAX);
+        // Nothing was taken.
+        assert_eq!(limiter.peek().remaining(), 2);
+    }
+
+    #[test]
+    fn peek_and_cost_zero_take_nothing() {
+        let clock = ManualClock::new();
+        let limiter = Limiter::with_clock(SlidingWindow::new(quota(), 3).unwrap(), clock);
+        for _ in 0..5 {
+            assert!(limiter.peek().is_allowed());
+            assert!(limiter.check_n(0).unwrap().is_allowed());
+        }
+        assert_eq!(limiter.check_n(3).unwrap().remaining(), 0);
+        assert!(limiter.peek().is_denied());
+    }
+
+    #[test]
+    fn time_comes_from_the_clock() {
+        let clock = ManualClock::new();
+        let limiter = Limiter::with_clock(FixedWindow::new(quota()).unwrap(), clock.clone());
+        assert!(limiter.check_n(3).unwrap().is_allowed());
+        let denied = limiter.check();
+        assert_eq!(denied.retry_after(), Duration::from_secs(1));
+        clock.advance(denied.retry_after());
+        assert!(limiter.check().is_allowed());
+    }
+}
