@@ -106,7 +106,9 @@ impl FixedWindow {
         let window_end = (u128::from(window) + 1) * period;
         let until_next = sat_u64(window_end - u128::from(now.as_u64()).min(window_end));
         let past_the_end = window > self.last_index();
-        if count + cost <= limit && !past_the_end {
+        // `cost ≤ limit − count`, not `count + cost ≤ limit`: the sum overflows
+        // for costs near `u64::MAX` (and `count ≤ limit` always).
+        if cost <= limit - count && !past_the_end {
             let used = count + cost;
             let reset_after = if used > 0 { until_next } else { 0 };
             let decision = Decision::allow(limit, limit - used, reset_after);

@@ -32,10 +32,12 @@
 //!   effective rate is lower than asked by less than one part in
 //!   `16·period_ns/limit` (below 10⁻⁹ for 999 per minute). It never admits more.
 //!
-//! Rates above 16 per nanosecond are refused with [`QuotaError::TooFast`];
-//! `burst·T` above `u64::MAX` ticks with [`QuotaError::Overflow`].
-//! A `u64` of ticks lasts `584 / scale` years of clock time (at least 36);
-//! past that the limiter fails closed, it never admits everything.
+//! Rates above 16 per nanosecond are refused with [`QuotaError::TooFast`].
+//! The TAT runs up to `now + burst·T`, so `burst·T` must leave room in a
+//! `u64` of ticks for 36 years of clock time (`burst·T + 36 years·scale ≤
+//! u64::MAX`), or the quota is refused with [`QuotaError::Overflow`]. A `u64`
+//! of ticks lasts `584 / scale` years of clock time less `burst·T` (at least
+//! 36); past that the limiter fails closed, it never admits everything.
 //!
 //! # Clock going backwards
 //!
@@ -54,6 +56,9 @@ use crate::sync::AtomicU64;
 const NAME: &str = "gcra";
 /// The finest tick: 1/16 ns.
 const MAX_SCALE: u64 = 16;
+/// The least clock time a limiter must run for: 36 years of 365 days, in ns
+/// (`36 years · 16` ticks still fit in a `u64`).
+const MIN_LIFETIME_NS: u64 = 36 * 365 * 86_400 * 1_000_000_000;
 
 /// Token bucket / GCRA / leaky bucket as a meter: see the [module docs](self).
 #[derive(Clone, PartialEq, Eq)]
@@ -74,7 +79,7 @@ impl Gcra {
     ///
     /// [`QuotaError::TooFast`] above 16 permits per nanosecond,
     /// [`QuotaError::Overflow`] when `burst · period / limit` does not fit in
-    /// 64 bits of ticks.
+    /// 64 bits of ticks beside 36 years of clock time.
     pub fn new(quota: Quota) -> Result<Gcra, QuotaError> {
         let limit = quota.limit();
         let period = quota.period_nanos();
@@ -94,13 +99,16 @@ impl Gcra {
                 max_per_second: MAX_SCALE * 1_000_000_000,
             });
         }
-        let capacity =
-            u64::try_from(u128::from(quota.burst()) * u128::from(interval)).map_err(|_| {
-                QuotaError::Overflow {
-                    algorithm: NAME,
-                    what: "burst × emission interval",
-                }
-            })?;
+        // The TAT reaches `now + capacity`: with `now` up to 36 years, in ticks.
+        let capacity = u128::from(quota.burst()) * u128::from(interval);
+        let lifetime = u128::from(MIN_LIFETIME_NS) * u128::from(scale);
+        if capacity + lifetime > u128::from(u64::MAX) {
+            return Err(QuotaError::Overflow {
+                algorithm: NAME,
+                what: "burst × emission interval beside 36 years of clock time",
+            });
+        }
+        let capacity = capacity as u64;
         Ok(Gcra {
             quota,
             scale,

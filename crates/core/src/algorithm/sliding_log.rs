@@ -130,7 +130,9 @@ impl SlidingLog {
             Some(&(newest, _)) if live > 0 => self.expiry(newest).saturating_sub(now),
             _ => 0,
         };
-        if live + cost <= limit {
+        // `cost ≤ limit − live`, not `live + cost ≤ limit`: the sum overflows
+        // for costs near `u64::MAX` (and `live ≤ limit` always).
+        if cost <= limit - live {
             let reset_after = if cost > 0 {
                 reset_after.max(self.period())
             } else {

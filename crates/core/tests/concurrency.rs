@@ -1,0 +1,780 @@
+//! Concurrency: every algorithm's guarantee under many threads, proven from
+//! the recorded admissions.
+//!
+//! - The frozen-clock hammer: threads released together on one limiter whose
+//!   clock never moves admit exactly its capacity, and the `remaining` values
+//!   of the admissions tile `0..capacity` exactly, as a one-at-a-time
+//!   execution would report them.
+//! - The moving-clock hammer: workers hammer one limiter while a driver moves
+//!   the clock in small steps; every admission is recorded with the exact
+//!   `now` its decision used (read back from the clock through a thread-local),
+//!   and the window-bound checker (`support::window`) slides every window over
+//!   them.
+//!
+//! # Which admission times the checker may trust
+//!
+//! The limiter reads the clock, then decides (a compare-and-swap, or a lock).
+//! A worker can read `t₁`, be preempted, and decide after another worker
+//! that read `t₂ > t₁` has been admitted: to the algorithm that is a clock going
+//! backwards, and each window algorithm then counts the late request in its
+//! newest window (fixed window, wheel) or at its newest instant (log), as its
+//! docs say. The bound then holds where the state counts the admission, not
+//! at `t₁` (`an_overtaken_reading_counts_in_the_newest_window` shows both), so
+//! the hammer runs twice:
+//!
+//! - **gated**: a worker holds a read lock on a gate while it reads the clock
+//!   and decides, and the driver takes the write lock to move the clock, so that
+//!   every decision uses the time current when it takes effect and every
+//!   admission is checked at its exact `now`;
+//! - **free**: no gate, and the clock yields the processor after every third
+//!   reading, as a preemption between reading and deciding would. The GCRA's
+//!   bound holds for any order of readings (the TAT after the last admission
+//!   of an interval is both ≥ `t1 + Σcost·T` and ≤ `t2 + burst·T`), so every
+//!   admission is checked. For window
+//!   algorithms, an admission is checked at its `now` when the clock still
+//!   read `now` after the decision ("fresh"): then no admission that took
+//!   effect before it used a later time, and the subset of fresh admissions
+//!   obeys the bound exactly; the others are counted and reported. (That
+//!   argument orders the clock readings of two threads through the state they
+//!   share, which x86's total store order gives for the relaxed atomics here.)
+
+mod support;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Barrier, RwLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::window::{Bound, Guaranteed, Report};
+use tollgate::{
+    Algorithm, Clock, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota, SlidingLog,
+    SlidingWindow,
+};
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+// ---------------------------------------------------------------------------
+// Static assertions
+// ---------------------------------------------------------------------------
+
+const fn send_sync_clone<T: Send + Sync + Clone>() {}
+
+const _: () = {
+    send_sync_clone::<tollgate::DefaultLimiter>();
+    send_sync_clone::<Limiter<Gcra, ManualClock>>();
+    send_sync_clone::<Limiter<FixedWindow, ManualClock>>();
+    send_sync_clone::<Limiter<SlidingLog, ManualClock>>();
+    send_sync_clone::<Limiter<SlidingWindow, ManualClock>>();
+    send_sync_clone::<Limiter<SlidingWindow, tollgate::CachedClock>>();
+};
+
+// ---------------------------------------------------------------------------
+// Algorithms under test
+// ---------------------------------------------------------------------------
+
+fn quota(limit: u64, period_ns: u64) -> Quota {
+    Quota::new(limit, Duration::from_nanos(period_ns)).expect("valid quota")
+}
+
+fn gcra(limit: u64, period_ns: u64, burst: u64) -> Gcra {
+    Gcra::new(
+        quota(limit, period_ns)
+            .with_burst(burst)
+            .expect("valid burst"),
+    )
+    .expect("valid gcra")
+}
+
+fn fixed(limit: u64, period_ns: u64) -> FixedWindow {
+    FixedWindow::new(quota(limit, period_ns)).expect("valid fixed window")
+}
+
+fn log(limit: u64, period_ns: u64) -> SlidingLog {
+    SlidingLog::new(quota(limit, period_ns)).expect("valid sliding log")
+}
+
+fn wheel(limit: u64, period_ns: u64, slots: u32) -> SlidingWindow {
+    SlidingWindow::new(quota(limit, period_ns), slots).expect("valid sliding window")
+}
+
+// ---------------------------------------------------------------------------
+// Frozen clock: exactly the capacity, and `remaining` tiles it
+// ---------------------------------------------------------------------------
+
+/// The capacity of every limiter in the frozen-clock hammer.
+const CAPACITY: u64 = 1_000;
+/// Mixed costs; 1 is among them so that the last permits can always be taken.
+const COSTS: [u64; 7] = [1, 2, 3, 5, 8, 13, 1];
+/// Attempts per thread with mixed costs, then attempts of cost 1: more than
+/// the capacity each, so that the limiter is drained whatever the schedule.
+const MIXED_ATTEMPTS: u64 = 2 * CAPACITY;
+const UNIT_ATTEMPTS: u64 = CAPACITY + 1;
+
+/// What one frozen-clock run saw.
+#[derive(Debug)]
+struct Frozen {
+    attempts: u64,
+    admitted: u64,
+    /// `(remaining, cost)` of every admission.
+    tiles: Vec<(u64, u64)>,
+}
+
+fn frozen_hammer<A: Algorithm>(algorithm: A, threads: usize, mixed: bool) -> Frozen {
+    // Not at the origin: a frozen instant well into the clock's life.
+    let clock = ManualClock::starting_at(Nanos::new(3_600 * 1_000 * MS + 123));
+    let limiter = Limiter::with_clock(algorithm, clock.clone());
+    let barrier = Barrier::new(threads);
+    let per_thread: Vec<(u64, Vec<(u64, u64)>)> = thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|id| {
+                let limiter = limiter.clone();
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut attempts = 0;
+                    let mut tiles = Vec::new();
+                    let mixed_attempts = if mixed { MIXED_ATTEMPTS } else { 0 };
+                    for i in 0..mixed_attempts + UNIT_ATTEMPTS {
+                        let cost = if i < mixed_attempts {
+                            COSTS[(id + i as usize) % COSTS.len()]
+                        } else {
+                            1
+                        };
+                        let decision = if cost == 1 && i % 2 == 0 {
+                            limiter.check()
+                        } else {
+                            limiter.check_n(cost).expect("cost within capacity")
+                        };
+                        attempts += 1;
+                        assert_eq!(decision.limit(), CAPACITY);
+                        if decision.is_allowed() {
+                            tiles.push((decision.remaining(), cost));
+                        } else {
+                            assert!(
+                                decision.remaining() < cost,
+                                "denied {cost} with {} remaining",
+                                decision.remaining()
+                            );
+                            assert!(decision.retry_after() > Duration::ZERO);
+                        }
+                    }
+                    (attempts, tiles)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker panicked"))
+            .collect()
+    });
+    let mut frozen = Frozen {
+        attempts: 0,
+        admitted: 0,
+        tiles: Vec::new(),
+    };
+    for (attempts, tiles) in per_thread {
+        frozen.attempts += attempts;
+        frozen.admitted += tiles.iter().map(|&(_, cost)| cost).sum::<u64>();
+        frozen.tiles.extend(tiles);
+    }
+    let after = limiter.peek();
+    assert!(
+        after.is_denied(),
+        "still admitting after the hammer: {after}"
+    );
+    assert_eq!(after.remaining(), 0);
+    assert_eq!(
+        clock.now(),
+        Nanos::new(3_600 * 1_000 * MS + 123),
+        "the clock moved"
+    );
+    frozen
+}
+
+/// Runs the frozen-clock hammer for one algorithm at 2, 8 and 64 threads,
+/// cost 1 and mixed costs, and checks each run.
+fn frozen_hammer_all<A: Algorithm + Clone>(name: &str, algorithm: A) {
+    for threads in [2, 8, 64] {
+        for mixed in [false, true] {
+            let mut run = frozen_hammer(algorithm.clone(), threads, mixed);
+            assert_eq!(
+                run.admitted, CAPACITY,
+                "{name}, {threads} threads, mixed {mixed}: admitted {} permits of {CAPACITY} \
+                 in {} attempts",
+                run.admitted, run.attempts
+            );
+            // One at a time, each admission leaves `remaining` and takes
+            // `cost`: the intervals [remaining, remaining + cost) are disjoint
+            // and cover 0..capacity.
+            run.tiles.sort_unstable();
+            let mut next = 0;
+            for &(remaining, cost) in run.tiles.iter().rev() {
+                assert_eq!(
+                    remaining + cost,
+                    CAPACITY - next,
+                    "{name}, {threads} threads: admissions overlap or leave a gap at {} \
+                     ({remaining} remaining after taking {cost})",
+                    CAPACITY - next
+                );
+                next += cost;
+            }
+            assert!(run.attempts >= threads as u64 * UNIT_ATTEMPTS);
+        }
+    }
+}
+
+#[test]
+fn frozen_clock_gcra_admits_exactly_the_burst() {
+    // 1,000 per second with a burst of 1,000, and a slow rate with the same burst.
+    frozen_hammer_all("gcra", gcra(CAPACITY, 1_000 * MS, CAPACITY));
+    frozen_hammer_all("gcra slow", gcra(3, 3_600 * 1_000 * MS, CAPACITY));
+}
+
+#[test]
+fn frozen_clock_fixed_window_admits_exactly_the_limit() {
+    frozen_hammer_all("fixed window", fixed(CAPACITY, 1_000 * MS));
+}
+
+#[test]
+fn frozen_clock_sliding_log_admits_exactly_the_limit() {
+    frozen_hammer_all("sliding log", log(CAPACITY, 1_000 * MS));
+}
+
+#[test]
+fn frozen_clock_sliding_window_admits_exactly_the_limit() {
+    frozen_hammer_all("sliding window", wheel(CAPACITY, 1_000 * MS, 10));
+    frozen_hammer_all("sliding window, 1 slot", wheel(CAPACITY, 1_000 * MS, 1));
+}
+
+// ---------------------------------------------------------------------------
+// Moving clock: the window bounds over every admission
+// ---------------------------------------------------------------------------
+
+thread_local! {
+    /// The last reading this thread's [`RecordingClock`] returned.
+    static READING: Cell<Option<u64>> = const { Cell::new(None) };
+    /// Readings this thread has taken, to yield after some of them.
+    static READINGS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A [`ManualClock`] that remembers, per thread, the reading it gave: the
+/// `now` of the decision the limiter is about to take on this thread.
+///
+/// With `yield_every = k > 0`, every `k`-th reading on a thread yields the
+/// processor before returning, as a preemption between the limiter's clock
+/// reading and its decision would: other threads then decide, and the clock
+/// moves, while this reading waits.
+#[derive(Clone, Debug)]
+struct RecordingClock {
+    clock: ManualClock,
+    yield_every: u64,
+}
+
+impl Clock for RecordingClock {
+    fn now(&self) -> Nanos {
+        let now = self.clock.now();
+        READING.set(Some(now.as_u64()));
+        let readings = READINGS.get() + 1;
+        READINGS.set(readings);
+        if self.yield_every > 0 && readings % self.yield_every == 0 {
+            thread::yield_now();
+        }
+        now
+    }
+}
+
+/// The reading the last decision on this thread used.
+fn take_reading() -> u64 {
+    READING
+        .take()
+        .expect("the limiter reads the clock once per decision")
+}
+
+/// One moving-clock scenario.
+struct Scenario<A> {
+    name: &'static str,
+    algorithm: A,
+    /// Costs the workers cycle through (each within the capacity).
+    costs: &'static [u64],
+    workers: usize,
+    /// Clock steps the driver takes.
+    steps: u64,
+    /// Each step is 1 to `max_step` ns.
+    max_step: u64,
+    /// Where the clock starts.
+    start: u64,
+}
+
+/// How workers and the driver interleave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The clock never moves while a decision is between its reading and its
+    /// effect: every admission is checked at its `now`.
+    Gated,
+    /// No gate: readings may be stale when they take effect.
+    Free,
+}
+
+/// An admission: the `now` its decision used, its cost, and whether the clock
+/// still read `now` once the decision had taken effect.
+#[derive(Clone, Copy, Debug)]
+struct Admitted {
+    now: u64,
+    cost: u64,
+    fresh: bool,
+}
+
+/// What one moving-clock run saw.
+struct Moving {
+    attempts: u64,
+    admitted: Vec<Admitted>,
+    span: u64,
+}
+
+/// Clock steps per scenario and mode.
+const STEPS: u64 = 12_000;
+/// Loop iterations (attempts and waits) a worker makes at most; it stops
+/// earlier when the driver is done.
+const MAX_ITERATIONS_PER_WORKER: u64 = 2_000_000;
+/// Attempts a worker makes per clock step before it waits for the next one:
+/// few when gated (the clock waits for them anyway), more when free so that
+/// workers are still deciding while the driver moves the clock.
+const fn attempts_per_worker_per_step(mode: Mode) -> u64 {
+    match mode {
+        Mode::Gated => 2,
+        Mode::Free => 8,
+    }
+}
+/// Yields the driver waits at most for the workers before each step.
+const MAX_WAIT_PER_STEP: u32 = 200;
+
+fn moving_hammer<A: Algorithm + Clone>(scenario: &Scenario<A>, mode: Mode, seed: u64) -> Moving {
+    let clock = ManualClock::starting_at(Nanos::new(scenario.start));
+    let recording = RecordingClock {
+        clock: clock.clone(),
+        yield_every: match mode {
+            Mode::Gated => 0,
+            Mode::Free => 3,
+        },
+    };
+    let limiter = Limiter::with_clock(scenario.algorithm.clone(), recording);
+    let gate = RwLock::new(());
+    let done = AtomicBool::new(false);
+    // Relaxed throughout: `attempts` and `steps` only pace the driver and
+    // the workers, `done` only stops the workers; none publishes other data
+    // (the results come back through `join`).
+    let attempts = AtomicU64::new(0);
+    let steps = AtomicU64::new(0);
+    let barrier = Barrier::new(scenario.workers + 1);
+    let admitted = thread::scope(|scope| {
+        let workers: Vec<_> = (0..scenario.workers)
+            .map(|id| {
+                let (limiter, clock) = (limiter.clone(), clock.clone());
+                let (gate, done, barrier) = (&gate, &done, &barrier);
+                let (attempts, steps) = (&attempts, &steps);
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut admitted = Vec::new();
+                    let (mut step, mut at_this_step) = (0, 0);
+                    let mut i = 0;
+                    for _ in 0..MAX_ITERATIONS_PER_WORKER {
+                        if done.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        // Keep pace with the driver: a few attempts per step.
+                        let current = steps.load(Ordering::Relaxed);
+                        if current != step {
+                            (step, at_this_step) = (current, 0);
+                        }
+                        if at_this_step >= attempts_per_worker_per_step(mode) {
+                            thread::yield_now();
+                            continue;
+                        }
+                        at_this_step += 1;
+                        i += 1;
+                        let cost = scenario.costs[(id + i as usize) % scenario.costs.len()];
+                        let guard = (mode == Mode::Gated).then(|| gate.read().expect("gate"));
+                        let decision = if cost == 1 {
+                            limiter.check()
+                        } else {
+                            limiter.check_n(cost).expect("cost within capacity")
+                        };
+                        let now = take_reading();
+                        let after = clock.now().as_u64();
+                        drop(guard);
+                        attempts.fetch_add(1, Ordering::Relaxed);
+                        if decision.is_allowed() {
+                            admitted.push(Admitted {
+                                now,
+                                cost,
+                                fresh: after == now,
+                            });
+                        } else {
+                            assert!(decision.retry_after() > Duration::ZERO, "{decision}");
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+
+        barrier.wait();
+        let mut rng = seed | 1;
+        for _ in 0..scenario.steps {
+            let target = attempts.load(Ordering::Relaxed) + scenario.workers as u64;
+            for _ in 0..MAX_WAIT_PER_STEP {
+                if attempts.load(Ordering::Relaxed) >= target {
+                    break;
+                }
+                thread::yield_now();
+            }
+            // xorshift64: steps of 1 ns now and then, else 1..=max_step.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let by = if rng % 8 == 0 {
+                1
+            } else {
+                1 + (rng >> 8) % scenario.max_step
+            };
+            let _moving = (mode == Mode::Gated).then(|| gate.write().expect("gate"));
+            clock.advance(Duration::from_nanos(by));
+            steps.fetch_add(1, Ordering::Relaxed);
+        }
+        done.store(true, Ordering::Relaxed);
+
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker panicked"))
+            .collect::<Vec<_>>()
+    });
+    Moving {
+        attempts: attempts.into_inner(),
+        admitted,
+        span: clock.now().as_u64() - scenario.start,
+    }
+}
+
+/// Runs a scenario gated and free, checks the guarantee, and prints what was
+/// checked (`cargo test --test concurrency -- --nocapture`).
+fn check_moving<A: Algorithm + Clone + Guaranteed>(scenario: &Scenario<A>, seed: u64) {
+    let guarantee = scenario.algorithm.guarantee();
+    // See the module docs: the GCRA's bound holds at every reading, however
+    // stale; a window algorithm's at the readings that were not overtaken.
+    let any_reading = guarantee.algorithm == "gcra";
+    for mode in [Mode::Gated, Mode::Free] {
+        let run = moving_hammer(scenario, mode, seed);
+        let stale = run.admitted.iter().filter(|a| !a.fresh).count();
+        if mode == Mode::Gated {
+            assert_eq!(stale, 0, "{}: the gate let the clock move", scenario.name);
+        }
+        let checked: Vec<(u64, u64)> = run
+            .admitted
+            .iter()
+            .filter(|a| a.fresh || any_reading)
+            .map(|a| (a.now, a.cost))
+            .collect();
+        let report: Report = guarantee.check(&checked).unwrap_or_else(|violation| {
+            panic!(
+                "{} ({mode:?}, {} workers): {violation}",
+                scenario.name, scenario.workers
+            )
+        });
+        println!(
+            "{:<34} {:>5}: {} workers, {:>6} attempts, {:>5} admissions ({} stale, {}), \
+             {} permits checked over {:.3} ms; fullest windows {:?}",
+            scenario.name,
+            format!("{mode:?}"),
+            scenario.workers,
+            run.attempts,
+            run.admitted.len(),
+            stale,
+            if any_reading { "checked" } else { "left out" },
+            report.permits,
+            run.span as f64 / MS as f64,
+            report
+                .fullest
+                .iter()
+                .map(|&(_, most, allowed)| format!("{most}/{allowed}"))
+                .collect::<Vec<_>>(),
+        );
+        assert!(
+            report.admissions * 2 > run.admitted.len(),
+            "{} ({mode:?}): most admissions were left out",
+            scenario.name
+        );
+        if mode == Mode::Gated {
+            // The load was heavy enough to reach the first bound, so that its
+            // check means something (for a rate, to within the fraction of a
+            // permit that the bucket still holds when it refuses).
+            let (bound, most, allowed) = report.fullest[0];
+            let slack = u128::from(matches!(bound, Bound::Rate { .. }));
+            assert!(
+                most + slack >= allowed,
+                "{}: no window came near {bound}: at most {most}",
+                scenario.name
+            );
+        }
+    }
+}
+
+#[test]
+fn moving_clock_gcra_obeys_burst_plus_rate_times_t() {
+    let started = Instant::now();
+    let scenarios = [
+        Scenario {
+            // 3 per 10 ms, burst 2: a fractional interval (3.33 ms), exact in
+            // ticks of 1/3 ns.
+            name: "gcra 3/10ms burst 2",
+            algorithm: gcra(3, 10 * MS, 2),
+            costs: &[1, 1, 2],
+            workers: 6,
+            steps: STEPS,
+            max_step: 3 * MS,
+            start: 0,
+        },
+        Scenario {
+            // 17 per ms: the interval is rounded up to whole 1/16 ns ticks.
+            name: "gcra 17/ms burst 5",
+            algorithm: gcra(17, MS, 5),
+            costs: &[1, 2, 5, 1],
+            workers: 8,
+            steps: STEPS,
+            max_step: 60 * US,
+            start: 5 * 365 * 86_400 * 1_000 * MS,
+        },
+        Scenario {
+            // 10 per µs (100 ns apart), burst 50: sub-microsecond steps.
+            name: "gcra 10/us burst 50",
+            algorithm: gcra(10, US, 50),
+            costs: &[1, 3, 1, 7],
+            workers: 4,
+            steps: STEPS,
+            max_step: 100,
+            start: 1,
+        },
+        Scenario {
+            // 1,000 per second, burst 1,000 > what one step refills.
+            name: "gcra 1000/s burst 1000",
+            algorithm: gcra(1_000, 1_000 * MS, 1_000),
+            costs: &[1, 10, 100],
+            workers: 6,
+            steps: STEPS,
+            max_step: MS,
+            start: 0,
+        },
+        Scenario {
+            // 16 per ns, the fastest GCRA, burst 64: the bucket refills between
+            // steps, so that readings overtaken by later ones are admitted too
+            // (a drained bucket refuses them) and checked at their own time.
+            name: "gcra 16/ns burst 64",
+            algorithm: gcra(16, 1, 64),
+            costs: &[1, 1, 1, 32],
+            workers: 6,
+            steps: STEPS,
+            max_step: 100,
+            start: 30 * 365 * 86_400 * 1_000 * MS,
+        },
+    ];
+    for (seed, scenario) in scenarios.iter().enumerate() {
+        check_moving(scenario, 0x9e37_79b9_7f4a_7c15 ^ seed as u64);
+    }
+    println!("gcra scenarios: {:?}", started.elapsed());
+}
+
+#[test]
+fn moving_clock_fixed_window_obeys_every_aligned_window() {
+    let scenarios = [
+        Scenario {
+            name: "fixed window 20/ms",
+            algorithm: fixed(20, MS),
+            costs: &[1, 3, 7, 1],
+            workers: 6,
+            steps: STEPS,
+            max_step: 40 * US,
+            start: 0,
+        },
+        Scenario {
+            name: "fixed window 3/7us",
+            algorithm: fixed(3, 7 * US),
+            costs: &[1],
+            workers: 4,
+            steps: STEPS,
+            max_step: 2 * US,
+            start: 30 * 365 * 86_400 * 1_000 * MS,
+        },
+    ];
+    for (seed, scenario) in scenarios.iter().enumerate() {
+        check_moving(scenario, 0x2545_f491_4f6c_dd1d ^ seed as u64);
+    }
+}
+
+#[test]
+fn moving_clock_sliding_log_obeys_every_window_at_any_start() {
+    let scenarios = [
+        Scenario {
+            name: "sliding log 5/ms",
+            algorithm: log(5, MS),
+            costs: &[1],
+            workers: 6,
+            steps: STEPS,
+            max_step: 200 * US,
+            start: 0,
+        },
+        Scenario {
+            name: "sliding log 64/333us",
+            algorithm: log(64, 333 * US),
+            costs: &[1, 4, 16, 1],
+            workers: 8,
+            steps: STEPS,
+            max_step: 5 * US,
+            start: 7,
+        },
+    ];
+    for (seed, scenario) in scenarios.iter().enumerate() {
+        check_moving(scenario, 0xd1b5_4a32_d192_ed03 ^ seed as u64);
+    }
+}
+
+#[test]
+fn moving_clock_sliding_window_obeys_its_three_bounds() {
+    let scenarios = [
+        Scenario {
+            // 7 slots of 142,857.14 ns: uneven slots.
+            name: "sliding window 30/ms, 7 slots",
+            algorithm: wheel(30, MS, 7),
+            costs: &[1, 2, 5, 1],
+            workers: 6,
+            steps: STEPS,
+            max_step: 30 * US,
+            start: 0,
+        },
+        Scenario {
+            // 3 slots of a 1,001 ns period: 334, 333, 334 ns.
+            name: "sliding window 10/1001ns, 3 slots",
+            algorithm: wheel(10, 1_001, 3),
+            costs: &[1, 2],
+            workers: 4,
+            steps: STEPS,
+            max_step: 100,
+            start: 5 * 365 * 86_400 * 1_000 * MS,
+        },
+        Scenario {
+            name: "sliding window 8/ms, 1 slot",
+            algorithm: wheel(8, MS, 1),
+            costs: &[1],
+            workers: 8,
+            steps: STEPS,
+            max_step: 120 * US,
+            start: 0,
+        },
+    ];
+    for (seed, scenario) in scenarios.iter().enumerate() {
+        check_moving(scenario, 0x94d0_49bb_1331_11eb ^ seed as u64);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Why overtaken readings are left out for window algorithms
+// ---------------------------------------------------------------------------
+
+/// Decides `cost` at each reading in turn, as the interleaving "A reads the
+/// clock, B reads a later time and is admitted, A is decided" does, and returns
+/// the admissions at their readings and at the time the state counts them in.
+fn overtaken<A: Algorithm>(algorithm: A, script: &[(u64, u64)]) -> [Vec<(u64, u64)>; 2] {
+    let clock = ManualClock::new();
+    let limiter = Limiter::with_clock(algorithm, clock.clone());
+    let (mut at_reading, mut counted) = (Vec::new(), Vec::new());
+    let mut newest = 0;
+    for &(now, cost) in script {
+        clock.set(Nanos::new(now));
+        if limiter.check_n(cost).expect("within capacity").is_allowed() {
+            newest = newest.max(now);
+            at_reading.push((now, cost));
+            counted.push((newest, cost));
+        }
+    }
+    [at_reading, counted]
+}
+
+#[test]
+fn an_overtaken_reading_counts_in_the_newest_window() {
+    // 2 per 10 ns. Two permits at the start; B reads 10 or later and is
+    // admitted; A had read 9 before B read, and is decided after B.
+    let script = [(5, 2), (15, 1), (9, 1)];
+    let wheel_script = [(1, 2), (10, 1), (9, 1)];
+    for (name, [at_reading, counted], guarantee) in [
+        (
+            "fixed window",
+            overtaken(fixed(2, 10), &script),
+            fixed(2, 10).guarantee(),
+        ),
+        (
+            "sliding log",
+            overtaken(log(2, 10), &script),
+            log(2, 10).guarantee(),
+        ),
+        (
+            "sliding window",
+            overtaken(wheel(2, 10, 2), &wheel_script),
+            wheel(2, 10, 2).guarantee(),
+        ),
+    ] {
+        // A is admitted, in B's window (as each module's "Clock going
+        // backwards" says): the bound holds where the state counts it...
+        assert_eq!(at_reading.len(), 3, "{name}: {at_reading:?}");
+        assert!(guarantee.check(&counted).is_ok(), "{name}");
+        // ...and not at A's own reading, which is why the free hammer checks
+        // only readings that the clock had not left when they took effect.
+        let violation = guarantee.check(&at_reading).unwrap_err();
+        assert_eq!(violation.admitted, 3, "{name}: {violation}");
+    }
+    // The GCRA refuses A: an earlier reading only makes the wait longer.
+    let [at_reading, _] = overtaken(gcra(1, 10, 2), &script);
+    assert_eq!(at_reading, [(5, 2), (15, 1)]);
+}
+
+// ---------------------------------------------------------------------------
+// Clones share one state
+// ---------------------------------------------------------------------------
+
+fn clones_share<A: Algorithm>(name: &str, algorithm: A) {
+    let clock = ManualClock::new();
+    let limiter = Limiter::with_clock(algorithm, clock.clone());
+    let capacity = limiter.algorithm().capacity();
+    let clones: Vec<_> = (0..4).map(|_| limiter.clone()).collect();
+    thread::scope(|scope| {
+        for clone in &clones {
+            scope.spawn(move || {
+                for _ in 0..capacity {
+                    let _ = clone.check();
+                }
+            });
+        }
+    });
+    // Every permit was taken by the clones, and the original sees it.
+    let d = limiter.peek();
+    assert!(d.is_denied(), "{name}: the original still has permits: {d}");
+    assert_eq!(d.remaining(), 0, "{name}");
+    // A clone of a clone, made after the fact, shares the same state too.
+    let late = clones[3].clone();
+    assert!(late.check().is_denied(), "{name}");
+    // Time moves for all of them through the shared clock.
+    clock.advance(Duration::from_secs(3_600));
+    assert!(late.check().is_allowed(), "{name}");
+    assert_eq!(
+        limiter.peek_n(0).expect("cost 0").remaining(),
+        capacity - 1,
+        "{name}: the original did not see the late clone's admission"
+    );
+}
+
+#[test]
+fn clones_of_a_limiter_share_one_state() {
+    clones_share("gcra", gcra(10, 1_000 * MS, 10));
+    clones_share("fixed window", fixed(10, 1_000 * MS));
+    clones_share("sliding log", log(10, 1_000 * MS));
+    clones_share("sliding window", wheel(10, 1_000 * MS, 4));
+}
