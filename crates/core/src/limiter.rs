@@ -13,9 +13,20 @@ use crate::sync::Arc;
 /// A rate limiter: one state shared by every clone.
 ///
 /// `Send + Sync`, and `Clone` is one reference-count increment: hand a clone
-/// to every thread or task. Every decision is linearizable: as if the
-/// decisions were taken one at a time, in an order consistent with real
-/// time, so the algorithm's guarantee holds under any number of threads.
+/// to every thread or task.
+///
+/// # Linearizability
+///
+/// Every decision takes effect at one instant within the call (a successful
+/// compare-and-swap, a load for a denial, or the critical section for the
+/// locked algorithms), as if the decisions were taken one at a time in an
+/// order consistent with real time. Each is decided for the time the call
+/// read from the clock *or the latest time the state already holds, if
+/// that is later*: the algorithms never move their state back in time, so a
+/// reading overtaken by a faster thread's later one counts at that later
+/// time. Either way the instant lies between the start of the call and the
+/// moment it took effect, and the algorithm's guarantee holds for the
+/// admissions placed at those instants, under any number of threads.
 ///
 /// The algorithm is a type parameter (`A`, by default [`Gcra`]) so that the
 /// hot path is static; the clock (`C`, by default [`MonotonicClock`]) too.
