@@ -162,7 +162,14 @@ impl Gcra {
                 u64::MAX
             } else {
                 let earliest = (wanted - capacity).div_ceil(u128::from(self.scale));
-                sat_u64(earliest.saturating_sub(u128::from(now.as_u64())))
+                // Rounded up to a whole nanosecond, `earliest` may fall after the
+                // TAT; if the request then ends past the last tick, it never fits.
+                let base = u128::from(tat).max(earliest * u128::from(self.scale));
+                if base + u128::from(cost) * interval > u128::from(u64::MAX) {
+                    u64::MAX
+                } else {
+                    sat_u64(earliest.saturating_sub(u128::from(now.as_u64())))
+                }
             };
             let remaining = (capacity.saturating_sub(debt) / interval) as u64;
             let decision = Decision::deny(burst, remaining, retry_after, self.ticks_to_nanos(debt));

@@ -173,7 +173,9 @@ impl SlidingWindow {
             self.slot_start(newest.saturating_add(n))
                 .saturating_sub(now_ns)
         };
-        if live + cost <= limit {
+        // `cost ≤ limit − live`, not `live + cost ≤ limit`: the sum can overflow
+        // for limits above 2^63 (live ≤ limit always).
+        if cost <= limit - live {
             let reset_after = if cost > 0 {
                 full_at(current)
             } else {
@@ -188,7 +190,7 @@ impl SlidingWindow {
             // Move the window forward one slot at a time until enough has left.
             let mut still = live;
             let mut epoch = current;
-            while still + cost > limit && epoch < u64::MAX {
+            while cost > limit - still && epoch < u64::MAX {
                 epoch += 1;
                 // The epoch leaving the window that now ends at `epoch`.
                 if let Some(leaving) = epoch.checked_sub(n) {
@@ -197,7 +199,7 @@ impl SlidingWindow {
                     }
                 }
             }
-            if still + cost > limit {
+            if cost > limit - still {
                 u64::MAX // the end of representable time
             } else {
                 self.slot_start(epoch).saturating_sub(now_ns)
@@ -223,7 +225,8 @@ impl SlidingWindow {
             state.counts.fill(0);
             state.total = 0;
         } else {
-            for epoch in state.head + 1..=current {
+            // Epochs `head + 1 ..= current`, without computing `u64::MAX + 1`.
+            for epoch in (state.head..current).map(|e| e + 1) {
                 let slot = (epoch % n) as usize;
                 state.total -= state.counts[slot];
                 state.counts[slot] = 0;
