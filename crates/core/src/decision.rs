@@ -107,6 +107,10 @@ impl Decision {
     /// nothing else happens, exact to the clock's resolution: at
     /// `now + retry_after` it is admitted, one nanosecond earlier it is not.
     /// Zero for an admission.
+    ///
+    /// `u64::MAX` nanoseconds (584 years) means "not before the end of the
+    /// clock's range": the request would fit only after the last instant a
+    /// [`Nanos`](crate::Nanos) can name.
     pub const fn retry_after(&self) -> Duration {
         Duration::from_nanos(self.retry_after_ns)
     }

@@ -170,7 +170,9 @@ fn deny_from_hint<T: LockedTransition>(
     }
     let hint = cell.hint()?;
     let now = now.as_u64();
-    (now < hint.denied_until).then(|| {
+    // `u64::MAX` may stand for "past the end of the clock": let the locked
+    // path tell the two apart.
+    (now < hint.denied_until && hint.denied_until != u64::MAX).then(|| {
         Decision::deny(
             transition.limit(),
             0,

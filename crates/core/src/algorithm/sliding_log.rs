@@ -93,9 +93,15 @@ impl SlidingLog {
         u128::from(time) + u128::from(self.period()) > u128::from(now)
     }
 
-    /// The instant at which a permit admitted at `time` stops counting.
-    fn expiry(&self, time: u64) -> u64 {
-        time.saturating_add(self.period())
+    /// The instant at which a permit admitted at `time` stops counting, or
+    /// `None` if that is after the last instant a `u64` can name.
+    fn expiry(&self, time: u64) -> Option<u64> {
+        time.checked_add(self.period())
+    }
+
+    /// [`expiry`](Self::expiry), saturating: for `reset_after` and hints.
+    fn expiry_or_end(&self, time: u64) -> u64 {
+        self.expiry(time).unwrap_or(u64::MAX)
     }
 
     /// Permits in the log that still count at `now`.
@@ -127,7 +133,7 @@ impl SlidingLog {
         let now = now.as_u64();
         let live = self.live(state, now);
         let reset_after = match state.runs.back() {
-            Some(&(newest, _)) if live > 0 => self.expiry(newest).saturating_sub(now),
+            Some(&(newest, _)) if live > 0 => self.expiry_or_end(newest).saturating_sub(now),
             _ => 0,
         };
         // `cost ≤ limit − live`, not `live + cost ≤ limit`: the sum overflows
@@ -146,8 +152,9 @@ impl SlidingLog {
             // Of the `total` recorded permits, the oldest `total + cost − limit`
             // must have aged out; the last of them decides when.
             let must_expire = state.total + cost - limit;
+            // Never, if that permit counts until past the end of the clock.
             self.expiry(Self::kth_oldest(state, must_expire))
-                .saturating_sub(now)
+                .map_or(u64::MAX, |at| at - now)
         };
         Decision::deny(limit, limit - live, retry_after, reset_after)
     }
@@ -185,7 +192,7 @@ impl SlidingLog {
 
     /// What a request of cost 1 can be denied from, after an admission.
     pub fn hint(&self, state: &LogState) -> DenyHint {
-        let full_at = state.runs.back().map_or(0, |&(t, _)| self.expiry(t));
+        let full_at = state.runs.back().map_or(0, |&(t, _)| self.expiry_or_end(t));
         if state.total < self.quota.limit() {
             return DenyHint {
                 denied_until: 0,
@@ -193,7 +200,10 @@ impl SlidingLog {
             };
         }
         DenyHint {
-            denied_until: state.runs.front().map_or(0, |&(t, _)| self.expiry(t)),
+            denied_until: state
+                .runs
+                .front()
+                .map_or(0, |&(t, _)| self.expiry_or_end(t)),
             full_at,
         }
     }
@@ -308,6 +318,23 @@ mod tests {
         let before = s.clone();
         assert!(check(&l, &mut s, 10, 1).is_denied());
         assert_eq!(s, before);
+    }
+
+    /// Regression: a permit counting past `u64::MAX` ns was answered with a
+    /// wait of 0 at the end of the clock instead of "never".
+    #[test]
+    fn a_permit_counting_past_the_end_of_the_clock_means_never() {
+        let l = log(1, Duration::from_secs(1));
+        let mut s = LogState::default();
+        assert!(check(&l, &mut s, u64::MAX - 10, 1).is_allowed());
+        let d = check(&l, &mut s, u64::MAX, 1);
+        assert!(d.is_denied());
+        assert_eq!(d.retry_after(), Duration::from_nanos(u64::MAX));
+        // One expiring exactly at the last instant is a finite wait.
+        let mut s = LogState::default();
+        let t = u64::MAX - 1_000_000_000;
+        assert!(check(&l, &mut s, t, 1).is_allowed());
+        assert_eq!(check(&l, &mut s, t + 5, 1).retry_after().as_nanos(), 999_999_995);
     }
 
     #[test]

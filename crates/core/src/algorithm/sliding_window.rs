@@ -137,11 +137,17 @@ impl SlidingWindow {
         u64::try_from(epoch).unwrap_or(u64::MAX)
     }
 
-    /// The first nanosecond of slot `epoch`.
-    fn slot_start(&self, epoch: u64) -> u64 {
+    /// The first nanosecond of slot `epoch`, or `None` past the last instant
+    /// a `u64` can name.
+    fn checked_slot_start(&self, epoch: u64) -> Option<u64> {
         let start = (u128::from(epoch) * u128::from(self.quota.period_nanos()))
             .div_ceil(u128::from(self.n()));
-        u64::try_from(start).unwrap_or(u64::MAX)
+        u64::try_from(start).ok()
+    }
+
+    /// [`checked_slot_start`](Self::checked_slot_start), saturating.
+    fn slot_start(&self, epoch: u64) -> u64 {
+        self.checked_slot_start(epoch).unwrap_or(u64::MAX)
     }
 
     fn count(&self, state: &WheelState, epoch: u64) -> u64 {
@@ -202,7 +208,8 @@ impl SlidingWindow {
             if cost > limit - still {
                 u64::MAX // the end of representable time
             } else {
-                self.slot_start(epoch).saturating_sub(now_ns)
+                self.checked_slot_start(epoch)
+                    .map_or(u64::MAX, |at| at - now_ns)
             }
         };
         Decision::deny(limit, limit - live, retry_after, reset_after)
