@@ -60,7 +60,7 @@ pub mod quota;
 pub mod store;
 mod sync;
 
-pub use algorithm::{Algorithm, FixedWindow, Gcra, SlidingLog, SlidingWindow};
+pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, Nanos};
 pub use decision::{CostError, Decision};
 pub use limiter::{DefaultLimiter, Limiter};

@@ -72,11 +72,16 @@ pub struct Locked<S> {
 
 impl<S> Locked<S> {
     pub(crate) fn new(state: S) -> Locked<S> {
+        Locked::with_hint(state, DenyHint::default())
+    }
+
+    /// A state whose hint is already known (a state carried over).
+    pub(crate) fn with_hint(state: S, hint: DenyHint) -> Locked<S> {
         Locked {
             state: Mutex::new(state),
             sequence: AtomicU64::new(0),
-            hint_until: AtomicU64::new(0),
-            hint_full_at: AtomicU64::new(0),
+            hint_until: AtomicU64::new(hint.denied_until),
+            hint_full_at: AtomicU64::new(hint.full_at),
         }
     }
 

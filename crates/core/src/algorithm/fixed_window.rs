@@ -27,7 +27,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, sealed};
+use crate::algorithm::{Algorithm, Carry, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -163,6 +163,44 @@ impl Algorithm for FixedWindow {
 
     fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         self.transition(store::word_load(cell), now, cost).0
+    }
+
+    fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {
+        let (window, count) = self.unpack(store::word_load(cell));
+        count == 0 || window < now.as_u64() / self.quota.period_nanos()
+    }
+
+    fn carry_cell(
+        &self,
+        previous: &FixedWindow,
+        cell: &AtomicU64,
+        now: Nanos,
+        carry: Carry,
+    ) -> AtomicU64 {
+        let (window, count) = previous.unpack(store::word_load(cell));
+        let used = if window < now.as_u64() / previous.quota.period_nanos() {
+            0
+        } else {
+            count
+        };
+        let limit = self.quota.limit();
+        let used = match carry {
+            Carry::Reset => 0,
+            Carry::Keep => used.min(limit),
+            Carry::Proportional => {
+                let scaled = (u128::from(used) * u128::from(limit))
+                    .div_ceil(u128::from(previous.quota.limit()));
+                sat_u64(scaled).min(limit)
+            }
+        };
+        let index = now.as_u64() / self.quota.period_nanos();
+        // The permits taken count in the window now current under the new period.
+        let state = if used == 0 || index > self.last_index() {
+            0
+        } else {
+            self.pack(index, used)
+        };
+        AtomicU64::new(state)
     }
 }
 

@@ -46,7 +46,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, sealed};
+use crate::algorithm::{Algorithm, Carry, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -177,6 +177,11 @@ impl Gcra {
         }
     }
 
+    /// `now` in ticks, saturating at the last representable tick.
+    fn now_ticks(&self, now: Nanos) -> u128 {
+        (u128::from(now.as_u64()) * u128::from(self.scale)).min(u128::from(u64::MAX))
+    }
+
     /// Ticks to whole nanoseconds, rounded up: the first instant by which
     /// that many ticks have passed.
     fn ticks_to_nanos(&self, ticks: u128) -> u64 {
@@ -229,6 +234,33 @@ impl Algorithm for Gcra {
 
     fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         self.transition(store::word_load(cell), now, cost).0
+    }
+
+    fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {
+        u128::from(store::word_load(cell)) <= self.now_ticks(now)
+    }
+
+    fn carry_cell(&self, previous: &Gcra, cell: &AtomicU64, now: Nanos, carry: Carry) -> AtomicU64 {
+        let tat = u128::from(store::word_load(cell));
+        let debt = tat.saturating_sub(previous.now_ticks(now));
+        // Debt in permits is debt / T: rescale it to this quota's ticks,
+        // rounding up so that nothing taken is given back.
+        let debt = match carry {
+            Carry::Reset => 0,
+            Carry::Keep => {
+                (debt * u128::from(self.interval)).div_ceil(u128::from(previous.interval))
+            }
+            Carry::Proportional => {
+                (debt * u128::from(self.capacity)).div_ceil(u128::from(previous.capacity))
+            }
+        }
+        .min(u128::from(self.capacity));
+        let tat = if debt == 0 {
+            0
+        } else {
+            sat_u64(self.now_ticks(now) + debt)
+        };
+        AtomicU64::new(tat)
     }
 }
 

@@ -6,6 +6,7 @@
 //! | [`FixedWindow`] | every aligned window `[kT, (k+1)T)` admits ≤ `limit` | 8 bytes | one word, compare-and-swap |
 //! | [`SlidingLog`] | every window of length `T`, at any start, admits ≤ `limit` | ≤ 16 bytes per permit in the window | mutex + lock-free denials |
 //! | [`SlidingWindow`] (time wheel, `n` slots) | slot-aligned windows of length `T` ≤ `limit`; any window of `T − T/n` ≤ `limit`; any window of `T` ≤ `2·limit` | `8·n + 16` bytes | mutex + lock-free denials |
+//! | [`AllOf`] (several limits) | each limit's own, all-or-nothing | the limits' cells and a mutex | lock-free denials, admissions under the mutex |
 //!
 //! Every transition is a function of (state, now, cost) and the algorithm's
 //! parameters, with no clock and no I/O of its own: the
@@ -13,6 +14,7 @@
 //! backend runs the same arithmetic in a script. A transition that denies
 //! never changes the state.
 
+pub mod all_of;
 pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_log;
@@ -23,6 +25,7 @@ use crate::decision::Decision;
 use crate::quota::Quota;
 use crate::store::DenyHint;
 
+pub use all_of::AllOf;
 pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use sliding_log::SlidingLog;
@@ -58,6 +61,44 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
 
     /// Decides `cost` permits at `now` without recording anything.
     fn peek_cell(&self, cell: &Self::Cell, now: Nanos, cost: u64) -> Decision;
+
+    /// Whether the state in `cell` is indistinguishable from a fresh one at
+    /// `now` and at every later instant (bucket full, window over, log
+    /// expired): dropping it then changes no future decision.
+    fn is_idle(&self, cell: &Self::Cell, now: Nanos) -> bool;
+
+    /// A cell for this algorithm holding the state of `cell`, which was
+    /// written under `previous`, carried over by `carry` at `now`.
+    fn carry_cell(
+        &self,
+        previous: &Self,
+        cell: &Self::Cell,
+        now: Nanos,
+        carry: Carry,
+    ) -> Self::Cell;
+}
+
+/// What happens to a key's state when its quota changes while it is in use.
+///
+/// Whatever the rule, the new quota applies from the moment of the change;
+/// only the permits already taken are at stake.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Carry {
+    /// Permits already taken stay taken, counted in permits: a key that used
+    /// 7 of 10 has 3 left under a new limit of 10, and 13 under 20 (never
+    /// fewer than 0). The sliding log keeps its admission times (the oldest
+    /// dropped beyond the new limit); a wheel with another slot count moves
+    /// what it holds into its newest slot, so it frees no earlier.
+    /// The default.
+    #[default]
+    Keep,
+    /// The key starts afresh under the new quota.
+    Reset,
+    /// The fraction taken stays taken: 7 of 10 becomes 14 of 20. Where the
+    /// state is not a single count (sliding log, sliding window) this is
+    /// [`Carry::Keep`].
+    Proportional,
 }
 
 /// A transition over a state too large for one word: decided from a shared

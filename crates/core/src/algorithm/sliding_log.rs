@@ -34,7 +34,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use crate::algorithm::{Algorithm, LockedTransition, sealed};
+use crate::algorithm::{Algorithm, Carry, LockedTransition, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -261,6 +261,46 @@ impl Algorithm for SlidingLog {
     fn peek_cell(&self, cell: &Locked<LogState>, now: Nanos, cost: u64) -> Decision {
         store::locked_peek(self, cell, now, cost)
     }
+
+    fn is_idle(&self, cell: &Locked<LogState>, now: Nanos) -> bool {
+        self.live(&cell.lock(), now.as_u64()) == 0
+    }
+
+    fn carry_cell(
+        &self,
+        _previous: &SlidingLog,
+        cell: &Locked<LogState>,
+        now: Nanos,
+        carry: Carry,
+    ) -> Locked<LogState> {
+        if carry == Carry::Reset {
+            return self.new_cell();
+        }
+        // Keep (and Proportional, which a log cannot express): the admission
+        // times stay; those expired under the new period go, and the oldest
+        // go beyond the new limit.
+        let mut state = cell.lock().clone();
+        let now = now.as_u64();
+        while let Some(&(time, count)) = state.runs.front() {
+            let excess = state.total.saturating_sub(self.quota.limit());
+            if self.is_live(time, now) && excess == 0 {
+                break;
+            }
+            let dropped = if self.is_live(time, now) {
+                excess.min(count)
+            } else {
+                count
+            };
+            state.total -= dropped;
+            if dropped == count {
+                state.runs.pop_front();
+            } else if let Some(front) = state.runs.front_mut() {
+                front.1 -= dropped;
+            }
+        }
+        let hint = self.hint(&state);
+        Locked::with_hint(state, hint)
+    }
 }
 
 #[cfg(test)]
@@ -334,7 +374,10 @@ mod tests {
         let mut s = LogState::default();
         let t = u64::MAX - 1_000_000_000;
         assert!(check(&l, &mut s, t, 1).is_allowed());
-        assert_eq!(check(&l, &mut s, t + 5, 1).retry_after().as_nanos(), 999_999_995);
+        assert_eq!(
+            check(&l, &mut s, t + 5, 1).retry_after().as_nanos(),
+            999_999_995
+        );
     }
 
     #[test]

@@ -44,7 +44,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, LockedTransition, sealed};
+use crate::algorithm::{Algorithm, Carry, LockedTransition, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -326,6 +326,52 @@ impl Algorithm for SlidingWindow {
 
     fn peek_cell(&self, cell: &Locked<WheelState>, now: Nanos, cost: u64) -> Decision {
         store::locked_peek(self, cell, now, cost)
+    }
+
+    fn is_idle(&self, cell: &Locked<WheelState>, now: Nanos) -> bool {
+        let state = cell.lock();
+        let current = self.epoch(now.as_u64()).max(state.head);
+        self.live(&state, current) == 0
+    }
+
+    fn carry_cell(
+        &self,
+        previous: &SlidingWindow,
+        cell: &Locked<WheelState>,
+        now: Nanos,
+        carry: Carry,
+    ) -> Locked<WheelState> {
+        let old = cell.lock();
+        let limit = self.quota.limit();
+        let mut state = self.new_state();
+        if carry != Carry::Reset {
+            if previous.slots == self.slots && previous.quota.period() == self.quota.period() {
+                // Same geometry: the slots stay; the oldest give way beyond
+                // the new limit.
+                state = old.clone();
+                let n = self.n();
+                let mut epoch = state.head.saturating_sub(n - 1);
+                while state.total > limit {
+                    let slot = (epoch % n) as usize;
+                    let dropped = (state.total - limit).min(state.counts[slot]);
+                    state.counts[slot] -= dropped;
+                    state.total -= dropped;
+                    epoch += 1;
+                }
+            } else {
+                // Another geometry: what still counts moves into the newest
+                // slot, so it leaves the window no earlier than it would have.
+                let current = previous.epoch(now.as_u64()).max(old.head);
+                let live = previous.live(&old, current).min(limit);
+                let head = self.epoch(now.as_u64());
+                state.head = head;
+                state.counts[(head % self.n()) as usize] = live;
+                state.total = live;
+            }
+        }
+        drop(old);
+        let hint = self.hint(&state);
+        Locked::with_hint(state, hint)
     }
 }
 
