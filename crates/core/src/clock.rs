@@ -290,3 +290,74 @@ impl Clock for ManualClock {
         Nanos(self.now.load(Ordering::Relaxed))
     }
 }
+
+/// Any clock, chosen at run time: what a [`KeyedLimiter`](crate::KeyedLimiter)
+/// holds, so that its type names only the key and the algorithm.
+///
+/// The built-in clocks are matched directly (no virtual call); a clock of
+/// your own goes behind an `Arc<dyn Clock>` through [`ClockSource::custom`].
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum ClockSource {
+    /// [`MonotonicClock`].
+    Monotonic(MonotonicClock),
+    /// [`CachedClock`].
+    Cached(CachedClock),
+    /// [`ManualClock`].
+    Manual(ManualClock),
+    /// Any other clock.
+    Custom(std::sync::Arc<dyn Clock>),
+}
+
+impl ClockSource {
+    /// A clock of your own.
+    pub fn custom(clock: impl Clock + 'static) -> ClockSource {
+        ClockSource::Custom(std::sync::Arc::new(clock))
+    }
+}
+
+impl Default for ClockSource {
+    fn default() -> ClockSource {
+        ClockSource::Monotonic(MonotonicClock::new())
+    }
+}
+
+impl fmt::Debug for ClockSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClockSource::Monotonic(clock) => clock.fmt(f),
+            ClockSource::Cached(clock) => clock.fmt(f),
+            ClockSource::Manual(clock) => clock.fmt(f),
+            ClockSource::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
+}
+
+impl Clock for ClockSource {
+    fn now(&self) -> Nanos {
+        match self {
+            ClockSource::Monotonic(clock) => clock.now(),
+            ClockSource::Cached(clock) => clock.now(),
+            ClockSource::Manual(clock) => clock.now(),
+            ClockSource::Custom(clock) => clock.now(),
+        }
+    }
+}
+
+impl From<MonotonicClock> for ClockSource {
+    fn from(clock: MonotonicClock) -> ClockSource {
+        ClockSource::Monotonic(clock)
+    }
+}
+
+impl From<CachedClock> for ClockSource {
+    fn from(clock: CachedClock) -> ClockSource {
+        ClockSource::Cached(clock)
+    }
+}
+
+impl From<ManualClock> for ClockSource {
+    fn from(clock: ManualClock) -> ClockSource {
+        ClockSource::Manual(clock)
+    }
+}

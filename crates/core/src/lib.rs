@@ -55,14 +55,16 @@
 pub mod algorithm;
 pub mod clock;
 pub mod decision;
+pub mod keyed;
 mod limiter;
 pub mod quota;
 pub mod store;
 mod sync;
 
 pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
-pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock, Nanos};
+pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos};
 pub use decision::{CostError, Decision};
+pub use keyed::{DefaultKeyedLimiter, KeyedBuilder, KeyedLimiter, KeyedStats};
 pub use limiter::{DefaultLimiter, Limiter};
 pub use quota::{Quota, QuotaError};
 

@@ -1,0 +1,694 @@
+//! [`KeyedLimiter`]: one state per key, for millions of keys.
+//!
+//! `is_allow(resource)`: each key (a user, an IP, an API key, a route) has
+//! its own state under its own quota, created on first use and dropped by
+//! itself once it can no longer change a decision.
+//!
+//! # Per-key quotas
+//!
+//! Every key runs the default algorithm unless an exact override or the
+//! override function gives it another. Both the default and the exact
+//! overrides can change while traffic flows
+//! ([`set_default`](KeyedLimiter::set_default),
+//! [`set_override`](KeyedLimiter::set_override)); a key picks the change up on
+//! its next request, and its state is carried over by the [`Carry`] rule
+//! given with the change. Several limits on one key, all-or-nothing, are an
+//! [`AllOf`](crate::AllOf) algorithm.
+//!
+//! # Memory: bounded, and lossless
+//!
+//! A key whose state is indistinguishable from a fresh one (bucket full,
+//! window over, log expired: [`Algorithm::is_idle`]) is removed, atomically
+//! with respect to requests for that key, so that no future decision
+//! changes. A background thread sweeps the map every
+//! [`sweep_every`](KeyedBuilder::sweep_every) (1 s by default; it stops when
+//! the limiter is dropped), one bucket at a time: requests for other buckets
+//! never wait for it, and no caller's thread ever pays for a sweep.
+//! [`sweep`](KeyedLimiter::sweep) runs one now.
+//!
+//! The number of live keys is capped ([`max_keys`](KeyedBuilder::max_keys),
+//! 2^24 by default). When the map is full, no live key is ever evicted
+//! (evicting a throttled key would let it escape, as LRU eviction does):
+//! requests for new keys are decided together on one **overflow state**
+//! under the default quota, so a flood of fresh keys shares one key's quota
+//! until idle keys are swept (a full map wakes the sweeper at once).
+//!
+//! # Concurrency and hashing
+//!
+//! The map is [`scc::HashMap`]: a request for an existing key takes its
+//! bucket's shared lock (one atomic add on a word shared by at most 32
+//! keys) and then runs the algorithm on the key's own state; a new key takes
+//! its bucket's exclusive lock only, so inserting never blocks requests for
+//! keys in other buckets, and resizing is incremental. The hasher is
+//! foldhash, seeded at random per limiter, so that keys chosen by an attacker
+//! cannot be made to collide.
+//!
+//! Decisions are linearizable per key, with the same instant rule as
+//! [`Limiter`](crate::Limiter).
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
+use std::thread::Thread;
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Carry, Gcra};
+use crate::clock::{Clock, ClockSource, Nanos};
+use crate::decision::{CostError, Decision};
+
+type Hasher = foldhash::fast::RandomState;
+
+/// The default cap on live keys.
+pub const DEFAULT_MAX_KEYS: usize = 1 << 24;
+/// The default interval between background sweeps.
+pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How many distinct algorithms returned by an override function are shared
+/// between keys (beyond that, each key holds its own copy).
+const SHARED_FUNCTION_RESULTS: usize = 64;
+
+/// A rate limiter with one state per key; clones share everything.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Gcra, KeyedLimiter, Quota};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_user: KeyedLimiter<String> = KeyedLimiter::builder(Gcra::new(Quota::per_second(2)?)?)
+///     .override_key("admin".to_string(), Gcra::new(Quota::per_second(100)?)?)
+///     .build();
+///
+/// // Look up by &str: no allocation for a key already known.
+/// assert!(per_user.check("alice").is_allowed());
+/// assert!(per_user.check("alice").is_allowed());
+/// assert!(per_user.check("alice").is_denied());
+/// assert!(per_user.check("bob").is_allowed());
+/// assert_eq!(per_user.check("admin").remaining(), 99);
+/// # Ok(())
+/// # }
+/// ```
+pub struct KeyedLimiter<K, A: Algorithm = Gcra> {
+    shared: Arc<Shared<K, A>>,
+}
+
+/// A GCRA keyed limiter: the type most code needs to name.
+pub type DefaultKeyedLimiter<K> = KeyedLimiter<K, Gcra>;
+
+struct Shared<K, A: Algorithm> {
+    clock: ClockSource,
+    map: scc::HashMap<K, Entry<A>, Hasher>,
+    policies: RwLock<Policies<K, A>>,
+    /// Bumped by every change of quota; an entry resolved under an older
+    /// generation re-resolves its quota on its next request.
+    generation: AtomicU64,
+    /// Live keys; only inserts and removals write it.
+    live: AtomicUsize,
+    max_keys: usize,
+    overflow: Mutex<Overflow<A>>,
+    sweeper: OnceLock<Thread>,
+    counters: Counters,
+}
+
+/// One key's state and the algorithm it runs under.
+struct Entry<A: Algorithm> {
+    algorithm: Arc<A>,
+    generation: u64,
+    cell: A::Cell,
+}
+
+struct Tier<A> {
+    algorithm: Arc<A>,
+    carry: Carry,
+}
+
+impl<A> Clone for Tier<A> {
+    fn clone(&self) -> Tier<A> {
+        Tier {
+            algorithm: Arc::clone(&self.algorithm),
+            carry: self.carry,
+        }
+    }
+}
+
+type OverrideFn<K, A> = Box<dyn Fn(&K) -> Option<A> + Send + Sync>;
+
+struct Policies<K, A> {
+    default: Tier<A>,
+    exact: HashMap<K, Tier<A>, Hasher>,
+    function: Option<OverrideFn<K, A>>,
+    /// Distinct results of `function`, shared between the keys that get them.
+    function_results: Vec<Arc<A>>,
+    /// Keys whose exact override was removed, with the carry rule of the
+    /// removal, until their state is carried over.
+    pending_carry: HashMap<K, Carry, Hasher>,
+}
+
+struct Overflow<A: Algorithm> {
+    algorithm: Arc<A>,
+    generation: u64,
+    cell: A::Cell,
+}
+
+#[derive(Default)]
+struct Counters {
+    evicted: AtomicU64,
+    overflowed: AtomicU64,
+}
+
+/// What a keyed limiter has done, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyedStats {
+    /// Keys with a state now.
+    pub live_keys: usize,
+    /// The cap on live keys.
+    pub max_keys: usize,
+    /// Idle keys removed since the limiter was built.
+    pub evicted: u64,
+    /// Requests for new keys decided on the overflow state because the map
+    /// was full.
+    pub overflowed: u64,
+}
+
+/// Builds a [`KeyedLimiter`]; every setting has a default.
+pub struct KeyedBuilder<K, A: Algorithm> {
+    default: A,
+    clock: ClockSource,
+    exact: Vec<(K, A)>,
+    function: Option<OverrideFn<K, A>>,
+    max_keys: usize,
+    sweep_every: Option<Duration>,
+}
+
+impl<K, A> KeyedBuilder<K, A>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+{
+    /// The clock. By default, the [`MonotonicClock`](crate::MonotonicClock).
+    pub fn clock(mut self, clock: impl Into<ClockSource>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
+    /// Runs `algorithm` for `key` instead of the default. Exact overrides
+    /// win over the override function.
+    pub fn override_key(mut self, key: K, algorithm: A) -> Self {
+        self.exact.push((key, algorithm));
+        self
+    }
+
+    /// Asks `function` for the algorithm of every new key without an exact
+    /// override; `None` means the default. It runs when a key is first seen
+    /// (and after a change of quota), never on the path of a known key.
+    /// Equal results are shared between keys, so return one of a few tiers
+    /// rather than a new quota per key. By default, there is none.
+    pub fn override_with(
+        mut self,
+        function: impl Fn(&K) -> Option<A> + Send + Sync + 'static,
+    ) -> Self {
+        self.function = Some(Box::new(function));
+        self
+    }
+
+    /// The most keys with a state at once. By default, 2^24 (16,777,216).
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// How often the background thread removes idle keys; `None` for no
+    /// thread (call [`KeyedLimiter::sweep`] yourself). By default, every
+    /// second.
+    pub fn sweep_every(mut self, interval: Option<Duration>) -> Self {
+        self.sweep_every = interval;
+        self
+    }
+
+    /// The limiter.
+    ///
+    /// # Panics
+    ///
+    /// If a sweep interval is set and the operating system refuses to spawn
+    /// a thread.
+    pub fn build(self) -> KeyedLimiter<K, A> {
+        let default = Tier {
+            algorithm: Arc::new(self.default),
+            carry: Carry::Keep,
+        };
+        let exact = self
+            .exact
+            .into_iter()
+            .map(|(key, algorithm)| {
+                let tier = Tier {
+                    algorithm: Arc::new(algorithm),
+                    carry: Carry::Keep,
+                };
+                (key, tier)
+            })
+            .collect();
+        let overflow = Overflow {
+            algorithm: Arc::clone(&default.algorithm),
+            generation: 0,
+            cell: default.algorithm.new_cell(),
+        };
+        let shared = Arc::new(Shared {
+            clock: self.clock,
+            map: scc::HashMap::with_hasher(Hasher::default()),
+            policies: RwLock::new(Policies {
+                default,
+                exact,
+                function: self.function,
+                function_results: Vec::new(),
+                pending_carry: HashMap::default(),
+            }),
+            generation: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
+            max_keys: self.max_keys,
+            overflow: Mutex::new(overflow),
+            sweeper: OnceLock::new(),
+            counters: Counters::default(),
+        });
+        if let Some(interval) = self.sweep_every {
+            let thread = spawn_sweeper(Arc::downgrade(&shared), interval);
+            let _ = shared.sweeper.set(thread);
+        }
+        KeyedLimiter { shared }
+    }
+}
+
+/// Sweeps every `interval`, or at once when woken; stops when the limiter is
+/// dropped.
+fn spawn_sweeper<K, A>(shared: Weak<Shared<K, A>>, interval: Duration) -> Thread
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+{
+    let interval = interval.max(Duration::from_millis(1));
+    std::thread::Builder::new()
+        .name("tollgate-sweeper".into())
+        .spawn(move || {
+            loop {
+                std::thread::park_timeout(interval);
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                shared.sweep();
+            }
+        })
+        .expect("tollgate: failed to spawn the keyed limiter's sweeper thread")
+        .thread()
+        .clone()
+}
+
+impl<K, A> KeyedLimiter<K, A>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+{
+    /// A limiter running `default` for every key, with every other setting
+    /// at its default.
+    pub fn new(default: A) -> KeyedLimiter<K, A> {
+        KeyedLimiter::builder(default).build()
+    }
+
+    /// Starts building a limiter running `default` for every key without an
+    /// override.
+    pub fn builder(default: A) -> KeyedBuilder<K, A> {
+        KeyedBuilder {
+            default,
+            clock: ClockSource::default(),
+            exact: Vec::new(),
+            function: None,
+            max_keys: DEFAULT_MAX_KEYS,
+            sweep_every: Some(DEFAULT_SWEEP_EVERY),
+        }
+    }
+
+    /// Takes one permit for `key` if it is available now.
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // Every algorithm admits a cost of 1 on a fresh state.
+        self.shared
+            .decide(key, 1, true)
+            .unwrap_or_else(|error| unreachable!("keyed: cost 1 refused: {error}"))
+    }
+
+    /// Takes `cost` permits for `key` at once if they are all available now;
+    /// none otherwise. A cost of 0 only looks.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError`] if `cost` is above the capacity of the key's quota.
+    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.shared.decide(key, cost, true)
+    }
+
+    /// What [`check`](Self::check) would answer for `key` now, without taking
+    /// anything (and without creating a state for an unknown key).
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.shared
+            .decide(key, 1, false)
+            .unwrap_or_else(|error| unreachable!("keyed: cost 1 refused: {error}"))
+    }
+
+    /// What [`check_n`](Self::check_n) would answer for `key` now, without
+    /// taking anything.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Self::check_n).
+    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.shared.decide(key, cost, false)
+    }
+
+    /// Runs `algorithm` for every key without an override from now on; the
+    /// state of keys already in use is carried over by `carry`.
+    pub fn set_default(&self, algorithm: A, carry: Carry) {
+        self.shared.change(|policies| {
+            policies.default = Tier {
+                algorithm: Arc::new(algorithm),
+                carry,
+            };
+        });
+    }
+
+    /// Runs `algorithm` for `key` from now on; its state, if any, is carried
+    /// over by `carry`.
+    pub fn set_override(&self, key: K, algorithm: A, carry: Carry) {
+        self.shared.change(|policies| {
+            let tier = Tier {
+                algorithm: Arc::new(algorithm),
+                carry,
+            };
+            policies.exact.insert(key, tier);
+        });
+    }
+
+    /// Removes the exact override of `key`, which then runs what the
+    /// function or the default gives it; its state, if any, is carried over
+    /// by `carry`. Returns whether there was one.
+    pub fn remove_override<Q>(&self, key: &Q, carry: Carry) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut removed = false;
+        self.shared.change(|policies| {
+            if let Some((key, _)) = policies.exact.remove_entry(key) {
+                // Its next refresh carries its state by this rule.
+                policies.pending_carry.insert(key, carry);
+                removed = true;
+            }
+        });
+        removed
+    }
+
+    /// Removes every idle key now (those whose state is indistinguishable
+    /// from a fresh one); returns how many. The background thread does this
+    /// by itself unless it was turned off.
+    pub fn sweep(&self) -> usize {
+        self.shared.sweep()
+    }
+
+    /// Keys with a state now.
+    pub fn len(&self) -> usize {
+        self.shared.live.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key has a state.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters for metrics.
+    pub fn stats(&self) -> KeyedStats {
+        KeyedStats {
+            live_keys: self.len(),
+            max_keys: self.shared.max_keys,
+            evicted: self.shared.counters.evicted.load(Ordering::Relaxed),
+            overflowed: self.shared.counters.overflowed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &ClockSource {
+        &self.shared.clock
+    }
+}
+
+impl<K, A> Shared<K, A>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+{
+    fn decide<Q>(&self, key: &Q, cost: u64, record: bool) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        // Acquire: pairs with the Release of a change, so that an entry of the
+        // current generation is decided under the rules that change published.
+        let generation = self.generation.load(Ordering::Acquire);
+        // A known key of the current generation: the bucket's shared lock only.
+        let known = self.map.read_sync(key, |_, entry| {
+            (entry.generation == generation).then(|| entry.run(now, cost, record))
+        });
+        match known {
+            Some(Some(result)) => return result,
+            Some(None) => {
+                // Its quota changed: re-resolve and carry its state over.
+                let updated = self.map.update_sync(key, |key, entry| {
+                    self.refresh(key, entry, now, generation);
+                    entry.run(now, cost, record)
+                });
+                if let Some(result) = updated {
+                    return result;
+                }
+                // Swept meanwhile: it is new again.
+            }
+            None => {}
+        }
+        let owned = key.to_owned();
+        let tier = self.resolve(&owned);
+        let fresh = Entry {
+            generation,
+            cell: tier.algorithm.new_cell(),
+            algorithm: tier.algorithm,
+        };
+        if !record || cost == 0 {
+            // Looking never creates a state: a fresh one answers.
+            return fresh.run(now, cost, false);
+        }
+        fresh.within_capacity(cost)?;
+        if !self.reserve_slot() {
+            return Ok(self.decide_overflow(now, cost, generation));
+        }
+        match self.map.entry_sync(owned) {
+            scc::hash_map::Entry::Occupied(mut occupied) => {
+                // Another request created it first.
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                if occupied.get().generation != generation {
+                    let tier = self.resolve(occupied.key());
+                    occupied.get_mut().adopt(&tier, now, generation);
+                }
+                occupied.get().run(now, cost, true)
+            }
+            scc::hash_map::Entry::Vacant(vacant) => {
+                let result = fresh.run(now, cost, true);
+                vacant.insert_entry(fresh);
+                result
+            }
+        }
+    }
+
+    /// Takes one of the `max_keys` slots, if any is free.
+    fn reserve_slot(&self) -> bool {
+        // Relaxed: the count is a bound, not a publication of other memory;
+        // fetch_update makes "below the cap, then one more" one step.
+        let reserved = self
+            .live
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |live| {
+                (live < self.max_keys).then_some(live + 1)
+            })
+            .is_ok();
+        if !reserved {
+            if let Some(sweeper) = self.sweeper.get() {
+                sweeper.unpark();
+            }
+        }
+        reserved
+    }
+
+    /// Decides a request for a new key while the map is full.
+    fn decide_overflow(&self, now: Nanos, cost: u64, generation: u64) -> Decision {
+        self.counters.overflowed.fetch_add(1, Ordering::Relaxed);
+        let mut overflow = self.overflow.lock().unwrap_or_else(PoisonError::into_inner);
+        if overflow.generation != generation {
+            let tier = self.read_policies().default.clone();
+            if !Arc::ptr_eq(&tier.algorithm, &overflow.algorithm) {
+                overflow.cell =
+                    tier.algorithm
+                        .carry_cell(&overflow.algorithm, &overflow.cell, now, tier.carry);
+                overflow.algorithm = tier.algorithm;
+            }
+            overflow.generation = generation;
+        }
+        let cost = cost.min(overflow.algorithm.capacity());
+        overflow.algorithm.check_cell(&overflow.cell, now, cost)
+    }
+
+    /// The algorithm `key` runs now, and the carry rule that brought it.
+    fn resolve(&self, key: &K) -> Tier<A> {
+        let policies = self.read_policies();
+        if let Some(tier) = policies.exact.get(key) {
+            return tier.clone();
+        }
+        let mut tier = match &policies.function {
+            None => policies.default.clone(),
+            Some(function) => match function(key) {
+                None => policies.default.clone(),
+                Some(algorithm) => {
+                    let shared = policies.function_results.iter().find(|a| ***a == algorithm);
+                    let algorithm = match shared {
+                        Some(shared) => Arc::clone(shared),
+                        None => Arc::new(algorithm),
+                    };
+                    Tier {
+                        algorithm,
+                        carry: policies.default.carry,
+                    }
+                }
+            },
+        };
+        if let Some(&carry) = policies.pending_carry.get(key) {
+            tier.carry = carry;
+        }
+        let share = policies.function_results.len() < SHARED_FUNCTION_RESULTS
+            && !Arc::ptr_eq(&tier.algorithm, &policies.default.algorithm)
+            && !policies
+                .function_results
+                .iter()
+                .any(|a| Arc::ptr_eq(a, &tier.algorithm));
+        drop(policies);
+        if share {
+            self.write_policies()
+                .function_results
+                .push(Arc::clone(&tier.algorithm));
+        }
+        tier
+    }
+
+    /// Brings `entry` to `generation`: re-resolves its algorithm and, if it
+    /// changed, carries its state over.
+    fn refresh(&self, key: &K, entry: &mut Entry<A>, now: Nanos, generation: u64) {
+        let tier = self.resolve(key);
+        entry.adopt(&tier, now, generation);
+        if self.read_policies().pending_carry.contains_key(key) {
+            self.write_policies().pending_carry.remove(key);
+        }
+    }
+
+    /// Applies a change of quota and publishes it.
+    fn change(&self, apply: impl FnOnce(&mut Policies<K, A>)) {
+        let mut policies = self.write_policies();
+        apply(&mut policies);
+        policies.function_results.clear();
+        // Release, under the write lock: a request that sees the new
+        // generation re-resolves under the new rules.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn sweep(&self) -> usize {
+        let now = self.clock.now();
+        let mut removed = 0;
+        self.map.retain_sync(|_, entry| {
+            let idle = entry.algorithm.is_idle(&entry.cell, now);
+            removed += usize::from(idle);
+            !idle
+        });
+        // Relaxed: see `reserve_slot`.
+        self.live.fetch_sub(removed, Ordering::Relaxed);
+        self.counters
+            .evicted
+            .fetch_add(removed as u64, Ordering::Relaxed);
+        removed
+    }
+
+    fn read_policies(&self) -> std::sync::RwLockReadGuard<'_, Policies<K, A>> {
+        self.policies.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_policies(&self) -> std::sync::RwLockWriteGuard<'_, Policies<K, A>> {
+        self.policies
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<A: Algorithm> Entry<A> {
+    fn within_capacity(&self, cost: u64) -> Result<(), CostError> {
+        let capacity = self.algorithm.capacity();
+        if cost > capacity {
+            return Err(CostError::new(cost, capacity));
+        }
+        Ok(())
+    }
+
+    fn run(&self, now: Nanos, cost: u64, record: bool) -> Result<Decision, CostError> {
+        self.within_capacity(cost)?;
+        Ok(if record {
+            self.algorithm.check_cell(&self.cell, now, cost)
+        } else {
+            self.algorithm.peek_cell(&self.cell, now, cost)
+        })
+    }
+
+    /// Moves to `tier`'s algorithm (carrying the state if it differs) at
+    /// `generation`.
+    fn adopt(&mut self, tier: &Tier<A>, now: Nanos, generation: u64) {
+        if !Arc::ptr_eq(&tier.algorithm, &self.algorithm) {
+            self.cell = tier
+                .algorithm
+                .carry_cell(&self.algorithm, &self.cell, now, tier.carry);
+            self.algorithm = Arc::clone(&tier.algorithm);
+        }
+        self.generation = generation;
+    }
+}
+
+impl<K, A: Algorithm> Clone for KeyedLimiter<K, A> {
+    fn clone(&self) -> KeyedLimiter<K, A> {
+        KeyedLimiter {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<K, A: Algorithm + fmt::Debug> fmt::Debug for KeyedLimiter<K, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("live_keys", &self.shared.live.load(Ordering::Relaxed))
+            .field("max_keys", &self.shared.max_keys)
+            .finish_non_exhaustive()
+    }
+}
