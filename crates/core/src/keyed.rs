@@ -107,6 +107,7 @@ struct Shared<K, A: Algorithm> {
     /// Live keys; only inserts and removals write it.
     live: AtomicUsize,
     max_keys: usize,
+    sweep_every: Option<Duration>,
     overflow: Mutex<Overflow<A>>,
     sweeper: OnceLock<Thread>,
     counters: Counters,
@@ -268,6 +269,7 @@ where
             generation: AtomicU64::new(0),
             live: AtomicUsize::new(0),
             max_keys: self.max_keys,
+            sweep_every: self.sweep_every,
             overflow: Mutex::new(overflow),
             sweeper: OnceLock::new(),
             counters: Counters::default(),
@@ -553,7 +555,19 @@ where
             }
             overflow.generation = generation;
         }
-        let cost = cost.min(overflow.algorithm.capacity());
+        let capacity = overflow.algorithm.capacity();
+        if cost > capacity {
+            // The key's own quota allows this cost, the shared default does
+            // not: it waits for a slot, which a sweep may free.
+            let shared = overflow.algorithm.peek_cell(&overflow.cell, now, capacity);
+            let retry_after = self.sweep_every.unwrap_or(DEFAULT_SWEEP_EVERY);
+            return Decision::deny(
+                shared.limit(),
+                shared.remaining(),
+                crate::clock::saturating_nanos(retry_after),
+                crate::clock::saturating_nanos(shared.reset_after()),
+            );
+        }
         overflow.algorithm.check_cell(&overflow.cell, now, cost)
     }
 
