@@ -68,7 +68,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!();
     }
-    print!("\n{:>8} {:>8}", "total", (0..RUN_STEPS).map(offered).sum::<u64>());
+    print!(
+        "\n{:>8} {:>8}",
+        "total",
+        (0..RUN_STEPS).map(offered).sum::<u64>()
+    );
     for (_, admitted) in &columns {
         print!(" {:>8}", admitted.iter().sum::<u64>());
     }
@@ -76,7 +80,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!();
     println!("Read it: the fixed window admits 10 at 0.95 s and 10 more at 1.00 s, 20 within");
     println!("50 ms, because a window boundary lies between them, then nothing until 2 s. The");
-    println!("sliding log never admits more than 10 in any second, wherever it starts. GCRA spends");
+    println!(
+        "sliding log never admits more than 10 in any second, wherever it starts. GCRA spends"
+    );
     println!("its burst of 10, then admits one every 100 ms. The wheel is exact on its 250 ms");
     println!("slots: at most 10 in any run of four slots.");
     Ok(())

@@ -14,6 +14,10 @@
 //!   its guarantee; see [`algorithm`].
 //! - **[`Limiter`]**: an algorithm, its state and a [`Clock`], shared by
 //!   clones across threads; linearizable.
+//! - **[`KeyedLimiter`]**: one state per key (`check(&key)`), per-key quotas
+//!   that can change live, idle keys dropped by themselves, a hard cap on
+//!   keys; see [`keyed`].
+//! - **[`AllOf`]**: several limits on one state, all-or-nothing.
 //! - **[`Clock`]**: where time comes from: [`MonotonicClock`] (default),
 //!   [`CachedClock`] (fastest), [`ManualClock`] (tests, simulation).
 //!
