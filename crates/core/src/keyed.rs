@@ -50,14 +50,17 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
+use std::sync::{Arc, OnceLock, PoisonError, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Carry, Gcra};
 use crate::clock::{Clock, ClockSource, Nanos};
 use crate::decision::{CostError, Decision};
+use crate::keymap::{KeyMap, Slot};
+use crate::sync::{
+    AtomicU64, AtomicUsize, Mutex, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -99,7 +102,7 @@ pub type DefaultKeyedLimiter<K> = KeyedLimiter<K, Gcra>;
 
 struct Shared<K, A: Algorithm> {
     clock: ClockSource,
-    map: scc::HashMap<K, Entry<A>, Hasher>,
+    map: KeyMap<K, Entry<A>>,
     policies: RwLock<Policies<K, A>>,
     /// Bumped by every change of quota; an entry resolved under an older
     /// generation re-resolves its quota on its next request.
@@ -258,7 +261,7 @@ where
         };
         let shared = Arc::new(Shared {
             clock: self.clock,
-            map: scc::HashMap::with_hasher(Hasher::default()),
+            map: KeyMap::new(),
             policies: RwLock::new(Policies {
                 default,
                 exact,
@@ -472,14 +475,14 @@ where
         // current generation is decided under the rules that change published.
         let generation = self.generation.load(Ordering::Acquire);
         // A known key of the current generation: the bucket's shared lock only.
-        let known = self.map.read_sync(key, |_, entry| {
+        let known = self.map.read(key, |_, entry| {
             (entry.generation == generation).then(|| entry.run(now, cost, record))
         });
         match known {
             Some(Some(result)) => return result,
             Some(None) => {
                 // Its quota changed: re-resolve and carry its state over.
-                let updated = self.map.update_sync(key, |key, entry| {
+                let updated = self.map.update(key, |key, entry| {
                     self.refresh(key, entry, now, generation);
                     entry.run(now, cost, record)
                 });
@@ -495,7 +498,7 @@ where
         let fresh = Entry {
             generation,
             cell: tier.algorithm.new_cell(),
-            algorithm: tier.algorithm,
+            algorithm: Arc::clone(&tier.algorithm),
         };
         if !record || cost == 0 {
             // Looking never creates a state: a fresh one answers.
@@ -505,22 +508,17 @@ where
         if !self.reserve_slot() {
             return Ok(self.decide_overflow(now, cost, generation));
         }
-        match self.map.entry_sync(owned) {
-            scc::hash_map::Entry::Occupied(mut occupied) => {
-                // Another request created it first.
+        self.map.upsert(owned, fresh, |slot| match slot {
+            Slot::Inserted(entry) => entry.run(now, cost, true),
+            Slot::Occupied(entry) => {
+                // Another request created it first: give back the slot.
                 self.live.fetch_sub(1, Ordering::Relaxed);
-                if occupied.get().generation != generation {
-                    let tier = self.resolve(occupied.key());
-                    occupied.get_mut().adopt(&tier, now, generation);
+                if entry.generation != generation {
+                    entry.adopt(&tier, now, generation);
                 }
-                occupied.get().run(now, cost, true)
+                entry.run(now, cost, true)
             }
-            scc::hash_map::Entry::Vacant(vacant) => {
-                let result = fresh.run(now, cost, true);
-                vacant.insert_entry(fresh);
-                result
-            }
-        }
+        })
     }
 
     /// Takes one of the `max_keys` slots, if any is free.
@@ -544,7 +542,7 @@ where
     /// Decides a request for a new key while the map is full.
     fn decide_overflow(&self, now: Nanos, cost: u64, generation: u64) -> Decision {
         self.counters.overflowed.fetch_add(1, Ordering::Relaxed);
-        let mut overflow = self.overflow.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut overflow = crate::sync::lock(&self.overflow);
         if overflow.generation != generation {
             let tier = self.read_policies().default.clone();
             if !Arc::ptr_eq(&tier.algorithm, &overflow.algorithm) {
@@ -635,7 +633,7 @@ where
     fn sweep(&self) -> usize {
         let now = self.clock.now();
         let mut removed = 0;
-        self.map.retain_sync(|_, entry| {
+        self.map.retain(|_, entry| {
             let idle = entry.algorithm.is_idle(&entry.cell, now);
             removed += usize::from(idle);
             !idle
@@ -648,11 +646,11 @@ where
         removed
     }
 
-    fn read_policies(&self) -> std::sync::RwLockReadGuard<'_, Policies<K, A>> {
+    fn read_policies(&self) -> RwLockReadGuard<'_, Policies<K, A>> {
         self.policies.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write_policies(&self) -> std::sync::RwLockWriteGuard<'_, Policies<K, A>> {
+    fn write_policies(&self) -> RwLockWriteGuard<'_, Policies<K, A>> {
         self.policies
             .write()
             .unwrap_or_else(PoisonError::into_inner)

@@ -60,6 +60,7 @@ pub mod algorithm;
 pub mod clock;
 pub mod decision;
 pub mod keyed;
+mod keymap;
 mod limiter;
 pub mod quota;
 pub mod store;
