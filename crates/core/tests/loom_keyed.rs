@@ -1,0 +1,119 @@
+//! Loom models of the keyed limiter's protocol: inserts, sweeps, the key cap
+//! and quota changes racing checks of the same key.
+//!
+//! Under `--cfg loom` the map is a loom `RwLock` around a std `HashMap` with
+//! the same exclusion contract as `scc::HashMap` (see `src/keymap.rs`), so
+//! every interleaving of the limiter's own steps is explored.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate --test loom_keyed --release`
+#![cfg(loom)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use loom::thread;
+use tollgate::{Carry, Gcra, KeyedLimiter, ManualClock, Quota};
+
+/// One permit per second, burst 1.
+fn one_per_second() -> Gcra {
+    Gcra::new(Quota::per_second(1).unwrap()).unwrap()
+}
+
+fn limiter(clock: &ManualClock, max_keys: usize) -> KeyedLimiter<u64> {
+    KeyedLimiter::builder(one_per_second())
+        .clock(clock.clone())
+        .max_keys(max_keys)
+        .sweep_every(None)
+        .build()
+}
+
+/// Runs `model` under loom and returns how many executions were explored.
+fn explore(name: &str, model: impl Fn() + Sync + Send + 'static) {
+    static EXECUTIONS: AtomicUsize = AtomicUsize::new(0);
+    EXECUTIONS.store(0, Ordering::Relaxed);
+    loom::model(move || {
+        EXECUTIONS.fetch_add(1, Ordering::Relaxed);
+        model();
+    });
+    println!("{name}: {} executions", EXECUTIONS.load(Ordering::Relaxed));
+}
+
+#[test]
+fn two_first_checks_of_one_key_create_one_state() {
+    explore("insert/insert", || {
+        let clock = ManualClock::new();
+        let keyed = limiter(&clock, 10);
+        let other = keyed.clone();
+        let racer = thread::spawn(move || other.check(&7).is_allowed());
+        let mine = keyed.check(&7).is_allowed();
+        let theirs = racer.join().unwrap();
+        assert!(mine ^ theirs, "exactly one of two checks fits a burst of 1");
+        assert_eq!(keyed.len(), 1);
+    });
+}
+
+#[test]
+fn a_sweep_racing_a_check_never_loses_the_admission() {
+    explore("sweep/check", || {
+        let clock = ManualClock::new();
+        let keyed = limiter(&clock, 10);
+        assert!(keyed.check(&7).is_allowed());
+        // One second later the key is idle: a sweep may drop it.
+        clock.advance(Duration::from_secs(1));
+        let sweeper = keyed.clone();
+        let sweep = thread::spawn(move || sweeper.sweep());
+        let admitted = keyed.check(&7).is_allowed();
+        let swept = sweep.join().unwrap();
+        assert!(admitted, "an idle key is full");
+        // Whatever the order, the admission is recorded: the key is not
+        // idle, still there, and the next permit waits a whole second.
+        let next = keyed.peek(&7);
+        assert!(next.is_denied());
+        assert_eq!(next.retry_after(), Duration::from_secs(1));
+        assert_eq!(keyed.len(), 1);
+        assert!(swept <= 1);
+        assert_eq!(keyed.stats().evicted, swept as u64);
+    });
+}
+
+#[test]
+fn the_key_cap_holds_when_two_new_keys_race_for_the_last_slot() {
+    explore("cap", || {
+        let clock = ManualClock::new();
+        let keyed = limiter(&clock, 1);
+        let other = keyed.clone();
+        let racer = thread::spawn(move || other.check(&1).is_allowed());
+        let mine = keyed.check(&2).is_allowed();
+        let theirs = racer.join().unwrap();
+        assert_eq!(keyed.len(), 1, "one slot, one live key");
+        // The other key shares the overflow state (burst 1): both fit once.
+        assert!(mine && theirs);
+        assert_eq!(keyed.stats().overflowed, 1);
+    });
+}
+
+#[test]
+fn a_quota_change_racing_a_check_applies_once() {
+    explore("change/check", || {
+        let clock = ManualClock::new();
+        let keyed = limiter(&clock, 10);
+        assert!(keyed.check(&7).is_allowed());
+        let changer = keyed.clone();
+        let change = thread::spawn(move || {
+            let two = Gcra::new(Quota::per_second(2).unwrap()).unwrap();
+            changer.set_default(two, Carry::Keep);
+        });
+        let during = keyed.check(&7);
+        change.join().unwrap();
+        let after = keyed.check(&7);
+        // Before the change the key is exhausted (1 of 1 taken); after it,
+        // Keep leaves 1 of 2. Either order admits exactly one of the two
+        // later checks.
+        assert_eq!(
+            u8::from(during.is_allowed()) + u8::from(after.is_allowed()),
+            1,
+            "during: {during}, after: {after}"
+        );
+        assert!(keyed.peek(&7).is_denied());
+    });
+}
