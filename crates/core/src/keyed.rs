@@ -500,16 +500,21 @@ where
             cell: tier.algorithm.new_cell(),
             algorithm: Arc::clone(&tier.algorithm),
         };
+        // A key swept after `now` was read was idle at the sweep's later
+        // reading: a fresh state answers for a reading taken after the miss
+        // (for an insert, under the key's lock), never for the stale one.
         if !record || cost == 0 {
             // Looking never creates a state: a fresh one answers.
-            return fresh.run(now, cost, false);
+            return fresh.run(now.max(self.clock.now()), cost, false);
         }
         fresh.within_capacity(cost)?;
+        // The tier carries the rule of a removed override: it is spent now.
+        self.spend_pending_carry(&owned);
         if !self.reserve_slot() {
             return Ok(self.decide_overflow(now, cost, generation));
         }
         self.map.upsert(owned, fresh, |slot| match slot {
-            Slot::Inserted(entry) => entry.run(now, cost, true),
+            Slot::Inserted(entry) => entry.run(now.max(self.clock.now()), cost, true),
             Slot::Occupied(entry) => {
                 // Another request created it first: give back the slot.
                 self.live.fetch_sub(1, Ordering::Relaxed);
@@ -615,6 +620,11 @@ where
     fn refresh(&self, key: &K, entry: &mut Entry<A>, now: Nanos, generation: u64) {
         let tier = self.resolve(key);
         entry.adopt(&tier, now, generation);
+        self.spend_pending_carry(key);
+    }
+
+    /// Forgets the carry rule of `key`'s removed override, if any.
+    fn spend_pending_carry(&self, key: &K) {
         if self.read_policies().pending_carry.contains_key(key) {
             self.write_policies().pending_carry.remove(key);
         }
@@ -678,10 +688,14 @@ impl<A: Algorithm> Entry<A> {
     /// Moves to `tier`'s algorithm (carrying the state if it differs) at
     /// `generation`.
     fn adopt(&mut self, tier: &Tier<A>, now: Nanos, generation: u64) {
+        // By value: every change re-resolves every key, and one whose quota
+        // is equal (a new copy from the override function) keeps its state.
         if !Arc::ptr_eq(&tier.algorithm, &self.algorithm) {
-            self.cell = tier
-                .algorithm
-                .carry_cell(&self.algorithm, &self.cell, now, tier.carry);
+            if *tier.algorithm != *self.algorithm {
+                self.cell = tier
+                    .algorithm
+                    .carry_cell(&self.algorithm, &self.cell, now, tier.carry);
+            }
             self.algorithm = Arc::clone(&tier.algorithm);
         }
         self.generation = generation;
