@@ -131,7 +131,7 @@ impl Rng {
 const HAMMER_KEYS: u64 = 100_000;
 const HAMMER_THREADS: usize = 8;
 /// Times each thread checks each key.
-const HAMMER_PASSES: u64 = 3;
+const HAMMER_PASSES: u64 = 8;
 const HAMMER_CAPACITY: u64 = 3;
 /// Strides coprime with 100,000 = 2^5 · 5^5: each is a permutation of the keys.
 const STRIDES: [u64; 8] = [1, 3, 7, 11, 13, 17, 99_991, 31_337];
@@ -987,7 +987,7 @@ impl Clock for RecordingClock {
 
 const MOVING_KEYS: u64 = 4;
 const MOVING_WORKERS: usize = 3;
-const MOVING_STEPS: u64 = 4_000;
+const MOVING_STEPS: u64 = 20_000;
 /// Steps during which the workers use one half of the keys, then the other:
 /// the resting half goes idle and is swept, then comes back.
 const HALF_TIME: u64 = 100;

@@ -52,7 +52,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
         .prop_map(Op::Advance),
         1 => Just(Op::Sweep),
     ];
-    prop::collection::vec(op, 1..300)
+    prop::collection::vec(op, 1..400)
 }
 
 /// A quota of 1 to 8 permits per period of up to 40 ms (not a whole number of
@@ -134,7 +134,7 @@ fn keyed_matches_one_limiter_per_key<A: Algorithm + Clone + Debug>(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
     #[test]
     fn gcra_keyed_is_one_limiter_per_key(
