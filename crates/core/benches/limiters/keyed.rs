@@ -1,0 +1,390 @@
+//! One state per key, one thread.
+//!
+//! Every limiter is populated (one check per key, outside the timed region)
+//! before a run, so that the runs of `keyed_u64_uniform`,
+//! `keyed_string_uniform`, `keyed_u64_zipf` and `keyed_deny` take the path of
+//! a known key; `keyed_insert` takes the path of a new key on every check
+//! (a fresh limiter per sample). Implementations:
+//!
+//! - `tollgate_monotonic` / `tollgate_cached`: [`KeyedLimiter`] (GCRA,
+//!   `scc::HashMap`, foldhash) on `MonotonicClock` / `CachedClock` (1 ms),
+//!   its sweeper off so that no key leaves the map during a run;
+//! - `governor`: `DefaultKeyedRateLimiter` (dashmap, std's SipHash,
+//!   quanta clock); `governor_foldhash`: the same map with foldhash, to
+//!   tell the hasher from the rest;
+//! - `floor_scc`: floor kernel 2 (a clock read, an `scc::HashMap` read with
+//!   foldhash, one compare-and-swap).
+//!
+//! u64 keys are scattered 64-bit values; String keys are 21 bytes
+//! (`user-` and 16 hex digits) and tollgate is asked by `&str`, governor by
+//! `&String` (its API has no borrowed form).
+
+use std::hash::Hash;
+use std::sync::Arc;
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
+use governor::clock::DefaultClock;
+use governor::state::keyed::DashMapStateStore;
+use tollgate::{Gcra, KeyedLimiter, Quota};
+
+use crate::direct::cached_clock;
+use crate::support::{
+    self, Expect, FloorMap, Uniform, key_of, string_key_of, time_ops, zipf_table,
+};
+
+/// Key counts of `keyed_u64_uniform`.
+const U64_SIZES: [u64; 4] = [1, 1_000, 100_000, 1_000_000];
+/// Added to [`U64_SIZES`] by `TOLLGATE_BENCH_10M=1`.
+const HUGE: u64 = 10_000_000;
+/// Key counts of `keyed_string_uniform`.
+const STRING_SIZES: [u64; 2] = [1_000, 100_000];
+/// Keys of `keyed_u64_zipf`, and its exponent.
+const ZIPF_KEYS: u64 = 100_000;
+const ZIPF_EXPONENT: f64 = 1.0;
+/// Keys of `keyed_deny`.
+const DENY_KEYS: u64 = 1_000;
+
+/// governor's keyed limiter with foldhash instead of SipHash.
+pub type GovernorFoldhash<K> =
+    governor::RateLimiter<K, DashMapStateStore<K, foldhash::fast::RandomState>, DefaultClock>;
+
+/// A stream of key indices.
+pub trait Pick {
+    /// The next index.
+    fn pick(&mut self) -> u64;
+}
+
+impl Pick for Uniform {
+    #[inline]
+    fn pick(&mut self) -> u64 {
+        self.next_index()
+    }
+}
+
+/// Indices from a precomputed Zipf table, in a cycle.
+#[derive(Clone)]
+struct Zipf {
+    table: Arc<[u32]>,
+    position: usize,
+}
+
+impl Pick for Zipf {
+    #[inline]
+    fn pick(&mut self) -> u64 {
+        let index = self.table[self.position & (self.table.len() - 1)];
+        self.position = self.position.wrapping_add(1);
+        u64::from(index)
+    }
+}
+
+/// Every scenario.
+pub fn benches(c: &mut Criterion) {
+    u64_uniform(c);
+    string_uniform(c);
+    u64_zipf(c);
+    insert(c);
+    deny(c);
+}
+
+/// A tollgate keyed GCRA limiter with no sweeper, on the monotonic clock or
+/// the shared cached clock.
+pub fn tollgate_keyed<K: Hash + Eq + Send + Sync + 'static>(
+    quota: Quota,
+    cached: bool,
+) -> KeyedLimiter<K> {
+    let builder = KeyedLimiter::builder(Gcra::new(quota).expect("gcra")).sweep_every(None);
+    if cached {
+        builder.clock(cached_clock()).build()
+    } else {
+        builder.build()
+    }
+}
+
+/// Governor's default keyed limiter.
+pub fn governor_keyed<K: Clone + Hash + Eq>(
+    quota: governor::Quota,
+) -> governor::DefaultKeyedRateLimiter<K> {
+    governor::RateLimiter::keyed(quota)
+}
+
+/// Checks keys `0..n` once each (all must be admitted: the first check of a
+/// key always is).
+pub fn populate(label: &str, n: u64, mut check: impl FnMut(u64) -> bool) {
+    let admitted = (0..n).filter(|&i| check(i)).count() as u64;
+    Expect::All.check(&format!("{label} (populating)"), admitted, n);
+}
+
+/// Benchmarks `check` on the indices `picker` gives.
+fn measure<P: Pick + Clone>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    (function, param): (&str, &str),
+    expect: Expect,
+    picker: P,
+    mut check: impl FnMut(u64) -> bool,
+) {
+    let label = format!("{function}/{param}");
+    let label = label.as_str();
+    group.bench_function(BenchmarkId::new(function, param), |b| {
+        let mut picker = picker.clone();
+        b.iter_custom(|iters| time_ops(label, expect, iters, || check(picker.pick())));
+    });
+}
+
+/// Runs the four u64-keyed implementations on `n` keys with `picker`.
+fn u64_implementations<P: Pick + Clone>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    n: u64,
+    param: &str,
+    picker: &P,
+) {
+    for cached in [false, true] {
+        let name = if cached {
+            "tollgate_cached"
+        } else {
+            "tollgate_monotonic"
+        };
+        let limiter = tollgate_keyed::<u64>(support::allow_quota(), cached);
+        populate(name, n, |i| limiter.check(&key_of(i)).is_allowed());
+        measure(group, (name, param), Expect::All, picker.clone(), |i| {
+            limiter.check(&key_of(i)).is_allowed()
+        });
+    }
+    {
+        let limiter = governor_keyed::<u64>(support::governor_allow());
+        populate("governor", n, |i| limiter.check_key(&key_of(i)).is_ok());
+        measure(
+            group,
+            ("governor", param),
+            Expect::All,
+            picker.clone(),
+            |i| limiter.check_key(&key_of(i)).is_ok(),
+        );
+    }
+    {
+        let limiter: GovernorFoldhash<u64> = governor::RateLimiter::dashmap_with_hasher(
+            support::governor_allow(),
+            Default::default(),
+        );
+        populate("governor_foldhash", n, |i| {
+            limiter.check_key(&key_of(i)).is_ok()
+        });
+        measure(
+            group,
+            ("governor_foldhash", param),
+            Expect::All,
+            picker.clone(),
+            |i| limiter.check_key(&key_of(i)).is_ok(),
+        );
+    }
+    {
+        let floor = FloorMap::new();
+        (0..n).for_each(|i| floor.add(key_of(i), true));
+        measure(
+            group,
+            ("floor_scc", param),
+            Expect::All,
+            picker.clone(),
+            |i| floor.check(&key_of(i)),
+        );
+    }
+}
+
+fn u64_uniform(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_u64_uniform");
+    let huge = std::env::var_os("TOLLGATE_BENCH_10M").is_some_and(|v| v == "1");
+    let sizes = U64_SIZES.iter().copied().chain(huge.then_some(HUGE));
+    for n in sizes {
+        u64_implementations(&mut group, n, &n.to_string(), &Uniform::new(n, 0x5EED ^ n));
+    }
+    group.finish();
+}
+
+fn u64_zipf(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_u64_zipf");
+    let table: Arc<[u32]> = zipf_table(ZIPF_KEYS as usize, ZIPF_EXPONENT, 1 << 20, 0x21FF).into();
+    let picker = Zipf { table, position: 0 };
+    u64_implementations(&mut group, ZIPF_KEYS, &ZIPF_KEYS.to_string(), &picker);
+    group.finish();
+}
+
+fn string_uniform(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_string_uniform");
+    for n in STRING_SIZES {
+        let keys: Vec<String> = (0..n).map(string_key_of).collect();
+        let key = |i: u64| &keys[i as usize];
+        let picker = Uniform::new(n, 0x57 ^ n);
+        {
+            let limiter = tollgate_keyed::<String>(support::allow_quota(), false);
+            populate("tollgate", n, |i| {
+                limiter.check(key(i).as_str()).is_allowed()
+            });
+            measure(
+                &mut group,
+                ("tollgate_monotonic", &n.to_string()),
+                Expect::All,
+                picker.clone(),
+                |i| limiter.check(key(i).as_str()).is_allowed(),
+            );
+        }
+        {
+            let limiter = governor_keyed::<String>(support::governor_allow());
+            populate("governor", n, |i| limiter.check_key(key(i)).is_ok());
+            measure(
+                &mut group,
+                ("governor", &n.to_string()),
+                Expect::All,
+                picker.clone(),
+                |i| limiter.check_key(key(i)).is_ok(),
+            );
+        }
+        {
+            let floor = FloorMap::<String>::new();
+            keys.iter().for_each(|k| floor.add(k.clone(), true));
+            measure(
+                &mut group,
+                ("floor_scc", &n.to_string()),
+                Expect::All,
+                picker.clone(),
+                |i| floor.check(key(i).as_str()),
+            );
+        }
+    }
+    group.finish();
+}
+
+/// Every check is the first of its key: a fresh limiter per sample, built
+/// and dropped outside the timed region.
+fn insert(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_insert");
+    let allow = support::allow_quota;
+    group.bench_function(BenchmarkId::new("tollgate_monotonic", "u64"), |b| {
+        b.iter_custom(|iters| {
+            let limiter = tollgate_keyed::<u64>(allow(), false);
+            time_ops(
+                "insert tollgate u64",
+                Expect::All,
+                iters,
+                counter(|i| limiter.check(&key_of(i)).is_allowed()),
+            )
+        });
+    });
+    group.bench_function(BenchmarkId::new("governor", "u64"), |b| {
+        b.iter_custom(|iters| {
+            let limiter = governor_keyed::<u64>(support::governor_allow());
+            time_ops(
+                "insert governor u64",
+                Expect::All,
+                iters,
+                counter(|i| limiter.check_key(&key_of(i)).is_ok()),
+            )
+        });
+    });
+    group.bench_function(BenchmarkId::new("floor_scc", "u64"), |b| {
+        b.iter_custom(|iters| {
+            let floor = FloorMap::new();
+            time_ops(
+                "insert floor u64",
+                Expect::All,
+                iters,
+                counter(|i| floor.check_or_insert(key_of(i))),
+            )
+        });
+    });
+    let keys = |iters: u64| (0..iters).map(string_key_of).collect::<Vec<_>>();
+    group.bench_function(BenchmarkId::new("tollgate_monotonic", "string"), |b| {
+        b.iter_custom(|iters| {
+            let keys = keys(iters);
+            let limiter = tollgate_keyed::<String>(allow(), false);
+            time_ops(
+                "insert tollgate string",
+                Expect::All,
+                iters,
+                counter(|i| limiter.check(keys[i as usize].as_str()).is_allowed()),
+            )
+        });
+    });
+    group.bench_function(BenchmarkId::new("governor", "string"), |b| {
+        b.iter_custom(|iters| {
+            let keys = keys(iters);
+            let limiter = governor_keyed::<String>(support::governor_allow());
+            time_ops(
+                "insert governor string",
+                Expect::All,
+                iters,
+                counter(|i| limiter.check_key(&keys[i as usize]).is_ok()),
+            )
+        });
+    });
+    group.bench_function(BenchmarkId::new("floor_scc", "string"), |b| {
+        b.iter_custom(|iters| {
+            let keys = keys(iters);
+            let floor = FloorMap::new();
+            time_ops(
+                "insert floor string",
+                Expect::All,
+                iters,
+                counter(|i| {
+                    // The map owns its key, as the limiters' do: one copy.
+                    floor.check_or_insert(keys[i as usize].clone())
+                }),
+            )
+        });
+    });
+    group.finish();
+}
+
+/// `check` on 0, 1, 2, ...
+fn counter(mut check: impl FnMut(u64) -> bool) -> impl FnMut() -> bool {
+    let mut next = 0;
+    move || {
+        let i = next;
+        next += 1;
+        check(i)
+    }
+}
+
+/// Exhausted keys: one permit per hour each, taken while populating.
+fn deny(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_deny");
+    let n = DENY_KEYS;
+    let picker = Uniform::new(n, 0xDE ^ n);
+    {
+        let limiter = tollgate_keyed::<u64>(support::deny_quota(), false);
+        populate("tollgate deny", n, |i| {
+            limiter.check(&key_of(i)).is_allowed()
+        });
+        measure(
+            &mut group,
+            ("tollgate_monotonic", &n.to_string()),
+            Expect::None,
+            picker.clone(),
+            |i| limiter.check(&key_of(i)).is_allowed(),
+        );
+    }
+    {
+        let limiter = governor_keyed::<u64>(support::governor_deny());
+        populate("governor deny", n, |i| {
+            limiter.check_key(&key_of(i)).is_ok()
+        });
+        measure(
+            &mut group,
+            ("governor", &n.to_string()),
+            Expect::None,
+            picker.clone(),
+            |i| limiter.check_key(&key_of(i)).is_ok(),
+        );
+    }
+    {
+        let floor = FloorMap::new();
+        (0..n).for_each(|i| floor.add(key_of(i), false));
+        measure(
+            &mut group,
+            ("floor_scc", &n.to_string()),
+            Expect::None,
+            picker,
+            |i| floor.check(&key_of(i)),
+        );
+    }
+    group.finish();
+}
