@@ -19,7 +19,8 @@
 //! - **Per-key quotas**: exact overrides win over the override function, which
 //!   wins over the default; live changes carry a key's state by the documented
 //!   [`Carry`] rule, on the GCRA and the fixed window, and leave alone every
-//!   key whose quota did not change.
+//!   key whose quota did not change (regression); a removed override's rule
+//!   applies once, to the state it found (regression).
 //! - **`AllOf` per key**: a denial by either limit takes from none, and the
 //!   decision reports the limit that bound.
 //! - **Sweeping under load**: a thread sweeps without pause while workers

@@ -1,0 +1,253 @@
+//! Memory of a [`KeyedLimiter`], measured with a counting global allocator:
+//! bytes per key at 1,000,000 keys, and whether the memory comes back once the
+//! keys are idle and swept. The figures are printed
+//! (`cargo test --test keyed_memory -- --nocapture`); the assertions are
+//! bounds around them.
+//!
+//! A binary of its own, since it installs the allocator, and one `#[test]`,
+//! so that no other test allocates while it counts. The allocator is
+//! `stats_alloc`'s: the workspace forbids `unsafe` code, which a hand-written
+//! `GlobalAlloc` needs. Live bytes are bytes requested minus bytes freed
+//! (`realloc` is counted in both); the allocator's own overhead per
+//! allocation (8 to 16 bytes in glibc) is not in them, and is what a String
+//! key's separate allocation adds on top.
+//!
+//! # How the memory comes back (scc 3.8)
+//!
+//! A sweep that removes every key leaves `scc::HashMap` empty, and it drops its
+//! bucket array there and then, but through `sdd`'s epoch-based reclamation:
+//! the array is freed only once the thread that dropped it has opened and
+//! closed about 3 × 128 more guards (sdd tries to advance its epoch every 128
+//! guards a thread drops, and frees garbage two epochs later), that is, a few
+//! hundred more map operations or sweeps on that thread. Measured below:
+//!
+//! - on the thread that swept, the memory is back after exactly 384 further
+//!   lookups (of a key not in the map);
+//! - with the background sweeper, after about 384 further sweeps of the
+//!   sweeper thread, whatever other threads do: with the default interval of
+//!   1 s, some 6.4 minutes.
+
+use std::alloc::System;
+use std::hash::Hash;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+use tollgate::{Gcra, KeyedBuilder, KeyedLimiter, ManualClock, Nanos, Quota};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const KEYS: u64 = 1_000_000;
+/// The most further lookups the memory of an emptied map may take to come
+/// back on the thread that swept it (measured: 384).
+const MAX_LOOKUPS_TO_RECLAIM: u64 = 1_000;
+
+/// Bytes and allocations live now.
+fn live() -> (i64, i64) {
+    let stats = GLOBAL.stats();
+    (
+        stats.bytes_allocated as i64 - stats.bytes_deallocated as i64,
+        stats.allocations as i64 - stats.deallocations as i64,
+    )
+}
+
+fn live_bytes() -> i64 {
+    live().0
+}
+
+/// 10 per second, burst 10: a key admitted once is idle 100 ms later.
+fn gcra() -> Gcra {
+    Gcra::new(Quota::per_second(10).expect("valid quota")).expect("valid gcra")
+}
+
+fn builder<K>(clock: &ManualClock) -> KeyedBuilder<K, Gcra>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    KeyedLimiter::builder(gcra()).clock(clock.clone())
+}
+
+/// Runs a limiter once on this thread, so that what the map's memory
+/// reclamation allocates once per thread is not counted against the limiter.
+fn warm_up() {
+    let clock = ManualClock::new();
+    let limiter: KeyedLimiter<u64> = builder(&clock).sweep_every(None).build();
+    for key in 0..1_000 {
+        let _ = limiter.check(&key);
+    }
+    clock.advance(Duration::from_secs(1));
+    limiter.sweep();
+    for _ in 0..MAX_LOOKUPS_TO_RECLAIM {
+        let _ = limiter.peek(&0);
+    }
+}
+
+/// What one run measured, in bytes unless said otherwise.
+#[derive(Debug)]
+struct Measured {
+    /// The limiter right after `build`.
+    empty: i64,
+    /// Added by `KEYS` keys.
+    keys: i64,
+    /// Allocations added by the keys.
+    allocations: i64,
+    /// Above `empty` right after the sweep that removed every key.
+    after_sweep: i64,
+    /// Above `empty` once the map's memory is reclaimed.
+    reclaimed: i64,
+    /// Lookups it took on the sweeping thread.
+    lookups: u64,
+    /// Time to insert the keys, and to sweep them.
+    insert_time: Duration,
+    sweep_time: Duration,
+}
+
+fn measure<K>(make: impl Fn(u64) -> K) -> Measured
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    warm_up();
+    let clock = ManualClock::starting_at(Nanos::new(1_000_000_000_000));
+    let (base, base_allocations) = live();
+    let limiter: KeyedLimiter<K> = builder(&clock).sweep_every(None).build();
+    let (built, built_allocations) = live();
+    let empty = built - base;
+    let started = Instant::now();
+    for i in 0..KEYS {
+        let key = make(i);
+        assert!(limiter.check(&key).is_allowed());
+    }
+    let insert_time = started.elapsed();
+    let (full, full_allocations) = live();
+    assert_eq!(limiter.len(), KEYS as usize);
+
+    clock.advance(Duration::from_secs(1));
+    let started = Instant::now();
+    assert_eq!(limiter.sweep(), KEYS as usize);
+    let sweep_time = started.elapsed();
+    assert!(limiter.is_empty());
+    let after_sweep = live_bytes() - built;
+    let probe = make(0);
+    let mut lookups = 0;
+    while live_bytes() - base > empty + empty / 10 && lookups < 100 * MAX_LOOKUPS_TO_RECLAIM {
+        assert!(limiter.peek(&probe).is_allowed());
+        lookups += 1;
+    }
+    let reclaimed = live_bytes() - built;
+    // Each peek of a key not in the map creates nothing.
+    assert!(limiter.is_empty());
+    drop(limiter);
+    assert!(
+        live().1 <= base_allocations + 1,
+        "allocations left after drop: {}",
+        live().1 - base_allocations
+    );
+    Measured {
+        empty,
+        keys: full - built,
+        allocations: full_allocations - built_allocations,
+        after_sweep,
+        reclaimed,
+        lookups,
+        insert_time,
+        sweep_time,
+    }
+}
+
+/// How long the background sweeper takes to give the memory of 1,000,000
+/// swept keys back, sweeping every `interval`; and the limiter's empty size
+/// with its sweeper thread.
+fn background(interval: Duration) -> (i64, i64, Duration) {
+    warm_up();
+    let clock = ManualClock::starting_at(Nanos::new(1_000_000_000_000));
+    let base = live_bytes();
+    let limiter: KeyedLimiter<u64> = builder(&clock).sweep_every(Some(interval)).build();
+    let empty = live_bytes() - base;
+    for key in 0..KEYS {
+        let _ = limiter.check(&key);
+    }
+    clock.advance(Duration::from_secs(1));
+    let started = Instant::now();
+    while !limiter.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "never swept");
+        thread::sleep(Duration::from_millis(1));
+    }
+    while live_bytes() - base > empty + empty / 10 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{} bytes still live 30 s after the sweep",
+            live_bytes() - base
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    (empty, live_bytes() - base - empty, started.elapsed())
+}
+
+#[test]
+fn bytes_per_key_and_memory_returning_after_a_sweep() {
+    let u64_keys = measure(|i| i);
+    // 16 bytes: "user-" and 11 digits.
+    let string_keys = measure(|i| format!("user-{i:011}"));
+    assert_eq!(format!("user-{:011}", 0).len(), 16);
+    let interval = Duration::from_millis(2);
+    let (bg_empty, bg_left, bg_time) = background(interval);
+
+    for (name, m) in [("u64", &u64_keys), ("16-byte String", &string_keys)] {
+        let per_key = m.keys as f64 / KEYS as f64;
+        println!(
+            "{name} keys, GCRA: empty limiter {} B; {KEYS} keys {} B = {per_key:.1} B/key \
+             ({:.2} allocations/key), inserted in {:?}, swept in {:?}",
+            m.empty,
+            m.keys,
+            m.allocations as f64 / KEYS as f64,
+            m.insert_time,
+            m.sweep_time
+        );
+        println!(
+            "{name} keys: {} B above empty right after the sweep; {} B after {} further \
+             lookups on the sweeping thread",
+            m.after_sweep, m.reclaimed, m.lookups
+        );
+    }
+    println!(
+        "background sweeper every {interval:?}: empty limiter {bg_empty} B; memory back to \
+         {bg_left} B above empty {bg_time:?} after the keys went idle (~{} sweeps)",
+        bg_time.as_millis() / interval.as_millis()
+    );
+
+    // Bytes per key, with room for the table's load factor: a u64 key and its
+    // 24-byte entry take 32 bytes in a slot; a String key adds its 24-byte
+    // header and 16 bytes on the heap.
+    let per_key = |m: &Measured| m.keys as f64 / KEYS as f64;
+    assert!((32.0..=96.0).contains(&per_key(&u64_keys)), "{u64_keys:?}");
+    assert!(
+        (64.0..=160.0).contains(&per_key(&string_keys)),
+        "{string_keys:?}"
+    );
+    assert!(
+        u64_keys.allocations.abs() < 100,
+        "u64 keys live in the table's arrays"
+    );
+    assert!(
+        (string_keys.allocations - KEYS as i64).abs() < 100,
+        "one allocation per String key"
+    );
+    // The memory comes back: within 10% of the empty limiter, after a few
+    // hundred lookups on the thread that swept.
+    for (name, m) in [("u64", &u64_keys), ("String", &string_keys)] {
+        assert!(
+            m.reclaimed <= m.empty / 10,
+            "{name}: {} bytes above the empty size {} after {} lookups",
+            m.reclaimed,
+            m.empty,
+            m.lookups
+        );
+        assert!(
+            m.lookups <= MAX_LOOKUPS_TO_RECLAIM,
+            "{name}: {} lookups to reclaim",
+            m.lookups
+        );
+    }
+    assert!(bg_left <= bg_empty / 10);
+}
