@@ -94,12 +94,14 @@ pub trait Clock: Send + Sync {
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
     fn now(&self) -> Nanos {
         (**self).now()
     }
 }
 
 impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    #[inline]
     fn now(&self) -> Nanos {
         (**self).now()
     }
@@ -146,6 +148,7 @@ impl Default for MonotonicClock {
 }
 
 impl Clock for MonotonicClock {
+    #[inline]
     fn now(&self) -> Nanos {
         Nanos(saturating_nanos(self.origin.elapsed()))
     }
@@ -213,6 +216,7 @@ impl CachedClock {
 }
 
 impl Clock for CachedClock {
+    #[inline]
     fn now(&self) -> Nanos {
         // Relaxed: see the writer.
         Nanos(self.now.load(std::sync::atomic::Ordering::Relaxed))
@@ -285,6 +289,7 @@ impl Default for ManualClock {
 }
 
 impl Clock for ManualClock {
+    #[inline]
     fn now(&self) -> Nanos {
         // Relaxed: as in `advance`.
         Nanos(self.now.load(Ordering::Relaxed))
@@ -334,6 +339,7 @@ impl fmt::Debug for ClockSource {
 }
 
 impl Clock for ClockSource {
+    #[inline]
     fn now(&self) -> Nanos {
         match self {
             ClockSource::Monotonic(clock) => clock.now(),

@@ -27,40 +27,77 @@ use std::time::Duration;
 /// # }
 /// ```
 #[must_use = "a Decision says whether the request may proceed"]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Decision {
     allowed: bool,
+    /// Ticks per nanosecond of `retry_ticks` and `reset_ticks` (1 to 16).
+    scale: u8,
     limit: u64,
-    remaining: u64,
-    retry_after_ns: u64,
-    reset_after_ns: u64,
+    /// `remaining = headroom / unit`: kept apart so that the hot path of an
+    /// algorithm counting in ticks (GCRA) divides only if the caller asks.
+    headroom: u64,
+    unit: u64,
+    /// `u64::MAX` stands for "never" whatever the scale.
+    retry_ticks: u64,
+    reset_ticks: u64,
 }
 
 impl Decision {
     /// An admission: `remaining` permits left, full again after `reset_after_ns`.
+    #[inline]
     pub(crate) const fn allow(limit: u64, remaining: u64, reset_after_ns: u64) -> Decision {
-        Decision {
-            allowed: true,
-            limit,
-            remaining,
-            retry_after_ns: 0,
-            reset_after_ns,
-        }
+        Decision::in_ticks(true, limit, remaining, 1, 0, reset_after_ns, 1)
     }
 
     /// A denial: the same request fits in `retry_after_ns` at the earliest.
+    #[inline]
     pub(crate) const fn deny(
         limit: u64,
         remaining: u64,
         retry_after_ns: u64,
         reset_after_ns: u64,
     ) -> Decision {
-        Decision {
-            allowed: false,
+        Decision::in_ticks(
+            false,
             limit,
             remaining,
+            1,
             retry_after_ns,
             reset_after_ns,
+            1,
+        )
+    }
+
+    /// A decision counted in ticks of `1/scale` ns, with `headroom / unit`
+    /// permits remaining.
+    #[inline]
+    pub(crate) const fn in_ticks(
+        allowed: bool,
+        limit: u64,
+        headroom: u64,
+        unit: u64,
+        retry_ticks: u64,
+        reset_ticks: u64,
+        scale: u8,
+    ) -> Decision {
+        Decision {
+            allowed,
+            scale,
+            limit,
+            headroom,
+            unit,
+            retry_ticks,
+            reset_ticks,
+        }
+    }
+
+    /// Ticks to whole nanoseconds, rounded up; "never" stays "never".
+    #[inline]
+    const fn nanos(&self, ticks: u64) -> u64 {
+        if self.scale == 1 || ticks == u64::MAX {
+            ticks
+        } else {
+            ticks.div_ceil(self.scale as u64)
         }
     }
 
@@ -73,21 +110,25 @@ impl Decision {
         retry_after: Duration,
         reset_after: Duration,
     ) -> Decision {
-        Decision {
+        Decision::in_ticks(
             allowed,
             limit,
             remaining,
-            retry_after_ns: duration_to_nanos(retry_after),
-            reset_after_ns: duration_to_nanos(reset_after),
-        }
+            1,
+            duration_to_nanos(retry_after),
+            duration_to_nanos(reset_after),
+            1,
+        )
     }
 
     /// Whether the request was admitted (and its permits taken).
+    #[inline]
     pub const fn is_allowed(&self) -> bool {
         self.allowed
     }
 
     /// Whether the request was refused (and nothing taken).
+    #[inline]
     pub const fn is_denied(&self) -> bool {
         !self.allowed
     }
@@ -99,8 +140,13 @@ impl Decision {
     }
 
     /// Permits that could be taken right now, after this decision.
+    #[inline]
     pub const fn remaining(&self) -> u64 {
-        self.remaining
+        if self.unit == 1 {
+            self.headroom
+        } else {
+            self.headroom / self.unit
+        }
     }
 
     /// For a denial, how long until the same request would be admitted if
@@ -111,14 +157,54 @@ impl Decision {
     /// `u64::MAX` nanoseconds (584 years) means "not before the end of the
     /// clock's range": the request would fit only after the last instant a
     /// [`Nanos`](crate::Nanos) can name.
+    #[inline]
     pub const fn retry_after(&self) -> Duration {
-        Duration::from_nanos(self.retry_after_ns)
+        Duration::from_nanos(self.nanos(self.retry_ticks))
     }
 
     /// How long until the limiter is back to full (as if never used), if
     /// nothing else happens.
+    #[inline]
     pub const fn reset_after(&self) -> Duration {
-        Duration::from_nanos(self.reset_after_ns)
+        Duration::from_nanos(self.nanos(self.reset_ticks))
+    }
+}
+
+impl PartialEq for Decision {
+    /// Equal when every observable value is: however each was counted.
+    fn eq(&self, other: &Decision) -> bool {
+        self.allowed == other.allowed
+            && self.limit == other.limit
+            && self.remaining() == other.remaining()
+            && self.retry_after() == other.retry_after()
+            && self.reset_after() == other.reset_after()
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (
+            self.allowed,
+            self.limit,
+            self.remaining(),
+            self.retry_after(),
+            self.reset_after(),
+        )
+            .hash(state);
+    }
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("retry_after", &self.retry_after())
+            .field("reset_after", &self.reset_after())
+            .finish()
     }
 }
 
@@ -134,13 +220,13 @@ const fn duration_to_nanos(duration: Duration) -> u64 {
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.allowed {
-            write!(f, "allowed, {}/{} remaining", self.remaining, self.limit)
+            write!(f, "allowed, {}/{} remaining", self.remaining(), self.limit)
         } else {
             write!(
                 f,
                 "denied, retry after {:?} ({}/{} remaining)",
                 self.retry_after(),
-                self.remaining,
+                self.remaining(),
                 self.limit
             )
         }

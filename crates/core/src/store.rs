@@ -17,6 +17,7 @@ use crate::decision::Decision;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, lock};
 
 /// Reads a word state.
+#[inline]
 pub(crate) fn word_load(cell: &AtomicU64) -> u64 {
     // Relaxed: the word is the whole state and publishes no other memory;
     // coherence orders every access to it.
@@ -26,6 +27,7 @@ pub(crate) fn word_load(cell: &AtomicU64) -> u64 {
 /// Applies `transition` to the word in `cell` atomically: recomputed from the
 /// current value until a compare-and-swap succeeds; returns at once, without
 /// writing, when the transition has nothing to write (a denial).
+#[inline]
 pub(crate) fn word_update(
     cell: &AtomicU64,
     mut transition: impl FnMut(u64) -> (Decision, Option<u64>),

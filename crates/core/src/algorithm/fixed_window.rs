@@ -70,6 +70,7 @@ impl FixedWindow {
         Ok(FixedWindow { quota, count_bits })
     }
 
+    #[inline]
     fn pack(&self, index: u64, count: u64) -> u64 {
         debug_assert!(
             count <= self.quota.limit() && index <= self.last_index(),
@@ -79,11 +80,13 @@ impl FixedWindow {
         (index << self.count_bits) | count
     }
 
+    #[inline]
     fn unpack(&self, state: u64) -> (u64, u64) {
         let mask = (1u64 << self.count_bits) - 1;
         (state >> self.count_bits, state & mask)
     }
 
+    #[inline]
     fn last_index(&self) -> u64 {
         u64::MAX >> self.count_bits
     }
@@ -92,6 +95,7 @@ impl FixedWindow {
     /// permits at `now`, and return the word to store if it changes.
     ///
     /// `None` means nothing to write: every denial, and a cost of 0.
+    #[inline]
     pub fn transition(&self, state: u64, now: Nanos, cost: u64) -> (Decision, Option<u64>) {
         let limit = self.quota.limit();
         let period = u128::from(self.quota.period_nanos());
@@ -157,10 +161,12 @@ impl Algorithm for FixedWindow {
         AtomicU64::new(0)
     }
 
+    #[inline]
     fn check_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         store::word_update(cell, |state| self.transition(state, now, cost))
     }
 
+    #[inline]
     fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         self.transition(store::word_load(cell), now, cost).0
     }

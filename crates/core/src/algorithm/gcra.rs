@@ -139,53 +139,66 @@ impl Gcra {
     /// 0. A cost above the burst is denied with `retry_after` at its maximum;
     /// [`Limiter`](crate::Limiter) refuses it earlier with a
     /// [`CostError`](crate::CostError).
+    #[inline]
     pub fn transition(&self, tat: u64, now: Nanos, cost: u64) -> (Decision, Option<u64>) {
         let burst = self.quota.burst();
-        let interval = u128::from(self.interval);
-        let capacity = u128::from(self.capacity);
+        let scale = self.scale as u8;
         // Saturating: past the end of representable time the limiter fails closed.
-        let now_ticks = u128::from(now.as_u64()) * u128::from(self.scale);
-        let now_ticks = now_ticks.min(u128::from(u64::MAX));
-        let base = u128::from(tat).max(now_ticks);
+        let now_ticks = now.as_u64().saturating_mul(self.scale);
+        let base = tat.max(now_ticks);
         let debt = base - now_ticks;
-        let wanted = base + u128::from(cost) * interval;
-        let fits = wanted - now_ticks <= capacity && wanted <= u128::from(u64::MAX);
-        if fits {
-            let after = wanted - now_ticks;
-            let remaining = ((capacity - after) / interval) as u64;
-            let decision = Decision::allow(burst, remaining, self.ticks_to_nanos(after));
-            let next = (cost > 0).then_some(wanted as u64);
-            (decision, next)
-        } else {
-            // The same request fits once now' · scale ≥ wanted − capacity.
-            let retry_after = if wanted > u128::from(u64::MAX) || cost > burst {
-                u64::MAX
-            } else {
-                let earliest = (wanted - capacity).div_ceil(u128::from(self.scale));
-                // Rounded up to a whole nanosecond, `earliest` may fall after the
-                // TAT; if the request then ends past the last tick, it never fits.
-                let base = u128::from(tat).max(earliest * u128::from(self.scale));
-                if base + u128::from(cost) * interval > u128::from(u64::MAX) {
-                    u64::MAX
-                } else {
-                    sat_u64(earliest.saturating_sub(u128::from(now.as_u64())))
-                }
-            };
-            let remaining = (capacity.saturating_sub(debt) / interval) as u64;
-            let decision = Decision::deny(burst, remaining, retry_after, self.ticks_to_nanos(debt));
-            (decision, None)
+        // `None`: the request would end past the last representable tick.
+        let wanted = cost
+            .checked_mul(self.interval)
+            .and_then(|charge| base.checked_add(charge));
+        match wanted {
+            Some(wanted) if wanted - now_ticks <= self.capacity => {
+                let after = wanted - now_ticks;
+                let headroom = self.capacity - after;
+                let decision =
+                    Decision::in_ticks(true, burst, headroom, self.interval, 0, after, scale);
+                (decision, (cost > 0).then_some(wanted))
+            }
+            _ => {
+                let retry = match wanted {
+                    Some(wanted)
+                        if cost <= burst && self.fits_before_the_end(tat, wanted, cost) =>
+                    {
+                        // It fits once now' · scale ≥ wanted − capacity.
+                        wanted - self.capacity - now_ticks
+                    }
+                    _ => u64::MAX,
+                };
+                let headroom = self.capacity.saturating_sub(debt);
+                let decision =
+                    Decision::in_ticks(false, burst, headroom, self.interval, retry, debt, scale);
+                (decision, None)
+            }
         }
+    }
+
+    /// Whether a denied request ending at `wanted` ticks can ever be admitted:
+    /// at the first whole nanosecond at which it fits (which, rounded up, may
+    /// fall after the TAT) it must still end within the last tick.
+    #[inline]
+    fn fits_before_the_end(&self, tat: u64, wanted: u64, cost: u64) -> bool {
+        if self.scale == 1 {
+            // `wanted − capacity` is a whole nanosecond, and from there the
+            // request ends at `wanted` itself.
+            return true;
+        }
+        let earliest = (wanted - self.capacity).div_ceil(self.scale);
+        let Some(earliest_ticks) = earliest.checked_mul(self.scale) else {
+            return false;
+        };
+        tat.max(earliest_ticks)
+            .checked_add(cost * self.interval)
+            .is_some()
     }
 
     /// `now` in ticks, saturating at the last representable tick.
     fn now_ticks(&self, now: Nanos) -> u128 {
         (u128::from(now.as_u64()) * u128::from(self.scale)).min(u128::from(u64::MAX))
-    }
-
-    /// Ticks to whole nanoseconds, rounded up: the first instant by which
-    /// that many ticks have passed.
-    fn ticks_to_nanos(&self, ticks: u128) -> u64 {
-        sat_u64(ticks.div_ceil(u128::from(self.scale)))
     }
 }
 
@@ -228,10 +241,12 @@ impl Algorithm for Gcra {
         AtomicU64::new(0)
     }
 
+    #[inline]
     fn check_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         store::word_update(cell, |tat| self.transition(tat, now, cost))
     }
 
+    #[inline]
     fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         self.transition(store::word_load(cell), now, cost).0
     }
