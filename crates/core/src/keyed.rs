@@ -648,6 +648,9 @@ where
             removed += usize::from(idle);
             !idle
         });
+        // Also after a sweep that removed nothing: scc may drop an emptied
+        // table a little later than the entries that emptied it.
+        self.map.reclaim();
         // Relaxed: see `reserve_slot`.
         self.live.fetch_sub(removed, Ordering::Relaxed);
         self.counters
