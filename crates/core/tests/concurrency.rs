@@ -39,6 +39,7 @@
 //!   share, which x86's total store order gives for the relaxed atomics here.)
 
 mod support;
+use support::algorithms::{fixed, gcra, log, wheel};
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,8 +49,7 @@ use std::time::{Duration, Instant};
 
 use support::window::{Bound, Guaranteed, Report};
 use tollgate::{
-    Algorithm, Clock, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota, SlidingLog,
-    SlidingWindow,
+    Algorithm, Clock, FixedWindow, Gcra, Limiter, ManualClock, Nanos, SlidingLog, SlidingWindow,
 };
 
 const MS: u64 = 1_000_000;
@@ -73,31 +73,6 @@ const _: () = {
 // ---------------------------------------------------------------------------
 // Algorithms under test
 // ---------------------------------------------------------------------------
-
-fn quota(limit: u64, period_ns: u64) -> Quota {
-    Quota::new(limit, Duration::from_nanos(period_ns)).expect("valid quota")
-}
-
-fn gcra(limit: u64, period_ns: u64, burst: u64) -> Gcra {
-    Gcra::new(
-        quota(limit, period_ns)
-            .with_burst(burst)
-            .expect("valid burst"),
-    )
-    .expect("valid gcra")
-}
-
-fn fixed(limit: u64, period_ns: u64) -> FixedWindow {
-    FixedWindow::new(quota(limit, period_ns)).expect("valid fixed window")
-}
-
-fn log(limit: u64, period_ns: u64) -> SlidingLog {
-    SlidingLog::new(quota(limit, period_ns)).expect("valid sliding log")
-}
-
-fn wheel(limit: u64, period_ns: u64, slots: u32) -> SlidingWindow {
-    SlidingWindow::new(quota(limit, period_ns), slots).expect("valid sliding window")
-}
 
 // ---------------------------------------------------------------------------
 // Frozen clock: exactly the capacity, and `remaining` tiles it

@@ -37,6 +37,7 @@
 //! a thread of the test runs them.
 
 mod support;
+use support::algorithms::{fixed, gcra, log, wheel};
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -47,7 +48,7 @@ use std::time::{Duration, Instant};
 use support::window::Guaranteed;
 use tollgate::{
     Algorithm, AllOf, Carry, Clock, ClockSource, Decision, FixedWindow, Gcra, KeyedBuilder,
-    KeyedLimiter, Limiter, ManualClock, Nanos, Quota, SlidingLog, SlidingWindow,
+    KeyedLimiter, Limiter, ManualClock, Nanos, SlidingLog, SlidingWindow,
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -70,31 +71,6 @@ const _: () = {
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-fn quota(limit: u64, period_ns: u64) -> Quota {
-    Quota::new(limit, Duration::from_nanos(period_ns)).expect("valid quota")
-}
-
-fn gcra(limit: u64, period_ns: u64, burst: u64) -> Gcra {
-    Gcra::new(
-        quota(limit, period_ns)
-            .with_burst(burst)
-            .expect("valid burst"),
-    )
-    .expect("valid gcra")
-}
-
-fn fixed(limit: u64, period_ns: u64) -> FixedWindow {
-    FixedWindow::new(quota(limit, period_ns)).expect("valid fixed window")
-}
-
-fn log(limit: u64, period_ns: u64) -> SlidingLog {
-    SlidingLog::new(quota(limit, period_ns)).expect("valid sliding log")
-}
-
-fn wheel(limit: u64, period_ns: u64, slots: u32) -> SlidingWindow {
-    SlidingWindow::new(quota(limit, period_ns), slots).expect("valid sliding window")
-}
 
 /// A builder on `clock` with no sweeper thread: sweeps are explicit.
 fn keyed<K, A>(algorithm: A, clock: &ManualClock) -> KeyedBuilder<K, A>
