@@ -24,20 +24,31 @@
 //! [`sweep_every`](KeyedBuilder::sweep_every) (1 s by default; it stops when
 //! the limiter is dropped), one bucket at a time: requests for other buckets
 //! never wait for it, and no caller's thread ever pays for a sweep.
-//! [`sweep`](KeyedLimiter::sweep) runs one now.
+//! [`sweep`](KeyedLimiter::sweep) runs one now. The memory of what a sweep
+//! removed (and of a table it emptied) is handed back before it returns:
+//! 1,000,000 idle keys leave nothing above the empty limiter (measured in
+//! `tests/keyed_memory.rs`: 71 bytes per `u64` key, 121 per 16-byte `String`
+//! key, with GCRA).
 //!
 //! The number of live keys is capped ([`max_keys`](KeyedBuilder::max_keys),
 //! 2^24 by default). When the map is full, no live key is ever evicted
 //! (evicting a throttled key would let it escape, as LRU eviction does):
 //! requests for new keys are decided together on one **overflow state**
 //! under the default quota, so a flood of fresh keys shares one key's quota
-//! until idle keys are swept (a full map wakes the sweeper at once).
+//! until idle keys are swept (a full map wakes the sweeper at once). A cost
+//! above the overflow state's capacity (a key whose own quota is larger) is
+//! denied with `retry_after` set to the sweep interval. A key decided on the
+//! overflow state has no state of its own: once it gets a slot, it starts
+//! fresh, within what the overflow state let through.
 //!
 //! # Concurrency and hashing
 //!
 //! The map is [`scc::HashMap`]: a request for an existing key takes its
-//! bucket's shared lock (one atomic add on a word shared by at most 32
-//! keys) and then runs the algorithm on the key's own state; a new key takes
+//! bucket's shared lock (an atomic read-modify-write on a word shared by at
+//! most 32 keys, and its release) and then runs the algorithm on the key's
+//! own state. That is one shared word written besides the key's state; the
+//! lock-free alternative measured (papaya) never shrinks its table after
+//! removals, which would break the memory promise above. A new key takes
 //! its bucket's exclusive lock only, so inserting never blocks requests for
 //! keys in other buckets, and resizing is incremental. The hasher is
 //! foldhash, seeded at random per limiter, so that keys chosen by an attacker
