@@ -122,7 +122,8 @@ struct Shared<K, A: Algorithm> {
     live: AtomicUsize,
     max_keys: usize,
     sweep_every: Option<Duration>,
-    overflow: Mutex<Overflow<A>>,
+    /// The state new keys share while the map is full, under the default.
+    overflow: Mutex<Entry<A>>,
     sweeper: OnceLock<Thread>,
     counters: Counters,
 }
@@ -137,6 +138,18 @@ struct Entry<A: Algorithm> {
 struct Tier<A> {
     algorithm: Arc<A>,
     carry: Carry,
+    /// The carry rule is that of a removed override, spent once applied.
+    pending: bool,
+}
+
+impl<A> Tier<A> {
+    fn new(algorithm: Arc<A>, carry: Carry) -> Tier<A> {
+        Tier {
+            algorithm,
+            carry,
+            pending: false,
+        }
+    }
 }
 
 impl<A> Clone for Tier<A> {
@@ -144,6 +157,7 @@ impl<A> Clone for Tier<A> {
         Tier {
             algorithm: Arc::clone(&self.algorithm),
             carry: self.carry,
+            pending: self.pending,
         }
     }
 }
@@ -159,12 +173,6 @@ struct Policies<K, A> {
     /// Keys whose exact override was removed, with the carry rule of the
     /// removal, until their state is carried over.
     pending_carry: HashMap<K, Carry, Hasher>,
-}
-
-struct Overflow<A: Algorithm> {
-    algorithm: Arc<A>,
-    generation: u64,
-    cell: A::Cell,
 }
 
 #[derive(Default)]
@@ -250,22 +258,13 @@ where
     /// If a sweep interval is set and the operating system refuses to spawn
     /// a thread.
     pub fn build(self) -> KeyedLimiter<K, A> {
-        let default = Tier {
-            algorithm: Arc::new(self.default),
-            carry: Carry::Keep,
-        };
+        let default = Tier::new(Arc::new(self.default), Carry::Keep);
         let exact = self
             .exact
             .into_iter()
-            .map(|(key, algorithm)| {
-                let tier = Tier {
-                    algorithm: Arc::new(algorithm),
-                    carry: Carry::Keep,
-                };
-                (key, tier)
-            })
+            .map(|(key, algorithm)| (key, Tier::new(Arc::new(algorithm), Carry::Keep)))
             .collect();
-        let overflow = Overflow {
+        let overflow = Entry {
             algorithm: Arc::clone(&default.algorithm),
             generation: 0,
             cell: default.algorithm.new_cell(),
@@ -400,10 +399,7 @@ where
     /// state of keys already in use is carried over by `carry`.
     pub fn set_default(&self, algorithm: A, carry: Carry) {
         self.shared.change(|policies| {
-            policies.default = Tier {
-                algorithm: Arc::new(algorithm),
-                carry,
-            };
+            policies.default = Tier::new(Arc::new(algorithm), carry);
         });
     }
 
@@ -411,11 +407,9 @@ where
     /// over by `carry`.
     pub fn set_override(&self, key: K, algorithm: A, carry: Carry) {
         self.shared.change(|policies| {
-            let tier = Tier {
-                algorithm: Arc::new(algorithm),
-                carry,
-            };
-            policies.exact.insert(key, tier);
+            policies
+                .exact
+                .insert(key, Tier::new(Arc::new(algorithm), carry));
         });
     }
 
@@ -520,7 +514,7 @@ where
         }
         fresh.within_capacity(cost)?;
         // The tier carries the rule of a removed override: it is spent now.
-        self.spend_pending_carry(&owned);
+        self.spend(&tier, &owned);
         if !self.reserve_slot() {
             return Ok(self.decide_overflow(now, cost, generation));
         }
@@ -561,13 +555,7 @@ where
         let mut overflow = crate::sync::lock(&self.overflow);
         if overflow.generation != generation {
             let tier = self.read_policies().default.clone();
-            if !Arc::ptr_eq(&tier.algorithm, &overflow.algorithm) {
-                overflow.cell =
-                    tier.algorithm
-                        .carry_cell(&overflow.algorithm, &overflow.cell, now, tier.carry);
-                overflow.algorithm = tier.algorithm;
-            }
-            overflow.generation = generation;
+            overflow.adopt(&tier, now, generation);
         }
         let capacity = overflow.algorithm.capacity();
         if cost > capacity {
@@ -601,15 +589,13 @@ where
                         Some(shared) => Arc::clone(shared),
                         None => Arc::new(algorithm),
                     };
-                    Tier {
-                        algorithm,
-                        carry: policies.default.carry,
-                    }
+                    Tier::new(algorithm, policies.default.carry)
                 }
             },
         };
         if let Some(&carry) = policies.pending_carry.get(key) {
             tier.carry = carry;
+            tier.pending = true;
         }
         let share = policies.function_results.len() < SHARED_FUNCTION_RESULTS
             && !Arc::ptr_eq(&tier.algorithm, &policies.default.algorithm)
@@ -631,12 +617,13 @@ where
     fn refresh(&self, key: &K, entry: &mut Entry<A>, now: Nanos, generation: u64) {
         let tier = self.resolve(key);
         entry.adopt(&tier, now, generation);
-        self.spend_pending_carry(key);
+        self.spend(&tier, key);
     }
 
-    /// Forgets the carry rule of `key`'s removed override, if any.
-    fn spend_pending_carry(&self, key: &K) {
-        if self.read_policies().pending_carry.contains_key(key) {
+    /// Forgets the carry rule of `key`'s removed override once `tier`, which
+    /// brought it, has been applied.
+    fn spend(&self, tier: &Tier<A>, key: &K) {
+        if tier.pending {
             self.write_policies().pending_carry.remove(key);
         }
     }
