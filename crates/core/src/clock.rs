@@ -91,6 +91,31 @@ pub(crate) fn saturating_nanos(duration: Duration) -> u64 {
 pub trait Clock: Send + Sync {
     /// The current time.
     fn now(&self) -> Nanos;
+
+    /// The [`Instant`] at which this clock will read `at`, if the clock runs
+    /// with real time; `None` for a clock that moves only when told to.
+    ///
+    /// Async waiting uses it to hand one deadline to the runtime's timer
+    /// instead of polling the clock.
+    fn instant_at(&self, at: Nanos) -> Option<Instant> {
+        let _ = at;
+        None
+    }
+
+    /// Blocks the calling thread until this clock reads `at` or later.
+    ///
+    /// The default sleeps in real time, rechecking the clock, so that it is
+    /// right for any clock that runs with real time; [`ManualClock`] wakes
+    /// sleepers when it is moved instead.
+    fn sleep_until(&self, at: Nanos) {
+        loop {
+            let now = self.now();
+            if now >= at {
+                return;
+            }
+            std::thread::sleep(at.saturating_duration_since(now));
+        }
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -98,12 +123,28 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn now(&self) -> Nanos {
         (**self).now()
     }
+
+    fn instant_at(&self, at: Nanos) -> Option<Instant> {
+        (**self).instant_at(at)
+    }
+
+    fn sleep_until(&self, at: Nanos) {
+        (**self).sleep_until(at)
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     #[inline]
     fn now(&self) -> Nanos {
         (**self).now()
+    }
+
+    fn instant_at(&self, at: Nanos) -> Option<Instant> {
+        (**self).instant_at(at)
+    }
+
+    fn sleep_until(&self, at: Nanos) {
+        (**self).sleep_until(at)
     }
 }
 
@@ -151,6 +192,10 @@ impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Nanos {
         Nanos(saturating_nanos(self.origin.elapsed()))
+    }
+
+    fn instant_at(&self, at: Nanos) -> Option<Instant> {
+        self.origin.checked_add(at.as_duration())
     }
 }
 
@@ -221,6 +266,12 @@ impl Clock for CachedClock {
         // Relaxed: see the writer.
         Nanos(self.now.load(std::sync::atomic::Ordering::Relaxed))
     }
+
+    /// The instant the *source* reaches `at`; the cached reading gets there
+    /// up to one refresh interval later.
+    fn instant_at(&self, at: Nanos) -> Option<Instant> {
+        process_origin().checked_add(at.as_duration())
+    }
 }
 
 /// A clock that moves only when told to; clones share one time.
@@ -249,6 +300,9 @@ impl Clock for CachedClock {
 #[derive(Clone, Debug)]
 pub struct ManualClock {
     now: Arc<AtomicU64>,
+    /// Where [`Clock::sleep_until`] waits for the time to move. Plain `std`
+    /// even under loom: no model sleeps.
+    moved: std::sync::Arc<(std::sync::Mutex<()>, std::sync::Condvar)>,
 }
 
 impl ManualClock {
@@ -261,6 +315,7 @@ impl ManualClock {
     pub fn starting_at(start: Nanos) -> ManualClock {
         ManualClock {
             now: Arc::new(AtomicU64::new(start.as_u64())),
+            moved: std::sync::Arc::default(),
         }
     }
 
@@ -273,12 +328,22 @@ impl ManualClock {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
                 Some(t.saturating_add(by))
             });
+        self.wake_sleepers();
     }
 
     /// Sets the time, forwards or backwards.
     pub fn set(&self, now: Nanos) {
         // Relaxed: as in `advance`.
         self.now.store(now.as_u64(), Ordering::Relaxed);
+        self.wake_sleepers();
+    }
+
+    fn wake_sleepers(&self) {
+        let (lock, moved) = &*self.moved;
+        // Taking the lock orders this wake-up after any sleeper's check of
+        // the time: a sleeper either saw the new time or is already waiting.
+        drop(lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        moved.notify_all();
     }
 }
 
@@ -293,6 +358,17 @@ impl Clock for ManualClock {
     fn now(&self) -> Nanos {
         // Relaxed: as in `advance`.
         Nanos(self.now.load(Ordering::Relaxed))
+    }
+
+    /// Waits until another thread moves the clock to `at` or later.
+    fn sleep_until(&self, at: Nanos) {
+        let (lock, moved) = &*self.moved;
+        let mut guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        while self.now() < at {
+            guard = moved
+                .wait(guard)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
     }
 }
 
@@ -348,6 +424,24 @@ impl Clock for ClockSource {
             ClockSource::Custom(clock) => clock.now(),
         }
     }
+
+    fn instant_at(&self, at: Nanos) -> Option<Instant> {
+        match self {
+            ClockSource::Monotonic(clock) => clock.instant_at(at),
+            ClockSource::Cached(clock) => clock.instant_at(at),
+            ClockSource::Manual(clock) => clock.instant_at(at),
+            ClockSource::Custom(clock) => clock.instant_at(at),
+        }
+    }
+
+    fn sleep_until(&self, at: Nanos) {
+        match self {
+            ClockSource::Monotonic(clock) => clock.sleep_until(at),
+            ClockSource::Cached(clock) => clock.sleep_until(at),
+            ClockSource::Manual(clock) => clock.sleep_until(at),
+            ClockSource::Custom(clock) => clock.sleep_until(at),
+        }
+    }
 }
 
 impl From<MonotonicClock> for ClockSource {
@@ -365,5 +459,57 @@ impl From<CachedClock> for ClockSource {
 impl From<ManualClock> for ClockSource {
     fn from(clock: ManualClock) -> ClockSource {
         ClockSource::Manual(clock)
+    }
+}
+
+#[cfg(feature = "tokio")]
+pub use self::tokio_clock::TokioClock;
+
+#[cfg(feature = "tokio")]
+mod tokio_clock {
+    use super::*;
+
+    /// tokio's clock: follows `tokio::time::pause` and `advance`, so that a
+    /// test on tokio's paused clock drives limiters, waiting and the shaper
+    /// deterministically. Feature `tokio`.
+    ///
+    /// Threads must not block on it ([`Clock::sleep_until`] sleeps in real
+    /// time); tasks wait on tokio's timer.
+    #[derive(Clone, Copy, Debug)]
+    pub struct TokioClock {
+        origin: tokio::time::Instant,
+    }
+
+    impl TokioClock {
+        /// A clock counting from tokio's present instant.
+        pub fn new() -> TokioClock {
+            TokioClock {
+                origin: tokio::time::Instant::now(),
+            }
+        }
+    }
+
+    impl Default for TokioClock {
+        fn default() -> TokioClock {
+            TokioClock::new()
+        }
+    }
+
+    impl Clock for TokioClock {
+        fn now(&self) -> Nanos {
+            Nanos(saturating_nanos(
+                tokio::time::Instant::now().saturating_duration_since(self.origin),
+            ))
+        }
+
+        fn instant_at(&self, at: Nanos) -> Option<Instant> {
+            self.origin.into_std().checked_add(at.as_duration())
+        }
+    }
+
+    impl From<TokioClock> for ClockSource {
+        fn from(clock: TokioClock) -> ClockSource {
+            ClockSource::custom(clock)
+        }
     }
 }

@@ -63,7 +63,9 @@ pub mod keyed;
 mod keymap;
 mod limiter;
 pub mod quota;
+pub mod shaper;
 pub mod store;
+pub mod wait;
 mod sync;
 
 pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
@@ -72,6 +74,9 @@ pub use decision::{CostError, Decision};
 pub use keyed::{DefaultKeyedLimiter, KeyedBuilder, KeyedLimiter, KeyedStats};
 pub use limiter::{DefaultLimiter, Limiter};
 pub use quota::{Quota, QuotaError};
+pub use shaper::{Refusal, Reservation, Shaper, ShaperBuilder};
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 
 /// The README's tour, compiled and run as a doctest so that it stays true.
 #[cfg(doctest)]
