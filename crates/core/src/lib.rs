@@ -18,6 +18,10 @@
 //!   that can change live, idle keys dropped by themselves, a hard cap on
 //!   keys; see [`keyed`].
 //! - **[`AllOf`]**: several limits on one state, all-or-nothing.
+//! - **waiting**: [`Limiter::acquire`] blocks, `until_ready` awaits (feature
+//!   `tokio`); see [`wait`].
+//! - **[`Shaper`]**: the leaky bucket as a queue: FIFO releases spaced at
+//!   `1/rate`, `max_delay`, reservations that can be cancelled or settled.
 //! - **[`Clock`]**: where time comes from: [`MonotonicClock`] (default),
 //!   [`CachedClock`] (fastest), [`ManualClock`] (tests, simulation).
 //!
@@ -63,20 +67,22 @@ pub mod keyed;
 mod keymap;
 mod limiter;
 pub mod quota;
+#[cfg(feature = "opentelemetry")]
+pub mod sampler;
 pub mod shaper;
 pub mod store;
-pub mod wait;
 mod sync;
+pub mod wait;
 
 pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos};
 pub use decision::{CostError, Decision};
 pub use keyed::{DefaultKeyedLimiter, KeyedBuilder, KeyedLimiter, KeyedStats};
 pub use limiter::{DefaultLimiter, Limiter};
 pub use quota::{Quota, QuotaError};
 pub use shaper::{Refusal, Reservation, Shaper, ShaperBuilder};
-#[cfg(feature = "tokio")]
-pub use clock::TokioClock;
 
 /// The README's tour, compiled and run as a doctest so that it stays true.
 #[cfg(doctest)]

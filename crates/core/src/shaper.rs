@@ -7,7 +7,7 @@
 //! The *scheduled* release instants obey the GCRA bound of the shaper's quota:
 //! **any interval of length `t` holds at most `burst + rate·t` scheduled
 //! permits**, and each caller is released at the earliest instant that keeps
-//! it (see [`Gcra`](crate::Gcra)). Waiters are released in FIFO order (no
+//! it (see [`Gcra`]). Waiters are released in FIFO order (no
 //! barging: a later caller is never scheduled before an earlier one). A caller
 //! never runs before its scheduled instant; it runs late by the timer's
 //! resolution and the scheduler's delay (tokio's timer: up to 1 ms).
@@ -213,7 +213,9 @@ struct Pending {
 pub fn slot(gcra: &Gcra, tat: u64, arrival: Nanos, cost: u64) -> Option<(Nanos, u64)> {
     let scale = gcra.scale();
     let charge = cost.checked_mul(gcra.interval_ticks())?;
-    let need = tat.checked_add(charge)?.saturating_sub(gcra.capacity_ticks());
+    let need = tat
+        .checked_add(charge)?
+        .saturating_sub(gcra.capacity_ticks());
     let release = arrival.as_u64().max(need.div_ceil(scale));
     let tat_after = tat.max(release.checked_mul(scale)?).checked_add(charge)?;
     Some((Nanos::new(release), tat_after))
@@ -568,10 +570,7 @@ impl Schedule {
         if let Some(at) = self.find(id) {
             return Standing::Pending(self.pending[at].release);
         }
-        match self
-            .moved_released
-            .binary_search_by_key(&id, |&(id, _)| id)
-        {
+        match self.moved_released.binary_search_by_key(&id, |&(id, _)| id) {
             Ok(at) => Standing::Moved(self.moved_released[at].1),
             Err(_) => Standing::Released,
         }
@@ -579,12 +578,16 @@ impl Schedule {
 
     /// The TAT after every reservation made so far.
     fn tail_tat(&self) -> u64 {
-        self.pending.back().map_or(self.released_tat, |last| last.tat)
+        self.pending
+            .back()
+            .map_or(self.released_tat, |last| last.tat)
     }
 
     /// Where reservation `id` is in the queue (ids grow along it).
     fn find(&self, id: u64) -> Option<usize> {
-        self.pending.binary_search_by_key(&id, |entry| entry.id).ok()
+        self.pending
+            .binary_search_by_key(&id, |entry| entry.id)
+            .ok()
     }
 
     /// Releases every reservation due at `now` and returns their waiters'
@@ -617,9 +620,7 @@ impl Schedule {
     /// first waiting task's when there is no driver.
     fn driver_waker(&self) -> Option<Waker> {
         match self.driver {
-            Some(id) => self
-                .find(id)
-                .and_then(|at| self.pending[at].waker.clone()),
+            Some(id) => self.find(id).and_then(|at| self.pending[at].waker.clone()),
             None => self.pending.iter().find_map(|entry| entry.waker.clone()),
         }
     }
@@ -636,7 +637,9 @@ impl Schedule {
             let base = tat.saturating_add(entry.debt);
             // Only ever earlier or equal, except after a settle for more, so
             // the arithmetic cannot overflow where the first schedule did not.
-            if let Some((release, after)) = slot(gcra, base, Nanos::new(entry.arrival).max(now), entry.cost) {
+            if let Some((release, after)) =
+                slot(gcra, base, Nanos::new(entry.arrival).max(now), entry.cost)
+            {
                 entry.moved |= entry.release != release.as_u64();
                 entry.release = release.as_u64();
                 entry.tat = after;

@@ -239,7 +239,9 @@ fn refusals_are_immediate_and_take_nothing() {
             max_delay: Duration::from_nanos(2_000)
         }
     );
-    assert!(matches!(shaper.reserve(2).unwrap_err(), Refusal::Cost(error) if error.capacity() == 1));
+    assert!(
+        matches!(shaper.reserve(2).unwrap_err(), Refusal::Cost(error) if error.capacity() == 1)
+    );
     clock.advance(Duration::from_nanos(1_500));
     // b released; c pending; one more fits in time and in the queue.
     let d = shaper.reserve(1).unwrap();
@@ -425,7 +427,10 @@ fn blocking_waiters_are_released_in_fifo_order_on_a_manual_clock() {
         threads.push(thread::spawn(move || {
             let at = reservation.wait();
             use tollgate::Clock;
-            released.lock().unwrap().push((i, at.as_u64(), clock.now().as_u64()));
+            released
+                .lock()
+                .unwrap()
+                .push((i, at.as_u64(), clock.now().as_u64()));
         }));
     }
     for step in 1..=4u64 {
@@ -433,7 +438,10 @@ fn blocking_waiters_are_released_in_fifo_order_on_a_manual_clock() {
         // Wait until the thread due at this step has run.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while released.lock().unwrap().len() < step as usize {
-            assert!(std::time::Instant::now() < deadline, "waiter {step} never woke");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "waiter {step} never woke"
+            );
             thread::sleep(Duration::from_millis(1));
         }
     }

@@ -154,7 +154,9 @@ async fn many_tasks_at_once_stay_within_the_bound_and_never_run_early() {
                 let cost = 1 + i % 2;
                 let at = shaper.until_ready(cost).await.unwrap();
                 let woke = shaper.clock().now();
-                log.lock().unwrap().push((i, at.as_u64(), woke.as_u64(), cost));
+                log.lock()
+                    .unwrap()
+                    .push((i, at.as_u64(), woke.as_u64(), cost));
             })
         })
         .collect();
@@ -206,7 +208,10 @@ async fn a_high_rate_is_released_in_batches_on_the_millisecond_timer() {
         assert_eq!(pair[1] - pair[0], 10_000);
     }
     assert_eq!(instants[0], start.as_u64());
-    assert!(worst <= Duration::from_millis(1), "worst lateness {worst:?}");
+    assert!(
+        worst <= Duration::from_millis(1),
+        "worst lateness {worst:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
