@@ -110,11 +110,23 @@ pub struct PeerIp<T = DefaultConnectionAddr> {
     addr: PhantomData<fn() -> T>,
 }
 
-impl<T> PeerIp<T> {
-    /// The peer address, read from extension `T`, IPv6 by /64.
-    pub fn new() -> PeerIp<T> {
+impl PeerIp {
+    /// The peer address, read from the [`DefaultConnectionAddr`] extension,
+    /// IPv6 by /64.
+    pub fn new() -> PeerIp {
         PeerIp {
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            addr: PhantomData,
+        }
+    }
+}
+
+impl<T> PeerIp<T> {
+    /// The same, reading the peer address from extension `U` instead (a
+    /// `SocketAddr` that a hyper or tonic server inserts itself).
+    pub fn with_extension<U>(self) -> PeerIp<U> {
+        PeerIp {
+            ipv6_prefix: self.ipv6_prefix,
             addr: PhantomData,
         }
     }
@@ -131,8 +143,8 @@ impl<T> PeerIp<T> {
     }
 }
 
-impl<T> Default for PeerIp<T> {
-    fn default() -> PeerIp<T> {
+impl Default for PeerIp {
+    fn default() -> PeerIp {
         PeerIp::new()
     }
 }
@@ -186,7 +198,7 @@ pub enum ProxyHeader {
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// // The load balancers live in 10.0.0.0/8 and append to X-Forwarded-For.
-/// let client: ClientIp = ClientIp::trusting(["10.0.0.0/8", "fd00::/8"])?
+/// let client = ClientIp::trusting(["10.0.0.0/8", "fd00::/8"])?
 ///     .header(ProxyHeader::XForwardedFor);
 /// # let _ = client;
 /// # Ok(())
@@ -202,9 +214,10 @@ pub struct ClientIp<T = DefaultConnectionAddr> {
     addr: PhantomData<fn() -> T>,
 }
 
-impl<T> ClientIp<T> {
-    /// The client behind proxies in `trusted` networks.
-    pub fn new(trusted: impl IntoIterator<Item = IpNet>) -> ClientIp<T> {
+impl ClientIp {
+    /// The client behind proxies in `trusted` networks, the peer read from
+    /// the [`DefaultConnectionAddr`] extension.
+    pub fn new(trusted: impl IntoIterator<Item = IpNet>) -> ClientIp {
         ClientIp {
             trusted: trusted.into_iter().map(canonical_net).collect(),
             header: ProxyHeader::default(),
@@ -223,7 +236,7 @@ impl<T> ClientIp<T> {
     /// an address.
     pub fn trusting<'a>(
         trusted: impl IntoIterator<Item = &'a str>,
-    ) -> Result<ClientIp<T>, ipnet::AddrParseError> {
+    ) -> Result<ClientIp, ipnet::AddrParseError> {
         let nets = trusted
             .into_iter()
             .map(|entry| {
@@ -234,6 +247,20 @@ impl<T> ClientIp<T> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ClientIp::new(nets))
+    }
+}
+
+impl<T> ClientIp<T> {
+    /// The same, reading the peer address from extension `U` instead (a
+    /// `SocketAddr` that a hyper or tonic server inserts itself).
+    pub fn with_extension<U>(self) -> ClientIp<U> {
+        ClientIp {
+            trusted: self.trusted,
+            header: self.header,
+            max_hops: self.max_hops,
+            ipv6_prefix: self.ipv6_prefix,
+            addr: PhantomData,
+        }
     }
 
     /// The header the trusted proxies write. By default,
@@ -538,7 +565,7 @@ mod tests {
         assert_eq!(aggregate(ip("2001:db8::6"), 128), ip("2001:db8::6"));
         assert_eq!(aggregate(ip("2001:db8::6"), 0), ip("::"));
         assert_eq!(aggregate(ip("::ffff:10.1.2.3"), 64), ip("10.1.2.3"));
-        assert!(PeerIp::<SocketAddr>::new().ipv6_prefix(129).is_err());
+        assert!(PeerIp::new().ipv6_prefix(129).is_err());
     }
 
     #[test]
@@ -560,11 +587,11 @@ mod tests {
 
     #[test]
     fn mapped_trusted_networks_match_ipv4_peers() {
-        let client: ClientIp<SocketAddr> = ClientIp::trusting(["::ffff:10.0.0.0/104"]).unwrap();
+        let client = ClientIp::trusting(["::ffff:10.0.0.0/104"]).unwrap();
         assert!(client.is_trusted(ip("10.9.9.9")));
         assert!(!client.is_trusted(ip("11.0.0.1")));
-        assert!(ClientIp::<SocketAddr>::trusting(["10.0.0.0/33"]).is_err());
-        let single: ClientIp<SocketAddr> = ClientIp::trusting(["10.0.0.1"]).unwrap();
+        assert!(ClientIp::trusting(["10.0.0.0/33"]).is_err());
+        let single = ClientIp::trusting(["10.0.0.1"]).unwrap();
         assert!(single.is_trusted(ip("10.0.0.1")));
         assert!(!single.is_trusted(ip("10.0.0.2")));
     }
