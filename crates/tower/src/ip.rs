@@ -447,7 +447,7 @@ pub(crate) fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
 }
 
 fn is_port(port: &str) -> bool {
-    !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())
+    port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok()
 }
 
 /// The client in `X-Real-IP`, if exactly one readable address is there.
@@ -540,6 +540,8 @@ mod tests {
             b"1.2.3.4.5",
             b"1.2.3.4:",
             b"1.2.3.4:123456",
+            b"1.2.3.4:65536",
+            b"1.2.3.4:+80",
             b"[::1",
             b"[::1]x",
             b"1.2.3.4%eth0",
