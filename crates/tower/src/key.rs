@@ -20,16 +20,20 @@
 
 use std::borrow::Cow;
 use std::fmt;
+#[cfg(feature = "axum")]
 use std::hash::{Hash, Hasher};
 
+#[cfg(feature = "axum")]
+use http::Method;
 use http::request::Parts;
-use http::{HeaderName, Method, StatusCode};
+use http::{HeaderName, StatusCode};
 
 /// Finds the key a request is limited under.
 ///
 /// Implemented by the built-ins ([`Global`], [`PeerIp`](crate::PeerIp),
-/// [`ClientIp`](crate::ClientIp), [`HeaderKey`], [`MethodRoute`],
-/// [`KeyFn`]) and by [`Or`], which tries one and then another.
+/// [`ClientIp`](crate::ClientIp), [`HeaderKey`], `MethodRoute` (with the
+/// `axum` feature), [`KeyFn`]) and by [`Or`], which tries one and then
+/// another.
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key: what the backend counts by.
     type Key: Clone + Send + Sync + 'static;
@@ -408,6 +412,7 @@ mod tests {
         assert_eq!(error.status(), StatusCode::BAD_REQUEST);
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn method_route_without_a_match_shares_one_key() {
         let a = MethodRoute.extract(&parts(&[])).unwrap();

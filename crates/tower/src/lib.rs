@@ -10,8 +10,9 @@
 //!   an axum router can clone it per connection without a `Buffer`.
 //! - **key** ([`KeyExtractor`]): which bucket a request counts in: [`Global`],
 //!   [`PeerIp`], [`ClientIp`] (behind trusted proxies), [`HeaderKey`] (an API
-//!   key), [`MethodRoute`], [`KeyFn`] (a closure), and [`Or`] to fall back
-//!   from one to another.
+//!   key), `MethodRoute` (method and axum's matched route, with the `axum`
+//!   feature), [`KeyFn`] (a closure), and [`Or`] to fall back from one to
+//!   another.
 //! - **backend** ([`Backend`]): who decides "this key, this cost":
 //!   a [`tollgate::KeyedLimiter`] (per-key quotas with `override_key` /
 //!   `override_with`, several limits with [`tollgate::AllOf`]) or a
