@@ -658,3 +658,70 @@ async fn the_service_works_as_an_axum_layer_without_buffer() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+/// A remote-like backend: answers after a (paused-clock) round trip, or
+/// fails.
+struct Remote {
+    limiter: KeyedLimiter<IpAddr>,
+    down: Arc<AtomicBool>,
+}
+
+impl tollgate_tower::Backend<IpAddr> for Remote {
+    fn decide(&self, key: &IpAddr, cost: u64) -> tollgate_tower::Decided {
+        let limiter = self.limiter.clone();
+        // SeqCst: a test flag.
+        let down = self.down.load(Ordering::SeqCst);
+        let key = *key;
+        tollgate_tower::Decided::Later(Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            if down {
+                return Err(tollgate_tower::BackendError::Unavailable(
+                    "connection refused".into(),
+                ));
+            }
+            limiter
+                .check_n(&key, cost)
+                .map_err(tollgate_tower::BackendError::Cost)
+        }))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_async_backend_decides_later_and_its_failure_is_503() {
+    let clock = ManualClock::new();
+    let down = Arc::new(AtomicBool::new(false));
+    let remote = Remote {
+        limiter: per_ip(Quota::per_minute(1).unwrap(), &clock),
+        down: Arc::clone(&down),
+    };
+    let gated = Gated {
+        open: Arc::new(AtomicBool::new(true)),
+        calls: Arc::new(AtomicUsize::new(0)),
+    };
+    let layer = RateLimitLayer::builder(PeerIp::new(), remote)
+        .headers_on_success(true)
+        .build();
+    let mut service = layer.layer(gated.clone());
+    let request = || from_peer("192.0.2.1").body(String::new()).unwrap();
+    let start = tokio::time::Instant::now();
+    let admitted = send(&mut service, request()).await;
+    assert_eq!(admitted.status(), StatusCode::OK);
+    assert_eq!(header(&admitted, "ratelimit"), "\"default\";r=0;t=60");
+    assert_eq!(start.elapsed(), Duration::from_millis(3));
+    let denied = send(&mut service, request()).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&denied, "retry-after"), "60");
+    assert_eq!(gated.calls.load(Ordering::SeqCst), 1);
+
+    down.store(true, Ordering::SeqCst);
+    let failed = send(&mut service, request()).await;
+    assert_eq!(failed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(header(&failed, "retry-after").is_empty());
+    let grpc = from_peer("192.0.2.1")
+        .header("content-type", "application/grpc")
+        .body(String::new())
+        .unwrap();
+    let failed = send(&mut service, grpc).await;
+    assert_eq!(header(&failed, "grpc-status"), "14");
+    assert_eq!(gated.calls.load(Ordering::SeqCst), 1);
+}
