@@ -5,9 +5,9 @@
 //!
 //! - **The peer address comes from a request extension** whose type is a
 //!   parameter ([`ConnectionAddr`]): axum's `ConnectInfo<SocketAddr>` (with
-//!   `Router::into_make_service_with_connect_info::<SocketAddr>()`), or a
-//!   plain `SocketAddr` / `IpAddr` that a hyper or tonic server inserts
-//!   itself. A request without it is a server misconfiguration
+//!   `Router::into_make_service_with_connect_info::<SocketAddr>()`), tonic's
+//!   `TcpConnectInfo` (feature `tonic`), or a plain `SocketAddr` / `IpAddr`
+//!   that a hyper server inserts itself. A request without it is a server misconfiguration
 //!   ([`KeyErrorKind::NoConnectionInfo`](crate::KeyErrorKind), `500` by
 //!   default), never a shared bucket.
 //! - **Proxy headers are read only from trusted peers.** If the peer is not
@@ -57,27 +57,38 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 /// A request extension that carries the connection's peer address.
+///
+/// Implemented for `SocketAddr` and `IpAddr` (what a hyper server inserts
+/// itself), axum's `ConnectInfo<T>` (with the `axum` feature) and tonic's
+/// `TcpConnectInfo` (with the `tonic` feature).
 pub trait ConnectionAddr: Send + Sync + 'static {
-    /// The peer's IP address.
-    fn peer_ip(&self) -> IpAddr;
+    /// The peer's IP address, if the extension knows it.
+    fn peer_ip(&self) -> Option<IpAddr>;
 }
 
 impl ConnectionAddr for SocketAddr {
-    fn peer_ip(&self) -> IpAddr {
-        self.ip()
+    fn peer_ip(&self) -> Option<IpAddr> {
+        Some(self.ip())
     }
 }
 
 impl ConnectionAddr for IpAddr {
-    fn peer_ip(&self) -> IpAddr {
-        *self
+    fn peer_ip(&self) -> Option<IpAddr> {
+        Some(*self)
     }
 }
 
 #[cfg(feature = "axum")]
 impl<T: ConnectionAddr> ConnectionAddr for axum::extract::ConnectInfo<T> {
-    fn peer_ip(&self) -> IpAddr {
+    fn peer_ip(&self) -> Option<IpAddr> {
         self.0.peer_ip()
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl ConnectionAddr for tonic::transport::server::TcpConnectInfo {
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.remote_addr.map(|addr| addr.ip())
     }
 }
 
@@ -374,7 +385,7 @@ fn peer_ip<T: ConnectionAddr>(request: &Parts) -> Result<IpAddr, KeyError> {
     request
         .extensions
         .get::<T>()
-        .map(ConnectionAddr::peer_ip)
+        .and_then(ConnectionAddr::peer_ip)
         .ok_or_else(|| KeyError::no_connection_info(std::any::type_name::<T>()))
 }
 
@@ -585,6 +596,34 @@ mod tests {
         );
         assert_eq!(forwarded_for(br#"for="1.2.3.4"#), vec![None]);
         assert_eq!(forwarded_for(b"for=1.2.3.4;for=5.6.7.8"), vec![None]);
+    }
+
+    #[cfg(feature = "tonic")]
+    #[test]
+    fn tonic_connection_info_is_a_peer_address() {
+        let info = tonic::transport::server::TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some("[2001:db8::1:2:3:4]:5000".parse().unwrap()),
+        };
+        let parts = http::Request::get("/")
+            .extension(info)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        let peer = PeerIp::new().with_extension::<tonic::transport::server::TcpConnectInfo>();
+        assert_eq!(peer.extract(&parts), Ok(ip("2001:db8::")));
+        let unknown = tonic::transport::server::TcpConnectInfo {
+            local_addr: None,
+            remote_addr: None,
+        };
+        let parts = http::Request::get("/")
+            .extension(unknown)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        assert!(peer.extract(&parts).is_err());
     }
 
     #[test]

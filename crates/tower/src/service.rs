@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -16,6 +17,9 @@ use crate::future::{ResponseBody, ResponseFuture, Success, admitted};
 use crate::key::KeyExtractor;
 use crate::layer::{Config, OnMissingKey};
 use crate::response::{Rejection, is_grpc, reject};
+
+/// The shortest sleep between two decisions in the wait mode.
+const MIN_WAIT: Duration = Duration::from_millis(1);
 
 /// Rate-limits the requests of an inner service: made by
 /// [`RateLimitLayer`](crate::RateLimitLayer).
@@ -224,7 +228,9 @@ where
             let response = inner.call(Request::from_parts(parts, body)).await?;
             return Ok(admitted(response, success));
         }
-        let wait = decision.retry_after();
+        // A denial that names no wait (a remote backend's bug) must not
+        // spin: ask again no sooner than a millisecond later.
+        let wait = decision.retry_after().max(MIN_WAIT);
         let fits = deadline.is_some_and(|deadline| {
             Instant::now()
                 .checked_add(wait)

@@ -725,3 +725,31 @@ async fn an_async_backend_decides_later_and_its_failure_is_503() {
     assert_eq!(header(&failed, "grpc-status"), "14");
     assert_eq!(gated.calls.load(Ordering::SeqCst), 1);
 }
+
+/// A backend that denies without naming a wait.
+struct DeniesWithoutWait;
+
+impl tollgate_tower::Backend<()> for DeniesWithoutWait {
+    fn decide(&self, _: &(), _: u64) -> tollgate_tower::Decided {
+        tollgate_tower::Decided::Now(Ok(Decision::from_parts(
+            false,
+            1,
+            0,
+            Duration::ZERO,
+            Duration::ZERO,
+        )))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_denial_without_a_wait_does_not_spin_the_wait_mode() {
+    let layer = RateLimitLayer::builder(Global, DeniesWithoutWait)
+        .max_delay(Duration::from_millis(10))
+        .build();
+    let mut service = layer.layer(ok_service());
+    let start = tokio::time::Instant::now();
+    let denied = send(&mut service, Request::new(String::new())).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&denied, "retry-after"), "1");
+    assert_eq!(start.elapsed(), Duration::from_millis(10));
+}
