@@ -1,4 +1,18 @@
 //! [`RateLimitLayer`] and its [`Builder`].
+//!
+//! # Decisions
+//!
+//! - Everything the services need (extractor, backend, cost function,
+//!   hooks, header policy) lives in one `Arc` built once: cloning a layer or
+//!   a service is one reference-count increment, every clone decides on the
+//!   same backend, and nothing needs a `'static` lifetime.
+//! - Every setting has a default a cautious user would pick: reject at once,
+//!   one permit per request, reject a request without a key
+//!   ([`OnMissingKey::Reject`]), RateLimit headers on rejections only, gRPC
+//!   answers for gRPC requests, the policy named `"default"` without a
+//!   window.
+//! - Settings that can be invalid (the policy name) are checked when set and
+//!   return an error, never at request time.
 
 use std::fmt;
 use std::sync::Arc;
