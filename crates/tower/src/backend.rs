@@ -1,0 +1,116 @@
+//! Who decides: the [`Backend`] trait over "decide this key at this cost".
+//!
+//! # Decisions
+//!
+//! - A backend answers either **now** (a local limiter: no future, no
+//!   allocation, the inner service is called from `call` itself) or
+//!   **later** with a boxed future (a remote store such as Redis, whose
+//!   round trip dwarfs the allocation). That keeps the local path as cheap
+//!   as a direct `check_n` and leaves room for the Redis backend, with its
+//!   failure policy applied inside it, and for reserve-then-settle, without
+//!   changing the service.
+//! - A failure is a [`BackendError`], never a silent admission: a cost above
+//!   the quota's capacity can never be admitted (`413`), an unreachable
+//!   store is `503` unless the backend's own failure policy already chose to
+//!   fail open or closed.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+
+use tollgate::{Algorithm, Clock, CostError, Decision, KeyedLimiter, Limiter};
+
+/// A boxed error from a remote backend.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// A decision still on its way.
+pub type DecisionFuture = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
+
+/// Decides whether `cost` permits may be taken for `key`.
+///
+/// Implemented for [`KeyedLimiter`] (one state per key) and [`Limiter`]
+/// (one state for every key).
+pub trait Backend<K>: Send + Sync + 'static {
+    /// Takes `cost` permits for `key` if they are all available; none
+    /// otherwise. A cost of 0 only looks.
+    fn decide(&self, key: &K, cost: u64) -> Decided;
+}
+
+/// A backend's answer: at once, or after some I/O.
+#[must_use = "a Decided carries the decision"]
+pub enum Decided {
+    /// Decided without waiting.
+    Now(Result<Decision, BackendError>),
+    /// To be awaited.
+    Later(DecisionFuture),
+}
+
+impl fmt::Debug for Decided {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decided::Now(result) => f.debug_tuple("Now").field(result).finish(),
+            Decided::Later(_) => f.write_str("Later(..)"),
+        }
+    }
+}
+
+/// Why a backend could not decide.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The cost is above the quota's capacity: no wait would admit it.
+    Cost(CostError),
+    /// The backend could not be reached or failed.
+    Unavailable(BoxError),
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendError::Cost(error) => error.fmt(f),
+            BackendError::Unavailable(error) => {
+                write!(f, "rate-limit backend unavailable: {error}")
+            }
+        }
+    }
+}
+
+impl StdError for BackendError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            BackendError::Cost(error) => Some(error),
+            BackendError::Unavailable(error) => Some(&**error),
+        }
+    }
+}
+
+impl From<CostError> for BackendError {
+    fn from(error: CostError) -> BackendError {
+        BackendError::Cost(error)
+    }
+}
+
+impl<K, A> Backend<K> for KeyedLimiter<K, A>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: Algorithm,
+{
+    #[inline]
+    fn decide(&self, key: &K, cost: u64) -> Decided {
+        Decided::Now(self.check_n(key, cost).map_err(BackendError::Cost))
+    }
+}
+
+/// One state for every key: the key is ignored.
+impl<K, A, C> Backend<K> for Limiter<A, C>
+where
+    A: Algorithm,
+    C: Clock + 'static,
+{
+    #[inline]
+    fn decide(&self, _: &K, cost: u64) -> Decided {
+        Decided::Now(self.check_n(cost).map_err(BackendError::Cost))
+    }
+}

@@ -1,0 +1,238 @@
+//! [`RateLimitLayer`] and its [`Builder`].
+//!
+//! # Decisions
+//!
+//! - Everything the services need (extractor, backend, cost function,
+//!   hooks, header policy) lives in one `Arc` built once: cloning a layer or
+//!   a service is one reference-count increment, every clone decides on the
+//!   same backend, and nothing needs a `'static` lifetime.
+//! - Every setting has a default a cautious user would pick: reject at once,
+//!   one permit per request, reject a request without a key
+//!   ([`OnMissingKey::Reject`]), RateLimit headers on rejections only, gRPC
+//!   answers for gRPC requests, the policy named `"default"` without a
+//!   window.
+//! - Settings that can be invalid (the policy name) are checked when set and
+//!   return an error, never at request time.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use http::request::Parts;
+use http_body_util::Full;
+use tower_layer::Layer;
+
+use crate::backend::Backend;
+use crate::cost::CostFn;
+use crate::key::KeyExtractor;
+use crate::response::{HeaderPolicy, Rejection, RejectionFn, sf_string};
+use crate::service::RateLimitService;
+
+/// What to do with a request whose key cannot be extracted.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub enum OnMissingKey<K> {
+    /// Answer with the key error's status: `500` when the server attached
+    /// no connection address, `400` when the client sent no key or a bad
+    /// one. The default.
+    #[default]
+    Reject,
+    /// Pass the request on without limiting it.
+    Allow,
+    /// Count the request under this key (for example one shared bucket for
+    /// every anonymous client).
+    Use(K),
+}
+
+/// A tower layer that rate-limits HTTP requests per key: see the
+/// [crate docs](crate).
+///
+/// Cloning it, and every service it makes, shares one configuration and
+/// one backend through an [`Arc`].
+pub struct RateLimitLayer<E: KeyExtractor, L> {
+    config: Arc<Config<E, L>>,
+}
+
+/// Everything a service needs, shared by every clone.
+pub(crate) struct Config<E: KeyExtractor, L> {
+    pub(crate) extractor: E,
+    pub(crate) backend: L,
+    pub(crate) cost: Option<CostFn>,
+    pub(crate) on_missing_key: OnMissingKey<E::Key>,
+    pub(crate) max_delay: Option<Duration>,
+    pub(crate) headers_on_success: bool,
+    pub(crate) grpc: bool,
+    pub(crate) policy: Arc<HeaderPolicy>,
+    pub(crate) on_rejection: Option<RejectionFn>,
+}
+
+impl<E: KeyExtractor, L: Backend<E::Key>> RateLimitLayer<E, L> {
+    /// Limits requests by `extractor`'s key with `backend`, every other
+    /// setting at its default.
+    pub fn new(extractor: E, backend: L) -> RateLimitLayer<E, L> {
+        RateLimitLayer::builder(extractor, backend).build()
+    }
+
+    /// Starts building a layer that limits requests by `extractor`'s key
+    /// with `backend`.
+    pub fn builder(extractor: E, backend: L) -> Builder<E, L> {
+        Builder {
+            config: Config {
+                extractor,
+                backend,
+                cost: None,
+                on_missing_key: OnMissingKey::Reject,
+                max_delay: None,
+                headers_on_success: false,
+                grpc: true,
+                policy: Arc::new(HeaderPolicy {
+                    name: "\"default\"".to_owned(),
+                    window_secs: None,
+                }),
+                on_rejection: None,
+            },
+        }
+    }
+
+    /// The backend, to read its state (for example a keyed limiter's
+    /// `len()`).
+    pub fn backend(&self) -> &L {
+        &self.config.backend
+    }
+}
+
+impl<E: KeyExtractor, L> Clone for RateLimitLayer<E, L> {
+    fn clone(&self) -> RateLimitLayer<E, L> {
+        RateLimitLayer {
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<E: KeyExtractor, L> fmt::Debug for RateLimitLayer<E, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer").finish_non_exhaustive()
+    }
+}
+
+impl<S, E: KeyExtractor, L> Layer<S> for RateLimitLayer<E, L> {
+    type Service = RateLimitService<S, E, L>;
+
+    fn layer(&self, inner: S) -> RateLimitService<S, E, L> {
+        RateLimitService::new(inner, Arc::clone(&self.config))
+    }
+}
+
+/// Builds a [`RateLimitLayer`]; every setting has a default.
+pub struct Builder<E: KeyExtractor, L> {
+    config: Config<E, L>,
+}
+
+/// A policy name that a structured-field string cannot carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyNameError {
+    name: String,
+}
+
+impl fmt::Display for PolicyNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "policy name {:?} must be printable ASCII to be sent in RateLimit headers",
+            self.name
+        )
+    }
+}
+
+impl std::error::Error for PolicyNameError {}
+
+impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
+    /// What a request costs, in permits, from its parts (see
+    /// [`cost`](crate::cost)). By default, 1.
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
+        self.config.cost = Some(Box::new(cost));
+        self
+    }
+
+    /// What to do with a request whose key cannot be extracted. By default,
+    /// [`OnMissingKey::Reject`].
+    pub fn on_missing_key(mut self, on_missing_key: OnMissingKey<E::Key>) -> Self {
+        self.config.on_missing_key = on_missing_key;
+        self
+    }
+
+    /// Instead of rejecting at once, a denied request waits up to
+    /// `max_delay` in all: it sleeps for the decision's `retry_after` and
+    /// asks again, as long as the wait fits in what is left, and is
+    /// rejected when it no longer does. Needs a tokio runtime.
+    ///
+    /// Waiters are not served in order (each retries on its own schedule,
+    /// and a newcomer may take the permit a waiter slept for); a FIFO shaper
+    /// in the core will give order. By default, no waiting.
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.config.max_delay = Some(max_delay);
+        self
+    }
+
+    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit`
+    /// too. By default, only rejections do.
+    pub fn headers_on_success(mut self, enabled: bool) -> Self {
+        self.config.headers_on_success = enabled;
+        self
+    }
+
+    /// The name of the policy in the RateLimit headers. By default,
+    /// `"default"`.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyNameError`] for a name with characters outside printable
+    /// ASCII.
+    pub fn policy_name(mut self, name: &str) -> Result<Self, PolicyNameError> {
+        let quoted = sf_string(name).ok_or_else(|| PolicyNameError {
+            name: name.to_owned(),
+        })?;
+        self.policy_mut().name = quoted;
+        Ok(self)
+    }
+
+    /// The policy's window, sent as `w` in `RateLimit-Policy` (whole
+    /// seconds, rounded up). By default, none: `w` is left out, since a
+    /// decision does not carry its quota's period.
+    pub fn policy_window(mut self, window: Duration) -> Self {
+        self.policy_mut().window_secs = Some(crate::response::whole_seconds(window));
+        self
+    }
+
+    /// Whether gRPC requests get gRPC statuses rather than HTTP `429`s. By
+    /// default, yes.
+    pub fn grpc(mut self, enabled: bool) -> Self {
+        self.config.grpc = enabled;
+        self
+    }
+
+    /// Builds the answer to rejected (non-gRPC) requests; `Retry-After` and
+    /// the RateLimit headers are added unless the response has them. By
+    /// default, a plain-text body with the rejection's status.
+    pub fn on_rejection(
+        mut self,
+        hook: impl Fn(&Rejection) -> Response<Full<Bytes>> + Send + Sync + 'static,
+    ) -> Self {
+        self.config.on_rejection = Some(Box::new(hook));
+        self
+    }
+
+    /// The layer.
+    pub fn build(self) -> RateLimitLayer<E, L> {
+        RateLimitLayer {
+            config: Arc::new(self.config),
+        }
+    }
+
+    fn policy_mut(&mut self) -> &mut HeaderPolicy {
+        // Not shared before `build`: never a copy.
+        Arc::make_mut(&mut self.config.policy)
+    }
+}

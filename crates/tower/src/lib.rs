@@ -1,0 +1,100 @@
+//! Tower middleware for tollgate: one layer on an axum, hyper or tonic
+//! service gives per-client limits, correct `429`s, `Retry-After` and the
+//! IETF `RateLimit` headers.
+//!
+//! # Glossary
+//!
+//! - **[`RateLimitLayer`]** / **[`RateLimitService`]**: the tower layer and
+//!   the service it wraps around any `Service<http::Request<B>>`. Clones
+//!   share one configuration and one backend through an [`Arc`](std::sync::Arc):
+//!   an axum router can clone it per connection without a `Buffer`.
+//! - **key** ([`KeyExtractor`]): which bucket a request counts in: [`Global`],
+//!   [`PeerIp`], [`ClientIp`] (behind trusted proxies), [`HeaderKey`] (an API
+//!   key), `MethodRoute` (method and axum's matched route, with the `axum`
+//!   feature), [`KeyFn`] (a closure), and [`Or`] to fall back from one to
+//!   another.
+//! - **backend** ([`Backend`]): who decides "this key, this cost":
+//!   a [`tollgate::KeyedLimiter`] (per-key quotas with `override_key` /
+//!   `override_with`, several limits with [`tollgate::AllOf`]) or a
+//!   [`tollgate::Limiter`] (one bucket).
+//! - **cost**: permits a request takes; 1, or a function of its parts
+//!   ([`cost`]).
+//! - **[`Rejection`]**: why a request was answered here: limited (`429`),
+//!   no key (`400`/`500`), cost above the quota (`413`), backend down (`503`).
+//!
+//! # Examples
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::get};
+//! use tollgate::{Gcra, KeyedLimiter, Quota};
+//! use tollgate_tower::{PeerIp, RateLimitLayer};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // 10 per second per client address, bursts of 20.
+//! let per_ip = KeyedLimiter::new(Gcra::new(Quota::per_second(10)?.with_burst(20)?)?);
+//! let app: Router = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(PeerIp::new(), per_ip));
+//! // Serve with the peer address attached to each request:
+//! let _service = app.into_make_service_with_connect_info::<SocketAddr>();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `examples/axum.rs` shows per-IP and per-API-key limits together.
+//!
+//! # Readiness
+//!
+//! `poll_ready` passes the inner service's readiness through and does
+//! nothing else; the rate-limit decision is taken in `call`, once there is
+//! a request and a key. That avoids the two classic traps of deciding in
+//! `poll_ready` (tower's own `RateLimit`): a permit taken for a call that
+//! never comes (a service polled ready and then dropped, or used by
+//! another request), and a limit reached for one client making the whole
+//! service not ready, which stalls every other client's connection instead
+//! of answering `429`. A request decided at once (local limiters) calls
+//! the inner service directly from `call`. A request that must wait (an
+//! async backend, or [`max_delay`](Builder::max_delay)) takes the inner
+//! service that was made ready with it and leaves a clone in its place, so
+//! the readiness it was promised is the one it uses.
+//!
+//! # Modes
+//!
+//! - **Reject** (the default): a denial is answered at once.
+//! - **Wait** ([`Builder::max_delay`]): a denied request sleeps for its
+//!   `retry_after` and asks again until admitted or out of budget. Not
+//!   FIFO; the core's shaper will offer that.
+//! - **Cost** ([`Builder::cost`]): route weights, body size.
+//!
+//! Reserve-then-settle (charging the real cost after the response) and the
+//! Redis backend plug in through [`Backend`] when the core's reservation
+//! API and the Redis crate land.
+//!
+//! # Responses
+//!
+//! See [`response`] for the exact headers (`Retry-After`, and
+//! `RateLimit-Policy` / `RateLimit` per draft-ietf-httpapi-ratelimit-headers-11)
+//! and the gRPC answer (`RESOURCE_EXHAUSTED` with `retry-after` and
+//! `grpc-retry-pushback-ms` metadata).
+
+#![forbid(unsafe_code)]
+
+mod backend;
+pub mod cost;
+mod future;
+pub mod ip;
+pub mod key;
+mod layer;
+pub mod response;
+mod service;
+
+pub use backend::{Backend, BackendError, BoxError, Decided, DecisionFuture};
+pub use future::{ResponseBody, ResponseFuture};
+pub use ip::{ClientIp, ConnectionAddr, DefaultConnectionAddr, PeerIp, PrefixError, ProxyHeader};
+pub use key::{Global, HeaderKey, KeyError, KeyErrorKind, KeyExtractor, KeyFn, Or, OrKey};
+#[cfg(feature = "axum")]
+pub use key::{MethodRoute, RouteKey};
+pub use layer::{Builder, OnMissingKey, PolicyNameError, RateLimitLayer};
+pub use response::Rejection;
+pub use service::RateLimitService;

@@ -1,0 +1,209 @@
+//! A real axum server on 127.0.0.1 and real clients: hyper-util over
+//! HTTP/1.1, and tonic over HTTP/2 for the gRPC answer. The limiter runs
+//! on a manual clock, so that the headers are exact whatever the machine's
+//! speed; every network wait has a timeout.
+
+mod support;
+
+use std::future::IntoFuture;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use bytes::{Buf, BufMut, Bytes};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use support::NETWORK_TIMEOUT;
+use tokio::net::TcpListener;
+use tokio::time::timeout;
+use tollgate::{Gcra, KeyedLimiter, ManualClock, Quota};
+use tollgate_tower::{PeerIp, RateLimitLayer};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::{Code, Status};
+
+/// Serves `app` on a free loopback port with the peer address attached;
+/// the server stops when the test's runtime does.
+async fn serve(app: Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    );
+    tokio::spawn(server.into_future());
+    addr
+}
+
+fn limiter(quota: Quota, clock: &ManualClock) -> KeyedLimiter<IpAddr> {
+    KeyedLimiter::builder(Gcra::new(quota).unwrap())
+        .clock(clock.clone())
+        .sweep_every(None)
+        .build()
+}
+
+#[tokio::test]
+async fn a_real_server_answers_429_with_exact_headers() {
+    let clock = ManualClock::new();
+    let limiter = limiter(Quota::per_minute(2).unwrap(), &clock);
+    let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
+        .headers_on_success(true)
+        .policy_window(Duration::from_secs(60))
+        .build();
+    let app = Router::new()
+        .route("/hello", get(|| async { "hello" }))
+        .layer(layer);
+    let addr = serve(app).await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let uri: http::Uri = format!("http://{addr}/hello").parse().unwrap();
+    let get = || async {
+        let response = timeout(NETWORK_TIMEOUT, client.get(uri.clone()))
+            .await
+            .expect("no answer in time")
+            .expect("request failed");
+        let (parts, body) = response.into_parts();
+        let body = timeout(NETWORK_TIMEOUT, body.collect())
+            .await
+            .expect("no body in time")
+            .expect("body failed")
+            .to_bytes();
+        (parts.status, parts.headers, body)
+    };
+    let text = |headers: &HeaderMap, name: &str| {
+        headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+
+    let (status, headers, body) = get().await;
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"hello"[..]));
+    assert_eq!(text(&headers, "ratelimit-policy"), "\"default\";q=2;w=60");
+    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=1;t=30");
+    let (status, headers, _) = get().await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=0;t=60");
+    let (status, headers, body) = get().await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(text(&headers, "retry-after"), "30");
+    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=0;t=60");
+    assert_eq!(&body[..], b"too many requests: retry after 30 s\n");
+    // The client was keyed by its loopback address.
+    assert_eq!(limiter.len(), 1);
+    assert!(
+        limiter
+            .peek(&"127.0.0.1".parse::<IpAddr>().unwrap())
+            .is_denied()
+    );
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(get().await.0, StatusCode::OK);
+}
+
+/// A tonic codec of raw bytes: no protobuf, no protoc.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// A gRPC method that always answers UNIMPLEMENTED (trailers-only): proof
+/// that the request got through the limiter.
+async fn unimplemented() -> impl IntoResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from_static("12"));
+    (StatusCode::OK, headers)
+}
+
+#[tokio::test]
+async fn a_tonic_client_sees_resource_exhausted_with_retry_metadata() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new(
+        PeerIp::new(),
+        limiter(Quota::per_minute(1).unwrap(), &clock),
+    );
+    let app = Router::new()
+        .route("/test.Echo/Say", post(unimplemented))
+        .layer(layer);
+    let addr = serve(app).await;
+    let channel = timeout(
+        NETWORK_TIMEOUT,
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect(),
+    )
+    .await
+    .expect("no connection in time")
+    .expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    let mut call = async || {
+        timeout(NETWORK_TIMEOUT, grpc.ready())
+            .await
+            .expect("not ready in time")
+            .expect("ready");
+        let request = tonic::Request::new(Bytes::from_static(b"hi"));
+        let path = http::uri::PathAndQuery::from_static("/test.Echo/Say");
+        timeout(
+            NETWORK_TIMEOUT,
+            grpc.unary::<Bytes, Bytes, _>(request, path, RawCodec),
+        )
+        .await
+        .expect("no answer in time")
+        .expect_err("both calls end in a status")
+    };
+    let first = call().await;
+    assert_eq!(first.code(), Code::Unimplemented, "{first:?}");
+    let second = call().await;
+    assert_eq!(second.code(), Code::ResourceExhausted, "{second:?}");
+    assert_eq!(second.message(), "too many requests: retry after 60 s");
+    let metadata = second.metadata();
+    assert_eq!(metadata.get("retry-after").unwrap().to_str().unwrap(), "60");
+    assert_eq!(
+        metadata
+            .get("grpc-retry-pushback-ms")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "60000"
+    );
+    assert_eq!(
+        metadata.get("ratelimit").unwrap().to_str().unwrap(),
+        "\"default\";r=0;t=60"
+    );
+}
