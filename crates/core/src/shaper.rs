@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::decision::CostError;
+use crate::decision::{CostError, Decision};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
 
@@ -376,6 +376,30 @@ impl<C: Clock> Shaper<C> {
     pub fn acquire(&self, cost: u64) -> Result<Nanos, Refusal> {
         let mut reservation = self.reserve(cost)?;
         Ok(reservation.wait())
+    }
+
+    /// What a reservation of `cost` would face now, taking nothing: allowed
+    /// if it would not wait, else denied with the wait as `retry_after`
+    /// (whether or not that wait is within `max_delay`); `remaining` and
+    /// `reset_after` as for a [`Gcra`] limiter whose state is the schedule's
+    /// last reservation.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError`] if `cost` is above the burst.
+    pub fn peek_n(&self, cost: u64) -> Result<Decision, CostError> {
+        let shared = &*self.shared;
+        let burst = shared.gcra.quota().burst();
+        if cost > burst {
+            return Err(CostError::new(cost, burst));
+        }
+        let now = shared.clock.now();
+        let mut schedule = lock(&shared.schedule);
+        let woken = schedule.release_due(now);
+        let tail = schedule.tail_tat().saturating_add(schedule.debt);
+        drop(schedule);
+        wake_all(woken);
+        Ok(shared.gcra.transition(tail, now, cost).0)
     }
 
     /// Reservations waiting for their instant.

@@ -492,3 +492,23 @@ fn threads_waiting_at_once_stay_within_the_bound_on_the_real_clock() {
     let report = Gcra::new(quota).unwrap().guarantee().check(&admissions);
     assert!(report.is_ok(), "{report:?}");
 }
+
+#[test]
+fn peek_tells_the_wait_without_taking_anything() {
+    let clock = ManualClock::new();
+    let shaper = shaper(1, 1_000, 2, u64::MAX, &clock);
+    let now = shaper.peek_n(2).unwrap();
+    assert!(now.is_allowed());
+    assert_eq!(now.remaining(), 0);
+    shaper.reserve(2).unwrap().consume();
+    let queued = shaper.reserve(1).unwrap();
+    let next = shaper.peek_n(1).unwrap();
+    assert!(next.is_denied());
+    assert_eq!(next.retry_after(), Duration::from_nanos(2_000));
+    assert!(shaper.peek_n(3).is_err());
+    // Peeking took nothing: the next reservation is where peek said.
+    let after = shaper.reserve(1).unwrap();
+    assert_eq!(after.ready_at(), Nanos::new(2_000));
+    queued.consume();
+    after.consume();
+}

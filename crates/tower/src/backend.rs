@@ -20,7 +20,9 @@ use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
 
-use tollgate::{Algorithm, Clock, CostError, Decision, KeyedLimiter, Limiter};
+use std::time::Duration;
+
+use tollgate::{Algorithm, Clock, CostError, Decision, KeyedLimiter, Limiter, Refusal, Shaper};
 
 /// A boxed error from a remote backend.
 pub type BoxError = Box<dyn StdError + Send + Sync>;
@@ -30,8 +32,8 @@ pub type DecisionFuture = Pin<Box<dyn Future<Output = Result<Decision, BackendEr
 
 /// Decides whether `cost` permits may be taken for `key`.
 ///
-/// Implemented for [`KeyedLimiter`] (one state per key) and [`Limiter`]
-/// (one state for every key).
+/// Implemented for [`KeyedLimiter`] (one state per key), [`Limiter`] (one
+/// state for every key) and [`Shaper`] (one FIFO queue for every key).
 pub trait Backend<K>: Send + Sync + 'static {
     /// Takes `cost` permits for `key` if they are all available; none
     /// otherwise. A cost of 0 only looks.
@@ -113,4 +115,70 @@ where
     fn decide(&self, _: &K, cost: u64) -> Decided {
         Decided::Now(self.check_n(cost).map_err(BackendError::Cost))
     }
+}
+
+/// FIFO shaping for every key (the key is ignored): a request waits for its
+/// slot in the shaper's queue, first come first served, and is answered
+/// `429` at once when it would wait longer than the shaper's `max_delay` or
+/// the queue is full. Dropping the request (a client gone) gives its slot
+/// back exactly.
+///
+/// The shaper's own `max_delay` bounds the wait: leave the layer's
+/// [`max_delay`](crate::Builder::max_delay) unset with this backend. A
+/// refusal's `retry_after` is the time after which the same request would
+/// wait no longer than `max_delay` (one emission interval when the queue was
+/// full); `remaining` and `reset_after` are the schedule's, as
+/// [`Shaper::peek_n`] reports them.
+impl<K, C> Backend<K> for Shaper<C>
+where
+    C: Clock + 'static,
+{
+    fn decide(&self, _: &K, cost: u64) -> Decided {
+        let limit = self.quota().burst();
+        match self.reserve(cost) {
+            Ok(reservation) if reservation.delay().is_zero() => {
+                reservation.consume();
+                Decided::Now(Ok(admitted(self, limit)))
+            }
+            Ok(mut reservation) => {
+                let shaper = self.clone();
+                Decided::Later(Box::pin(async move {
+                    reservation.ready().await;
+                    Ok(admitted(&shaper, limit))
+                }))
+            }
+            Err(Refusal::TooLong { wait, max_delay }) => {
+                Decided::Now(Ok(refused(self, limit, wait.saturating_sub(max_delay))))
+            }
+            Err(Refusal::Full { .. }) => {
+                let quota = self.quota();
+                let interval = Duration::from_nanos(quota.period_nanos() / quota.limit());
+                Decided::Now(Ok(refused(self, limit, interval)))
+            }
+            Err(Refusal::Cost(error)) => Decided::Now(Err(BackendError::Cost(error))),
+            Err(other) => Decided::Now(Err(BackendError::Unavailable(Box::new(other)))),
+        }
+    }
+}
+
+/// An admission by a shaper, with the schedule's `remaining` and `reset_after`.
+fn admitted<C: Clock>(shaper: &Shaper<C>, limit: u64) -> Decision {
+    let (remaining, reset_after) = shaper.peek_n(0).map_or((0, Duration::ZERO), |now| {
+        (now.remaining(), now.reset_after())
+    });
+    Decision::from_parts(true, limit, remaining, Duration::ZERO, reset_after)
+}
+
+/// A shaper's refusal, to be tried again after `retry_after`.
+fn refused<C: Clock>(shaper: &Shaper<C>, limit: u64, retry_after: Duration) -> Decision {
+    let reset_after = shaper
+        .peek_n(0)
+        .map_or(Duration::ZERO, |now| now.reset_after());
+    Decision::from_parts(
+        false,
+        limit,
+        0,
+        retry_after.max(Duration::from_nanos(1)),
+        reset_after,
+    )
 }

@@ -753,3 +753,82 @@ async fn a_denial_without_a_wait_does_not_spin_the_wait_mode() {
     assert_eq!(header(&denied, "retry-after"), "1");
     assert_eq!(start.elapsed(), Duration::from_millis(10));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shaper_backend_releases_requests_in_order_and_refuses_past_max_delay() {
+    // 10 per second, one at a time; nobody queues for more than 250 ms.
+    let shaper = tollgate::Shaper::builder(Quota::per_second(10).unwrap().with_burst(1).unwrap())
+        .max_delay(Duration::from_millis(250))
+        .clock(tollgate::TokioClock::new())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(Global, shaper.clone())
+        .headers_on_success(true)
+        .build();
+    let service = layer.layer(ok_service());
+    let start = tokio::time::Instant::now();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..3u64 {
+        let mut service = service.clone();
+        let order = Arc::clone(&order);
+        tasks.push(tokio::spawn(async move {
+            let response = send(&mut service, Request::get("/").body(String::new()).unwrap()).await;
+            order.lock().unwrap().push((i, start.elapsed()));
+            response.status()
+        }));
+        // Arrive in order.
+        for _ in 0..5 {
+            tokio::task::yield_now().await;
+        }
+    }
+    // The fourth would wait 300 ms: refused at once, and told when waiting
+    // would be within 250 ms again (50 ms, rounded up to a second).
+    let mut fourth = service.clone();
+    let refused = send(&mut fourth, Request::get("/").body(String::new()).unwrap()).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "retry-after"), "1");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), StatusCode::OK);
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        [
+            (0, Duration::ZERO),
+            (1, Duration::from_millis(100)),
+            (2, Duration::from_millis(200))
+        ]
+    );
+    assert_eq!(shaper.waiters(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_while_shaped_gives_its_slot_back() {
+    let shaper = tollgate::Shaper::builder(Quota::per_second(10).unwrap().with_burst(1).unwrap())
+        .max_delay(Duration::from_secs(1))
+        .clock(tollgate::TokioClock::new())
+        .build()
+        .unwrap();
+    let service = RateLimitLayer::builder(Global, shaper.clone())
+        .build()
+        .layer(ok_service());
+    let start = tokio::time::Instant::now();
+    let mut first = service.clone();
+    send(&mut first, Request::get("/").body(String::new()).unwrap()).await;
+    // The second waits for 100 ms; its client goes away after 40.
+    let mut second = service.clone();
+    let gone = tokio::time::timeout(
+        Duration::from_millis(40),
+        send(&mut second, Request::get("/").body(String::new()).unwrap()),
+    )
+    .await;
+    assert!(gone.is_err());
+    assert_eq!(shaper.waiters(), 0);
+    // The third takes the slot the second gave back: 100 ms, not 200.
+    let mut third = service.clone();
+    let response = send(&mut third, Request::get("/").body(String::new()).unwrap()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+}
