@@ -3,7 +3,9 @@
 //! Modes, switchable at any time and applied to open connections too:
 //! - `Pass`: forward both ways;
 //! - `Latency(d)`: forward each chunk after `d`;
-//! - `BlackHole`: accept and read, never forward nor answer;
+//! - `BlackHole`: accept and read, never forward nor answer; a connection
+//!   that saw the black hole stays in it (as on a dead route: the bytes it
+//!   swallowed are gone), only new connections pass again;
 //! - `Reset`: reset every connection (RST) as soon as it is seen.
 
 use std::sync::{Arc, Mutex};
@@ -88,6 +90,8 @@ fn reset(stream: TcpStream) {
 async fn relay(client: TcpStream, server: TcpStream, mode: Arc<Mutex<Mode>>) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
+    let holed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let up_holed = holed.clone();
     let up_mode = mode.clone();
     let up = async move {
         let mut buf = vec![0u8; 64 * 1024];
@@ -95,9 +99,15 @@ async fn relay(client: TcpStream, server: TcpStream, mode: Arc<Mutex<Mode>>) {
             // Poll the mode while idle too, so that a reset reaches open connections.
             let read =
                 tokio::time::timeout(Duration::from_millis(20), client_read.read(&mut buf)).await;
-            let mode = current(&up_mode);
+            let mut mode = current(&up_mode);
             if mode == Mode::Reset {
                 return;
+            }
+            // SeqCst: two flags read by two tasks; simplest order, no hot path.
+            if mode == Mode::BlackHole {
+                up_holed.store(true, std::sync::atomic::Ordering::SeqCst);
+            } else if up_holed.load(std::sync::atomic::Ordering::SeqCst) {
+                mode = Mode::BlackHole;
             }
             let n = match read {
                 Err(_) => continue,
@@ -114,15 +124,22 @@ async fn relay(client: TcpStream, server: TcpStream, mode: Arc<Mutex<Mode>>) {
             }
         }
     };
+    let down_holed = holed.clone();
     let down_mode = mode.clone();
     let down = async move {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let read =
                 tokio::time::timeout(Duration::from_millis(20), server_read.read(&mut buf)).await;
-            let mode = current(&down_mode);
+            let mut mode = current(&down_mode);
             if mode == Mode::Reset {
                 return;
+            }
+            // SeqCst: as above.
+            if mode == Mode::BlackHole {
+                down_holed.store(true, std::sync::atomic::Ordering::SeqCst);
+            } else if down_holed.load(std::sync::atomic::Ordering::SeqCst) {
+                mode = Mode::BlackHole;
             }
             let n = match read {
                 Err(_) => continue,
