@@ -213,9 +213,17 @@ impl Leases {
                         limit: decision.limit(),
                         reply,
                     };
-                    if let Some(entry) = self.lock().get_mut(key) {
-                        entry.held = Some(held);
-                    }
+                    // The sweep may have forgotten the key while it had no
+                    // lease: insert it again rather than strand the permits.
+                    let size = size.min(self.config.max);
+                    self.lock()
+                        .entry(key.to_vec())
+                        .or_insert_with(|| KeyLease {
+                            held: None,
+                            size,
+                            fetch: fetch.clone(),
+                        })
+                        .held = Some(held);
                     let reported = Decision::from_parts(
                         true,
                         decision.limit(),

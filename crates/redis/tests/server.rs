@@ -79,3 +79,42 @@ async fn script_flush_during_load_is_recovered() {
     };
     script_flush_under_load_is_recovered(&redis, flush, "flush").await;
 }
+
+/// The deny cache answers a standing denial locally, to the nanosecond of
+/// its retry time, and never past it.
+#[tokio::test]
+async fn deny_cache_answers_until_the_exact_retry_time() {
+    use tollgate::{ManualClock, Nanos};
+    use tollgate_redis::{RedisLimiter, Source};
+    let server = support::Server::start();
+    let clock = ManualClock::starting_at(Nanos::new(1_000_000_000));
+    let limiter = RedisLimiter::builder(server.connect().await, "deny")
+        .limit(gcra(10, Duration::from_secs(1), 2))
+        .manual_time(clock.clone())
+        .deny_cache(1_000)
+        .deadline(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    assert!(limiter.check(b"k").await.is_allowed());
+    assert!(limiter.check(b"k").await.is_allowed());
+    let first = limiter.check_outcome(b"k", 1).await.unwrap();
+    assert_eq!(first.source, Source::Redis);
+    assert_eq!(first.decision.retry_after(), Duration::from_millis(100));
+    let cached = limiter.check_outcome(b"k", 1).await.unwrap();
+    assert_eq!(cached.source, Source::DenyCache);
+    assert_eq!(cached.decision, first.decision);
+    // Another cost is not the cached request: asked of Redis.
+    assert_eq!(
+        limiter.check_outcome(b"k", 2).await.unwrap().source,
+        Source::Redis
+    );
+    clock.advance(Duration::from_nanos(99_999_999));
+    let last = limiter.check_outcome(b"k", 1).await.unwrap();
+    assert_eq!(last.source, Source::DenyCache);
+    assert_eq!(last.decision.retry_after(), Duration::from_nanos(1));
+    clock.advance(Duration::from_nanos(1));
+    let after = limiter.check_outcome(b"k", 1).await.unwrap();
+    assert_eq!(after.source, Source::Redis);
+    assert!(after.decision.is_allowed());
+    assert_eq!(limiter.stats().deny_cache, 2);
+}
