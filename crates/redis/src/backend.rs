@@ -57,20 +57,22 @@ pub struct Redis {
 }
 
 enum Inner {
-    Single {
-        client: redis::Client,
-        config: ConnectionManagerConfig,
-        manager: RwLock<ConnectionManager>,
-    },
+    Single(Box<Single>),
     Cluster(ClusterConnection),
+}
+
+struct Single {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    manager: RwLock<ConnectionManager>,
 }
 
 impl std::fmt::Debug for Redis {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &*self.inner {
-            Inner::Single { client, .. } => f
+            Inner::Single(single) => f
                 .debug_struct("Redis")
-                .field("server", &client.get_connection_info().addr())
+                .field("server", &single.client.get_connection_info().addr())
                 .finish(),
             Inner::Cluster(_) => f.debug_struct("Redis").field("cluster", &true).finish(),
         }
@@ -94,11 +96,11 @@ impl Redis {
             .set_max_delay(Duration::from_millis(200));
         let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
         Ok(Redis {
-            inner: Arc::new(Inner::Single {
+            inner: Arc::new(Inner::Single(Box::new(Single {
                 client,
                 config,
                 manager: RwLock::new(manager),
-            }),
+            }))),
         })
     }
 
@@ -129,9 +131,9 @@ impl Redis {
     /// A handle for one call: cheap (reference counts).
     pub(crate) fn connection(&self) -> Connection {
         match &*self.inner {
-            Inner::Single { manager, .. } => {
+            Inner::Single(single) => {
                 // A poisoned lock still holds a valid manager.
-                let manager = manager.read().unwrap_or_else(|e| e.into_inner());
+                let manager = single.manager.read().unwrap_or_else(|e| e.into_inner());
                 Connection::Single(manager.clone())
             }
             Inner::Cluster(c) => Connection::Cluster(c.clone()),
@@ -142,16 +144,13 @@ impl Redis {
     /// first use (see the [module docs](self)). The cluster client manages
     /// its connections itself.
     pub fn reconnect(&self) {
-        if let Inner::Single {
-            client,
-            config,
-            manager,
-        } = &*self.inner
-        {
-            if let Ok(fresh) =
-                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-            {
-                *manager.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        if let Inner::Single(single) = &*self.inner {
+            let fresh = ConnectionManager::new_lazy_with_config(
+                single.client.clone(),
+                single.config.clone(),
+            );
+            if let Ok(fresh) = fresh {
+                *single.manager.write().unwrap_or_else(|e| e.into_inner()) = fresh;
             }
         }
     }

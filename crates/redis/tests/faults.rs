@@ -12,7 +12,6 @@
 
 mod support;
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -28,7 +27,7 @@ const SHARE: f64 = 0.1;
 const RATE: u64 = 100;
 
 /// One fault at a time: they share the machine's two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const POLICIES: [FailurePolicy; 3] = [
     FailurePolicy::FailOpen,
@@ -161,13 +160,13 @@ async fn fault(name: &str, url: &str, inject: impl FnOnce(), heal: impl FnOnce()
     }
 }
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_then_resumed() {
-    let _serial = serial();
+    let _serial = serial().await;
     let server = Server::start();
     fault(
         "stop",
@@ -180,7 +179,7 @@ async fn redis_stopped_then_resumed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_then_restarted() {
-    let _serial = serial();
+    let _serial = serial().await;
     let server = std::cell::RefCell::new(Server::start());
     let url = server.borrow().url();
     fault(
@@ -194,7 +193,7 @@ async fn redis_killed_then_restarted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_pause() {
-    let _serial = serial();
+    let _serial = serial().await;
     let server = Server::start();
     fault(
         "pause",
@@ -211,7 +210,7 @@ async fn client_pause() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_latency_through_the_proxy() {
-    let _serial = serial();
+    let _serial = serial().await;
     let server = Server::start();
     let proxy = Proxy::start(server.port).await;
     fault(
@@ -225,7 +224,7 @@ async fn added_latency_through_the_proxy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn black_hole_through_the_proxy() {
-    let _serial = serial();
+    let _serial = serial().await;
     let server = Server::start();
     let proxy = Proxy::start(server.port).await;
     fault(
@@ -239,7 +238,7 @@ async fn black_hole_through_the_proxy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_resets_through_the_proxy() {
-    let _serial = serial();
+    let _serial = serial().await;
     let server = Server::start();
     let proxy = Proxy::start(server.port).await;
     fault(
@@ -255,7 +254,7 @@ async fn connection_resets_through_the_proxy() {
 /// policy at once instead of waiting behind the stuck ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_beyond_the_in_flight_bound_go_to_the_policy_at_once() {
-    let _serial = serial();
+    let _serial = serial().await;
     let server = Server::start();
     let redis = server.connect().await;
     let limiter = RedisLimiter::builder(redis, "bound")
