@@ -298,3 +298,83 @@ pub(crate) fn spawn_sweeper(shared: Weak<crate::limiter::Shared>, every: Duratio
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(left: u64, taken: u64, taken_at_ms: u64, ttl_ms: u64) -> Held {
+        let ms = |m: u64| Nanos::new(m * 1_000_000);
+        Held {
+            left,
+            taken,
+            taken_at: ms(taken_at_ms),
+            expires: ms(taken_at_ms + ttl_ms),
+            limit: 100,
+            reply: Reply {
+                decision: Decision::from_parts(true, 100, 0, Duration::ZERO, Duration::ZERO),
+                taken,
+                now: 0,
+                resets: Vec::new(),
+                window_end: None,
+            },
+        }
+    }
+
+    fn put(leases: &Leases, h: Held) {
+        leases
+            .lock()
+            .entry(b"k".to_vec())
+            .or_insert_with(|| KeyLease {
+                held: None,
+                size: leases.config.initial,
+                fetch: Arc::new(tokio::sync::Mutex::new(())),
+            })
+            .held = Some(h);
+    }
+
+    #[test]
+    fn hot_keys_grow_their_lease_and_cold_keys_shrink_it() {
+        let leases = Leases::new(
+            LeaseConfig {
+                initial: 8,
+                max: 32,
+                ttl: Duration::from_millis(100),
+                max_keys: 10,
+            },
+            1_000,
+        )
+        .unwrap();
+        let at = |ms: u64| Nanos::new(ms * 1_000_000);
+        // Spent within half the TTL: doubles, up to the max.
+        for expected in [16, 32, 32] {
+            put(&leases, held(0, 8, 0, 100));
+            let (stale, size) = leases.retire(b"k", 1, at(10));
+            assert!(stale.is_some());
+            assert_eq!(size, expected);
+        }
+        // Expired with most of it unspent: halves, down to 1.
+        for expected in [16, 8, 4, 2, 1, 1] {
+            put(&leases, held(20, 32, 0, 100));
+            assert_eq!(leases.retire(b"k", 1, at(150)).1, expected);
+        }
+        // Spent slowly: stays.
+        put(&leases, held(0, 8, 0, 100));
+        assert_eq!(leases.retire(b"k", 1, at(80)).1, 1);
+    }
+
+    #[test]
+    fn settings_are_validated() {
+        let bad = LeaseConfig {
+            initial: 0,
+            ..LeaseConfig::default()
+        };
+        assert!(Leases::new(bad, 10).is_err());
+        let bad = LeaseConfig {
+            max: 1,
+            initial: 2,
+            ..LeaseConfig::default()
+        };
+        assert!(Leases::new(bad, 10).is_err());
+    }
+}

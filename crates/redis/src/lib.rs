@@ -56,3 +56,8 @@ pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
 pub use policy::{FailurePolicy, Fault, Source, Stats};
+
+/// The README's example, compiled as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

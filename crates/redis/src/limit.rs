@@ -11,8 +11,8 @@
 //!
 //! # Exactness (Lua numbers are doubles)
 //!
-//! Every value the script forms must be an integer below 2^53. The checks in
-//! [`Limit::check_exact`] refuse, with [`ConfigError::Inexact`], a limit that
+//! Every value the script forms must be an integer below 2^53. Checks at
+//! build time refuse, with [`ConfigError::Inexact`], a limit that
 //! could form a larger one:
 //!
 //! - GCRA keeps its state *relative to now* (debt in ticks, and the time it

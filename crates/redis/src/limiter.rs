@@ -17,15 +17,15 @@
 //! # Over-admission after a failover
 //!
 //! Redis replication is asynchronous: a replica promoted after its primary
-//! died may have missed the last writes, at most what the primary accepted
-//! within the replication lag `L` before it died. For one key that is at
-//! most the admissions of that window: `burst` for GCRA (it can re-admit a
-//! full burst that had been spent, plus `rate · L`), `limit` per fixed window
-//! and per sliding window, over the window containing the failover. With
-//! `WAIT`-less replication no client-side design can do better; leases add
-//! nothing to it (a lease is one write like any other). While the failover
-//! runs, decisions follow the failure policy, whose local share adds at most
-//! `share · limit` per node over the outage.
+//! died may have missed the writes of the last replication lag `L`. The
+//! admissions it forgets, and may admit again, are at most what the limit
+//! allows within `L`: **`burst + rate·L` for GCRA**, **`limit`** for a fixed
+//! or sliding window (only the current window's admissions still matter).
+//! That is the over-admission bound per key and per failover. A lease is one
+//! write like any other (a forgotten lease counts within the same bound,
+//! and its holder still spends it: add one lease, `max` permits, per node).
+//! While the failover runs, decisions follow the failure policy, whose local
+//! share admits at most `share` of each quota per node over the outage.
 
 use std::sync::Arc;
 use std::time::Duration;

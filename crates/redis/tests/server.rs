@@ -118,3 +118,28 @@ async fn deny_cache_answers_until_the_exact_retry_time() {
     assert!(after.decision.is_allowed());
     assert_eq!(limiter.stats().deny_cache, 2);
 }
+
+/// A batch of keys is decided concurrently on the shared connection, one
+/// decision per key, in order.
+#[tokio::test]
+async fn a_batch_decides_every_key_in_order() {
+    use tollgate::{ManualClock, Nanos};
+    let server = support::Server::start();
+    let clock = ManualClock::starting_at(Nanos::new(1_000_000_000));
+    let limiter = scenarios::frozen(
+        &server.connect().await,
+        "batch",
+        gcra(1, Duration::from_secs(60), 1),
+        &clock,
+    );
+    let keys: Vec<String> = (0..1_000).map(|i| format!("user:{i}")).collect();
+    let first = limiter.check_batch(&keys).await;
+    assert_eq!(first.len(), 1_000);
+    assert!(first.iter().all(|d| d.is_allowed()));
+    // One key spent again, so its slot in the answer is the denial.
+    let mut mixed = keys[..10].to_vec();
+    mixed.push("fresh".into());
+    let second = limiter.check_batch(&mixed).await;
+    assert!(second[..10].iter().all(|d| d.is_denied()));
+    assert!(second[10].is_allowed());
+}
