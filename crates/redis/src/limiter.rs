@@ -363,6 +363,11 @@ impl RedisLimiter {
         cost: u64,
     ) -> Result<Outcome, CostError> {
         self.check_cost(cost)?;
+        // Answers from the deny cache, a lease or the policy complete without
+        // waiting: count them against the task's budget so that a caller
+        // looping on them still lets the runtime run other tasks (among them
+        // the connection that would end an outage).
+        tokio::task::coop::consume_budget().await;
         let key = key.as_ref();
         let s = &self.shared;
         if let Some(cache) = &s.deny_cache {
