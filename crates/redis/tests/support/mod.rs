@@ -101,11 +101,13 @@ impl Server {
         redis_cli(self.port, args).unwrap_or_default()
     }
 
+    /// Sends `signal` (`-STOP`, `-CONT`) through the shell's built-in
+    /// `kill`, which needs no package beyond `sh`.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.pid().to_string()])
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill {signal} {}", self.pid())])
             .status()
-            .expect("kill");
+            .expect("sh");
         assert!(status.success());
     }
 
@@ -143,8 +145,8 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Some(child) = &self.child {
             // A stopped process must be resumed to die cleanly.
-            let _ = Command::new("kill")
-                .args(["-CONT", &child.id().to_string()])
+            let _ = Command::new("sh")
+                .args(["-c", &format!("kill -CONT {}", child.id())])
                 .status();
         }
         self.kill();
