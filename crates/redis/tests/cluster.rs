@@ -79,4 +79,60 @@ async fn cluster_scenarios() {
         }
     };
     script_flush_under_load_is_recovered(&redis, flush, "flush").await;
+
+    // A stopped shard: decisions within the deadline, by the policy, and
+    // back on Redis once it resumes.
+    let limiter = tollgate_redis::RedisLimiter::builder(redis.clone(), "shard-stop")
+        .limit(gcra(1_000, Duration::from_secs(1), 1_000))
+        .failure_policy(tollgate_redis::FailurePolicy::FailClosed)
+        .deadline(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let mut per_node: Vec<Option<String>> = vec![None; cluster.nodes.len()];
+    for i in 0..200 {
+        let key = format!("s{i}");
+        assert!(limiter.check(&key).await.is_allowed());
+        let redis_key = String::from_utf8(limiter.redis_keys(&key)[0].clone()).unwrap();
+        for (n, node) in cluster.nodes.iter().enumerate() {
+            if per_node[n].is_none() && node.cli(&["EXISTS", &redis_key]) == "1" {
+                per_node[n] = Some(key.clone());
+            }
+        }
+        if per_node.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let keys: Vec<String> = per_node
+        .into_iter()
+        .map(|k| k.expect("a key on every shard"))
+        .collect();
+    cluster.nodes[0].signal("-STOP");
+    let start = std::time::Instant::now();
+    let mut by_policy = 0;
+    while start.elapsed() < Duration::from_millis(500) {
+        let t = std::time::Instant::now();
+        let o = limiter.check_outcome(&keys[0], 1).await.unwrap();
+        assert!(
+            t.elapsed() <= Duration::from_millis(50),
+            "took {:?}",
+            t.elapsed()
+        );
+        if matches!(o.source, tollgate_redis::Source::Policy(_)) {
+            assert!(o.decision.is_denied(), "fail closed admitted");
+            by_policy += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(by_policy >= 10, "only {by_policy} decisions by the policy");
+    cluster.nodes[0].signal("-CONT");
+    for key in &keys {
+        let start = std::time::Instant::now();
+        while limiter.check_outcome(key, 1).await.unwrap().source != tollgate_redis::Source::Redis {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "shard of {key} not used again"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
