@@ -1,0 +1,376 @@
+-- tollgate: one atomic decision over the limits of one key (see src/script.rs
+-- for the contract). Every number is an integer below 2^53, kept exact in Lua's
+-- doubles: divisions go through math.fmod (exact), numbers are written with
+-- string.format('%d') (tostring would round to 14 digits).
+
+local op = ARGV[1]
+local now, unit
+if ARGV[2] == '' then
+  -- The server's clock, in microseconds since the Unix epoch (< 2^53 until 2255).
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  unit = 1000
+else
+  -- Test mode: the caller's clock, in nanoseconds.
+  now = tonumber(ARGV[2])
+  unit = 1
+end
+local cost = tonumber(ARGV[3])
+local slack = tonumber(ARGV[4])
+-- A refund's lease time (clock units); a lease's need (permits).
+local stamp = tonumber(ARGV[5])
+
+local function fdiv(a, b)
+  return (a - math.fmod(a, b)) / b
+end
+
+local function cdiv(a, b)
+  local r = math.fmod(a, b)
+  local q = (a - r) / b
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- Milliseconds for PEXPIRE: the time to full refill (ns), rounded up, plus slack.
+local function ttl_ms(ns)
+  return int(cdiv(ns, 1000000) + slack)
+end
+
+local function malformed(key)
+  error({err = 'ERR tollgate: malformed limiter state at key ' .. key})
+end
+
+---------------------------------------------------------------------------
+-- GCRA. State "debt stamp": the TAT minus `now` in ticks (1/scale ns) at
+-- `stamp` (clock units). Relative, so that `now · scale` is never formed.
+local function gcra_module()
+  local G = {}
+
+  function G.load(key, p)
+    local st = {debt = 0}
+    local raw = redis.call('GET', key)
+    if raw then
+      local d, s = string.match(raw, '^(%d+) (%-?%d+)$')
+      if not d then malformed(key) end
+      local debt = tonumber(d)
+      -- Past 2^53 the product rounds, but stays above any debt: it is then 0.
+      local drained = (now - tonumber(s)) * unit * p.scale
+      if drained < debt then st.debt = debt - drained end
+    end
+    return st
+  end
+
+  function G.avail(st, p)
+    if st.debt >= p.capacity then return 0 end
+    return fdiv(p.capacity - st.debt, p.interval)
+  end
+
+  function G.decide(st, p, c)
+    local wanted = st.debt + c * p.interval
+    if wanted <= p.capacity then
+      return 1, p.capacity - wanted, 0, wanted
+    end
+    local retry = -1
+    if c <= p.burst then retry = wanted - p.capacity end
+    local headroom = 0
+    if st.debt < p.capacity then headroom = p.capacity - st.debt end
+    return 0, headroom, retry, st.debt
+  end
+
+  local function gcra_store(key, p, debt)
+    if debt <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, int(debt) .. ' ' .. int(now), 'PX', ttl_ms(cdiv(debt, p.scale)))
+    end
+  end
+
+  function G.admit(key, st, p, c)
+    if c > 0 then gcra_store(key, p, st.debt + c * p.interval) end
+  end
+
+  -- Gives back `r` permits of a lease whose debt ran `x` ticks ahead of `stamp`:
+  -- only the part of the lease still ahead of now, never more than the debt, so
+  -- that the bucket is never fuller than had the lease been smaller.
+  function G.refund(key, st, p, r, x)
+    local ahead = x - (now - stamp) * unit * p.scale
+    local back = math.min(r * p.interval, ahead, st.debt)
+    if back > 0 then gcra_store(key, p, st.debt - back) end
+  end
+  return G
+end
+
+---------------------------------------------------------------------------
+-- Fixed window. State "window count"; `period` in clock units.
+local function fixed_module()
+  local F = {}
+
+  function F.load(key, p)
+    local st = {window = fdiv(now, p.period), count = 0}
+    local raw = redis.call('GET', key)
+    if raw then
+      local w, c = string.match(raw, '^(%d+) (%d+)$')
+      if not w then malformed(key) end
+      w = tonumber(w)
+      -- An earlier reading is decided in the stored window (no re-credit).
+      if w >= st.window then
+        st.window = w
+        st.count = tonumber(c)
+      end
+    end
+    local window_end = (st.window + 1) * p.period
+    st.until_next = (window_end - math.min(now, window_end)) * unit
+    return st
+  end
+
+  function F.avail(st, p)
+    return p.limit - st.count
+  end
+
+  function F.decide(st, p, c)
+    if c <= p.limit - st.count then
+      local used = st.count + c
+      local reset = 0
+      if used > 0 then reset = st.until_next end
+      return 1, p.limit - used, 0, reset
+    end
+    local retry = -1
+    if c <= p.limit then retry = st.until_next end
+    local reset = 0
+    if st.count > 0 then reset = st.until_next end
+    return 0, p.limit - st.count, retry, reset
+  end
+
+  local function fixed_store(key, st, count)
+    if count <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, int(st.window) .. ' ' .. int(count), 'PX', ttl_ms(st.until_next))
+    end
+  end
+
+  function F.admit(key, st, p, c)
+    if c > 0 then fixed_store(key, st, st.count + c) end
+  end
+
+  function F.refund(key, st, p, r, x)
+    -- Only into the window the lease was taken in, if it is still the stored one.
+    if st.count > 0 and st.window == fdiv(stamp, p.period) then
+      fixed_store(key, st, st.count - math.min(r, st.count))
+    end
+  end
+  return F
+end
+
+---------------------------------------------------------------------------
+-- Sliding window counter (time wheel of n slots). State: a hash with
+-- h = newest epoch, t = total, and one field per non-empty slot (epoch mod n).
+-- Slot e is [ceil(e·P/n), ceil((e+1)·P/n)); `period` in clock units.
+local function sliding_module()
+  local S = {}
+
+  local function epoch_of(t, p)
+    local q = fdiv(t, p.period)
+    return q * p.n + fdiv((t - q * p.period) * p.n, p.period)
+  end
+
+  local function slot_start(e, p)
+    local a = fdiv(e, p.n)
+    return a * p.period + cdiv((e - a * p.n) * p.period, p.n)
+  end
+
+  local function slot(st, p, e)
+    return st.counts[math.fmod(e, p.n)] or 0
+  end
+
+  -- Time (ns) until the window no longer holds epoch `e`.
+  local function full_at(p, e)
+    local s = slot_start(e + p.n, p) - now
+    if s < 0 then s = 0 end
+    return s * unit
+  end
+
+  function S.load(key, p)
+    local st = {head = 0, total = 0, counts = {}}
+    local raw = redis.call('HGETALL', key)
+    for i = 1, #raw, 2 do
+      local f, v = raw[i], tonumber(raw[i + 1])
+      if not v then malformed(key) end
+      if f == 'h' then
+        st.head = v
+      elseif f == 't' then
+        st.total = v
+      else
+        local index = tonumber(f)
+        if not index then malformed(key) end
+        st.counts[index] = v
+      end
+    end
+    st.current = math.max(epoch_of(now, p), st.head)
+    -- Permits still in the window ending with `current`.
+    local gone = st.current - st.head
+    if gone >= p.n then
+      st.live = 0
+    else
+      local expired = 0
+      for i = 1, gone do expired = expired + slot(st, p, st.head + i) end
+      st.live = st.total - expired
+    end
+    return st
+  end
+
+  local function newest_live(st, p)
+    local oldest = st.current - (p.n - 1)
+    if oldest < 0 then oldest = 0 end
+    for e = st.head, oldest, -1 do
+      if slot(st, p, e) > 0 then return e end
+    end
+    return nil
+  end
+
+  local function reset_of(st, p)
+    local e = newest_live(st, p)
+    if e then return full_at(p, e) end
+    return 0
+  end
+
+  function S.avail(st, p)
+    return p.limit - st.live
+  end
+
+  function S.decide(st, p, c)
+    if c <= p.limit - st.live then
+      local reset
+      if c > 0 then reset = full_at(p, st.current) else reset = reset_of(st, p) end
+      return 1, p.limit - st.live - c, 0, reset
+    end
+    local retry = -1
+    if c <= p.limit then
+      -- Move the window forward one slot at a time until enough has left.
+      local still, e = st.live, st.current
+      while c > p.limit - still do
+        e = e + 1
+        local leaving = e - p.n
+        if leaving >= 0 and leaving + p.n > st.head and leaving <= st.head then
+          still = still - slot(st, p, leaving)
+        end
+      end
+      retry = (slot_start(e, p) - now) * unit
+    end
+    return 0, p.limit - st.live, retry, reset_of(st, p)
+  end
+
+  function S.admit(key, st, p, c)
+    if c == 0 then return end
+    local n = p.n
+    if st.current - st.head >= n then
+      redis.call('DEL', key)
+      st.counts = {}
+      st.total = 0
+    else
+      for e = st.head + 1, st.current do
+        local i = math.fmod(e, n)
+        local old = st.counts[i]
+        if old then
+          st.total = st.total - old
+          st.counts[i] = nil
+          redis.call('HDEL', key, int(i))
+        end
+      end
+    end
+    local i = math.fmod(st.current, n)
+    st.counts[i] = (st.counts[i] or 0) + c
+    st.total = st.total + c
+    redis.call('HSET', key, 'h', int(st.current), 't', int(st.total), int(i), int(st.counts[i]))
+    redis.call('PEXPIRE', key, ttl_ms(full_at(p, st.current)))
+  end
+
+  function S.refund(key, st, p, r, x)
+    -- Only into the slot the lease was taken in, while it is still in the window.
+    local e = epoch_of(stamp, p)
+    if e > st.current - p.n and e <= st.head then
+      local i = math.fmod(e, p.n)
+      local back = math.min(r, st.counts[i] or 0)
+      if back <= 0 then return end
+      if st.total - back <= 0 then
+        redis.call('DEL', key)
+      else
+        local left = st.counts[i] - back
+        if left == 0 then
+          redis.call('HDEL', key, int(i))
+        else
+          redis.call('HSET', key, int(i), int(left))
+        end
+        redis.call('HSET', key, 't', int(st.total - back))
+      end
+    end
+  end
+  return S
+end
+
+---------------------------------------------------------------------------
+-- Only the algorithms in use are built: each closure costs on every call.
+local G, F, S
+local STRIDE = 6
+local limits, states = {}, {}
+for i = 1, #KEYS do
+  local b = 5 + (i - 1) * STRIDE
+  local alg = ARGV[b + 1]
+  local a1, a2, a3, a4 = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local p
+  if alg == 'g' then
+    G = G or gcra_module()
+    p = {m = G, scale = a1, interval = a2, capacity = a3, burst = a4}
+  elseif alg == 'f' then
+    F = F or fixed_module()
+    p = {m = F, period = a1, limit = a2}
+  elseif alg == 's' then
+    S = S or sliding_module()
+    p = {m = S, period = a1, n = a2, limit = a3}
+  else
+    return redis.error_reply('ERR tollgate: unknown algorithm ' .. tostring(alg))
+  end
+  p.x = tonumber(ARGV[b + 6])
+  limits[i] = p
+  states[i] = p.m.load(KEYS[i], p)
+end
+
+if op == 'r' then
+  for i = 1, #KEYS do
+    limits[i].m.refund(KEYS[i], states[i], limits[i], cost, limits[i].x)
+  end
+  return {1, 0, now}
+end
+
+local take = cost
+if op == 'l' then
+  -- A lease takes as many as every limit has, up to `cost`; fewer than the
+  -- request needs (ARGV[5]): the request itself is decided (and denied).
+  for i = 1, #KEYS do
+    take = math.min(take, limits[i].m.avail(states[i], limits[i]))
+  end
+  if take < stamp then take = stamp end
+end
+
+local reply = {1, 0, now}
+for i = 1, #KEYS do
+  local allowed, headroom, retry, reset = limits[i].m.decide(states[i], limits[i], take)
+  if allowed == 0 then reply[1] = 0 end
+  local at = 3 + (i - 1) * 4
+  reply[at + 1] = allowed
+  reply[at + 2] = headroom
+  reply[at + 3] = retry
+  reply[at + 4] = reset
+end
+
+if reply[1] == 1 and op ~= 'p' then
+  for i = 1, #KEYS do
+    limits[i].m.admit(KEYS[i], states[i], limits[i], take)
+  end
+  reply[2] = take
+end
+return reply

@@ -1,0 +1,233 @@
+//! Redis key names: collision-free, bounded, one hash slot per user key.
+//!
+//! # Layout
+//!
+//! ```text
+//! <prefix>{<escaped limiter name>|<escaped key>}<limit descriptor>
+//! ```
+//!
+//! - The part between the braces is the **hash tag**: every limit of one
+//!   (limiter, key) pair hashes to the same cluster slot, so that the script
+//!   can decide them all-or-nothing in one call (no cross-slot command).
+//! - **Escaping** makes the encoding injective over arbitrary bytes: `%`,
+//!   `{`, `}`, `|` and `#` are written `%XX`, every other byte as itself. The
+//!   tag therefore contains no `}` (so it ends at our brace) and exactly one
+//!   unescaped `|` (so the name and the key split one way only).
+//! - **Long keys** (escaped key longer than [`MAX_INLINE_KEY`] bytes) are
+//!   replaced by `#<length>:<sha256 hex>`. A `#` never appears unescaped in an
+//!   inline key, so a hashed key cannot equal an inline one; two hashed keys
+//!   collide only if SHA-256 does. Every key name is thereby bounded
+//!   (prefix + name + 96 bytes + descriptor).
+//! - The **limit descriptor** names the algorithm and its exact quota
+//!   (`:g:10/1000000000/3`): a limiter whose quota changes starts its keys
+//!   afresh rather than reading a state written under other parameters
+//!   (the core's [`Carry::Reset`](tollgate::Carry::Reset)).
+
+use std::fmt::Write as _;
+
+use sha2::{Digest, Sha256};
+
+/// Escaped user keys longer than this are hashed.
+pub const MAX_INLINE_KEY: usize = 128;
+/// The longest limiter name (escaped).
+pub const MAX_NAME: usize = 128;
+/// The longest key prefix.
+pub const MAX_PREFIX: usize = 64;
+
+/// Appends `bytes` escaped (see the [module docs](self)).
+fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    for &b in bytes {
+        if matches!(b, b'%' | b'{' | b'}' | b'|' | b'#') {
+            out.push(b'%');
+            out.extend_from_slice(format!("{b:02X}").as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+fn escaped(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + 8);
+    escape_into(&mut out, bytes);
+    out
+}
+
+/// Why a prefix or a limiter name is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The prefix contains `{` or `}`, which would move the hash tag.
+    BraceInPrefix,
+    /// The prefix is longer than [`MAX_PREFIX`] bytes.
+    PrefixTooLong,
+    /// The limiter name is empty or longer than [`MAX_NAME`] bytes escaped.
+    BadName,
+}
+
+impl std::fmt::Display for NameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NameError::BraceInPrefix => f.write_str("the key prefix must not contain '{' or '}'"),
+            NameError::PrefixTooLong => {
+                write!(f, "the key prefix must be at most {MAX_PREFIX} bytes")
+            }
+            NameError::BadName => write!(
+                f,
+                "the limiter name must be 1 to {MAX_NAME} bytes (escaped)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for NameError {}
+
+/// Builds the Redis keys of one limiter: its prefix, name and limits.
+#[derive(Clone, Debug)]
+pub struct KeyCodec {
+    /// `<prefix>{<escaped name>|`.
+    head: Vec<u8>,
+    /// `}<descriptor>`, one per limit.
+    tails: Vec<Vec<u8>>,
+}
+
+impl KeyCodec {
+    /// The codec for limiter `name` under `prefix`, with one descriptor per
+    /// limit.
+    pub fn new(prefix: &str, name: &str, descriptors: &[String]) -> Result<KeyCodec, NameError> {
+        if prefix.contains(['{', '}']) {
+            return Err(NameError::BraceInPrefix);
+        }
+        if prefix.len() > MAX_PREFIX {
+            return Err(NameError::PrefixTooLong);
+        }
+        let name = escaped(name.as_bytes());
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(NameError::BadName);
+        }
+        let mut head = Vec::with_capacity(prefix.len() + name.len() + 2);
+        head.extend_from_slice(prefix.as_bytes());
+        head.push(b'{');
+        head.extend_from_slice(&name);
+        head.push(b'|');
+        let tails = descriptors
+            .iter()
+            .map(|d| {
+                let mut tail = vec![b'}', b':'];
+                tail.extend_from_slice(d.as_bytes());
+                tail
+            })
+            .collect();
+        Ok(KeyCodec { head, tails })
+    }
+
+    /// The hash-tagged part shared by every limit of `key`, without the
+    /// closing brace: `<prefix>{<name>|<key or its hash>`.
+    pub fn tagged(&self, key: &[u8]) -> Vec<u8> {
+        let mut out = self.head.clone();
+        let start = out.len();
+        escape_into(&mut out, key);
+        if out.len() - start > MAX_INLINE_KEY {
+            out.truncate(start);
+            let digest = Sha256::digest(key);
+            let mut hashed = format!("#{}:", key.len());
+            for byte in digest {
+                // Writing to a String cannot fail.
+                let _ = write!(hashed, "{byte:02x}");
+            }
+            out.extend_from_slice(hashed.as_bytes());
+        }
+        out
+    }
+
+    /// The Redis keys of every limit of `key`, in the limits' order.
+    pub fn keys(&self, key: &[u8]) -> Vec<Vec<u8>> {
+        let tagged = self.tagged(key);
+        self.tails
+            .iter()
+            .map(|tail| {
+                let mut k = Vec::with_capacity(tagged.len() + tail.len());
+                k.extend_from_slice(&tagged);
+                k.extend_from_slice(tail);
+                k
+            })
+            .collect()
+    }
+}
+
+/// The hash tag of a Redis key as Redis Cluster reads it: between the first
+/// `{` and the first `}` after it, when non-empty; else the whole key.
+pub fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codec(name: &str) -> KeyCodec {
+        KeyCodec::new("tg", name, &["g:1/2/3".into(), "f:4/5".into()]).unwrap()
+    }
+
+    #[test]
+    fn layout_and_shared_tag() {
+        let keys = codec("api").keys(b"user:42");
+        assert_eq!(keys[0], b"tg{api|user:42}:g:1/2/3");
+        assert_eq!(keys[1], b"tg{api|user:42}:f:4/5");
+        assert_eq!(hash_tag(&keys[0]), hash_tag(&keys[1]));
+    }
+
+    #[test]
+    fn special_bytes_cannot_forge_another_pair() {
+        // ("a|b", "c") and ("a", "b|c") would collide without escaping.
+        let one = codec("a|b").keys(b"c");
+        let two = codec("a").keys(b"b|c");
+        assert_ne!(one, two);
+        // A closing brace in the key cannot end the tag early.
+        let key = codec("api").keys(b"x}y{z");
+        assert_eq!(hash_tag(&key[0]), b"api|x%7Dy%7Bz");
+    }
+
+    #[test]
+    fn escaping_is_injective_on_all_short_byte_strings() {
+        let mut seen = std::collections::HashSet::new();
+        let alphabet = [b'a', b'%', b'{', b'}', b'|', b'#', 0, 0xff];
+        for &a in &alphabet {
+            assert!(seen.insert(escaped(&[a])));
+            for &b in &alphabet {
+                assert!(seen.insert(escaped(&[a, b])));
+            }
+        }
+    }
+
+    #[test]
+    fn long_keys_are_hashed_and_bounded() {
+        let c = codec("api");
+        let long = vec![b'k'; 10_000];
+        let tagged = c.tagged(&long);
+        assert!(tagged.len() < 100);
+        assert!(tagged.windows(7).any(|w| w == b"#10000:"));
+        let mut other = long.clone();
+        other[5_000] = b'j';
+        assert_ne!(c.tagged(&other), tagged);
+        // An inline key cannot spell a hashed one: '#' is escaped.
+        let forged = String::from_utf8(tagged[b"tg{api|".len()..].to_vec()).unwrap();
+        assert_ne!(c.tagged(forged.as_bytes()), tagged);
+    }
+
+    #[test]
+    fn bad_prefixes_and_names_are_refused() {
+        assert_eq!(
+            KeyCodec::new("a{b", "n", &[]).unwrap_err(),
+            NameError::BraceInPrefix
+        );
+        assert_eq!(KeyCodec::new("p", "", &[]).unwrap_err(), NameError::BadName);
+        assert!(KeyCodec::new(&"p".repeat(65), "n", &[]).is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! Distributed rate limiting on Redis and Redis Cluster: tollgate's
+//! algorithms run as one atomic server-side script, on the server's clock.
+//!
+//! # Glossary
+//!
+//! - **[`Redis`]**: a shared, multiplexed connection to a server or a
+//!   cluster ([`backend`]).
+//! - **[`RedisLimiter`]**: one or more core limits ([`Limit`]: GCRA, fixed
+//!   window, sliding window counter) per key, decided all-or-nothing in one
+//!   round trip; answers a [`tollgate::Decision`] ([`limiter`]).
+//! - **script**: the Lua transition of every algorithm, its contract and
+//!   resolution ([`script`]).
+//! - **key encoding**: collision-free, bounded, one hash slot per user key
+//!   ([`key`]).
+//! - **failure policy**: fail open, fail closed or a local share, with a
+//!   deadline, a circuit breaker and counters ([`policy`], [`breaker`]).
+//! - **deny cache**: standing denials answered locally ([`deny_cache`]).
+//! - **lease**: a batch of permits taken in one round trip and spent
+//!   locally ([`lease`]).
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tollgate::{Gcra, Quota};
+//! use tollgate_redis::{FailurePolicy, Options, Redis, RedisLimiter};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let redis = Redis::connect("redis://127.0.0.1:6379", &Options::default()).await?;
+//! let limiter = RedisLimiter::builder(redis, "api")
+//!     .limit(Gcra::new(Quota::per_second(100)?.with_burst(10)?)?)
+//!     .failure_policy(FailurePolicy::FailClosed)
+//!     .deadline(Duration::from_millis(5))
+//!     .build()?;
+//! let decision = limiter.check(b"user:42").await;
+//! println!("{decision}");
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod breaker;
+pub mod deny_cache;
+pub mod key;
+pub mod lease;
+pub mod limit;
+pub mod limiter;
+pub mod policy;
+pub mod script;
+
+pub use backend::{Options, Redis};
+pub use breaker::BreakerConfig;
+pub use lease::LeaseConfig;
+pub use limit::{ConfigError, Limit};
+pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
+pub use policy::{FailurePolicy, Fault, Source, Stats};
+
+/// The README's example, compiled as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

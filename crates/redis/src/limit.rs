@@ -1,0 +1,288 @@
+//! The limits a [`RedisLimiter`](crate::RedisLimiter) runs, as script
+//! parameters, and their decisions read back.
+//!
+//! The parameters come from the core's own algorithm values (the GCRA's
+//! scale, emission interval and capacity in ticks; the windows' limit, period
+//! and slots), so that the script does the core's arithmetic with the core's
+//! rounding. Sliding log is not offered: its state is one entry per permit,
+//! which on Redis would be a sorted set of up to `limit` members per key; the
+//! sliding window counter gives the same guarantee to the precision of its
+//! slots at a fixed cost.
+//!
+//! # Exactness (Lua numbers are doubles)
+//!
+//! Every value the script forms must be an integer below 2^53. Checks at
+//! build time refuse, with [`ConfigError::Inexact`], a limit that
+//! could form a larger one:
+//!
+//! - GCRA keeps its state *relative to now* (debt in ticks, and the time it
+//!   was written), so `now · scale` is never formed; the debt plus one request
+//!   is at most `2 · burst · T` ticks, which must stay below 2^53 (a burst of
+//!   one day at 16 ticks per ns is 2^50.3: fine).
+//! - The windows work in clock units (server mode: microseconds since the Unix
+//!   epoch, 2^50.6 today; test mode: the nanoseconds passed in). Their period
+//!   must be a whole number of units, below 2^52, and `period · slots` below
+//!   2^53.
+
+use std::fmt;
+use std::time::Duration;
+
+use tollgate::{Algorithm, Decision, FixedWindow, Gcra, SlidingWindow};
+
+/// The largest integer a double holds exactly, plus one.
+const EXACT: u128 = 1 << 53;
+
+/// One limit of a [`RedisLimiter`](crate::RedisLimiter): a core algorithm.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// Token bucket / GCRA (the default).
+    Gcra(Gcra),
+    /// Fixed window, aligned on the clock's origin (the Unix epoch on Redis).
+    FixedWindow(FixedWindow),
+    /// Sliding window counter (time wheel).
+    SlidingWindow(SlidingWindow),
+}
+
+impl From<Gcra> for Limit {
+    fn from(g: Gcra) -> Limit {
+        Limit::Gcra(g)
+    }
+}
+
+impl From<FixedWindow> for Limit {
+    fn from(w: FixedWindow) -> Limit {
+        Limit::FixedWindow(w)
+    }
+}
+
+impl From<SlidingWindow> for Limit {
+    fn from(w: SlidingWindow) -> Limit {
+        Limit::SlidingWindow(w)
+    }
+}
+
+/// A limiter that cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No limit was given.
+    NoLimits,
+    /// A limit would need numbers the script cannot hold exactly.
+    Inexact {
+        /// Which limit (its descriptor).
+        limit: String,
+        /// What is too large or not whole.
+        what: &'static str,
+    },
+    /// The prefix or the name cannot make keys.
+    Name(crate::key::NameError),
+    /// A failure-policy or lease setting is out of range.
+    Invalid(&'static str),
+    /// The local fallback quota cannot be built.
+    Quota(tollgate::QuotaError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoLimits => f.write_str("a Redis limiter needs at least one limit"),
+            ConfigError::Inexact { limit, what } => {
+                write!(
+                    f,
+                    "limit {limit}: {what} (the script must stay exact below 2^53)"
+                )
+            }
+            ConfigError::Name(e) => e.fmt(f),
+            ConfigError::Invalid(what) => f.write_str(what),
+            ConfigError::Quota(e) => write!(f, "local fallback: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Nanoseconds per clock unit of the script: 1 in test mode, 1,000 on the
+/// server's clock (microseconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unit(pub(crate) u64);
+
+impl Limit {
+    /// Permits the limit holds: the burst for GCRA, the limit for windows.
+    pub fn capacity(&self) -> u64 {
+        match self {
+            Limit::Gcra(g) => g.capacity(),
+            Limit::FixedWindow(w) => w.capacity(),
+            Limit::SlidingWindow(w) => w.capacity(),
+        }
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> &tollgate::Quota {
+        match self {
+            Limit::Gcra(g) => g.quota(),
+            Limit::FixedWindow(w) => w.quota(),
+            Limit::SlidingWindow(w) => w.quota(),
+        }
+    }
+
+    /// The part of the key naming this limit and its exact parameters.
+    pub(crate) fn descriptor(&self) -> String {
+        let q = self.quota();
+        match self {
+            Limit::Gcra(_) => format!("g:{}/{}/{}", q.limit(), q.period_nanos(), q.burst()),
+            Limit::FixedWindow(_) => format!("f:{}/{}", q.limit(), q.period_nanos()),
+            Limit::SlidingWindow(w) => {
+                format!("s:{}/{}/{}", q.limit(), q.period_nanos(), w.slots())
+            }
+        }
+    }
+
+    /// Refuses a limit the script could not run exactly in `unit`.
+    pub(crate) fn check_exact(&self, unit: Unit) -> Result<(), ConfigError> {
+        let inexact = |what| ConfigError::Inexact {
+            limit: self.descriptor(),
+            what,
+        };
+        let q = self.quota();
+        if u128::from(q.limit()) >= EXACT || u128::from(q.burst()) >= EXACT {
+            return Err(inexact("the limit or burst is 2^53 or more"));
+        }
+        match self {
+            Limit::Gcra(g) => {
+                if 2 * u128::from(g.capacity_ticks()) >= EXACT {
+                    return Err(inexact("burst × emission interval is 2^52 ticks or more"));
+                }
+            }
+            Limit::FixedWindow(_) | Limit::SlidingWindow(_) => {
+                if q.period_nanos() % unit.0 != 0 {
+                    return Err(inexact(
+                        "the period is not a whole number of microseconds (server time)",
+                    ));
+                }
+                // `now + period` and `period · slots` are formed.
+                let period = u128::from(q.period_nanos() / unit.0);
+                let slots = match self {
+                    Limit::SlidingWindow(w) => u128::from(w.slots()),
+                    _ => 1,
+                };
+                if period >= EXACT / 2 || period * slots >= EXACT {
+                    return Err(inexact("the period × slots is 2^53 clock units or more"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The five script arguments of this limit (algorithm and four numbers).
+    pub(crate) fn args(&self, unit: Unit) -> [String; 5] {
+        let q = self.quota();
+        match self {
+            Limit::Gcra(g) => [
+                "g".into(),
+                g.scale().to_string(),
+                g.interval_ticks().to_string(),
+                g.capacity_ticks().to_string(),
+                q.burst().to_string(),
+            ],
+            Limit::FixedWindow(_) => [
+                "f".into(),
+                (q.period_nanos() / unit.0).to_string(),
+                q.limit().to_string(),
+                "0".into(),
+                "0".into(),
+            ],
+            Limit::SlidingWindow(w) => [
+                "s".into(),
+                (q.period_nanos() / unit.0).to_string(),
+                w.slots().to_string(),
+                q.limit().to_string(),
+                "0".into(),
+            ],
+        }
+    }
+
+    /// The decision from the script's four numbers for this limit:
+    /// allowed, headroom, retry and reset (ticks of 1/scale ns for GCRA, ns
+    /// for windows; a retry of -1 is "never").
+    pub(crate) fn decision(&self, raw: [i64; 4]) -> Option<Decision> {
+        let [allowed, headroom, retry, reset] = raw;
+        let headroom = u64::try_from(headroom).ok()?;
+        let reset = u64::try_from(reset).ok()?;
+        let retry = if retry == -1 {
+            u64::MAX
+        } else {
+            u64::try_from(retry).ok()?
+        };
+        let (limit, remaining, scale) = match self {
+            Limit::Gcra(g) => (g.capacity(), headroom / g.interval_ticks(), g.scale()),
+            Limit::FixedWindow(_) | Limit::SlidingWindow(_) => (self.capacity(), headroom, 1),
+        };
+        let nanos = |ticks: u64| {
+            if ticks == u64::MAX {
+                Duration::from_nanos(u64::MAX)
+            } else {
+                Duration::from_nanos(ticks.div_ceil(scale))
+            }
+        };
+        Some(Decision::from_parts(
+            allowed == 1,
+            limit,
+            remaining,
+            nanos(retry),
+            nanos(reset),
+        ))
+    }
+}
+
+/// The decision of several limits taken together, as the core's `AllOf`
+/// reports it: for a denial the denying limit with the longest
+/// `retry_after`, for an admission the limit with the fewest remaining.
+pub(crate) fn binding(decisions: impl IntoIterator<Item = Decision>) -> Option<Decision> {
+    let mut denial: Option<Decision> = None;
+    let mut tightest: Option<Decision> = None;
+    for decision in decisions {
+        if decision.is_denied() {
+            if denial.is_none_or(|d| decision.retry_after() > d.retry_after()) {
+                denial = Some(decision);
+            }
+        } else if tightest.is_none_or(|d| decision.remaining() < d.remaining()) {
+            tightest = Some(decision);
+        }
+    }
+    denial.or(tightest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::Quota;
+
+    #[test]
+    fn windows_on_server_time_need_whole_microseconds() {
+        let q = Quota::new(5, Duration::from_nanos(1_500)).unwrap();
+        let w = Limit::from(FixedWindow::new(q).unwrap());
+        assert!(w.check_exact(Unit(1)).is_ok());
+        assert!(matches!(
+            w.check_exact(Unit(1_000)),
+            Err(ConfigError::Inexact { .. })
+        ));
+    }
+
+    #[test]
+    fn gcra_capacity_must_stay_below_2_pow_52_ticks() {
+        // 7 per day, burst 7: scale 7, capacity 7 days in 1/7 ns.
+        let q = Quota::per_day(7).unwrap();
+        assert!(
+            Limit::from(Gcra::new(q).unwrap())
+                .check_exact(Unit(1_000))
+                .is_ok()
+        );
+        let huge = Quota::new(1, Duration::from_secs(300 * 86_400)).unwrap();
+        assert!(
+            Limit::from(Gcra::new(huge).unwrap())
+                .check_exact(Unit(1))
+                .is_err()
+        );
+    }
+}

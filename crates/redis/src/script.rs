@@ -1,0 +1,95 @@
+//! The server-side script and its contract.
+//!
+//! # Lua script, not a Redis 7 function
+//!
+//! One Lua script (`src/decide.lua`) run with `EVALSHA` through
+//! [`redis::Script`], which loads it again on `NOSCRIPT`: a script cache lost
+//! to `SCRIPT FLUSH`, a restart or a failover is recovered on the next call,
+//! with no deployment step. Functions (`FUNCTION LOAD`) would have to be
+//! loaded on every primary and replica before the first call and re-loaded
+//! by the client after a restart without persistence, and do not exist before
+//! Redis 7 nor on several managed services; scripts work on every Redis since
+//! 5 (and Valkey), on a server and on a cluster alike.
+//!
+//! # Contract
+//!
+//! `EVALSHA sha m KEYS[1..m] op now cost slack stamp (alg a1 a2 a3 a4 x)×m`
+//!
+//! - `KEYS`: one key per limit, all with the same hash tag (see
+//!   [`key`](crate::key)), so that they live in one slot.
+//! - `op`: `c` check (take `cost` if every limit has it, else nothing), `p`
+//!   peek (decide, take nothing), `l` lease (take as many as every limit has,
+//!   up to `cost`; if none, decide a request of 1), `r` refund (give `cost`
+//!   permits of a lease back).
+//! - `now`: empty for the **server's clock** (`TIME`, microseconds since the
+//!   Unix epoch: the clock unit is 1 µs), or an integer of nanoseconds (the
+//!   **test mode**: the clock unit is 1 ns). The same code runs either way.
+//! - `cost`: permits; `slack`: milliseconds added to every TTL; `stamp`: for
+//!   a refund, the `now` the lease's reply carried (clock units), else 0.
+//! - per limit, `alg` and four numbers, then `x`:
+//!   - `g scale interval capacity burst`: GCRA, ticks of `1/scale` ns (the
+//!     core's [`Gcra`](tollgate::Gcra) values);
+//!   - `f period limit 0 0`: fixed window, `period` in clock units;
+//!   - `s period slots limit 0`: sliding window counter, `period` in clock
+//!     units;
+//!   - `x`: for a GCRA refund, the lease's `reset` for this limit (ticks),
+//!     else 0.
+//!
+//! Reply: `{allowed, taken, now, (allowed_i, headroom_i, retry_i, reset_i)×m}`
+//! where `allowed` is 1 iff every limit admitted (and then every limit took
+//! `taken` permits), `now` is the clock reading used (clock units), and per
+//! limit `headroom` is in ticks for GCRA (`remaining = headroom / interval`)
+//! and in permits for windows, `retry` and `reset` in ticks of `1/scale` ns
+//! for GCRA and in ns for windows, `retry = -1` meaning never. A refund
+//! replies `{1, 0, now}`.
+//!
+//! # Resolution
+//!
+//! On the server's clock decisions are taken at **1 µs** resolution (what
+//! `TIME` gives); the arithmetic and every reported duration are in
+//! nanoseconds (GCRA in its core ticks), so the rounding is the core's. In
+//! test mode the resolution is 1 ns and the decisions are the core's to the
+//! tick (the parity test). TTLs are set in milliseconds, rounded up.
+//!
+//! # TTL invariant
+//!
+//! Every write sets the key's TTL in the same script: `SET … PX` for GCRA
+//! and fixed window, `HSET` + `PEXPIRE` for the wheel. The TTL is the time
+//! until the key would be as if never used (`reset_after`), rounded up to a
+//! millisecond, plus `slack`. A key with nothing to hold is deleted. A
+//! denial writes nothing, and the TTL already set still covers the state.
+
+use std::sync::LazyLock;
+
+/// The script, loaded on demand (and again after `NOSCRIPT`).
+pub(crate) static DECIDE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("decide.lua")));
+
+/// The script's source, for tools that load it themselves (such as
+/// `redis-benchmark`).
+pub const SOURCE: &str = include_str!("decide.lua");
+
+/// Reply values before the per-limit ones.
+pub(crate) const HEAD_REPLY: usize = 3;
+/// Reply values per limit.
+pub(crate) const PER_LIMIT_REPLY: usize = 4;
+
+/// What the script was asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Check,
+    Peek,
+    Lease,
+    Refund,
+}
+
+impl Op {
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            Op::Check => "c",
+            Op::Peek => "p",
+            Op::Lease => "l",
+            Op::Refund => "r",
+        }
+    }
+}
