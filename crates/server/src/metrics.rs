@@ -64,6 +64,35 @@ struct ResultLabel {
     result: &'static str,
 }
 
+/// One rule's counters (clones of the registered ones).
+#[derive(Clone, Debug, Default)]
+pub struct RuleCounters {
+    total_hits: Counter,
+    over_limit: Counter,
+    near_limit: Counter,
+    within_limit: Counter,
+    shadow_mode: Counter,
+}
+
+impl RuleCounters {
+    /// Counts one decision of `cost`; `shadow` if the rule is in shadow mode.
+    pub fn decided(&self, cost: u64, decision: &Decision, shadow: bool) {
+        self.total_hits.inc_by(cost);
+        if decision.is_allowed() {
+            self.within_limit.inc_by(cost);
+            // Less than 20% left (in 128 bits: no overflow).
+            if u128::from(decision.remaining()) * 5 < u128::from(decision.limit()) {
+                self.near_limit.inc_by(cost);
+            }
+        } else {
+            self.over_limit.inc_by(cost);
+            if shadow {
+                self.shadow_mode.inc_by(cost);
+            }
+        }
+    }
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -176,23 +205,18 @@ impl Metrics {
         }
     }
 
-    /// Counts one decision of `cost` under `rule`.
-    pub fn decided(&self, rule: &str, cost: u64, decision: &Decision, shadow: bool) {
+    /// The counters of `rule`, looked up once so that counting a decision
+    /// allocates nothing.
+    pub fn rule(&self, rule: &str) -> RuleCounters {
         let label = RuleLabel {
             rule: rule.to_owned(),
         };
-        self.total_hits.get_or_create(&label).inc_by(cost);
-        if decision.is_allowed() {
-            self.within_limit.get_or_create(&label).inc_by(cost);
-            // Less than 20% left (in 128 bits: no overflow).
-            if u128::from(decision.remaining()) * 5 < u128::from(decision.limit()) {
-                self.near_limit.get_or_create(&label).inc_by(cost);
-            }
-        } else {
-            self.over_limit.get_or_create(&label).inc_by(cost);
-            if shadow {
-                self.shadow_mode.get_or_create(&label).inc_by(cost);
-            }
+        RuleCounters {
+            total_hits: self.total_hits.get_or_create(&label).clone(),
+            over_limit: self.over_limit.get_or_create(&label).clone(),
+            near_limit: self.near_limit.get_or_create(&label).clone(),
+            within_limit: self.within_limit.get_or_create(&label).clone(),
+            shadow_mode: self.shadow_mode.get_or_create(&label).clone(),
         }
     }
 

@@ -16,6 +16,7 @@
 //! - Bad input of any kind changes no state: everything is checked before
 //!   the backend is asked.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,7 +26,7 @@ use tollgate::Decision;
 
 use crate::backend::{Backend, BackendError, Hit};
 use crate::config::{AlgorithmKind, QuotaConfig, ServerSettings};
-use crate::metrics::{Api, Metrics, Refusal};
+use crate::metrics::{Api, Metrics, Refusal, RuleCounters};
 use crate::rules::{Rule, RuleSet, bucket_key};
 
 /// One descriptor of a request.
@@ -77,6 +78,17 @@ impl Status {
             _ => false,
         }
     }
+}
+
+/// What to do with one descriptor, decided before anything is counted.
+enum Plan {
+    NoRule,
+    Unlimited(Arc<Rule>),
+    Limited {
+        rule: Arc<Rule>,
+        key: String,
+        cost: u64,
+    },
 }
 
 /// The answer to a request.
@@ -135,6 +147,9 @@ impl RequestLimits {
 /// The rules, the backend and the metrics: what both APIs call.
 pub struct Service {
     rules: ArcSwap<RuleSet>,
+    /// Each rule's counters, swapped with the rules (a rule racing a reload
+    /// falls back to a lookup by name).
+    counters: ArcSwap<HashMap<Arc<str>, RuleCounters>>,
     backend: Arc<dyn Backend>,
     metrics: Arc<Metrics>,
     limits: RequestLimits,
@@ -161,6 +176,7 @@ impl Service {
     ) -> Service {
         backend.install(&rules);
         Service {
+            counters: ArcSwap::from_pointee(counters(&metrics, &rules)),
             rules: ArcSwap::from_pointee(rules),
             backend,
             metrics,
@@ -178,6 +194,8 @@ impl Service {
     /// the new, never a mix.
     pub fn replace_rules(&self, rules: RuleSet) {
         self.backend.install(&rules);
+        self.counters
+            .store(Arc::new(counters(&self.metrics, &rules)));
         self.rules.store(Arc::new(rules));
     }
 
@@ -222,36 +240,41 @@ impl Service {
         self.validate_shape(request)?;
         let rules = self.rules.load_full();
         // Match every descriptor and check every cost before deciding any.
-        let mut matched: Vec<Option<&Arc<Rule>>> = Vec::with_capacity(request.descriptors.len());
-        let mut keys = Vec::new();
+        let mut plans = Vec::with_capacity(request.descriptors.len());
         for (i, descriptor) in request.descriptors.iter().enumerate() {
             let entries = descriptor
                 .entries
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()));
-            let rule = rules.find(&request.domain, entries.clone());
             let cost = descriptor.cost.unwrap_or(request.cost);
-            if let Some(rule) = rule
-                && rule.limits.is_some()
-            {
-                let capacity = rule.capacity();
-                if cost > capacity {
-                    return Err(CheckError::Invalid(format!(
-                        "descriptors[{i}]: a cost of {cost} can never be admitted under rule {} (at most {capacity} at once)",
-                        rule.id
-                    )));
+            plans.push(match rules.find(&request.domain, entries.clone()) {
+                None => Plan::NoRule,
+                Some(rule) if rule.limits.is_none() => Plan::Unlimited(Arc::clone(rule)),
+                Some(rule) => {
+                    let capacity = rule.capacity();
+                    if cost > capacity {
+                        return Err(CheckError::Invalid(format!(
+                            "descriptors[{i}]: a cost of {cost} can never be admitted under rule {} (at most {capacity} at once)",
+                            rule.id
+                        )));
+                    }
+                    Plan::Limited {
+                        rule: Arc::clone(rule),
+                        key: bucket_key(entries),
+                        cost,
+                    }
                 }
-                keys.push((i, bucket_key(entries), cost));
-            }
-            matched.push(rule);
+            });
         }
-        let hits: Vec<Hit<'_>> = keys
+        let hits: Vec<Hit<'_>> = plans
             .iter()
-            .map(|(i, key, cost)| Hit {
-                // Only descriptors with a limited rule are in `keys`.
-                rule: matched[*i].map_or_else(|| unreachable!("matched"), |rule| &**rule),
-                key,
-                cost: *cost,
+            .filter_map(|plan| match plan {
+                Plan::Limited { rule, key, cost } => Some(Hit {
+                    rule,
+                    key,
+                    cost: *cost,
+                }),
+                _ => None,
             })
             .collect();
         let decisions = if hits.is_empty() {
@@ -269,35 +292,41 @@ impl Service {
                 hits.len()
             ))));
         }
-        let mut decided = keys.iter().zip(decisions).peekable();
-        let statuses = matched
-            .into_iter()
-            .enumerate()
-            .map(|(i, rule)| match rule {
-                None => Status::NoRule,
-                Some(rule) => match &rule.limits {
-                    None => Status::Unlimited {
-                        rule: Arc::clone(rule),
-                    },
-                    Some(limits) => {
-                        let ((_, _, cost), decision) = decided
-                            .next_if(|((index, _, _), _)| *index == i)
-                            .unwrap_or_else(|| unreachable!("one decision per limited descriptor"));
-                        self.metrics
-                            .decided(&rule.id, *cost, &decision, rule.shadow_mode);
-                        Status::Decided {
-                            rule: Arc::clone(rule),
-                            quota: binding_quota(
-                                limits.algorithm.kind(),
-                                &limits.quotas,
-                                &decision,
-                            ),
-                            decision,
+        drop(hits);
+        let mut decisions = decisions.into_iter();
+        let counters = self.counters.load();
+        let mut statuses = Vec::with_capacity(plans.len());
+        for plan in plans {
+            statuses.push(match plan {
+                Plan::NoRule => Status::NoRule,
+                Plan::Unlimited(rule) => Status::Unlimited { rule },
+                Plan::Limited { rule, cost, .. } => {
+                    let Some(decision) = decisions.next() else {
+                        return Err(CheckError::Backend(BackendError::new("too few decisions")));
+                    };
+                    match counters.get(&rule.id) {
+                        Some(counters) => counters.decided(cost, &decision, rule.shadow_mode),
+                        None => {
+                            self.metrics
+                                .rule(&rule.id)
+                                .decided(cost, &decision, rule.shadow_mode)
                         }
                     }
-                },
-            })
-            .collect();
+                    let quota = rule.limits.as_ref().and_then(|limits| {
+                        binding_quota(limits.algorithm.kind(), &limits.quotas, &decision)
+                    });
+                    match quota {
+                        Some(quota) => Status::Decided {
+                            rule,
+                            decision,
+                            quota,
+                        },
+                        // Limited rules have at least one quota (checked at load).
+                        None => Status::Unlimited { rule },
+                    }
+                }
+            });
+        }
         Ok(Outcome { statuses })
     }
 
@@ -352,6 +381,14 @@ impl Service {
     }
 }
 
+fn counters(metrics: &Metrics, rules: &RuleSet) -> HashMap<Arc<str>, RuleCounters> {
+    rules
+        .rules()
+        .iter()
+        .map(|rule| (Arc::clone(&rule.id), metrics.rule(&rule.id)))
+        .collect()
+}
+
 /// The quota that bound `decision`: the first whose capacity is the
 /// decision's limit (the core's `AllOf` reports the binding limit's
 /// capacity, not its index; two quotas of one capacity report the first).
@@ -359,7 +396,7 @@ pub fn binding_quota(
     kind: AlgorithmKind,
     quotas: &[QuotaConfig],
     decision: &Decision,
-) -> QuotaConfig {
+) -> Option<QuotaConfig> {
     let capacity = |q: &QuotaConfig| match kind {
         AlgorithmKind::Gcra => q.burst.unwrap_or(q.requests_per_unit),
         _ => q.requests_per_unit,
@@ -369,5 +406,4 @@ pub fn binding_quota(
         .find(|q| capacity(q) == decision.limit())
         .or(quotas.first())
         .copied()
-        .unwrap_or_else(|| unreachable!("a limited rule has at least one quota"))
 }
