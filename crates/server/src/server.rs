@@ -6,8 +6,10 @@
 //! the shutdown future resolves, then stops accepting, lets requests in
 //! flight finish, and returns. [`Server::run`] does both.
 //!
-//! On shutdown `/readyz` turns 503 at once, so that a load balancer stops
-//! sending before the listeners close.
+//! On shutdown `/readyz` answers 503 from the first moment (to requests on
+//! connections still open while the others drain), both listeners stop
+//! accepting, requests in flight are answered, and `run` returns when both
+//! servers are done. The reload and sweep tasks are stopped with them.
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -229,7 +229,16 @@ impl Service {
         let started = Instant::now();
         let result = self.decide(request).await;
         match &result {
-            Ok(_) => self.metrics.latency(api, started.elapsed()),
+            Ok(outcome) => {
+                self.metrics.latency(api, started.elapsed());
+                tracing::debug!(
+                    ?api,
+                    domain = %request.domain,
+                    descriptors = request.descriptors.len(),
+                    over_limit = outcome.is_over_limit(),
+                    "decided"
+                );
+            }
             Err(CheckError::Invalid(_)) => self.metrics.refused(api, Refusal::Invalid),
             Err(CheckError::Backend(_)) => self.metrics.backend_error(),
         }

@@ -125,5 +125,16 @@ async fn check_rules_health_metrics() {
         2.0
     );
     assert_eq!(metric(&text, "tollgate_config_last_load_ok"), 1.0);
+
+    // Graceful shutdown: run returns Ok, and both listeners are closed.
+    let (grpc, http) = (server.grpc, server.http);
     server.stop().await;
+    assert!(
+        tokio::net::TcpStream::connect(grpc).await.is_err(),
+        "grpc closed"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(http).await.is_err(),
+        "http closed"
+    );
 }
