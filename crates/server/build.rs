@@ -1,0 +1,15 @@
+//! Compiles the vendored Envoy protos with `protox` (pure Rust): no system
+//! `protoc` is needed to build this crate.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/envoy/service/ratelimit/v3/rls.proto"];
+    let descriptors = protox::compile(protos, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        // Undecodable bytes are the client's fault: INVALID_ARGUMENT, not INTERNAL.
+        .codec_path("crate::grpc::codec::StrictCodec")
+        .compile_fds(descriptors)?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! A load client for the server: decisions per second and latency
+//! percentiles over gRPC and HTTP, on loopback, bounded in time.
+//!
+//! ```text
+//! cargo run --release -p tollgate-server --example load -- [SECONDS] [CONCURRENCY]
+//! ```
+//!
+//! Starts the server in this process on 127.0.0.1 (ports chosen by the OS,
+//! in-memory backend, the monotonic clock), then for each API runs
+//! CONCURRENCY client tasks in a closed loop (each sends its next request
+//! when the previous answer arrives) for SECONDS (default 5; concurrency
+//! 32), over one connection per task. Keys are spread over 10,000 users
+//! under a GCRA rule high enough that most are admitted, plus 1 in 10
+//! requests to a tight rule that denies, so both paths are measured. Client
+//! and server share the machine's cores: the figures are for the pair.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tollgate_server::Server;
+use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+const RULES: &str = "
+server:
+  grpc_listen: 127.0.0.1:0
+  http_listen: 127.0.0.1:0
+  max_concurrent_requests: 4096
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: tight
+    rate_limit: {unit: second, requests_per_unit: 10}
+";
+
+struct Report {
+    decisions: u64,
+    errors: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+}
+
+impl Report {
+    fn print(&self, api: &str) {
+        let per_second = self.decisions as f64 / self.elapsed.as_secs_f64();
+        println!(
+            "{api:5} decisions/s {per_second:>10.0}  p50 {:>7.1} µs  p99 {:>7.1} µs  p99.9 {:>7.1} µs  max {:>8.1} µs  errors {}",
+            self.latency.value_at_quantile(0.50) as f64 / 1e3,
+            self.latency.value_at_quantile(0.99) as f64 / 1e3,
+            self.latency.value_at_quantile(0.999) as f64 / 1e3,
+            self.latency.max() as f64 / 1e3,
+            self.errors,
+        );
+    }
+}
+
+fn key(worker: usize, i: u64) -> (&'static str, String) {
+    if i % 10 == 0 {
+        ("tight", format!("t{}", worker % 4))
+    } else {
+        ("user", format!("u{}", (i * 7919 + worker as u64) % 10_000))
+    }
+}
+
+async fn run_grpc(addr: std::net::SocketAddr, workers: usize, seconds: u64) -> Report {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        tasks.push(tokio::spawn(async move {
+            let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+                .await
+                .expect("connect");
+            let mut latency = Histogram::<u64>::new(3).expect("histogram");
+            let (mut decisions, mut errors, mut i) = (0u64, 0u64, 0u64);
+            while Instant::now() < deadline {
+                i += 1;
+                let (k, v) = key(worker, i);
+                let request = RateLimitRequest {
+                    domain: "bench".into(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: k.into(),
+                            value: v,
+                        }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 1,
+                };
+                let sent = Instant::now();
+                match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    client.should_rate_limit(request),
+                )
+                .await
+                {
+                    Ok(Ok(_)) => {
+                        decisions += 1;
+                        let _ = latency.record(sent.elapsed().as_nanos() as u64);
+                    }
+                    _ => errors += 1,
+                }
+            }
+            (decisions, errors, latency)
+        }));
+    }
+    collect(tasks, started).await
+}
+
+async fn run_http(addr: std::net::SocketAddr, workers: usize, seconds: u64) -> Report {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let url: Arc<str> = format!("http://{addr}/v1/check").into();
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let url = Arc::clone(&url);
+        tasks.push(tokio::spawn(async move {
+            // One connection per task, as the gRPC side has.
+            let client = reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .timeout(Duration::from_secs(5))
+                .build()
+                .expect("client");
+            let mut latency = Histogram::<u64>::new(3).expect("histogram");
+            let (mut decisions, mut errors, mut i) = (0u64, 0u64, 0u64);
+            while Instant::now() < deadline {
+                i += 1;
+                let (k, v) = key(worker, i);
+                let body = format!(
+                    r#"{{"domain":"bench","descriptors":[{{"entries":[{{"key":"{k}","value":"{v}"}}]}}]}}"#
+                );
+                let sent = Instant::now();
+                let answer = client
+                    .post(&*url)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                let ok = match answer {
+                    Ok(response) => response.status() == 200 && response.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                if ok {
+                    decisions += 1;
+                    let _ = latency.record(sent.elapsed().as_nanos() as u64);
+                } else {
+                    errors += 1;
+                }
+            }
+            (decisions, errors, latency)
+        }));
+    }
+    collect(tasks, started).await
+}
+
+async fn collect(
+    tasks: Vec<tokio::task::JoinHandle<(u64, u64, Histogram<u64>)>>,
+    started: Instant,
+) -> Report {
+    let mut report = Report {
+        decisions: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+        latency: Histogram::<u64>::new(3).expect("histogram"),
+    };
+    for task in tasks {
+        let (decisions, errors, latency) = task.await.expect("worker");
+        report.decisions += decisions;
+        report.errors += errors;
+        report.latency.add(latency).expect("same bounds");
+    }
+    report.elapsed = started.elapsed();
+    report
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let seconds: u64 = args.next().map_or(Ok(5), |s| s.parse())?;
+    let workers: usize = args.next().map_or(Ok(32), |s| s.parse())?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("bench.yaml");
+    std::fs::write(&path, RULES)?;
+    let bound = Server::from_config_file(&path)?.bind().await?;
+    let (grpc, http) = (bound.grpc_addr(), bound.http_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.run(async move {
+        let _ = stopped.await;
+    }));
+    println!(
+        "{} s per API, {workers} concurrent clients, loopback, in-memory backend",
+        seconds
+    );
+    run_grpc(grpc, workers, seconds).await.print("grpc");
+    run_http(http, workers, seconds).await.print("http");
+    let _ = stop.send(());
+    server.await??;
+    Ok(())
+}

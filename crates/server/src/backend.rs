@@ -1,0 +1,270 @@
+//! Where the counts live: the [`Backend`] trait and the in-memory backend.
+//!
+//! The server asks a backend one question: "decide these buckets, each under
+//! its rule, with this cost" → one [`Decision`] each, in order. A cost of 0
+//! only looks. The server has already checked every cost against its rule's
+//! capacity, so a backend never sees a request that can never fit.
+//! [`Backend::install`] is told about every new rule set before it goes
+//! live, so that a backend can build, keep or drop per-rule state.
+//!
+//! [`MemoryBackend`] (the default) runs one `tollgate::KeyedLimiter` per
+//! rule, keyed by bucket. A Redis backend plugs in behind the same trait.
+//!
+//! # State across a reload (decision)
+//!
+//! A rule is recognised across reloads by its path (`domain.key_value…`).
+//! If it keeps its algorithm, its buckets keep their state and adopt the new
+//! quotas with [`Carry::Keep`]: permits already taken stay taken, so a
+//! reload can never hand out a fresh burst (nor lower a key below zero). If
+//! its algorithm changes, its buckets start afresh (state cannot be carried
+//! between algorithms). A removed rule's buckets are dropped. A request that
+//! raced a reload and names a rule the backend no longer has is decided on
+//! a fresh state, as a new bucket would be.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tollgate::{Algorithm, AllOf, Carry, ClockSource, Decision, KeyedLimiter};
+
+use crate::config::BuiltAlgorithm;
+use crate::rules::{Rule, RuleSet};
+
+/// One bucket to decide.
+#[derive(Debug, Clone, Copy)]
+pub struct Hit<'a> {
+    /// The rule, which has limits (unlimited rules never reach a backend).
+    pub rule: &'a Rule,
+    /// The bucket within the rule.
+    pub key: &'a str,
+    /// Permits to take; 0 only looks.
+    pub cost: u64,
+}
+
+/// A backend could not decide (a store is down, a deadline passed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendError {
+    message: String,
+}
+
+impl BackendError {
+    /// An error with `message`.
+    pub fn new(message: impl Into<String>) -> BackendError {
+        BackendError {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "backend: {}", self.message)
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+/// What [`Backend::decide`] returns.
+pub type DecideFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<Decision>, BackendError>> + Send + 'a>>;
+
+/// Decides buckets: see the [module docs](self).
+pub trait Backend: Send + Sync + 'static {
+    /// Prepares for `rules`, which go live right after this returns.
+    fn install(&self, rules: &RuleSet);
+
+    /// Decides every hit, in order: one decision each. Each hit is decided
+    /// on its own (a denial of one does not undo another), as
+    /// envoyproxy/ratelimit does.
+    fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a>;
+
+    /// Drops idle state; called every second by the server.
+    fn sweep(&self) {}
+}
+
+type Keyed<A> = KeyedLimiter<String, AllOf<A>>;
+
+/// One rule's buckets.
+#[derive(Clone)]
+enum RuleLimiter {
+    Gcra(Keyed<tollgate::Gcra>),
+    FixedWindow(Keyed<tollgate::FixedWindow>),
+    SlidingLog(Keyed<tollgate::SlidingLog>),
+    SlidingWindow(Keyed<tollgate::SlidingWindow>),
+}
+
+fn keyed<A: Algorithm>(algorithm: AllOf<A>, clock: &ClockSource) -> Keyed<A>
+where
+    AllOf<A>: Algorithm,
+{
+    KeyedLimiter::builder(algorithm)
+        .clock(clock.clone())
+        // One sweeper for every rule, driven by the server, not a thread each.
+        .sweep_every(None)
+        .build()
+}
+
+impl RuleLimiter {
+    fn new(algorithm: &BuiltAlgorithm, clock: &ClockSource) -> RuleLimiter {
+        match algorithm.clone() {
+            BuiltAlgorithm::Gcra(a) => RuleLimiter::Gcra(keyed(a, clock)),
+            BuiltAlgorithm::FixedWindow(a) => RuleLimiter::FixedWindow(keyed(a, clock)),
+            BuiltAlgorithm::SlidingLog(a) => RuleLimiter::SlidingLog(keyed(a, clock)),
+            BuiltAlgorithm::SlidingWindow(a) => RuleLimiter::SlidingWindow(keyed(a, clock)),
+        }
+    }
+
+    /// Adopts `algorithm` keeping the buckets' state; `false` if the
+    /// algorithm kind differs.
+    fn adopt(&self, algorithm: &BuiltAlgorithm) -> bool {
+        match (self, algorithm.clone()) {
+            (RuleLimiter::Gcra(l), BuiltAlgorithm::Gcra(a)) => l.set_default(a, Carry::Keep),
+            (RuleLimiter::FixedWindow(l), BuiltAlgorithm::FixedWindow(a)) => {
+                l.set_default(a, Carry::Keep)
+            }
+            (RuleLimiter::SlidingLog(l), BuiltAlgorithm::SlidingLog(a)) => {
+                l.set_default(a, Carry::Keep)
+            }
+            (RuleLimiter::SlidingWindow(l), BuiltAlgorithm::SlidingWindow(a)) => {
+                l.set_default(a, Carry::Keep)
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn decide(&self, key: &str, cost: u64) -> Result<Decision, tollgate::CostError> {
+        macro_rules! run {
+            ($l:expr) => {
+                if cost == 0 {
+                    $l.peek_n(key, 0)
+                } else {
+                    $l.check_n(key, cost)
+                }
+            };
+        }
+        match self {
+            RuleLimiter::Gcra(l) => run!(l),
+            RuleLimiter::FixedWindow(l) => run!(l),
+            RuleLimiter::SlidingLog(l) => run!(l),
+            RuleLimiter::SlidingWindow(l) => run!(l),
+        }
+    }
+
+    fn sweep(&self) {
+        match self {
+            RuleLimiter::Gcra(l) => l.sweep(),
+            RuleLimiter::FixedWindow(l) => l.sweep(),
+            RuleLimiter::SlidingLog(l) => l.sweep(),
+            RuleLimiter::SlidingWindow(l) => l.sweep(),
+        };
+    }
+}
+
+struct Installed {
+    algorithm: BuiltAlgorithm,
+    limiter: RuleLimiter,
+}
+
+/// Counts in this process: one keyed limiter per rule.
+pub struct MemoryBackend {
+    clock: ClockSource,
+    limiters: ArcSwap<HashMap<Arc<str>, Arc<Installed>>>,
+    /// Serialises installs (reloads are rare; decisions never take it).
+    installing: std::sync::Mutex<()>,
+}
+
+impl MemoryBackend {
+    /// A backend whose limiters read `clock`.
+    pub fn new(clock: impl Into<ClockSource>) -> MemoryBackend {
+        MemoryBackend {
+            clock: clock.into(),
+            limiters: ArcSwap::from_pointee(HashMap::new()),
+            installing: std::sync::Mutex::new(()),
+        }
+    }
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("rules", &self.limiters.load().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn install(&self, rules: &RuleSet) {
+        let _one_at_a_time = self
+            .installing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = self.limiters.load_full();
+        let mut new = HashMap::with_capacity(rules.rules().len());
+        for rule in rules.rules() {
+            let Some(limits) = &rule.limits else { continue };
+            let kept = old.get(&rule.id).and_then(|installed| {
+                if installed.algorithm == limits.algorithm {
+                    return Some(Arc::clone(installed));
+                }
+                installed.limiter.adopt(&limits.algorithm).then(|| {
+                    Arc::new(Installed {
+                        algorithm: limits.algorithm.clone(),
+                        limiter: installed.limiter.clone(),
+                    })
+                })
+            });
+            let installed = kept.unwrap_or_else(|| {
+                Arc::new(Installed {
+                    algorithm: limits.algorithm.clone(),
+                    limiter: RuleLimiter::new(&limits.algorithm, &self.clock),
+                })
+            });
+            new.insert(Arc::clone(&rule.id), installed);
+        }
+        self.limiters.store(Arc::new(new));
+    }
+
+    fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a> {
+        let limiters = self.limiters.load();
+        let decisions = hits
+            .iter()
+            .map(|hit| {
+                let decision = match (limiters.get(&hit.rule.id), &hit.rule.limits) {
+                    (Some(installed), _) => installed.limiter.decide(hit.key, hit.cost),
+                    // Raced a reload: decided as a fresh bucket.
+                    (None, Some(limits)) => {
+                        RuleLimiter::new(&limits.algorithm, &self.clock).decide(hit.key, hit.cost)
+                    }
+                    // Unlimited rules never reach a backend; if one did, it is unlimited.
+                    (None, None) => Ok(Decision::from_parts(
+                        true,
+                        u64::MAX,
+                        u64::MAX,
+                        Duration::ZERO,
+                        Duration::ZERO,
+                    )),
+                };
+                // The server checks costs first; only a reload that lowered
+                // the capacity in between lands here: a denial, never to fit.
+                decision.unwrap_or_else(|error| {
+                    Decision::from_parts(false, error.capacity(), 0, Duration::MAX, Duration::ZERO)
+                })
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(decisions)))
+    }
+
+    fn sweep(&self) {
+        for installed in self.limiters.load().values() {
+            installed.limiter.sweep();
+        }
+    }
+}
+
+/// How often the server calls [`Backend::sweep`].
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);

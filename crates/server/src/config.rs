@@ -1,0 +1,877 @@
+//! The configuration file: envoyproxy/ratelimit's YAML, extended.
+//!
+//! A file is either one domain exactly as envoyproxy/ratelimit reads it
+//! (`domain:` and `descriptors:` at the top), or a list of them under
+//! `domains:`, with an optional `server:` section either way:
+//!
+//! ```yaml
+//! server:
+//!   grpc_listen: 127.0.0.1:8081      # the default; say 0.0.0.0:8081 to open it up
+//!   http_listen: 127.0.0.1:8080
+//! domain: api
+//! descriptors:
+//!   - key: remote_address            # no value: one bucket per address
+//!     rate_limit: {unit: second, requests_per_unit: 10}
+//!   - key: path
+//!     value: /login
+//!     rate_limits:                   # several limits, all-or-nothing
+//!       - {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
+//!       - {unit: day, requests_per_unit: 100, algorithm: sliding_log}
+//!   - key: plan
+//!     value: free
+//!     shadow_mode: true              # decide and count, but answer OK
+//!     rate_limit: {period: 10s, requests_per_unit: 20, burst: 5}
+//!   - key: plan
+//!     value: internal
+//!     rate_limit: {unlimited: true}
+//! ```
+//!
+//! # Decisions
+//!
+//! - Every envoyproxy/ratelimit key is read with its meaning (`unit` is
+//!   case-insensitive, `unlimited` forbids a unit); `replaces` and
+//!   `detailed_metric` are not supported and are refused rather than
+//!   silently ignored: a file that relies on them would not do what it says.
+//! - Extensions, all inside `rate_limit`: `algorithm` (`gcra`, the
+//!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
+//!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
+//!   by default the limit), `period` (`500ms`, `10s`, `5m`, `2h`, `1d`)
+//!   instead of `unit`. `rate_limits:` holds several limits for one
+//!   descriptor, decided all-or-nothing; they share one algorithm (the
+//!   core's `AllOf` runs one algorithm type), and a file mixing them is
+//!   refused.
+//! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit.
+//! - Unknown keys are errors, and every error names the file, the line and
+//!   the field (`descriptors[1].rate_limit.unit`).
+//! - The `server` section is read at start only; a reload takes the rules
+//!   and warns if `server` changed.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow};
+
+/// Why a configuration file was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    file: PathBuf,
+    line: Option<usize>,
+    column: Option<usize>,
+    message: String,
+}
+
+impl ConfigError {
+    /// The file.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The line (from 1), when the error has a place in the file.
+    pub fn line(&self) -> Option<usize> {
+        self.line
+    }
+
+    /// What is wrong, starting with the field's path.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn io(file: &Path, error: &std::io::Error) -> ConfigError {
+        ConfigError {
+            file: file.to_owned(),
+            line: None,
+            column: None,
+            message: format!("cannot read the file: {error}"),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let (Some(line), Some(column)) = (self.line, self.column) {
+            write!(f, ":{line}:{column}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A parsed, validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Listeners, limits and auth: read at start.
+    pub server: ServerSettings,
+    /// The rules, one tree per domain.
+    pub domains: Vec<DomainConfig>,
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file, the line and the field.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::io(path, &error))?;
+        Config::from_yaml(path, &text)
+    }
+
+    /// Validates `text`, read from `path` (named in errors).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file, the line and the field.
+    pub fn from_yaml(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let file: FileYaml = serde_yaml_ng::from_str(text).map_err(|error| {
+            let location = error.location();
+            ConfigError {
+                file: path.to_owned(),
+                line: location.as_ref().map(|l| l.line()),
+                column: location.as_ref().map(|l| l.column()),
+                message: strip_location(&error.to_string()),
+            }
+        })?;
+        file.into_config().map_err(|message| ConfigError {
+            file: path.to_owned(),
+            line: None,
+            column: None,
+            message,
+        })
+    }
+}
+
+/// serde_yaml_ng appends " at line L column C"; we print the place first.
+fn strip_location(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// Listeners, request limits and auth.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Where the Envoy RLS gRPC API listens. By default, `127.0.0.1:8081`.
+    pub grpc_listen: SocketAddr,
+    /// Where the HTTP JSON API listens. By default, `127.0.0.1:8080`.
+    pub http_listen: SocketAddr,
+    /// A bearer token required on both APIs (except `/healthz`, `/readyz`).
+    /// By default, none.
+    pub bearer_token: Option<String>,
+    /// A file holding the bearer token (trailing whitespace trimmed), so
+    /// that the token need not be in the configuration. By default, none.
+    pub bearer_token_file: Option<PathBuf>,
+    /// The largest request body or gRPC message. By default, 2 MiB.
+    pub max_request_bytes: usize,
+    /// The most descriptors in one request. By default, 64.
+    pub max_descriptors: usize,
+    /// The most entries in one descriptor. By default, 32.
+    pub max_entries: usize,
+    /// The longest descriptor key, value or domain, in bytes. By default, 1,024.
+    pub max_key_bytes: usize,
+    /// Requests decided at once over both APIs; more are refused at once
+    /// with 503 / `RESOURCE_EXHAUSTED`. By default, 1,024.
+    pub max_concurrent_requests: usize,
+    /// Add `x-ratelimit-limit`, `-remaining` and `-reset` to gRPC responses
+    /// (`response_headers_to_add`). By default, off.
+    pub response_headers: bool,
+    /// How often the file is read for changes, in milliseconds; 0 turns
+    /// hot reload off. By default, 1,000.
+    pub reload_interval_ms: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> ServerSettings {
+        ServerSettings {
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            bearer_token: None,
+            bearer_token_file: None,
+            max_request_bytes: 2 << 20,
+            max_descriptors: 64,
+            max_entries: 32,
+            max_key_bytes: 1024,
+            max_concurrent_requests: 1024,
+            response_headers: false,
+            reload_interval_ms: 1000,
+        }
+    }
+}
+
+/// One domain's rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DomainConfig {
+    /// The domain requests name.
+    pub domain: String,
+    /// The top-level descriptors.
+    pub descriptors: Vec<DescriptorConfig>,
+}
+
+/// One node of a domain's tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescriptorConfig {
+    /// The entry's key.
+    pub key: String,
+    /// The entry's value; `None` matches any value, one bucket per value.
+    pub value: Option<String>,
+    /// The limit at this node, if any.
+    pub limit: Option<LimitConfig>,
+    /// Decide and count, but always answer OK.
+    pub shadow_mode: bool,
+    /// Deeper nodes.
+    pub descriptors: Vec<DescriptorConfig>,
+}
+
+/// The limit of a node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LimitConfig {
+    /// Never limited.
+    Unlimited {
+        /// The limit's name, reported in responses.
+        name: Option<String>,
+    },
+    /// Limited by one or several quotas, all-or-nothing.
+    Limited {
+        /// The limit's name, reported in responses.
+        name: Option<String>,
+        /// The quotas and their algorithm.
+        limits: Limits,
+    },
+}
+
+/// The algorithms a rule can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmKind {
+    /// GCRA / token bucket (the default).
+    Gcra,
+    /// Fixed window (envoyproxy/ratelimit's algorithm).
+    FixedWindow,
+    /// Sliding log: exact, for small limits.
+    SlidingLog,
+    /// Sliding window counter with `slots`.
+    SlidingWindow,
+}
+
+impl AlgorithmKind {
+    /// The name used in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlgorithmKind::Gcra => "gcra",
+            AlgorithmKind::FixedWindow => "fixed_window",
+            AlgorithmKind::SlidingLog => "sliding_log",
+            AlgorithmKind::SlidingWindow => "sliding_window",
+        }
+    }
+}
+
+/// One quota as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaConfig {
+    /// Requests per period.
+    pub requests_per_unit: u64,
+    /// The period.
+    pub period: Duration,
+    /// The envoy unit when the period is exactly one.
+    pub unit: Option<Unit>,
+    /// GCRA's burst.
+    pub burst: Option<u64>,
+    /// The sliding window's slots.
+    pub slots: Option<u32>,
+}
+
+/// envoyproxy/ratelimit's units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// 1 s.
+    Second,
+    /// 60 s.
+    Minute,
+    /// 3,600 s.
+    Hour,
+    /// 86,400 s.
+    Day,
+    /// 30 days.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    fn parse(text: &str) -> Option<Unit> {
+        match text.to_ascii_lowercase().as_str() {
+            "second" => Some(Unit::Second),
+            "minute" => Some(Unit::Minute),
+            "hour" => Some(Unit::Hour),
+            "day" => Some(Unit::Day),
+            "month" => Some(Unit::Month),
+            "year" => Some(Unit::Year),
+            _ => None,
+        }
+    }
+
+    /// The unit's length.
+    pub fn period(self) -> Duration {
+        Duration::from_secs(match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        })
+    }
+
+    /// The unit whose length is exactly `period`.
+    pub fn of_period(period: Duration) -> Option<Unit> {
+        [
+            Unit::Second,
+            Unit::Minute,
+            Unit::Hour,
+            Unit::Day,
+            Unit::Month,
+            Unit::Year,
+        ]
+        .into_iter()
+        .find(|unit| unit.period() == period)
+    }
+}
+
+/// Validated quotas with their built algorithm (one algorithm type per
+/// rule: see the module docs).
+#[derive(Clone, PartialEq)]
+pub struct Limits {
+    /// The quotas, in file order.
+    pub quotas: Vec<QuotaConfig>,
+    /// The algorithm, built.
+    pub algorithm: BuiltAlgorithm,
+}
+
+impl fmt::Debug for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limits")
+            .field("algorithm", &self.algorithm.kind())
+            .field("quotas", &self.quotas)
+            .finish()
+    }
+}
+
+/// A rule's algorithm, built and validated by the core.
+#[derive(Clone, PartialEq)]
+pub enum BuiltAlgorithm {
+    /// GCRA limits.
+    Gcra(AllOf<Gcra>),
+    /// Fixed windows.
+    FixedWindow(AllOf<FixedWindow>),
+    /// Sliding logs.
+    SlidingLog(AllOf<SlidingLog>),
+    /// Sliding windows.
+    SlidingWindow(AllOf<SlidingWindow>),
+}
+
+impl BuiltAlgorithm {
+    /// Which algorithm.
+    pub fn kind(&self) -> AlgorithmKind {
+        match self {
+            BuiltAlgorithm::Gcra(_) => AlgorithmKind::Gcra,
+            BuiltAlgorithm::FixedWindow(_) => AlgorithmKind::FixedWindow,
+            BuiltAlgorithm::SlidingLog(_) => AlgorithmKind::SlidingLog,
+            BuiltAlgorithm::SlidingWindow(_) => AlgorithmKind::SlidingWindow,
+        }
+    }
+
+    /// The most one request may cost.
+    pub fn capacity(&self) -> u64 {
+        use tollgate::Algorithm;
+        match self {
+            BuiltAlgorithm::Gcra(a) => a.capacity(),
+            BuiltAlgorithm::FixedWindow(a) => a.capacity(),
+            BuiltAlgorithm::SlidingLog(a) => a.capacity(),
+            BuiltAlgorithm::SlidingWindow(a) => a.capacity(),
+        }
+    }
+}
+
+// ---- the file as written ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileYaml {
+    #[serde(default)]
+    server: ServerSettings,
+    #[serde(default)]
+    domains: Option<Vec<DomainYaml>>,
+    #[serde(default)]
+    domain: Option<String>,
+    #[serde(default)]
+    descriptors: Option<Vec<DescriptorYaml>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DomainYaml {
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<DescriptorYaml>,
+}
+
+#[derive(Deserialize)]
+#[serde(try_from = "RawDescriptor")]
+struct DescriptorYaml(DescriptorConfig);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    rate_limit: Option<LimitYaml>,
+    #[serde(default)]
+    rate_limits: Option<Vec<QuotaYaml>>,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    descriptors: Vec<DescriptorYaml>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitYaml {
+    #[serde(default)]
+    unlimited: bool,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    unit: Option<String>,
+    #[serde(default)]
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    period: Option<String>,
+    #[serde(default)]
+    algorithm: Option<AlgorithmKind>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    slots: Option<u32>,
+}
+
+impl LimitYaml {
+    fn split(self) -> (bool, Option<String>, QuotaYaml) {
+        let quota = QuotaYaml {
+            unit: self.unit,
+            requests_per_unit: self.requests_per_unit,
+            period: self.period,
+            algorithm: self.algorithm,
+            burst: self.burst,
+            slots: self.slots,
+        };
+        (self.unlimited, self.name, quota)
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct QuotaYaml {
+    #[serde(default)]
+    unit: Option<String>,
+    #[serde(default)]
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    period: Option<String>,
+    #[serde(default)]
+    algorithm: Option<AlgorithmKind>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    slots: Option<u32>,
+}
+
+impl QuotaYaml {
+    fn is_empty(&self) -> bool {
+        self.unit.is_none()
+            && self.requests_per_unit.is_none()
+            && self.period.is_none()
+            && self.algorithm.is_none()
+            && self.burst.is_none()
+            && self.slots.is_none()
+    }
+
+    fn validate(&self) -> Result<(AlgorithmKind, QuotaConfig), String> {
+        let algorithm = self.algorithm.unwrap_or(AlgorithmKind::Gcra);
+        let requests_per_unit = match self.requests_per_unit {
+            Some(0) => return Err("requests_per_unit: must be at least 1".into()),
+            Some(n) => n,
+            None => return Err("requests_per_unit: missing".into()),
+        };
+        let (period, unit) = match (&self.unit, &self.period) {
+            (Some(_), Some(_)) => return Err("give either unit or period, not both".into()),
+            (None, None) => return Err("unit: missing (or give a period)".into()),
+            (Some(unit), None) => {
+                let unit = Unit::parse(unit).ok_or_else(|| {
+                    format!(
+                        "unit: invalid rate limit unit '{unit}' (second, minute, hour, day, month, year)"
+                    )
+                })?;
+                (unit.period(), Some(unit))
+            }
+            (None, Some(period)) => {
+                let period = parse_period(period).map_err(|error| format!("period: {error}"))?;
+                (period, Unit::of_period(period))
+            }
+        };
+        if self.burst.is_some() && algorithm != AlgorithmKind::Gcra {
+            return Err(format!(
+                "burst: only the gcra algorithm has a burst, not {}",
+                algorithm.name()
+            ));
+        }
+        if self.slots.is_some() && algorithm != AlgorithmKind::SlidingWindow {
+            return Err(format!(
+                "slots: only the sliding_window algorithm has slots, not {}",
+                algorithm.name()
+            ));
+        }
+        let quota = QuotaConfig {
+            requests_per_unit,
+            period,
+            unit,
+            burst: self.burst,
+            slots: match algorithm {
+                AlgorithmKind::SlidingWindow => Some(self.slots.unwrap_or(DEFAULT_SLOTS)),
+                _ => None,
+            },
+        };
+        Ok((algorithm, quota))
+    }
+}
+
+/// The sliding window's slots when the file does not say.
+const DEFAULT_SLOTS: u32 = 10;
+
+/// `500ms`, `10s`, `5m`, `2h`, `1d`.
+fn parse_period(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("'{text}' has no unit (ms, s, m, h, d)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' does not start with a whole number"))?;
+    let millis_per_unit: u64 = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("unknown unit '{other}' (ms, s, m, h, d)")),
+    };
+    let millis = number
+        .checked_mul(millis_per_unit)
+        .ok_or_else(|| format!("'{text}' is too long"))?;
+    if millis == 0 {
+        return Err("must be longer than 0".into());
+    }
+    Ok(Duration::from_millis(millis))
+}
+
+fn build_algorithm(
+    kind: AlgorithmKind,
+    quotas: &[QuotaConfig],
+) -> Result<BuiltAlgorithm, tollgate::QuotaError> {
+    fn quota_of(q: &QuotaConfig) -> Result<Quota, tollgate::QuotaError> {
+        let quota = Quota::new(q.requests_per_unit, q.period)?;
+        match q.burst {
+            Some(burst) => quota.with_burst(burst),
+            None => Ok(quota),
+        }
+    }
+    fn all<A: tollgate::Algorithm>(
+        quotas: &[QuotaConfig],
+        build: impl Fn(&QuotaConfig) -> Result<A, tollgate::QuotaError>,
+    ) -> Result<AllOf<A>, tollgate::QuotaError> {
+        AllOf::new(quotas.iter().map(build).collect::<Result<Vec<_>, _>>()?)
+    }
+    Ok(match kind {
+        AlgorithmKind::Gcra => BuiltAlgorithm::Gcra(all(quotas, |q| Gcra::new(quota_of(q)?))?),
+        AlgorithmKind::FixedWindow => {
+            BuiltAlgorithm::FixedWindow(all(quotas, |q| FixedWindow::new(quota_of(q)?))?)
+        }
+        AlgorithmKind::SlidingLog => {
+            BuiltAlgorithm::SlidingLog(all(quotas, |q| SlidingLog::new(quota_of(q)?))?)
+        }
+        AlgorithmKind::SlidingWindow => BuiltAlgorithm::SlidingWindow(all(quotas, |q| {
+            SlidingWindow::new(quota_of(q)?, q.slots.unwrap_or(DEFAULT_SLOTS))
+        })?),
+    })
+}
+
+impl TryFrom<RawDescriptor> for DescriptorYaml {
+    type Error = String;
+
+    fn try_from(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
+        let key = raw.key.clone();
+        descriptor(raw).map_err(|error| format!("descriptor '{key}': {error}"))
+    }
+}
+
+fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
+    {
+        if raw.key.is_empty() {
+            return Err("key: descriptor has empty key".into());
+        }
+        let value = raw.value.filter(|v| !v.is_empty());
+        let limit = match (raw.rate_limit, raw.rate_limits) {
+            (Some(_), Some(_)) => {
+                return Err("give either rate_limit or rate_limits, not both".into());
+            }
+            (None, None) => None,
+            (Some(limit), None) => limit_of(limit.split())?,
+            (None, Some(list)) => {
+                if list.is_empty() {
+                    return Err("rate_limits: needs at least one limit".into());
+                }
+                let mut kind = None;
+                let mut quotas = Vec::with_capacity(list.len());
+                for (i, item) in list.iter().enumerate() {
+                    let (this, quota) = item
+                        .validate()
+                        .map_err(|error| format!("rate_limits[{i}].{error}"))?;
+                    if kind.is_some_and(|k| k != this) {
+                        return Err(format!(
+                            "rate_limits[{i}].algorithm: every limit of a descriptor runs the same algorithm"
+                        ));
+                    }
+                    kind = Some(this);
+                    quotas.push(quota);
+                }
+                let algorithm = build_algorithm(kind.unwrap_or(AlgorithmKind::Gcra), &quotas)
+                    .map_err(|error| format!("rate_limits: {error}"))?;
+                Some(LimitConfig::Limited {
+                    name: None,
+                    limits: Limits { quotas, algorithm },
+                })
+            }
+        };
+        let descriptors: Vec<DescriptorConfig> = raw.descriptors.into_iter().map(|d| d.0).collect();
+        check_duplicates(&descriptors).map_err(|error| format!("descriptors: {error}"))?;
+        Ok(DescriptorYaml(DescriptorConfig {
+            key: raw.key,
+            value,
+            limit,
+            shadow_mode: raw.shadow_mode,
+            descriptors,
+        }))
+    }
+}
+
+/// The limit of a `rate_limit:` block.
+fn limit_of(
+    (unlimited, name, quota): (bool, Option<String>, QuotaYaml),
+) -> Result<Option<LimitConfig>, String> {
+    if unlimited {
+        if !quota.is_empty() {
+            return Err(
+                "rate_limit: should not specify a unit, period, requests_per_unit or algorithm when unlimited"
+                    .into(),
+            );
+        }
+        return Ok(Some(LimitConfig::Unlimited { name }));
+    }
+    let (kind, quota) = quota
+        .validate()
+        .map_err(|error| format!("rate_limit.{error}"))?;
+    let algorithm =
+        build_algorithm(kind, &[quota]).map_err(|error| format!("rate_limit: {error}"))?;
+    Ok(Some(LimitConfig::Limited {
+        name,
+        limits: Limits {
+            quotas: vec![quota],
+            algorithm,
+        },
+    }))
+}
+
+fn check_duplicates(descriptors: &[DescriptorConfig]) -> Result<(), String> {
+    let mut seen = HashSet::new();
+    for d in descriptors {
+        if !seen.insert((&d.key, &d.value)) {
+            return Err(match &d.value {
+                Some(value) => format!("duplicate descriptor key '{}' value '{value}'", d.key),
+                None => format!("duplicate descriptor key '{}' without a value", d.key),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl FileYaml {
+    fn into_config(self) -> Result<Config, String> {
+        let mut domains = Vec::new();
+        match (self.domain, self.domains) {
+            (Some(_), Some(_)) => {
+                return Err("give either domain (one domain) or domains (a list), not both".into());
+            }
+            (Some(domain), None) => domains.push(DomainYaml {
+                domain,
+                descriptors: self.descriptors.unwrap_or_default(),
+            }),
+            (None, Some(list)) => {
+                if self.descriptors.is_some() {
+                    return Err("descriptors: belong inside each entry of domains".into());
+                }
+                domains = list;
+            }
+            (None, None) => {
+                if self.descriptors.is_some() {
+                    return Err("domain: config file cannot have empty domain".into());
+                }
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut out = Vec::with_capacity(domains.len());
+        for (i, d) in domains.into_iter().enumerate() {
+            if d.domain.is_empty() {
+                return Err(format!(
+                    "domains[{i}].domain: config file cannot have empty domain"
+                ));
+            }
+            if !seen.insert(d.domain.clone()) {
+                return Err(format!(
+                    "domains[{i}].domain: duplicate domain '{}'",
+                    d.domain
+                ));
+            }
+            let descriptors: Vec<DescriptorConfig> =
+                d.descriptors.into_iter().map(|d| d.0).collect();
+            check_duplicates(&descriptors)
+                .map_err(|error| format!("domains[{i}].descriptors: {error}"))?;
+            out.push(DomainConfig {
+                domain: d.domain,
+                descriptors,
+            });
+        }
+        if self.server.bearer_token.is_some() && self.server.bearer_token_file.is_some() {
+            return Err("server: give either bearer_token or bearer_token_file, not both".into());
+        }
+        if self.server.bearer_token.as_deref() == Some("") {
+            return Err("server.bearer_token: must not be empty".into());
+        }
+        Ok(Config {
+            server: self.server,
+            domains: out,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(Path::new("rules.yaml"), text)
+    }
+
+    #[test]
+    fn envoy_file_reads_as_is() {
+        let config = parse(
+            "domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit:\n      unit: SECOND\n      requests_per_unit: 500\n  - key: database\n    rate_limit: {unlimited: true}\n",
+        )
+        .unwrap();
+        assert_eq!(config.domains[0].domain, "mongo_cps");
+        assert_eq!(config.domains[0].descriptors.len(), 2);
+        assert_eq!(config.server, ServerSettings::default());
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let error = parse(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
+        )
+        .unwrap_err();
+        let text = error.to_string();
+        assert!(text.starts_with("rules.yaml:"), "{text}");
+        assert!(error.line().is_some(), "{text}");
+        assert_eq!(error.line(), Some(3), "{text}");
+        assert!(
+            text.contains("descriptors: descriptor 'a': rate_limit.unit"),
+            "{text}"
+        );
+        assert!(
+            text.contains("unit: invalid rate limit unit 'fortnight'"),
+            "{text}"
+        );
+
+        let error = parse("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, bogus: 2}\n").unwrap_err();
+        assert!(error.to_string().contains("bogus"), "{error}");
+        assert_eq!(error.line(), Some(4), "{error}");
+    }
+
+    #[test]
+    fn semantic_errors() {
+        for (text, needle) in [
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
+                "when unlimited",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+                "at least 1",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: fixed_window, burst: 2}\n",
+                "burst",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n  - key: a\n",
+                "duplicate descriptor",
+            ),
+            ("domain: d\ndescriptors:\n  - key: ''\n", "empty key"),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 5}\n      - {unit: day, requests_per_unit: 50, algorithm: sliding_log}\n",
+                "same algorithm",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {period: 0s, requests_per_unit: 5}\n",
+                "period",
+            ),
+            (
+                "domains:\n  - domain: d\n  - domain: d\n",
+                "duplicate domain",
+            ),
+            ("descriptors: []\n", "empty domain"),
+        ] {
+            let error = parse(text).unwrap_err().to_string();
+            assert!(error.contains(needle), "{needle}: {error}");
+        }
+    }
+
+    #[test]
+    fn extensions() {
+        let config = parse(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {period: 10s, requests_per_unit: 20, burst: 5}\n  - key: b\n    rate_limits:\n      - {unit: second, requests_per_unit: 5, algorithm: sliding_window, slots: 4}\n      - {unit: hour, requests_per_unit: 50, algorithm: sliding_window}\n",
+        )
+        .unwrap();
+        let Some(LimitConfig::Limited { limits, .. }) = &config.domains[0].descriptors[0].limit
+        else {
+            panic!("limited")
+        };
+        assert_eq!(limits.quotas[0].period, Duration::from_secs(10));
+        assert_eq!(limits.quotas[0].unit, None);
+        assert_eq!(limits.algorithm.capacity(), 5);
+        let Some(LimitConfig::Limited { limits, .. }) = &config.domains[0].descriptors[1].limit
+        else {
+            panic!("limited")
+        };
+        assert_eq!(limits.algorithm.kind(), AlgorithmKind::SlidingWindow);
+        assert_eq!(limits.quotas[1].slots, Some(DEFAULT_SLOTS));
+    }
+}

@@ -1,0 +1,309 @@
+//! Envoy's rate limit service, v3, over gRPC.
+//!
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, with
+//! Envoy's exact package and message names: point Envoy's `ratelimit`
+//! filter (`rate_limit_service.grpc_service`) at the gRPC address.
+//!
+//! # Mapping (decisions)
+//!
+//! - The request's `hits_addend` is the cost of every descriptor; 0 counts
+//!   as 1, because proto3 cannot tell 0 from "not set" and Envoy leaves it
+//!   unset (envoyproxy/ratelimit does the same). A descriptor's own
+//!   `hits_addend` (a `UInt64Value`, so set is distinguishable) overrides
+//!   it, and there 0 means "check only".
+//! - `current_limit` is the binding quota: `requests_per_unit` (saturated
+//!   to `u32`), its `unit` when the period is exactly one (`UNKNOWN` for a
+//!   `period:` such as `10s`), and `name` (the rule's name, else its path).
+//! - `limit_remaining` saturates to `u32::MAX`; an `unlimited` rule answers
+//!   `u32::MAX` and no `current_limit`; no rule answers OK with neither.
+//! - `duration_until_reset`: for an admission, the time until the bucket is
+//!   full again; for a denial, the time until the same request would be
+//!   admitted (a fixed window's end, the GCRA's next free permit).
+//! - `response_headers: true` adds `x-ratelimit-limit`, `-remaining` and
+//!   `-reset` for the decided descriptor with the fewest permits left.
+//! - The descriptor's `limit` override is not applied: the configured rule
+//!   decides.
+//! - Bad input is `INVALID_ARGUMENT`, overload `RESOURCE_EXHAUSTED`, a
+//!   missing or wrong token `UNAUTHENTICATED` (metadata `authorization:
+//!   Bearer <token>`; Envoy sends it from `grpc_service.initial_metadata`),
+//!   a backend failure `UNAVAILABLE`. A message above `max_request_bytes` is
+//!   refused by tonic with `OUT_OF_RANGE`.
+
+pub mod codec;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::{Request, Response, Status};
+
+use crate::config::Unit;
+use crate::metrics::{Api, Refusal};
+use crate::service::{CheckError, CheckRequest, Descriptor, Service, Status as DescriptorOutcome};
+
+/// The generated protobuf types and gRPC stubs.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    /// `envoy.*` packages.
+    pub mod envoy {
+        /// `envoy.service`.
+        pub mod service {
+            /// `envoy.service.ratelimit`.
+            pub mod ratelimit {
+                /// `envoy.service.ratelimit.v3`: the service.
+                pub mod v3 {
+                    tonic::include_proto!("envoy.service.ratelimit.v3");
+                }
+            }
+        }
+        /// `envoy.extensions`.
+        pub mod extensions {
+            /// `envoy.extensions.common`.
+            pub mod common {
+                /// `envoy.extensions.common.ratelimit`.
+                pub mod ratelimit {
+                    /// `envoy.extensions.common.ratelimit.v3`: descriptors.
+                    pub mod v3 {
+                        tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                    }
+                }
+            }
+        }
+        /// `envoy.config`.
+        pub mod config {
+            /// `envoy.config.core`.
+            pub mod core {
+                /// `envoy.config.core.v3`: header values.
+                pub mod v3 {
+                    tonic::include_proto!("envoy.config.core.v3");
+                }
+            }
+        }
+        /// `envoy.type`.
+        pub mod r#type {
+            /// `envoy.type.v3`: units.
+            pub mod v3 {
+                tonic::include_proto!("envoy.r#type.v3");
+            }
+        }
+    }
+}
+
+use proto::envoy::config::core::v3::HeaderValue;
+use proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
+use proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+/// The gRPC service over a shared [`Service`].
+#[derive(Debug, Clone)]
+pub struct RlsService {
+    service: Arc<Service>,
+    response_headers: bool,
+}
+
+impl RlsService {
+    /// The service; `response_headers` adds the `x-ratelimit-*` headers.
+    pub fn new(service: Arc<Service>, response_headers: bool) -> RlsService {
+        RlsService {
+            service,
+            response_headers,
+        }
+    }
+}
+
+/// The tonic server for `service`, with `token` required if given, and
+/// messages up to `max_bytes`.
+pub fn server(
+    service: RlsService,
+    token: Option<Arc<str>>,
+    max_bytes: usize,
+) -> tonic::service::interceptor::InterceptedService<
+    RateLimitServiceServer<RlsService>,
+    impl tonic::service::Interceptor + Clone,
+> {
+    let metrics_service = Arc::clone(&service.service);
+    let check_token = move |request: Request<()>| {
+        let Some(token) = &token else {
+            return Ok(request);
+        };
+        let given = request
+            .metadata()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        if given.is_some_and(|given| crate::auth::token_matches(given, token)) {
+            Ok(request)
+        } else {
+            metrics_service
+                .metrics()
+                .refused(Api::Grpc, Refusal::Unauthenticated);
+            Err(Status::unauthenticated("a valid bearer token is required"))
+        }
+    };
+    tonic::service::interceptor::InterceptedService::new(
+        RateLimitServiceServer::new(service)
+            .max_decoding_message_size(max_bytes)
+            .max_encoding_message_size(usize::MAX),
+        check_token,
+    )
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let Some(_slot) = self.service.admit(Api::Grpc) else {
+            return Err(Status::resource_exhausted(
+                "too many requests in flight; retry later",
+            ));
+        };
+        let request = request.into_inner();
+        let check = CheckRequest {
+            domain: request.domain,
+            cost: u64::from(request.hits_addend.max(1)),
+            descriptors: request
+                .descriptors
+                .into_iter()
+                .map(|descriptor| Descriptor {
+                    entries: descriptor
+                        .entries
+                        .into_iter()
+                        .map(|entry| (entry.key, entry.value))
+                        .collect(),
+                    cost: descriptor.hits_addend,
+                })
+                .collect(),
+        };
+        let outcome = match self.service.check(Api::Grpc, &check).await {
+            Ok(outcome) => outcome,
+            Err(CheckError::Invalid(message)) => {
+                tracing::debug!(%message, "grpc: invalid request");
+                return Err(Status::invalid_argument(message));
+            }
+            Err(CheckError::Backend(error)) => {
+                tracing::warn!(%error, "grpc: backend failed");
+                return Err(Status::unavailable(error.to_string()));
+            }
+        };
+        let statuses: Vec<DescriptorStatus> =
+            outcome.statuses.iter().map(descriptor_status).collect();
+        let response_headers_to_add = if self.response_headers {
+            headers(&statuses)
+        } else {
+            Vec::new()
+        };
+        Ok(Response::new(RateLimitResponse {
+            overall_code: if outcome.is_over_limit() {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
+            statuses,
+            response_headers_to_add,
+            ..RateLimitResponse::default()
+        }))
+    }
+}
+
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn proto_duration(duration: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(duration.as_secs()).unwrap_or(i64::MAX),
+        // Below 10^9: fits.
+        nanos: i32::try_from(duration.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn proto_unit(unit: Option<Unit>) -> ProtoUnit {
+    match unit {
+        None => ProtoUnit::Unknown,
+        Some(Unit::Second) => ProtoUnit::Second,
+        Some(Unit::Minute) => ProtoUnit::Minute,
+        Some(Unit::Hour) => ProtoUnit::Hour,
+        Some(Unit::Day) => ProtoUnit::Day,
+        Some(Unit::Month) => ProtoUnit::Month,
+        Some(Unit::Year) => ProtoUnit::Year,
+    }
+}
+
+fn descriptor_status(outcome: &DescriptorOutcome) -> DescriptorStatus {
+    match outcome {
+        DescriptorOutcome::NoRule => DescriptorStatus {
+            code: Code::Ok as i32,
+            ..DescriptorStatus::default()
+        },
+        DescriptorOutcome::Unlimited { .. } => DescriptorStatus {
+            code: Code::Ok as i32,
+            limit_remaining: u32::MAX,
+            ..DescriptorStatus::default()
+        },
+        DescriptorOutcome::Decided {
+            rule,
+            decision,
+            quota,
+        } => {
+            let until = if decision.is_allowed() {
+                decision.reset_after()
+            } else {
+                decision.retry_after()
+            };
+            DescriptorStatus {
+                code: if outcome.is_over_limit() {
+                    Code::OverLimit
+                } else {
+                    Code::Ok
+                } as i32,
+                current_limit: Some(RateLimit {
+                    name: rule.name.clone().unwrap_or_else(|| rule.id.to_string()),
+                    requests_per_unit: saturate(quota.requests_per_unit),
+                    unit: proto_unit(quota.unit) as i32,
+                }),
+                limit_remaining: saturate(decision.remaining()),
+                duration_until_reset: Some(proto_duration(until)),
+            }
+        }
+    }
+}
+
+/// `x-ratelimit-*` for the limited descriptor with the fewest permits left.
+fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    let Some(tightest) = statuses
+        .iter()
+        .filter(|status| status.current_limit.is_some())
+        .min_by_key(|status| status.limit_remaining)
+    else {
+        return Vec::new();
+    };
+    let limit = tightest
+        .current_limit
+        .as_ref()
+        .map_or(0, |limit| limit.requests_per_unit);
+    let reset = tightest.duration_until_reset.map_or(0, |d| {
+        // Whole seconds, rounded up: waiting that long is enough.
+        d.seconds.saturating_add(i64::from(d.nanos > 0))
+    });
+    [
+        ("x-ratelimit-limit", limit.to_string()),
+        (
+            "x-ratelimit-remaining",
+            tightest.limit_remaining.to_string(),
+        ),
+        ("x-ratelimit-reset", reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue {
+        key: key.to_owned(),
+        value,
+        raw_value: Vec::new(),
+    })
+    .collect()
+}

@@ -1,0 +1,380 @@
+//! The HTTP JSON API (axum).
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /v1/check` | the full decision for a domain and descriptors |
+//! | `GET /v1/rules` | the rules in force |
+//! | `GET /healthz` | 200 while the process serves |
+//! | `GET /readyz` | 200 while it takes traffic, 503 once shutting down |
+//! | `GET /metrics` | Prometheus text format |
+//!
+//! `POST /v1/check` takes
+//! `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "alice"}], "cost": 2}], "cost": 1, "dry_run": false}`
+//! (`cost`, per request and per descriptor, defaults to 1; `dry_run: true`
+//! looks without taking) and answers 200 with `overall_code` (`OK` or
+//! `OVER_LIMIT`) and one status per descriptor: the decision is the body,
+//! not the HTTP status, so that 4xx always means a bad request.
+//!
+//! # Decisions
+//!
+//! - A cost of 0 is refused (400): "look without taking" is said with
+//!   `dry_run`, so that a client computing a cost of 0 by mistake learns.
+//! - Every bad input is 400 with `{"error": "..."}` (also a JSON type error,
+//!   where axum's `Json` would say 422), a body above `max_request_bytes`
+//!   413, a missing or wrong token 401, overload 503 at once, a backend
+//!   failure 503. Never a 500.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use crate::config::QuotaConfig;
+use crate::metrics::{Api, Refusal};
+use crate::service::{CheckError, CheckRequest, Descriptor, Service, Status};
+
+#[derive(Clone)]
+struct AppState {
+    service: Arc<Service>,
+    token: Option<Arc<str>>,
+    ready: Arc<AtomicBool>,
+}
+
+/// The router; `ready` turns `/readyz` to 503 when cleared.
+pub fn router(
+    service: Arc<Service>,
+    token: Option<Arc<str>>,
+    ready: Arc<AtomicBool>,
+    max_request_bytes: usize,
+) -> Router {
+    let state = AppState {
+        service,
+        token,
+        ready,
+    };
+    let guarded = Router::new()
+        .route("/v1/check", post(check))
+        .route("/v1/rules", get(rules))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .merge(guarded)
+        .layer(DefaultBodyLimit::max(max_request_bytes))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    #[derive(Serialize)]
+    struct Body {
+        error: String,
+    }
+    (
+        status,
+        axum::Json(Body {
+            error: message.into(),
+        }),
+    )
+        .into_response()
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        if !given.is_some_and(|given| crate::auth::token_matches(given, token)) {
+            state
+                .service
+                .metrics()
+                .refused(Api::Http, Refusal::Unauthenticated);
+            let mut response = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    // Relaxed: a flag read on its own; no other memory depends on it.
+    if state.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    (headers, state.service.metrics().encode()).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    domain: String,
+    descriptors: Vec<DescriptorBody>,
+    #[serde(default)]
+    cost: Option<u64>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescriptorBody {
+    entries: Vec<EntryBody>,
+    #[serde(default)]
+    cost: Option<u64>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct EntryBody {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+impl CheckBody {
+    fn into_request(self) -> Result<CheckRequest, String> {
+        let zero = "cost: must be at least 1 (to look without taking, send \"dry_run\": true)";
+        if self.cost == Some(0) {
+            return Err(zero.into());
+        }
+        let mut descriptors = Vec::with_capacity(self.descriptors.len());
+        for (i, d) in self.descriptors.into_iter().enumerate() {
+            if d.cost == Some(0) {
+                return Err(format!("descriptors[{i}].{zero}"));
+            }
+            descriptors.push(Descriptor {
+                entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                cost: if self.dry_run { Some(0) } else { d.cost },
+            });
+        }
+        Ok(CheckRequest {
+            domain: self.domain,
+            descriptors,
+            cost: if self.dry_run {
+                0
+            } else {
+                self.cost.unwrap_or(1)
+            },
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct CheckAnswer {
+    overall_code: &'static str,
+    statuses: Vec<StatusAnswer>,
+}
+
+#[derive(Serialize)]
+struct StatusAnswer {
+    code: &'static str,
+    /// The matched rule's path, `null` when no rule matched.
+    rule: Option<String>,
+    name: Option<String>,
+    unlimited: bool,
+    shadow_mode: bool,
+    /// Whether the bucket admitted the cost (in shadow mode it may not
+    /// have, while `code` is `OK`).
+    allowed: bool,
+    limit: Option<LimitAnswer>,
+    remaining: Option<u64>,
+    /// `null` when the request could never be admitted.
+    retry_after_ms: Option<u64>,
+    reset_after_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct LimitAnswer {
+    algorithm: &'static str,
+    requests_per_unit: u64,
+    period_ms: u64,
+    capacity: u64,
+}
+
+/// Milliseconds, rounded up (waiting that long is enough); `None` for never.
+fn millis(duration: std::time::Duration) -> Option<u64> {
+    if duration.as_nanos() >= u128::from(u64::MAX) {
+        return None;
+    }
+    u64::try_from(duration.as_nanos().div_ceil(1_000_000)).ok()
+}
+
+fn limit_answer(algorithm: &'static str, capacity: u64, quota: &QuotaConfig) -> LimitAnswer {
+    LimitAnswer {
+        algorithm,
+        requests_per_unit: quota.requests_per_unit,
+        period_ms: u64::try_from(quota.period.as_millis()).unwrap_or(u64::MAX),
+        capacity,
+    }
+}
+
+fn status_answer(status: &Status) -> StatusAnswer {
+    let code = if status.is_over_limit() {
+        "OVER_LIMIT"
+    } else {
+        "OK"
+    };
+    match status {
+        Status::NoRule => StatusAnswer {
+            code,
+            rule: None,
+            name: None,
+            unlimited: false,
+            shadow_mode: false,
+            allowed: true,
+            limit: None,
+            remaining: None,
+            retry_after_ms: None,
+            reset_after_ms: None,
+        },
+        Status::Unlimited { rule } => StatusAnswer {
+            code,
+            rule: Some(rule.id.to_string()),
+            name: rule.name.clone(),
+            unlimited: true,
+            shadow_mode: rule.shadow_mode,
+            allowed: true,
+            limit: None,
+            remaining: None,
+            retry_after_ms: None,
+            reset_after_ms: None,
+        },
+        Status::Decided {
+            rule,
+            decision,
+            quota,
+        } => StatusAnswer {
+            code,
+            rule: Some(rule.id.to_string()),
+            name: rule.name.clone(),
+            unlimited: false,
+            shadow_mode: rule.shadow_mode,
+            allowed: decision.is_allowed(),
+            limit: rule.limits.as_ref().map(|limits| {
+                limit_answer(limits.algorithm.kind().name(), decision.limit(), quota)
+            }),
+            remaining: Some(decision.remaining()),
+            retry_after_ms: millis(decision.retry_after()),
+            reset_after_ms: millis(decision.reset_after()),
+        },
+    }
+}
+
+async fn check(State(state): State<AppState>, body: Bytes) -> Response {
+    let Some(_slot) = state.service.admit(Api::Http) else {
+        let mut response = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests in flight; retry later",
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    };
+    let request = match serde_json::from_slice::<CheckBody>(&body)
+        .map_err(|error| error.to_string())
+        .and_then(CheckBody::into_request)
+    {
+        Ok(request) => request,
+        Err(message) => {
+            state.service.metrics().refused(Api::Http, Refusal::Invalid);
+            return error(StatusCode::BAD_REQUEST, message);
+        }
+    };
+    match state.service.check(Api::Http, &request).await {
+        Ok(outcome) => axum::Json(CheckAnswer {
+            overall_code: if outcome.is_over_limit() {
+                "OVER_LIMIT"
+            } else {
+                "OK"
+            },
+            statuses: outcome.statuses.iter().map(status_answer).collect(),
+        })
+        .into_response(),
+        Err(CheckError::Invalid(message)) => error(StatusCode::BAD_REQUEST, message),
+        Err(CheckError::Backend(failure)) => {
+            tracing::warn!(error = %failure, "http: backend failed");
+            error(StatusCode::SERVICE_UNAVAILABLE, failure.to_string())
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct RuleAnswer {
+    rule: String,
+    domain: String,
+    path: Vec<EntryAnswer>,
+    name: Option<String>,
+    shadow_mode: bool,
+    unlimited: bool,
+    limits: Vec<LimitAnswer>,
+}
+
+#[derive(Serialize)]
+struct EntryAnswer {
+    key: String,
+    /// `null`: any value, one bucket per value.
+    value: Option<String>,
+}
+
+async fn rules(State(state): State<AppState>) -> Response {
+    let set = state.service.rules();
+    let rules: Vec<RuleAnswer> = set
+        .rules()
+        .iter()
+        .map(|rule| RuleAnswer {
+            rule: rule.id.to_string(),
+            domain: rule.domain.clone(),
+            path: rule
+                .path
+                .iter()
+                .map(|(key, value)| EntryAnswer {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            name: rule.name.clone(),
+            shadow_mode: rule.shadow_mode,
+            unlimited: rule.limits.is_none(),
+            limits: rule.limits.as_ref().map_or_else(Vec::new, |limits| {
+                let kind = limits.algorithm.kind();
+                limits
+                    .quotas
+                    .iter()
+                    .map(|quota| {
+                        let capacity = match kind {
+                            crate::config::AlgorithmKind::Gcra => {
+                                quota.burst.unwrap_or(quota.requests_per_unit)
+                            }
+                            _ => quota.requests_per_unit,
+                        };
+                        limit_answer(kind.name(), capacity, quota)
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    axum::Json(serde_json::json!({ "rules": rules })).into_response()
+}

@@ -1,0 +1,262 @@
+//! Prometheus metrics, served at `/metrics` in the text format.
+//!
+//! `prometheus-client` (the Prometheus project's own Rust client) rather
+//! than `metrics` + an exporter: one crate, typed label sets, no global
+//! recorder, so that two servers in one process (the tests) keep apart.
+//!
+//! Per rule (label `rule`, the rule's path: bounded by the file, never by
+//! request values), counted in permits as envoyproxy/ratelimit does:
+//! `tollgate_rule_total_hits`, `_over_limit`, `_near_limit` (admitted with
+//! less than 20% of the limit left), `_within_limit`, `_shadow_mode`
+//! (denials answered OK). Also the decision latency per API, requests
+//! refused before a decision (by reason), configuration loads by result, and
+//! backend errors.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tollgate::Decision;
+
+/// Which API a request came through.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Api {
+    /// Envoy RLS over gRPC.
+    Grpc,
+    /// The HTTP JSON API.
+    Http,
+}
+
+/// Why a request was refused before any decision.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Refusal {
+    /// Bad input: 400 / `INVALID_ARGUMENT`.
+    Invalid,
+    /// Missing or wrong token.
+    Unauthenticated,
+    /// Too many requests in flight: 503 / `RESOURCE_EXHAUSTED`.
+    Overloaded,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabel {
+    rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabel {
+    api: Api,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabel {
+    api: Api,
+    reason: Refusal,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+/// One rule's counters (clones of the registered ones).
+#[derive(Clone, Debug, Default)]
+pub struct RuleCounters {
+    total_hits: Counter,
+    over_limit: Counter,
+    near_limit: Counter,
+    within_limit: Counter,
+    shadow_mode: Counter,
+}
+
+impl RuleCounters {
+    /// Counts one decision of `cost`; `shadow` if the rule is in shadow mode.
+    pub fn decided(&self, cost: u64, decision: &Decision, shadow: bool) {
+        self.total_hits.inc_by(cost);
+        if decision.is_allowed() {
+            self.within_limit.inc_by(cost);
+            // Less than 20% left (in 128 bits: no overflow).
+            if u128::from(decision.remaining()) * 5 < u128::from(decision.limit()) {
+                self.near_limit.inc_by(cost);
+            }
+        } else {
+            self.over_limit.inc_by(cost);
+            if shadow {
+                self.shadow_mode.inc_by(cost);
+            }
+        }
+    }
+}
+
+/// Every metric the server exports.
+pub struct Metrics {
+    registry: Registry,
+    total_hits: Family<RuleLabel, Counter>,
+    over_limit: Family<RuleLabel, Counter>,
+    near_limit: Family<RuleLabel, Counter>,
+    within_limit: Family<RuleLabel, Counter>,
+    shadow_mode: Family<RuleLabel, Counter>,
+    latency: Family<ApiLabel, Histogram>,
+    refused: Family<RefusalLabel, Counter>,
+    config_loads: Family<ResultLabel, Counter>,
+    config_ok: Gauge,
+    backend_errors: Counter,
+    /// Encoding takes `&Registry` only, but one scrape at a time is plenty.
+    encoding: Mutex<()>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric at zero.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tollgate");
+        let total_hits = Family::<RuleLabel, Counter>::default();
+        let over_limit = Family::<RuleLabel, Counter>::default();
+        let near_limit = Family::<RuleLabel, Counter>::default();
+        let within_limit = Family::<RuleLabel, Counter>::default();
+        let shadow_mode = Family::<RuleLabel, Counter>::default();
+        // 1 µs to ~16 s.
+        let latency = Family::<ApiLabel, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(1e-6, 2.0, 24))) as fn() -> Histogram,
+        );
+        let refused = Family::<RefusalLabel, Counter>::default();
+        let config_loads = Family::<ResultLabel, Counter>::default();
+        let config_ok = Gauge::default();
+        let backend_errors = Counter::default();
+        registry.register(
+            "rule_total_hits",
+            "Permits asked for under each rule",
+            total_hits.clone(),
+        );
+        registry.register(
+            "rule_over_limit",
+            "Permits denied under each rule",
+            over_limit.clone(),
+        );
+        registry.register(
+            "rule_near_limit",
+            "Permits admitted with less than 20% of the limit left",
+            near_limit.clone(),
+        );
+        registry.register(
+            "rule_within_limit",
+            "Permits admitted under each rule",
+            within_limit.clone(),
+        );
+        registry.register(
+            "rule_shadow_mode",
+            "Permits denied but answered OK because the rule is in shadow mode",
+            shadow_mode.clone(),
+        );
+        registry.register(
+            "decision_duration_seconds",
+            "Time to decide one request, from decoded request to answer",
+            latency.clone(),
+        );
+        registry.register(
+            "requests_refused",
+            "Requests refused before any decision",
+            refused.clone(),
+        );
+        registry.register(
+            "config_loads",
+            "Configuration loads and reloads by result",
+            config_loads.clone(),
+        );
+        registry.register(
+            "config_last_load_ok",
+            "1 if the last configuration load succeeded, 0 if the old rules are still running",
+            config_ok.clone(),
+        );
+        registry.register(
+            "backend_errors",
+            "Requests the backend could not decide",
+            backend_errors.clone(),
+        );
+        Metrics {
+            registry,
+            total_hits,
+            over_limit,
+            near_limit,
+            within_limit,
+            shadow_mode,
+            latency,
+            refused,
+            config_loads,
+            config_ok,
+            backend_errors,
+            encoding: Mutex::new(()),
+        }
+    }
+
+    /// The counters of `rule`, looked up once so that counting a decision
+    /// allocates nothing.
+    pub fn rule(&self, rule: &str) -> RuleCounters {
+        let label = RuleLabel {
+            rule: rule.to_owned(),
+        };
+        RuleCounters {
+            total_hits: self.total_hits.get_or_create(&label).clone(),
+            over_limit: self.over_limit.get_or_create(&label).clone(),
+            near_limit: self.near_limit.get_or_create(&label).clone(),
+            within_limit: self.within_limit.get_or_create(&label).clone(),
+            shadow_mode: self.shadow_mode.get_or_create(&label).clone(),
+        }
+    }
+
+    /// Records how long a decision took.
+    pub fn latency(&self, api: Api, elapsed: Duration) {
+        self.latency
+            .get_or_create(&ApiLabel { api })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a request refused before any decision.
+    pub fn refused(&self, api: Api, reason: Refusal) {
+        self.refused
+            .get_or_create(&RefusalLabel { api, reason })
+            .inc();
+    }
+
+    /// Counts a configuration load.
+    pub fn config_loaded(&self, ok: bool) {
+        let result = if ok { "success" } else { "error" };
+        self.config_loads
+            .get_or_create(&ResultLabel { result })
+            .inc();
+        self.config_ok.set(i64::from(ok));
+    }
+
+    /// Counts a backend error.
+    pub fn backend_error(&self) {
+        self.backend_errors.inc();
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let _one = self
+            .encoding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}

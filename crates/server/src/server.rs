@@ -1,0 +1,343 @@
+//! Starting, running and stopping the server.
+//!
+//! [`Server::from_config_file`] reads and validates the file;
+//! [`Server::bind`] binds both listeners (so that the addresses, port 0
+//! resolved, are known before traffic); [`BoundServer::run`] serves until
+//! the shutdown future resolves, then stops accepting, lets requests in
+//! flight finish, and returns. [`Server::run`] does both.
+//!
+//! On shutdown `/readyz` answers 503 from the first moment (to requests on
+//! connections still open while the others drain), both listeners stop
+//! accepting, requests in flight are answered, and `run` returns when both
+//! servers are done. The reload and sweep tasks are stopped with them.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tollgate::ClockSource;
+
+use crate::backend::{Backend, MemoryBackend, SWEEP_EVERY};
+use crate::config::{Config, ConfigError};
+use crate::grpc::{self, RlsService};
+use crate::metrics::Metrics;
+use crate::reload::Reloader;
+use crate::rules::RuleSet;
+use crate::service::{RequestLimits, Service};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configuration is invalid.
+    Config(ConfigError),
+    /// The bearer token file cannot be read.
+    Token(std::io::Error),
+    /// A listener cannot be bound.
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The gRPC server failed.
+    Grpc(tonic::transport::Error),
+    /// The HTTP server failed.
+    Http(std::io::Error),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Config(error) => write!(f, "{error}"),
+            ServeError::Token(error) => write!(f, "bearer token: {error}"),
+            ServeError::Bind { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
+            ServeError::Grpc(error) => write!(f, "grpc server: {error}"),
+            ServeError::Http(error) => write!(f, "http server: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
+
+impl From<ConfigError> for ServeError {
+    fn from(error: ConfigError) -> ServeError {
+        ServeError::Config(error)
+    }
+}
+
+/// A configured server, not yet listening.
+pub struct Server {
+    config: Config,
+    path: PathBuf,
+    clock: ClockSource,
+    backend: Option<Arc<dyn Backend>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("path", &self.path)
+            .field("server", &self.config.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Reads and validates the configuration at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file, the line and the field.
+    pub fn from_config_file(path: impl AsRef<Path>) -> Result<Server, ConfigError> {
+        let path = path.as_ref().to_owned();
+        let config = Config::from_file(&path)?;
+        Ok(Server {
+            config,
+            path,
+            clock: ClockSource::default(),
+            backend: None,
+        })
+    }
+
+    /// The configuration read.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The clock the in-memory limiters read (tests pass a
+    /// `tollgate::ManualClock`). By default, the monotonic clock.
+    pub fn with_clock(mut self, clock: impl Into<ClockSource>) -> Server {
+        self.clock = clock.into();
+        self
+    }
+
+    /// Where the counts live. By default, a [`MemoryBackend`] on the clock.
+    pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Server {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Binds both listeners.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Bind`] or [`ServeError::Token`].
+    pub async fn bind(self) -> Result<BoundServer, ServeError> {
+        let settings = self.config.server.clone();
+        let token = crate::auth::load_token(
+            settings.bearer_token.as_deref(),
+            settings.bearer_token_file.as_deref(),
+        )
+        .map_err(ServeError::Token)?;
+        let grpc_listener = bind(settings.grpc_listen).await?;
+        let http_listener = bind(settings.http_listen).await?;
+        let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
+        let http_addr = local_addr(&http_listener, settings.http_listen)?;
+
+        let metrics = Arc::new(Metrics::new());
+        let backend = self
+            .backend
+            .unwrap_or_else(|| Arc::new(MemoryBackend::new(self.clock.clone())));
+        let service = Arc::new(Service::new(
+            RuleSet::new(&self.config),
+            backend,
+            metrics,
+            RequestLimits::of(&settings),
+            settings.max_concurrent_requests,
+        ));
+        service.metrics().config_loaded(true);
+        // The bytes just validated; if the file changed since, the first
+        // poll picks it up.
+        let loaded = std::fs::read(&self.path).unwrap_or_default();
+        let reloader = Arc::new(Reloader::new(
+            self.path.clone(),
+            Arc::clone(&service),
+            settings.clone(),
+            loaded,
+        ));
+        Ok(BoundServer {
+            grpc_listener,
+            http_listener,
+            grpc_addr,
+            http_addr,
+            service,
+            reloader,
+            token,
+            settings,
+            ready: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// Binds, logs the addresses, and serves until `shutdown` resolves.
+    ///
+    /// # Errors
+    ///
+    /// As [`bind`](Server::bind) and [`BoundServer::run`].
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let bound = self.bind().await?;
+        tracing::info!(grpc = %bound.grpc_addr, http = %bound.http_addr, "tollgate server listening");
+        bound.run(shutdown).await
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|error| ServeError::Bind { addr, error })
+}
+
+fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServeError> {
+    listener
+        .local_addr()
+        .map_err(|error| ServeError::Bind { addr, error })
+}
+
+/// A server with both listeners bound.
+pub struct BoundServer {
+    grpc_listener: TcpListener,
+    http_listener: TcpListener,
+    grpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+    service: Arc<Service>,
+    reloader: Arc<Reloader>,
+    token: Option<Arc<str>>,
+    settings: crate::config::ServerSettings,
+    ready: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for BoundServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundServer")
+            .field("grpc_addr", &self.grpc_addr)
+            .field("http_addr", &self.http_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BoundServer {
+    /// The gRPC (Envoy RLS) address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// The HTTP JSON API address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The reloader, to reload now rather than at the next poll.
+    pub fn reloader(&self) -> Arc<Reloader> {
+        Arc::clone(&self.reloader)
+    }
+
+    /// The service both APIs call.
+    pub fn service(&self) -> Arc<Service> {
+        Arc::clone(&self.service)
+    }
+
+    /// Serves until `shutdown` resolves, then drains and returns.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Grpc`] or [`ServeError::Http`] if a server fails.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                // An error means the sender is gone: stop too.
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+
+        let grpc = tonic::transport::Server::builder()
+            .add_service(grpc::server(
+                RlsService::new(Arc::clone(&self.service), self.settings.response_headers),
+                self.token.clone(),
+                self.settings.max_request_bytes,
+            ))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), stopped());
+        let router = crate::http::router(
+            Arc::clone(&self.service),
+            self.token.clone(),
+            Arc::clone(&self.ready),
+            self.settings.max_request_bytes,
+        );
+        let http = axum::serve(self.http_listener, router).with_graceful_shutdown(stopped());
+
+        let reload = (self.settings.reload_interval_ms > 0).then(|| {
+            tokio::spawn(
+                Arc::clone(&self.reloader)
+                    .watch(Duration::from_millis(self.settings.reload_interval_ms)),
+            )
+        });
+        let backend = Arc::clone(self.service.backend());
+        let sweeper = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(SWEEP_EVERY);
+            loop {
+                ticks.tick().await;
+                let backend = Arc::clone(&backend);
+                let _ = tokio::task::spawn_blocking(move || backend.sweep()).await;
+            }
+        });
+        let ready = Arc::clone(&self.ready);
+        tokio::spawn(async move {
+            shutdown.await;
+            // Relaxed: the flag is read on its own by /readyz.
+            ready.store(false, Ordering::Relaxed);
+            tracing::info!("shutting down: draining requests in flight");
+            let _ = stop_tx.send(true);
+        });
+
+        let (grpc, http) = tokio::join!(grpc, http);
+        if let Some(reload) = reload {
+            reload.abort();
+        }
+        sweeper.abort();
+        grpc.map_err(ServeError::Grpc)?;
+        http.map_err(ServeError::Http)?;
+        tracing::info!("tollgate server stopped");
+        Ok(())
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C: the shutdown future the CLI passes to
+/// [`Server::run`].
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,242 @@
+//! The bad input matrix: every answer a 4xx / INVALID_ARGUMENT, never a 5xx,
+//! and no state changed.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+
+use crate::support::*;
+
+const MIB: usize = 1 << 20;
+
+/// Bucket `user=victim`'s remaining permits, looked at without taking.
+async fn remaining(server: &TestServer) -> Value {
+    let body: Value = within(
+        http_client()
+            .post(server.url("/v1/check"))
+            .json(&json!({"domain": "rl", "dry_run": true, "descriptors": [
+                {"entries": [{"key": "user", "value": "victim"}]},
+                {"entries": [{"key": "odd", "value": "victim"}]},
+            ]}))
+            .send(),
+    )
+    .await
+    .expect("http")
+    .json()
+    .await
+    .expect("json");
+    json!([
+        body["statuses"][0]["remaining"],
+        body["statuses"][1]["remaining"]
+    ])
+}
+
+fn victim(cost: &str) -> String {
+    format!(
+        r#"{{"domain":"rl","descriptors":[{{"entries":[{{"key":"user","value":"victim"}}]}},{{"entries":[{{"key":"odd","value":"victim"}}],"cost":{cost}}}]}}"#
+    )
+}
+
+#[tokio::test]
+async fn http_bad_input_matrix() {
+    let server = start(RULES).await;
+    let before = remaining(&server).await;
+    assert_eq!(before, json!([2, 5]));
+    let long_key = "k".repeat(MIB);
+    let many: Vec<Value> = (0..10_000)
+        .map(|i| json!({"entries": [{"key": "user", "value": format!("v{i}")}]}))
+        .collect();
+    let cases: Vec<(&str, String)> = vec![
+        ("cost 0", victim("0")),
+        ("burst + 1", victim("6")),
+        ("2^32", victim("4294967296")),
+        ("2^64 - 1", victim("18446744073709551615")),
+        ("2^64", victim("18446744073709551616")),
+        ("negative", victim("-1")),
+        ("fraction", victim("1.5")),
+        ("non-numeric", victim("\"ten\"")),
+        ("null domain", r#"{"domain":null,"descriptors":[]}"#.to_owned()),
+        ("empty domain", r#"{"domain":"","descriptors":[{"entries":[{"key":"user","value":"victim"}]}]}"#.to_owned()),
+        ("no descriptors", r#"{"domain":"rl","descriptors":[]}"#.to_owned()),
+        ("empty entries", r#"{"domain":"rl","descriptors":[{"entries":[]}]}"#.to_owned()),
+        ("empty key", r#"{"domain":"rl","descriptors":[{"entries":[{"key":"","value":"v"}]}]}"#.to_owned()),
+        ("unknown field", r#"{"domain":"rl","descriptors":[],"costs":1}"#.to_owned()),
+        ("not json", "{domain: rl".to_owned()),
+        ("not an object", "[1,2,3]".to_owned()),
+        ("empty body", String::new()),
+        ("10,000 descriptors", json!({"domain": "rl", "descriptors": many}).to_string()),
+        ("1 MiB key", json!({"domain": "rl", "descriptors": [{"entries": [{"key": long_key, "value": "v"}]}]}).to_string()),
+        ("1 MiB value", json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": long_key}]}]}).to_string()),
+        ("3 MiB body", format!(r#"{{"domain":"{}","descriptors":[]}}"#, "d".repeat(3 * MIB))),
+    ];
+    for (name, body) in cases {
+        let response = within(
+            http_client()
+                .post(server.url("/v1/check"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send(),
+        )
+        .await
+        .expect(name);
+        let status = response.status().as_u16();
+        assert!((400..500).contains(&status), "{name}: {status}");
+        if status == 400 {
+            let error: Value = response.json().await.expect(name);
+            assert!(
+                error["error"].as_str().is_some_and(|e| !e.is_empty()),
+                "{name}"
+            );
+        }
+        assert_eq!(remaining(&server).await, before, "{name} changed the state");
+    }
+    let text = within(http_client().get(server.url("/metrics")).send())
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(
+        metric(&text, "tollgate_rule_total_hits_total{rule=\"rl.user\"}"),
+        0.0
+    );
+    assert!(
+        metric(
+            &text,
+            "tollgate_requests_refused_total{api=\"Http\",reason=\"Invalid\"}"
+        ) >= 19.0,
+        "{text}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_bad_input_matrix() {
+    let server = start(RULES).await;
+    let mut client = server.grpc_client().await;
+    let before = remaining(&server).await;
+    let good = descriptor(&[("user", "victim")]);
+    let with_cost = |cost: u64| {
+        let mut d = descriptor(&[("odd", "victim")]);
+        d.hits_addend = Some(cost);
+        d
+    };
+    let long = "k".repeat(MIB);
+    let many: Vec<RateLimitDescriptor> = (0..10_000)
+        .map(|i| descriptor(&[("user", &format!("v{i}"))]))
+        .collect();
+    let cases = vec![
+        ("burst + 1", request("rl", vec![good.clone(), with_cost(6)])),
+        (
+            "2^32",
+            request("rl", vec![good.clone(), with_cost(1 << 32)]),
+        ),
+        (
+            "2^64 - 1",
+            request("rl", vec![good.clone(), with_cost(u64::MAX)]),
+        ),
+        ("empty domain", request("", vec![good.clone()])),
+        ("no descriptors", request("rl", vec![])),
+        (
+            "empty entries",
+            request("rl", vec![good.clone(), descriptor(&[])]),
+        ),
+        (
+            "empty key",
+            request("rl", vec![good.clone(), descriptor(&[("", "v")])]),
+        ),
+        ("10,000 descriptors", request("rl", many)),
+        (
+            "1 MiB key",
+            request(
+                "rl",
+                vec![good.clone(), descriptor(&[(long.as_str(), "v")])],
+            ),
+        ),
+        (
+            "1 MiB value",
+            request(
+                "rl",
+                vec![good.clone(), descriptor(&[("user", long.as_str())])],
+            ),
+        ),
+        ("1 MiB domain", request(&long, vec![good.clone()])),
+    ];
+    for (name, req) in cases {
+        let error = within(client.should_rate_limit(req)).await.expect_err(name);
+        assert_eq!(
+            error.code(),
+            tonic::Code::InvalidArgument,
+            "{name}: {error}"
+        );
+        assert_eq!(remaining(&server).await, before, "{name} changed the state");
+    }
+    // Above max_request_bytes (2 MiB): tonic refuses before decoding.
+    let huge = "k".repeat(3 * MIB);
+    let error = within(
+        client.should_rate_limit(request("rl", vec![descriptor(&[("user", huge.as_str())])])),
+    )
+    .await
+    .expect_err("too large");
+    assert_eq!(error.code(), tonic::Code::OutOfRange, "{error}");
+
+    // Malformed protobuf, sent raw over HTTP/2.
+    for garbage in [
+        &[0xff_u8; 16][..],
+        &[0x0a, 0x05, b'a'][..],             // a string field cut short
+        &[0x12, 0x80, 0x80, 0x80, 0x80][..], // an unterminated length
+        &[0x08][..],                         // a lone tag
+    ] {
+        let status = raw_grpc(&server, garbage).await;
+        assert_eq!(
+            status.as_deref(),
+            Some("3"),
+            "{garbage:?}: INVALID_ARGUMENT"
+        );
+        assert_eq!(remaining(&server).await, before);
+    }
+    server.stop().await;
+}
+
+/// Sends `message` as a gRPC frame and returns `grpc-status`.
+async fn raw_grpc(server: &TestServer, message: &[u8]) -> Option<String> {
+    let stream = within(tokio::net::TcpStream::connect(server.grpc))
+        .await
+        .expect("connect");
+    let (mut sender, connection) = within(hyper::client::conn::http2::handshake(
+        TokioExecutor::new(),
+        TokioIo::new(stream),
+    ))
+    .await
+    .expect("handshake");
+    tokio::spawn(connection);
+    let mut frame = BytesMut::new();
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(message.len()).expect("small"));
+    frame.put_slice(message);
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            server.grpc
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from(frame)))
+        .expect("request");
+    let response = within(sender.send_request(request))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), 200, "gRPC errors travel in grpc-status");
+    if let Some(status) = response.headers().get("grpc-status") {
+        return status.to_str().ok().map(str::to_owned);
+    }
+    let collected = within(response.into_body().collect()).await.expect("body");
+    collected
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .and_then(|s| s.to_str().ok())
+        .map(str::to_owned)
+}

@@ -1,0 +1,9 @@
+//! The server against real clients on 127.0.0.1: tonic's generated gRPC
+//! client, reqwest, and raw HTTP/2 for malformed protobuf.
+
+mod auth;
+mod bad_input;
+mod conformance;
+mod http_api;
+mod reload;
+mod support;
