@@ -54,11 +54,11 @@ pub struct SimulateArgs {
     /// The arrival pattern.
     #[arg(long, value_enum, default_value_t = PatternName::Spike)]
     pub pattern: PatternName,
-    /// Mean offered rate, requests per second. By default, twice the quota's
+    /// Mean offered rate, requests per second. By default, half the quota's
     /// rate.
     #[arg(long)]
     pub rate: Option<f64>,
-    /// How long to simulate. By default, 5 periods (with --csv: up to the
+    /// How long to simulate. By default, 6 periods (with --csv: up to the
     /// last timestamp).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -146,6 +146,11 @@ pub struct LoadgenArgs {
     /// Streams in flight per HTTP/2 connection before another is opened.
     #[arg(long, default_value_t = 100)]
     pub streams: i64,
+    /// How long after its intended time a request may wait for a free
+    /// connection when the cap is reached; past that it is dropped. By
+    /// default 0: dropped at once, as k6 drops iterations.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub max_send_lag: Duration,
     /// A request unanswered after this long is counted as a timeout error.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,

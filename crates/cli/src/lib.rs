@@ -10,9 +10,9 @@
 //! runs; [`messages`] holds every sentence said to the user.
 
 pub mod cli;
-// mod loadgen;
+mod loadgen;
 pub mod messages;
-// pub mod noop;
+pub mod noop;
 pub mod schedule;
 mod simulate;
 
@@ -28,7 +28,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
-        Command::Loadgen(_) => unreachable!(),
+        Command::Loadgen(args) => loadgen::run(args),
     };
     match result {
         Ok(code) => code,

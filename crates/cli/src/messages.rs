@@ -152,6 +152,20 @@ impl fmt::Display for CsvError {
 
 impl std::error::Error for CsvError {}
 
+/// Writes a command's result to stdout; a closed pipe (`| head`) is not
+/// an error, anything else is.
+pub fn print_result(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// clap's message for an unparsable duration.
 pub fn bad_duration(text: &str, error: &humantime::DurationError) -> String {
     format!("{text:?} is not a duration such as 30s, 500ms or 1m ({error})")

@@ -233,12 +233,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         None => Vec::new(),
     };
     if config.json {
-        println!(
-            "{}",
-            report::json(&config, &arrivals, &outcomes, &pictures)?
-        );
+        messages::print_result(&(report::json(&config, &arrivals, &outcomes, &pictures)? + "\n"))?;
     } else {
-        print!("{}", report::table(&config, &arrivals, &outcomes));
+        messages::print_result(&report::table(&config, &arrivals, &outcomes))?;
     }
     if !pictures.is_empty() {
         let paths: Vec<&std::path::Path> = pictures.iter().map(PathBuf::as_path).collect();
