@@ -27,6 +27,7 @@ mod pacer;
 mod report;
 mod stats;
 mod target;
+mod timer;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -5,16 +5,16 @@
 //! pacer, the connections and the response handlers share the record and
 //! the pool through `Rc<RefCell<…>>`, without atomics or locks.
 //!
-//! # Holding the schedule with a 1 ms timer
+//! # Holding the schedule
 //!
-//! Request `i` is due at `start + floor(i·10⁹ / rate)` ns ([`Schedule`](crate::schedule::Schedule)).
-//! tokio's timer has a 1 ms resolution, so the pacer sleeps only until
-//! [`SPIN`] before the next due time, then yields to the runtime in a loop
-//! (each turn polls the sockets without blocking, so responses are handled
-//! meanwhile) until the time has come. On each wake it sends, in one batch,
-//! every request whose time has passed. At rates above about 500 per second
-//! the pacer never sleeps and keeps its core busy; the send-lag it reports
-//! (actual − intended) is measured on every request, not estimated.
+//! Request `i` is due at `start + floor(i·10⁹ / rate)` ns
+//! ([`Schedule`](crate::schedule::Schedule)). The pacer sleeps until the
+//! next due time on a microsecond timer ([`PreciseTimer`]: a timerfd in
+//! tokio's reactor, since tokio's own timer ticks in milliseconds), and on
+//! each wake sends, in one batch, every request whose time has passed, so a
+//! late wake never loses a request, it only delays it. The send-lag it
+//! reports (actual − intended) is measured on every request, not
+//! estimated.
 //!
 //! # Open model
 //!
@@ -37,10 +37,8 @@ use tokio::sync::Notify;
 use super::Config;
 use super::stats::Recorder;
 use super::target::{Sender, Target, hyper_error_kind};
+use super::timer::PreciseTimer;
 
-/// Below this much time to the next due request the pacer stops sleeping
-/// and yields in a loop: the timer's 1 ms resolution plus a margin.
-const SPIN: Duration = Duration::from_millis(2);
 /// How often the progress bar is moved.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// How long requests in flight may finish after Ctrl-C.
@@ -473,6 +471,7 @@ pub async fn run(
     *shared.recorder.borrow_mut() = recorder;
     let mut next: u64 = 0;
     let mut last_progress = start;
+    let mut timer = PreciseTimer::new();
     while next < scheduled && !interrupted.get() {
         let now = Instant::now();
         while next < scheduled {
@@ -491,14 +490,9 @@ pub async fn run(
             break;
         }
         let due = start + schedule.offset(next);
-        let until = due.saturating_duration_since(Instant::now());
-        if until > SPIN {
-            tokio::select! {
-                () = tokio::time::sleep_until((due - SPIN).into()) => {}
-                () = interrupt.notified() => {}
-            }
-        } else {
-            tokio::task::yield_now().await;
+        tokio::select! {
+            () = timer.sleep_until(due) => {}
+            () = interrupt.notified() => {}
         }
     }
     progress.set_position(next);
