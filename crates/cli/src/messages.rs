@@ -207,7 +207,7 @@ pub fn csv_beyond_duration(left_out: usize) -> String {
 
 /// The run was interrupted by Ctrl-C: the figures cover what was sent.
 pub const INTERRUPTED: &str =
-    "interrupted: the figures below cover the requests sent before Ctrl-C";
+    "interrupted by Ctrl-C: the figures cover only the requests due before it";
 
 /// Requests were dropped: the open model did not hold.
 pub fn dropped(dropped: u64, max_connections: u64) -> String {

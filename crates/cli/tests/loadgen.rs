@@ -66,6 +66,8 @@ fn a_modest_rate_sends_the_scheduled_requests() {
     assert!(answered >= 396.0, "answered {answered} of 400:\n{json}");
     assert_eq!(number(&json, "/status_codes/200"), answered);
     assert_eq!(server.answered() as f64, answered);
+    // Piped: no progress bar, and nothing went wrong to warn about.
+    assert!(run.stderr.is_empty(), "{}", run.stderr);
     // Each request is counted in the rate; the rate is a figure, not asserted
     // beyond sanity (a busy machine can delay sends).
     assert!(number(&json, "/achieved_rate") > 150.0, "{json}");
@@ -203,6 +205,49 @@ fn without_waiting_requests_due_during_a_stall_are_dropped_and_reported() {
     assert!(dropped >= 150.0, "{json}");
     assert_eq!(number(&json, "/sent") + dropped, 400.0);
     assert!(run.stderr.contains("were not sent"), "{}", run.stderr);
+}
+
+#[test]
+fn ctrl_c_prints_the_partial_result() {
+    let _one = exclusive();
+    let server = server(None);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "loadgen",
+            &url(&server),
+            "--rate",
+            "100",
+            "--duration",
+            "20s",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the tollgate binary starts");
+    std::thread::sleep(Duration::from_millis(1_500));
+    let interrupt = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupt.success());
+    // A deadline in case the interrupt were ignored.
+    let (done, waited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    let output = waited
+        .recv_timeout(Duration::from_secs(20))
+        .expect("exits soon after Ctrl-C")
+        .expect("output");
+    assert_eq!(output.status.code(), Some(130));
+    let json: Value = serde_json::from_slice(&output.stdout).expect("the partial result is JSON");
+    assert_eq!(json["interrupted"], true);
+    let due = number(&json, "/due");
+    assert!(due > 0.0 && due < 2_000.0, "{json}");
+    assert_eq!(number(&json, "/scheduled"), 2_000.0);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("interrupted by Ctrl-C"), "{stderr}");
 }
 
 #[test]

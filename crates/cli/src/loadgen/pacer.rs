@@ -224,7 +224,9 @@ struct Shared {
 impl Shared {
     /// Hands a due request to a connection, or queues or drops it.
     fn dispatch(self: &Rc<Self>, due: Due) {
-        self.expire_waiting(Instant::now());
+        if !self.waiting.borrow().is_empty() {
+            self.expire_waiting(Instant::now());
+        }
         if !self.waiting.borrow().is_empty() {
             // Earlier requests are already waiting: first come, first served.
             self.waiting.borrow_mut().push_back(due);
@@ -257,6 +259,9 @@ impl Shared {
     /// Serves waiting requests while connections are free.
     fn serve_waiting(self: &Rc<Self>) {
         loop {
+            if self.waiting.borrow().is_empty() {
+                return;
+            }
             self.expire_waiting(Instant::now());
             if self.waiting.borrow().is_empty() {
                 return;
