@@ -226,11 +226,8 @@ fn ctrl_c_prints_the_partial_result() {
         .spawn()
         .expect("the tollgate binary starts");
     std::thread::sleep(Duration::from_millis(1_500));
-    let interrupt = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(interrupt.success());
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT is sent");
     // A deadline in case the interrupt were ignored.
     let (done, waited) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
