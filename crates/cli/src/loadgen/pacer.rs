@@ -327,11 +327,13 @@ impl Shared {
                     let ok = shared.exchange(response, due, sent).await;
                     // Reusable only once the connection is ready again (the
                     // response was read in full and the server kept it open).
+                    // Most often ready at once: no timer to arm then.
                     let reusable = ok
-                        && matches!(
-                            tokio::time::timeout(shared.timeout, sender.ready()).await,
-                            Ok(Ok(()))
-                        );
+                        && (sender.is_ready()
+                            || matches!(
+                                tokio::time::timeout(shared.timeout, sender.ready()).await,
+                                Ok(Ok(()))
+                            ));
                     shared
                         .pool
                         .borrow_mut()

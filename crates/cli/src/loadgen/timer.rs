@@ -64,10 +64,13 @@ impl PreciseTimer {
                     break;
                 };
                 // Non-blocking: 0 if it has not fired yet (a spurious wake).
-                if guard.get_inner().read() > 0 {
+                let fired = guard.get_inner().read() > 0;
+                // Consumed either way: the next wait must not see this
+                // readiness again (that costs a read and a poll per wake).
+                guard.clear_ready();
+                if fired {
                     return;
                 }
-                guard.clear_ready();
             }
         }
         tokio::time::sleep_until(deadline.into()).await;
