@@ -1,0 +1,171 @@
+//! The command line as plain data, exactly as typed: clap parses it here,
+//! and each command's `config` module validates it into the objects that
+//! run. Nothing here judges a value beyond its type, so that every "this
+//! makes no sense" message comes from one place ([`crate::messages`]).
+//!
+//! Numbers that a user could type negative are parsed as signed or floating
+//! types (with negative numbers allowed) so that `--rate -5` reaches the
+//! validation and gets a sentence, not clap's "unexpected argument".
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// tollgate: rate limiting, measured.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay a traffic pattern against every algorithm on a manual clock,
+    /// print what each admits and draw it (SVG and PNG).
+    Simulate(SimulateArgs),
+    /// Send HTTP requests at a fixed rate (open model), with latency measured
+    /// from each request's intended send time.
+    Loadgen(LoadgenArgs),
+}
+
+/// `tollgate simulate`.
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct SimulateArgs {
+    /// Algorithms to run (repeat or separate with commas). By default, all.
+    #[arg(long = "algorithm", short = 'a', value_enum, value_delimiter = ',')]
+    pub algorithms: Vec<AlgorithmName>,
+    /// Permits per period, the same for every algorithm.
+    #[arg(long, default_value_t = 10)]
+    pub limit: i64,
+    /// The quota's period (e.g. 1s, 500ms, 1m).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub period: Duration,
+    /// Burst of the token bucket (GCRA). By default, the limit.
+    #[arg(long)]
+    pub burst: Option<i64>,
+    /// Slots of the sliding window counter.
+    #[arg(long, default_value_t = 10)]
+    pub slots: i64,
+    /// The arrival pattern.
+    #[arg(long, value_enum, default_value_t = PatternName::Spike)]
+    pub pattern: PatternName,
+    /// Mean offered rate, requests per second. By default, half the quota's
+    /// rate.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// How long to simulate. By default, 6 periods (with --csv: up to the
+    /// last timestamp).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Seed of the Poisson pattern.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Arrivals from a file: one timestamp per line, in seconds from the
+    /// start (decimal), in the first comma-separated column; replaces
+    /// --pattern.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Directory for simulate.svg and simulate.png. By default, no picture.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print the result as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The algorithms `simulate` can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum AlgorithmName {
+    /// Token bucket, computed as GCRA.
+    #[value(alias = "token-bucket")]
+    Gcra,
+    /// A counter per aligned window.
+    FixedWindow,
+    /// The times of the last `limit` admissions.
+    SlidingLog,
+    /// A time wheel of `--slots` slots.
+    SlidingWindow,
+}
+
+/// The synthetic arrival patterns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PatternName {
+    /// Evenly spaced at the rate.
+    Steady,
+    /// On for the first quarter of each period at 4× the rate, then off.
+    Burst,
+    /// Steady at the rate, plus one period at 10× the rate centred on a
+    /// window boundary in the middle of the run.
+    Spike,
+    /// The rate ramps from 0 to 2× over 4 periods, then drops to 0 again.
+    Sawtooth,
+    /// Poisson arrivals at the rate (seeded by --seed).
+    Poisson,
+}
+
+/// `tollgate loadgen`.
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct LoadgenArgs {
+    /// The URL to load (http:// only).
+    pub url: String,
+    /// Requests per second, a whole number.
+    #[arg(long)]
+    pub rate: f64,
+    /// How long to send (e.g. 30s).
+    #[arg(long, value_parser = parse_duration, required_unless_present = "requests", conflicts_with = "requests")]
+    pub duration: Option<Duration>,
+    /// How many requests to send.
+    #[arg(long)]
+    pub requests: Option<i64>,
+    /// HTTP method.
+    #[arg(long, short = 'X', default_value = "GET")]
+    pub method: String,
+    /// A request header, `Name: value` (repeatable).
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Request body.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Connections opened before the first request.
+    #[arg(long, short = 'c', default_value_t = 8)]
+    pub connections: i64,
+    /// Most connections open at once; a request due when all are busy and
+    /// none may be added is dropped (counted, not sent late).
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: i64,
+    /// HTTP/2 without TLS, with prior knowledge (h2c); by default HTTP/1.1
+    /// keep-alive.
+    #[arg(long)]
+    pub http2: bool,
+    /// Streams in flight per HTTP/2 connection before another is opened.
+    #[arg(long, default_value_t = 100)]
+    pub streams: i64,
+    /// How long after its intended time a request may wait for a free
+    /// connection when the cap is reached; past that it is dropped. By
+    /// default 0: dropped at once, as k6 drops iterations.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub max_send_lag: Duration,
+    /// A request unanswered after this long is counted as a timeout error.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Print the result as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the corrected latency distribution in HdrHistogram's
+    /// percentile format to FILE (and the service time beside it, as
+    /// FILE with `.service` before its extension).
+    #[arg(long, value_name = "FILE")]
+    pub hgrm: Option<PathBuf>,
+}
+
+/// Durations as people write them: `30s`, `500ms`, `1m 30s`, `2h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|error| crate::messages::bad_duration(text, &error))
+}

@@ -1,0 +1,202 @@
+//! `tollgate loadgen`: an open-model HTTP load generator that holds a rate.
+//!
+//! Decisions taken here (the issue left them open):
+//!
+//! - **Pacing** is the exact integer [`Schedule`] (GCRA with a burst of 1),
+//!   held by the [`pacer`] on one thread; see there for the timer and the
+//!   open model (connections added up to a cap, late requests dropped
+//!   after `--max-send-lag`, 0 by default as k6).
+//! - **The rate is a whole number per second**, from 1 to 10⁷: the schedule
+//!   is exact for it, and fractions of a request per second are not what a
+//!   load test asks.
+//! - **Every run is bounded**: `--duration` or `--requests` (one of them is
+//!   required), each request by `--timeout`, the end of the run by the
+//!   timeout after the last send, and Ctrl-C by a 1 s grace; the partial
+//!   result is printed, and the exit code is then 130.
+//! - **Warm connections**: `--connections` are opened before the clock
+//!   starts, so the first requests do not pay the TCP handshake; if one
+//!   cannot be opened the run stops before it starts (exit 1).
+//! - **Figures**: latency from the intended send time (corrected) beside
+//!   the service time from the actual send, p50 to p99.99 and max; send-lag
+//!   p50/p99/max; the achieved rate over the run is
+//!   `sent / (last send + one interval)` (exactly the target rate when every
+//!   request leaves on time) and, per 100 ms window, the relative error of
+//!   the sends counted against the schedule's.
+
+mod pacer;
+mod report;
+mod stats;
+mod target;
+mod timer;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::LoadgenArgs;
+use crate::messages::{self, UsageError};
+use crate::schedule::Schedule;
+
+use target::Target;
+
+/// The highest rate accepted, per second.
+const MAX_RATE: u64 = 10_000_000;
+/// Exit code after Ctrl-C (128 + SIGINT), as shells report it.
+const INTERRUPTED_EXIT_CODE: u8 = 130;
+
+/// A validated load run.
+#[derive(Debug)]
+pub struct Config {
+    target: Target,
+    schedule: Schedule,
+    /// Requests in the schedule.
+    requests: u64,
+    connections: usize,
+    max_connections: usize,
+    streams: u64,
+    max_send_lag: Duration,
+    timeout: Duration,
+    json: bool,
+    hgrm: Option<PathBuf>,
+}
+
+impl Config {
+    fn from_args(args: LoadgenArgs) -> Result<Config, UsageError> {
+        let rate = args.rate;
+        if !(rate.is_finite() && rate.fract() == 0.0 && rate >= 1.0 && rate <= MAX_RATE as f64) {
+            return Err(UsageError::out_of_range(
+                "--rate",
+                "a whole number of requests per second from 1 to 10000000",
+                rate,
+            ));
+        }
+        // Exact: a whole number at most 10⁷.
+        let schedule = Schedule::per_second(rate as u64)
+            .ok_or_else(|| UsageError::out_of_range("--rate", "at least 1", rate))?;
+        let requests = match (args.duration, args.requests) {
+            (Some(duration), _) if duration.is_zero() => {
+                return Err(UsageError::ZeroDuration { what: "--duration" });
+            }
+            (Some(duration), _) => schedule.due_before(duration),
+            (None, Some(requests)) => u64::try_from(requests)
+                .ok()
+                .filter(|&requests| requests > 0)
+                .ok_or_else(|| {
+                    UsageError::out_of_range("--requests", "a whole number above zero", requests)
+                })?,
+            // clap requires one of the two.
+            (None, None) => {
+                return Err(UsageError::out_of_range(
+                    "--duration or --requests",
+                    "given",
+                    "neither",
+                ));
+            }
+        };
+        let max_connections = usize::try_from(args.max_connections)
+            .ok()
+            .filter(|&max| max > 0)
+            .ok_or_else(|| {
+                UsageError::out_of_range(
+                    "--max-connections",
+                    "a whole number above zero",
+                    args.max_connections,
+                )
+            })?;
+        let connections = usize::try_from(args.connections)
+            .ok()
+            .filter(|&connections| connections > 0 && connections <= max_connections)
+            .ok_or_else(|| {
+                UsageError::out_of_range(
+                    "--connections",
+                    "a whole number from 1 to --max-connections",
+                    args.connections,
+                )
+            })?;
+        let streams = u64::try_from(args.streams)
+            .ok()
+            .filter(|&streams| streams > 0)
+            .ok_or_else(|| {
+                UsageError::out_of_range("--streams", "a whole number above zero", args.streams)
+            })?;
+        if args.timeout.is_zero() {
+            return Err(UsageError::ZeroDuration { what: "--timeout" });
+        }
+        let target = Target::new(
+            &args.url,
+            &args.method,
+            &args.headers,
+            args.body.as_deref(),
+            args.http2,
+        )?;
+        Ok(Config {
+            target,
+            schedule,
+            requests,
+            connections,
+            max_connections,
+            streams,
+            max_send_lag: args.max_send_lag,
+            timeout: args.timeout,
+            json: args.json,
+            hgrm: args.hgrm,
+        })
+    }
+}
+
+/// Runs `tollgate loadgen`.
+pub fn run(args: LoadgenArgs) -> anyhow::Result<ExitCode> {
+    let mut config = Config::from_args(args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    let progress = if config.json || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(config.requests);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{elapsed_precise} [{wide_bar}] {pos}/{len} due ({per_sec})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    };
+    let outcome = local.block_on(&runtime, async {
+        let address = tokio::net::lookup_host(&config.target.authority)
+            .await
+            .ok()
+            .and_then(|mut addresses| addresses.next())
+            .with_context(|| messages::cannot_reach(&config.target.authority))?;
+        config.target.address = Some(address);
+        pacer::run(&config, config.target.clone(), &progress).await
+    })?;
+    progress.finish_and_clear();
+
+    let summary = report::Summary::new(&config, &outcome);
+    if config.json {
+        messages::print_result(&(summary.json()? + "\n"))?;
+    } else {
+        messages::print_result(&summary.table())?;
+    }
+    for warning in summary.warnings() {
+        eprintln!("{warning}");
+    }
+    if let Some(path) = &config.hgrm {
+        std::fs::write(path, stats::hgrm(&outcome.recorder.latency))
+            .with_context(|| messages::cannot_write(path))?;
+        let service = report::service_hgrm_path(path);
+        std::fs::write(&service, stats::hgrm(&outcome.recorder.service))
+            .with_context(|| messages::cannot_write(&service))?;
+    }
+    Ok(if outcome.interrupted {
+        ExitCode::from(INTERRUPTED_EXIT_CODE)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,225 @@
+//! Every sentence the command line says to its user: errors, warnings and
+//! notes. Tables and JSON are rendered by each command's `report` module
+//! from these words and the numbers.
+//!
+//! Errors come in two kinds, with their own exit codes:
+//! [`UsageError`] (exit 2, as clap's own): the command line asks for
+//! something that cannot be run; anything else (exit 1): the run failed (a
+//! file cannot be written, the target cannot be reached).
+
+use std::fmt;
+use std::path::Path;
+
+use tollgate::QuotaError;
+
+use crate::cli::AlgorithmName;
+
+/// Exit code of a usage error, the same as clap's.
+pub const USAGE_EXIT_CODE: u8 = 2;
+
+/// A command line that cannot be run as given.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum UsageError {
+    /// A number out of its range: `what` must be `must`, got `got`.
+    OutOfRange {
+        /// The option.
+        what: &'static str,
+        /// What it must be.
+        must: &'static str,
+        /// What was given.
+        got: String,
+    },
+    /// A duration of zero where time must pass.
+    ZeroDuration {
+        /// The option.
+        what: &'static str,
+    },
+    /// An algorithm cannot run this quota.
+    Quota {
+        /// The algorithm.
+        algorithm: AlgorithmName,
+        /// Why, from the library.
+        error: QuotaError,
+    },
+    /// The quota itself is invalid.
+    BadQuota(QuotaError),
+    /// The run would hold too many arrivals in memory.
+    TooManyArrivals {
+        /// How many it would hold (about).
+        expected: f64,
+        /// The most allowed.
+        max: u64,
+    },
+    /// The CSV file of arrivals cannot be used.
+    Csv {
+        /// The file.
+        path: String,
+        /// Why.
+        error: CsvError,
+    },
+    /// The URL cannot be loaded.
+    BadUrl {
+        /// As given.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A `-H` header is not `Name: value`, or not a valid header.
+    BadHeader {
+        /// As given.
+        header: String,
+    },
+    /// The method is not a valid HTTP method.
+    BadMethod {
+        /// As given.
+        method: String,
+    },
+}
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UsageError::OutOfRange { what, must, got } => {
+                write!(f, "{what} must be {must}, got {got}")
+            }
+            UsageError::ZeroDuration { what } => write!(f, "{what} must be longer than zero"),
+            UsageError::Quota { algorithm, error } => {
+                write!(
+                    f,
+                    "the {} algorithm cannot run this quota: {error}",
+                    crate::simulate::algorithm_key(*algorithm)
+                )
+            }
+            UsageError::BadQuota(error) => write!(f, "invalid quota: {error}"),
+            UsageError::TooManyArrivals { expected, max } => write!(
+                f,
+                "the pattern would hold about {expected:.0} arrivals, more than the {max} a simulation keeps in memory: lower --rate or --duration"
+            ),
+            UsageError::Csv { path, error } => write!(f, "cannot use {path}: {error}"),
+            UsageError::BadUrl { url, reason } => write!(f, "cannot load {url:?}: {reason}"),
+            UsageError::BadHeader { header } => {
+                write!(
+                    f,
+                    "invalid header {header:?}: expected `Name: value` with a valid header name and value"
+                )
+            }
+            UsageError::BadMethod { method } => write!(f, "invalid HTTP method {method:?}"),
+        }
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+impl UsageError {
+    /// `what` must be `must`, but `got` was given.
+    pub fn out_of_range(what: &'static str, must: &'static str, got: impl ToString) -> UsageError {
+        UsageError::OutOfRange {
+            what,
+            must,
+            got: got.to_string(),
+        }
+    }
+}
+
+/// Why a CSV file of timestamps cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CsvError {
+    /// No timestamp at all.
+    Empty,
+    /// A line whose first column is not a timestamp.
+    BadTimestamp {
+        /// The 1-based line number.
+        line: usize,
+        /// The field.
+        text: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for CsvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CsvError::Empty => write!(f, "no timestamp in the file"),
+            CsvError::BadTimestamp { line, text, reason } => write!(
+                f,
+                "line {line}: {text:?} is not a timestamp in seconds ({reason})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CsvError {}
+
+/// Writes a command's result to stdout; a closed pipe (`| head`) is not
+/// an error, anything else is.
+pub fn print_result(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// clap's message for an unparsable duration.
+pub fn bad_duration(text: &str, error: &humantime::DurationError) -> String {
+    format!("{text:?} is not a duration such as 30s, 500ms or 1m ({error})")
+}
+
+/// A file could not be read.
+pub fn cannot_read(path: &Path) -> String {
+    format!("cannot read {}", path.display())
+}
+
+/// A file could not be written.
+pub fn cannot_write(path: &Path) -> String {
+    format!("cannot write {}", path.display())
+}
+
+/// The picture could not be drawn.
+pub fn cannot_draw(path: &Path, error: &dyn fmt::Display) -> String {
+    format!("cannot draw {}: {error}", path.display())
+}
+
+/// The target could not be resolved or reached before the run.
+pub fn cannot_reach(authority: &str) -> String {
+    format!("cannot reach {authority}")
+}
+
+/// The pictures written.
+pub fn wrote(paths: &[&Path]) -> String {
+    let names: Vec<String> = paths
+        .iter()
+        .map(|path| path.display().to_string())
+        .collect();
+    format!("wrote {}", names.join(" and "))
+}
+
+/// Arrivals of a CSV file beyond `--duration` that were left out.
+pub fn csv_beyond_duration(left_out: usize) -> String {
+    format!("note: {left_out} timestamps at or after --duration were left out")
+}
+
+/// The run was interrupted by Ctrl-C: the figures cover what was sent.
+pub const INTERRUPTED: &str =
+    "interrupted by Ctrl-C: the figures cover only the requests due before it";
+
+/// Requests were dropped: the open model did not hold.
+pub fn dropped(dropped: u64, max_connections: u64) -> String {
+    format!(
+        "warning: {dropped} requests were due while all {max_connections} connections were busy and were not sent (raise --max-connections, or the server is slower than the rate)"
+    )
+}
+
+/// Requests still unanswered when the run ended.
+pub fn unfinished(count: u64) -> String {
+    format!("warning: {count} requests were still unanswered when the run ended")
+}
+
+/// What the "bound" column means, under the simulate table.
+pub const BOUND_NOTE: &str = "max/T: the most admitted in any window of one period, at any start; bound: what the algorithm promises there (GCRA burst + limit; fixed and sliding window 2·limit, limit on aligned windows; sliding log limit); aligned: the most in an aligned window (fixed: [kT, (k+1)T), sliding window: T from a slot boundary)";

@@ -1,0 +1,178 @@
+//! Each algorithm run on a [`ManualClock`] over the arrivals, and the bound
+//! its module docs state.
+//!
+//! The limiter is the library's own `Limiter` with the library's
+//! algorithm: the simulation decides nothing itself, it sets the clock to
+//! each arrival and asks `check()`.
+
+use tollgate::{
+    Algorithm, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota, SlidingLog, SlidingWindow,
+};
+
+use crate::cli::AlgorithmName;
+use crate::messages::UsageError;
+
+/// An algorithm with its parameters, ready to run.
+#[derive(Clone, Debug)]
+pub enum Built {
+    /// Token bucket / GCRA.
+    Gcra(Gcra),
+    /// Fixed window.
+    FixedWindow(FixedWindow),
+    /// Sliding log.
+    SlidingLog(SlidingLog),
+    /// Sliding window counter with its slots.
+    SlidingWindow(SlidingWindow),
+}
+
+/// What an algorithm promises about windows of length `T` (the period).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// The most admissions in any window of `T`, at any start.
+    pub any_window: u64,
+    /// The most in an aligned window (fixed window: `[kT, (k+1)T)`; sliding
+    /// window: `T` starting at a slot boundary), where the algorithm
+    /// promises something tighter there.
+    pub aligned_window: Option<u64>,
+}
+
+impl Built {
+    /// Builds `name` for `quota` (`slots` for the sliding window).
+    pub fn new(name: AlgorithmName, quota: Quota, slots: u32) -> Result<Built, UsageError> {
+        let refused = |error| UsageError::Quota {
+            algorithm: name,
+            error,
+        };
+        Ok(match name {
+            AlgorithmName::Gcra => Built::Gcra(Gcra::new(quota).map_err(refused)?),
+            AlgorithmName::FixedWindow => {
+                Built::FixedWindow(FixedWindow::new(quota).map_err(refused)?)
+            }
+            AlgorithmName::SlidingLog => {
+                Built::SlidingLog(SlidingLog::new(quota).map_err(refused)?)
+            }
+            AlgorithmName::SlidingWindow => {
+                Built::SlidingWindow(SlidingWindow::new(quota, slots).map_err(refused)?)
+            }
+        })
+    }
+
+    /// The stated bounds, from each algorithm's module docs:
+    /// GCRA `burst + rate·T = burst + limit`; fixed window `2·limit` in an
+    /// unaligned window, `limit` in an aligned one; sliding log `limit`;
+    /// sliding window `2·limit` in general, `limit` on slot-aligned windows.
+    pub fn bounds(&self, quota: &Quota) -> Bounds {
+        let limit = quota.limit();
+        match self {
+            Built::Gcra(_) => Bounds {
+                any_window: quota.burst().saturating_add(limit),
+                aligned_window: None,
+            },
+            Built::FixedWindow(_) | Built::SlidingWindow(_) => Bounds {
+                any_window: limit.saturating_mul(2),
+                aligned_window: Some(limit),
+            },
+            Built::SlidingLog(_) => Bounds {
+                any_window: limit,
+                aligned_window: None,
+            },
+        }
+    }
+
+    /// Slots per period of the aligned windows: 1 for the fixed window,
+    /// `n` for the sliding window, none otherwise.
+    pub fn aligned_slots(&self) -> Option<u32> {
+        match self {
+            Built::FixedWindow(_) => Some(1),
+            Built::SlidingWindow(wheel) => Some(wheel.slots()),
+            Built::Gcra(_) | Built::SlidingLog(_) => None,
+        }
+    }
+
+    /// The admitted instants among `arrivals` (sorted, nanoseconds), each
+    /// arrival asking for one permit at its instant.
+    pub fn admissions(&self, arrivals: &[u64]) -> Vec<u64> {
+        match self {
+            Built::Gcra(algorithm) => admit(algorithm.clone(), arrivals),
+            Built::FixedWindow(algorithm) => admit(algorithm.clone(), arrivals),
+            Built::SlidingLog(algorithm) => admit(algorithm.clone(), arrivals),
+            Built::SlidingWindow(algorithm) => admit(algorithm.clone(), arrivals),
+        }
+    }
+}
+
+fn admit<A: Algorithm>(algorithm: A, arrivals: &[u64]) -> Vec<u64> {
+    let clock = ManualClock::new();
+    let limiter = Limiter::with_clock(algorithm, clock.clone());
+    arrivals
+        .iter()
+        .copied()
+        .filter(|&at| {
+            clock.set(Nanos::new(at));
+            limiter.check().is_allowed()
+        })
+        .collect()
+}
+
+/// The name shown in tables and panels.
+pub fn title(name: AlgorithmName, slots: u32) -> String {
+    match name {
+        AlgorithmName::Gcra => "token bucket (GCRA)".to_owned(),
+        AlgorithmName::FixedWindow => "fixed window".to_owned(),
+        AlgorithmName::SlidingLog => "sliding log".to_owned(),
+        AlgorithmName::SlidingWindow => format!("sliding window ({slots} slots)"),
+    }
+}
+
+/// The name on the command line and in JSON.
+pub fn key(name: AlgorithmName) -> &'static str {
+    match name {
+        AlgorithmName::Gcra => "gcra",
+        AlgorithmName::FixedWindow => "fixed-window",
+        AlgorithmName::SlidingLog => "sliding-log",
+        AlgorithmName::SlidingWindow => "sliding-window",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_algorithm_decides_through_the_library() {
+        let quota = Quota::per_second(2).unwrap();
+        // Three at 0.9 s, three at 1.1 s.
+        let arrivals = [
+            900_000_000,
+            900_000_000,
+            900_000_000,
+            1_100_000_000,
+            1_100_000_000,
+            1_100_000_000,
+        ];
+        let count = |name| {
+            Built::new(name, quota, 2)
+                .unwrap()
+                .admissions(&arrivals)
+                .len()
+        };
+        // The fixed window admits two on each side of the boundary at 1 s.
+        assert_eq!(count(AlgorithmName::FixedWindow), 4);
+        // The sliding log admits two in any second.
+        assert_eq!(count(AlgorithmName::SlidingLog), 2);
+        // GCRA: the burst of 2, then 0.2 s refills 0.4 permit: nothing more.
+        assert_eq!(count(AlgorithmName::Gcra), 2);
+    }
+
+    #[test]
+    fn a_quota_an_algorithm_refuses_is_a_usage_error() {
+        let quota = Quota::per_second(2).unwrap();
+        assert!(matches!(
+            Built::new(AlgorithmName::SlidingWindow, quota, 0),
+            Err(UsageError::Quota {
+                algorithm: AlgorithmName::SlidingWindow,
+                ..
+            })
+        ));
+    }
+}
