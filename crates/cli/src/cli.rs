@@ -30,6 +30,17 @@ pub enum Command {
     /// Send HTTP requests at a fixed rate (open model), with latency measured
     /// from each request's intended send time.
     Loadgen(LoadgenArgs),
+    /// Run the rate-limit server: Envoy's rate limit service (gRPC) and an
+    /// HTTP JSON API, with the rules of a YAML file (reloaded on change).
+    Serve(ServeArgs),
+}
+
+/// `tollgate serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The rules and settings (envoyproxy/ratelimit's YAML, extended).
+    #[arg(long)]
+    pub config: PathBuf,
 }
 
 /// `tollgate simulate`.

@@ -1,5 +1,6 @@
 //! The `tollgate` command line: `simulate` draws what each algorithm
-//! admits, `loadgen` holds a request rate against an HTTP service.
+//! admits, `loadgen` holds a request rate against an HTTP service, `serve`
+//! runs the rate-limit server (`tollgate-server`).
 //!
 //! The binary's `main` only calls [`run`]. The crate is a library as well so
 //! that its tests and benchmarks share the pieces they need: the exact send
@@ -14,6 +15,7 @@ mod loadgen;
 pub mod messages;
 pub mod noop;
 pub mod schedule;
+mod serve;
 mod simulate;
 
 use std::process::ExitCode;
@@ -29,6 +31,7 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
         Command::Loadgen(args) => loadgen::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -223,3 +223,10 @@ pub fn unfinished(count: u64) -> String {
 
 /// What the "bound" column means, under the simulate table.
 pub const BOUND_NOTE: &str = "max/T: the most admitted in any window of one period, at any start; bound: what the algorithm promises there (GCRA burst + limit; fixed and sliding window 2·limit, limit on aligned windows; sliding log limit); aligned: the most in an aligned window (fixed: [kT, (k+1)T), sliding window: T from a slot boundary)";
+
+/// The server is up.
+pub fn serving(grpc: std::net::SocketAddr, http: std::net::SocketAddr) -> String {
+    format!(
+        "tollgate: serving Envoy RLS (gRPC) on {grpc} and the HTTP API on {http}; Ctrl-C or SIGTERM stops"
+    )
+}

@@ -1,0 +1,136 @@
+//! `tollgate serve` as a user runs it: the binary on a YAML file, answering
+//! on 127.0.0.1, stopped by SIGTERM; and a bad file refused with its line.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const RULES: &str = "server:
+  grpc_listen: 127.0.0.1:0
+  http_listen: 127.0.0.1:0
+  reload_interval_ms: 0
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+";
+
+/// One HTTP/1.1 exchange; the response as text.
+fn http(addr: SocketAddr, request: &str) -> String {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout set");
+    stream.write_all(request.as_bytes()).expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response read");
+    response
+}
+
+fn check(addr: SocketAddr) -> String {
+    let body =
+        r#"{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"ada"}]}],"cost":1}"#;
+    http(
+        addr,
+        &format!(
+            "POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+#[test]
+fn serve_answers_on_loopback_and_stops_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("tollgate-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("rules.yaml");
+    std::fs::write(&config, RULES).expect("config written");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("tollgate starts");
+    // The address line, read on a thread so that a silent server cannot hang
+    // the test.
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let http_addr: SocketAddr = loop {
+        let line = received
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the server says where it listens");
+        if let Some(rest) = line.split("the HTTP API on ").nth(1) {
+            break rest
+                .split(';')
+                .next()
+                .and_then(|addr| addr.trim().parse().ok())
+                .expect("an address");
+        }
+    };
+    assert!(http_addr.ip().is_loopback());
+    assert!(
+        http(
+            http_addr,
+            "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        .starts_with("HTTP/1.1 200")
+    );
+    let first = check(http_addr);
+    assert!(first.contains(r#""allowed":true"#), "{first}");
+    let second = check(http_addr);
+    assert!(second.contains(r#""allowed":false"#), "{second}");
+    assert!(
+        second.contains(r#""overall_code":"OVER_LIMIT""#),
+        "{second}"
+    );
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM sent");
+    let stopped = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waitable") {
+            break status;
+        }
+        assert!(
+            Instant::now() < stopped,
+            "the server did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_config_is_refused_with_its_line_before_binding() {
+    let dir = std::env::temp_dir().join(format!("tollgate-serve-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("rules.yaml");
+    std::fs::write(
+        &config,
+        "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    )
+    .expect("config written");
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .expect("tollgate runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("rules.yaml:3"), "{stderr}");
+    assert!(stderr.contains("rate_limit.unit"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
