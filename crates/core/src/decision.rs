@@ -242,7 +242,9 @@ pub struct CostError {
 }
 
 impl CostError {
-    pub(crate) const fn new(cost: u64, capacity: u64) -> CostError {
+    /// A cost of `cost` against a capacity of `capacity`, for backends outside
+    /// this crate that refuse the same requests.
+    pub const fn new(cost: u64, capacity: u64) -> CostError {
         CostError { cost, capacity }
     }
 

@@ -16,7 +16,9 @@
 //! - **backend** ([`Backend`]): who decides "this key, this cost":
 //!   a [`tollgate::KeyedLimiter`] (per-key quotas with `override_key` /
 //!   `override_with`, several limits with [`tollgate::AllOf`]) or a
-//!   [`tollgate::Limiter`] (one bucket).
+//!   [`tollgate::Limiter`] (one bucket), a [`tollgate::Shaper`] (FIFO
+//!   waiting up to its `max_delay`), or, with the `redis` feature,
+//!   `tollgate_redis::RedisLimiter` (its failure policy applied).
 //! - **cost**: permits a request takes; 1, or a function of its parts
 //!   ([`cost`]).
 //! - **[`Rejection`]**: why a request was answered here: limited (`429`),
@@ -86,6 +88,8 @@ mod future;
 pub mod ip;
 pub mod key;
 mod layer;
+#[cfg(feature = "redis")]
+mod redis;
 pub mod response;
 mod service;
 
@@ -96,5 +100,7 @@ pub use key::{Global, HeaderKey, KeyError, KeyErrorKind, KeyExtractor, KeyFn, Or
 #[cfg(feature = "axum")]
 pub use key::{MethodRoute, RouteKey};
 pub use layer::{Builder, OnMissingKey, PolicyNameError, RateLimitLayer};
+#[cfg(feature = "redis")]
+pub use redis::RedisKey;
 pub use response::Rejection;
 pub use service::RateLimitService;

@@ -1,0 +1,106 @@
+//! The Redis backend through the layer, against a real `redis-server` started
+//! on a free loopback port: per-client decisions in Redis with exact
+//! headers, then the limiter's failure policy once Redis is gone.
+
+mod support;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use support::{from_peer, header, ok_service, send};
+use tollgate::{Gcra, Quota};
+use tollgate_redis::{FailurePolicy, Options, Redis, RedisLimiter};
+use tollgate_tower::{PeerIp, RateLimitLayer};
+use tower::Layer;
+
+/// A `redis-server` without persistence, killed on drop.
+struct Server {
+    port: u16,
+    child: Child,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts (installed by .ci/deps)");
+        let server = Server { port, child };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_decides_per_client_and_the_failure_policy_answers_when_it_is_gone() {
+    let mut server = Server::start();
+    let redis = Redis::connect(
+        &format!("redis://127.0.0.1:{}", server.port),
+        &Options::default(),
+    )
+    .await
+    .expect("connects");
+    // Two per minute per client; Redis gone: deny.
+    let limiter = RedisLimiter::builder(redis, "tower-test")
+        .limit(Gcra::new(Quota::per_minute(2).unwrap()).unwrap())
+        .failure_policy(FailurePolicy::FailClosed)
+        .deadline(Duration::from_millis(200))
+        .build()
+        .expect("limiter");
+    let mut service = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
+        .headers_on_success(true)
+        .build()
+        .layer(ok_service());
+    let request = |peer: &str| from_peer(peer).body(String::new()).unwrap();
+
+    let first = send(&mut service, request("192.0.2.1")).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(header(&first, "ratelimit"), "\"default\";r=1;t=30");
+    assert_eq!(
+        send(&mut service, request("192.0.2.1")).await.status(),
+        StatusCode::OK
+    );
+    let denied = send(&mut service, request("192.0.2.1")).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = header(&denied, "retry-after").parse().expect("seconds");
+    assert!((29..=30).contains(&retry), "retry-after {retry}");
+    // Another client has its own bucket, in Redis.
+    assert_eq!(
+        send(&mut service, request("192.0.2.2")).await.status(),
+        StatusCode::OK
+    );
+
+    // Redis gone: the limiter's policy (fail closed) answers within its
+    // deadline, as a 429, not an outage.
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let started = Instant::now();
+    let closed = send(&mut service, request("192.0.2.3")).await;
+    assert_eq!(closed.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(!header(&closed, "retry-after").is_empty());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
