@@ -35,6 +35,13 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const KEYS: u64 = 1_000_000;
 
+/// What may stay allocated after the limiter is dropped and its memory
+/// reclaimed: a few long-lived blocks of the epoch-based reclaimer (per-thread
+/// state it allocates lazily, once, on first use by a thread), never
+/// anything per key. Seen: up to 4 blocks, in CI only.
+const RESIDUAL_ALLOCATIONS: i64 = 8;
+const RESIDUAL_BYTES: i64 = 64 * 1024;
+
 /// Bytes and allocations live now.
 fn live() -> (i64, i64) {
     let stats = GLOBAL.stats();
@@ -131,7 +138,7 @@ where
     // something advances them (see the module docs); under load the epochs
     // can take many rounds to come around.
     for _ in 0..1_000 {
-        if live().1 <= base_allocations + 1 {
+        if live().1 <= base_allocations + RESIDUAL_ALLOCATIONS {
             break;
         }
         let churn: KeyedLimiter<u64> = builder(&clock).sweep_every(None).build();
@@ -140,9 +147,14 @@ where
         assert_eq!(churn.sweep(), 1);
     }
     assert!(
-        live().1 <= base_allocations + 1,
+        live().1 <= base_allocations + RESIDUAL_ALLOCATIONS,
         "allocations left after drop: {}",
         live().1 - base_allocations
+    );
+    assert!(
+        live_bytes() - base <= RESIDUAL_BYTES,
+        "bytes left after drop: {}",
+        live_bytes() - base
     );
     Measured {
         empty,
