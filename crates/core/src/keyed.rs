@@ -128,6 +128,17 @@ struct Shared<K, A: Algorithm> {
     counters: Counters,
 }
 
+/// What a request does to a key's state.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Decide without recording.
+    Peek,
+    /// Decide, and record if admitted.
+    Check,
+    /// Record whether or not it fits, then peek one permit.
+    Charge,
+}
+
 /// One key's state and the algorithm it runs under.
 struct Entry<A: Algorithm> {
     algorithm: Arc<A>,
@@ -351,7 +362,7 @@ where
     {
         // Every algorithm admits a cost of 1 on a fresh state.
         self.shared
-            .decide(key, 1, true)
+            .decide(key, 1, Mode::Check)
             .unwrap_or_else(|error| unreachable!("keyed: cost 1 refused: {error}"))
     }
 
@@ -366,7 +377,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.shared.decide(key, cost, true)
+        self.shared.decide(key, cost, Mode::Check)
     }
 
     /// What [`check`](Self::check) would answer for `key` now, without taking
@@ -377,7 +388,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.shared
-            .decide(key, 1, false)
+            .decide(key, 1, Mode::Peek)
             .unwrap_or_else(|error| unreachable!("keyed: cost 1 refused: {error}"))
     }
 
@@ -392,7 +403,26 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.shared.decide(key, cost, false)
+        self.shared.decide(key, cost, Mode::Peek)
+    }
+
+    /// Records `cost` permits used by `key` now, whether or not they fit,
+    /// and returns what a request of one permit would be told right after:
+    /// the second half of *reserve, then settle*. What each algorithm can
+    /// owe is in [`Limiter::charge_n`](crate::Limiter::charge_n).
+    ///
+    /// A key without a state gets one (a key swept between its request and
+    /// its charge starts fresh, which is what it would have been); while the
+    /// map is full, a new key's charge goes to the overflow state. A cost of
+    /// 0 records nothing; no cost is an error.
+    pub fn charge_n<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.shared
+            .decide(key, cost, Mode::Charge)
+            .unwrap_or_else(|error| unreachable!("keyed: a charge refused: {error}"))
     }
 
     /// Runs `algorithm` for every key without an override from now on; the
@@ -470,7 +500,7 @@ where
     K: Hash + Eq + Send + Sync + 'static,
     A: Algorithm,
 {
-    fn decide<Q>(&self, key: &Q, cost: u64, record: bool) -> Result<Decision, CostError>
+    fn decide<Q>(&self, key: &Q, cost: u64, mode: Mode) -> Result<Decision, CostError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -481,7 +511,7 @@ where
         let generation = self.generation.load(Ordering::Acquire);
         // A known key of the current generation: the bucket's shared lock only.
         let known = self.map.read(key, |_, entry| {
-            (entry.generation == generation).then(|| entry.run(now, cost, record))
+            (entry.generation == generation).then(|| entry.run(now, cost, mode))
         });
         match known {
             Some(Some(result)) => return result,
@@ -489,7 +519,7 @@ where
                 // Its quota changed: re-resolve and carry its state over.
                 let updated = self.map.update(key, |key, entry| {
                     self.refresh(key, entry, now, generation);
-                    entry.run(now, cost, record)
+                    entry.run(now, cost, mode)
                 });
                 if let Some(result) = updated {
                     return result;
@@ -508,25 +538,27 @@ where
         // A key swept after `now` was read was idle at the sweep's later
         // reading: a fresh state answers for a reading taken after the miss
         // (for an insert, under the key's lock), never for the stale one.
-        if !record || cost == 0 {
+        if mode == Mode::Peek || cost == 0 {
             // Looking never creates a state: a fresh one answers.
-            return fresh.run(now.max(self.clock.now()), cost, false);
+            return fresh.run(now.max(self.clock.now()), cost, Mode::Peek);
         }
-        fresh.within_capacity(cost)?;
+        if mode == Mode::Check {
+            fresh.within_capacity(cost)?;
+        }
         // The tier carries the rule of a removed override: it is spent now.
         self.spend(&tier, &owned);
         if !self.reserve_slot() {
-            return Ok(self.decide_overflow(now, cost, generation));
+            return Ok(self.decide_overflow(now, cost, generation, mode));
         }
         self.map.upsert(owned, fresh, |slot| match slot {
-            Slot::Inserted(entry) => entry.run(now.max(self.clock.now()), cost, true),
+            Slot::Inserted(entry) => entry.run(now.max(self.clock.now()), cost, mode),
             Slot::Occupied(entry) => {
                 // Another request created it first: give back the slot.
                 self.live.fetch_sub(1, Ordering::Relaxed);
                 if entry.generation != generation {
                     entry.adopt(&tier, now, generation);
                 }
-                entry.run(now, cost, true)
+                entry.run(now, cost, mode)
             }
         })
     }
@@ -550,12 +582,16 @@ where
     }
 
     /// Decides a request for a new key while the map is full.
-    fn decide_overflow(&self, now: Nanos, cost: u64, generation: u64) -> Decision {
+    fn decide_overflow(&self, now: Nanos, cost: u64, generation: u64, mode: Mode) -> Decision {
         self.counters.overflowed.fetch_add(1, Ordering::Relaxed);
         let mut overflow = crate::sync::lock(&self.overflow);
         if overflow.generation != generation {
             let tier = self.read_policies().default.clone();
             overflow.adopt(&tier, now, generation);
+        }
+        if mode == Mode::Charge {
+            overflow.algorithm.charge_cell(&overflow.cell, now, cost);
+            return overflow.algorithm.peek_cell(&overflow.cell, now, 1);
         }
         let capacity = overflow.algorithm.capacity();
         if cost > capacity {
@@ -677,12 +713,20 @@ impl<A: Algorithm> Entry<A> {
         Ok(())
     }
 
-    fn run(&self, now: Nanos, cost: u64, record: bool) -> Result<Decision, CostError> {
-        self.within_capacity(cost)?;
-        Ok(if record {
-            self.algorithm.check_cell(&self.cell, now, cost)
-        } else {
-            self.algorithm.peek_cell(&self.cell, now, cost)
+    fn run(&self, now: Nanos, cost: u64, mode: Mode) -> Result<Decision, CostError> {
+        Ok(match mode {
+            Mode::Check => {
+                self.within_capacity(cost)?;
+                self.algorithm.check_cell(&self.cell, now, cost)
+            }
+            Mode::Peek => {
+                self.within_capacity(cost)?;
+                self.algorithm.peek_cell(&self.cell, now, cost)
+            }
+            Mode::Charge => {
+                self.algorithm.charge_cell(&self.cell, now, cost);
+                self.algorithm.peek_cell(&self.cell, now, 1)
+            }
         })
     }
 

@@ -18,6 +18,9 @@
 //!   that can change live, idle keys dropped by themselves, a hard cap on
 //!   keys; see [`keyed`].
 //! - **[`AllOf`]**: several limits on one state, all-or-nothing.
+//! - **charge**: [`Limiter::charge_n`] / [`KeyedLimiter::charge_n`] record a
+//!   cost learnt after the fact (bytes sent, tokens generated), whether or
+//!   not it fits: *reserve, then settle*.
 //! - **waiting**: [`Limiter::acquire`] blocks, `until_ready` awaits (feature
 //!   `tokio`); see [`wait`].
 //! - **[`Shaper`]**: the leaky bucket as a queue: FIFO releases spaced at

@@ -119,6 +119,38 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         Ok(self.decide(cost, false))
     }
 
+    /// Records `cost` permits used now, whether or not they fit, and returns
+    /// what a request of one permit would be told right after (as
+    /// [`peek`](Limiter::peek)).
+    ///
+    /// This is the second half of *reserve, then settle*, for costs learnt
+    /// after the fact (bytes sent, tokens generated): admit the request with
+    /// [`check_n`](Limiter::check_n) of what it is sure to cost (often 1),
+    /// then charge the rest once known. A charge is never refused (the work
+    /// is done), so it can take a key past its limit; what each algorithm
+    /// can owe:
+    ///
+    /// - [`Gcra`]: all of it. Later requests wait until the debt is paid at
+    ///   the quota's rate, exactly as if the permits had been taken one by
+    ///   one as they came due: any interval of length `t` that ends after a
+    ///   charge admits at most `burst + rate·t` permits, counting the charge.
+    /// - The window algorithms ([`FixedWindow`](crate::FixedWindow),
+    ///   [`SlidingLog`](crate::SlidingLog),
+    ///   [`SlidingWindow`](crate::SlidingWindow)): up to the room left in
+    ///   the window, which is then full. A window never counts more than its
+    ///   limit, so the rest of the charge is forgiven when the permits leave
+    ///   the window; their guarantee holds for admissions and charges
+    ///   together.
+    /// - [`AllOf`](crate::AllOf): each limit by its own rule.
+    ///
+    /// A cost of 0 records nothing; no cost is an error.
+    pub fn charge_n(&self, cost: u64) -> Decision {
+        let shared = &*self.shared;
+        let now: Nanos = shared.clock.now();
+        shared.algorithm.charge_cell(&shared.cell, now, cost);
+        shared.algorithm.peek_cell(&shared.cell, now, 1)
+    }
+
     /// The algorithm and its parameters.
     pub fn algorithm(&self) -> &A {
         &self.shared.algorithm
@@ -211,6 +243,33 @@ mod tests {
         }
         assert_eq!(limiter.check_n(3).unwrap().remaining(), 0);
         assert!(limiter.peek().is_denied());
+    }
+
+    #[test]
+    fn a_charge_is_recorded_whether_or_not_it_fits() {
+        let clock = ManualClock::new();
+        // 3 per second, burst 3: one permit every 333 ms.
+        let gcra = Limiter::with_clock(Gcra::new(quota()).unwrap(), clock.clone());
+        assert!(gcra.check().is_allowed());
+        // 5 more than fit: a debt of 3 permits past the empty bucket.
+        let after = gcra.charge_n(5);
+        assert!(after.is_denied());
+        assert_eq!(after.remaining(), 0);
+        assert_eq!(after.retry_after(), Duration::from_nanos(1_333_333_334));
+        clock.advance(Duration::from_nanos(1_333_333_333));
+        assert!(gcra.check().is_denied());
+        clock.advance(Duration::from_nanos(1));
+        assert!(gcra.check().is_allowed());
+
+        // A window records up to its room: it is full, and frees at its end.
+        let window = Limiter::with_clock(FixedWindow::new(quota()).unwrap(), clock.clone());
+        assert!(window.check().is_allowed());
+        let after = window.charge_n(10);
+        assert!(after.is_denied());
+        clock.advance(after.retry_after());
+        assert_eq!(window.check().remaining(), 2);
+        // What one more permit would leave.
+        assert_eq!(window.charge_n(0).remaining(), 1);
     }
 
     #[test]

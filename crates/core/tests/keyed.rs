@@ -1243,3 +1243,102 @@ fn limiter_equivalence_for_a_single_key() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Charges: reserve, then settle
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_charge_creates_the_state_of_a_new_key_and_a_charge_of_zero_does_not() {
+    let clock = ManualClock::new();
+    // 10 per second, burst 10: a permit every 100 ms.
+    let limiter: KeyedLimiter<String> = keyed(gcra(10, SEC, 10), &clock).build();
+    let nothing = limiter.charge_n("idle", 0);
+    assert!(nothing.is_allowed());
+    assert_eq!(limiter.len(), 0, "a charge of 0 records nothing");
+
+    // 25 permits on a bucket of 10: a debt of 15, paid at 100 ms each.
+    let after = limiter.charge_n("big", 25);
+    assert!(after.is_denied());
+    assert_eq!(after.retry_after(), Duration::from_millis(1_600));
+    assert_eq!(limiter.len(), 1);
+    clock.advance(Duration::from_millis(1_599));
+    assert!(limiter.check("big").is_denied());
+    clock.advance(Duration::from_millis(1));
+    assert!(limiter.check("big").is_allowed());
+    assert!(limiter.check("other").is_allowed(), "keys are independent");
+}
+
+#[test]
+fn a_charge_while_the_map_is_full_goes_to_the_overflow_state() {
+    let clock = ManualClock::new();
+    let limiter: KeyedLimiter<u64, FixedWindow> = keyed(fixed(5, SEC), &clock).max_keys(1).build();
+    assert!(limiter.check(&1).is_allowed());
+    // Key 2 has no slot: its charge fills the shared overflow window.
+    assert!(limiter.charge_n(&2, 50).is_denied());
+    assert!(limiter.check(&3).is_denied(), "the overflow window is full");
+    assert_eq!(limiter.peek(&1).remaining(), 3, "key 1 keeps its own state");
+}
+
+/// Threads settle and check on one key under a frozen clock; returns what
+/// the checks admitted, what was charged, and the key's state after (a
+/// peek).
+fn frozen_charges<A: Algorithm>(algorithm: A) -> (u64, u64, tollgate::Decision) {
+    const THREADS: u64 = 4;
+    const ROUNDS: u64 = 2_000;
+    let clock = ManualClock::starting_at(Nanos::new(3_600 * SEC));
+    let limiter: KeyedLimiter<u64, A> = keyed(algorithm, &clock).build();
+    let barrier = Barrier::new(THREADS as usize);
+    let charges = |t: u64| (0..ROUNDS).filter(move |i| (i + t) % 3 == 0);
+    let admitted: u64 = thread::scope(|scope| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (limiter, barrier) = (&limiter, &barrier);
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut admitted = 0;
+                    for i in 0..ROUNDS {
+                        if (i + t) % 3 == 0 {
+                            let _ = limiter.charge_n(&7, 1);
+                        } else {
+                            admitted += u64::from(limiter.check(&7).is_allowed());
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    let charged = (0..THREADS).map(|t| charges(t).count() as u64).sum();
+    (admitted, charged, limiter.peek(&7))
+}
+
+#[test]
+fn frozen_clock_charges_racing_checks_lose_nothing() {
+    // 100 per second, burst 50: a permit every 10 ms. Every admission and
+    // every charge moved the TAT by 10 ms, whatever the interleaving: the
+    // key waits out exactly the permits beyond the burst, plus one.
+    let (admitted, charged, after) = frozen_charges(gcra(100, SEC, 50));
+    assert!(admitted <= 50, "gcra: {admitted} admitted, burst 50");
+    assert_eq!(
+        after.retry_after(),
+        Duration::from_millis(10 * (admitted + charged - 50 + 1)),
+        "gcra: {admitted} admitted and {charged} charged"
+    );
+
+    // A window records up to its room: full at the end, whatever the
+    // interleaving, and the checks never admitted more than the limit.
+    let windows = [
+        ("fixed window", frozen_charges(fixed(50, SEC))),
+        ("sliding log", frozen_charges(log(50, SEC))),
+        ("sliding window", frozen_charges(wheel(50, SEC, 10))),
+    ];
+    for (name, (admitted, _, after)) in windows {
+        assert!(admitted <= 50, "{name}: {admitted} admitted, limit 50");
+        assert!(
+            after.is_denied() && after.remaining() == 0,
+            "{name}: {after}"
+        );
+    }
+}

@@ -962,3 +962,107 @@ fn sliding_window_deny_hint_is_never_torn_and_matches_the_lock() {
         &[130, 199, 200, 224, 225],
     );
 }
+
+// ---------------------------------------------------------------------------
+// Charges: the unconditional path (`charge_n`) racing admissions
+// ---------------------------------------------------------------------------
+
+/// What a charge race shows: whether the admission was let in, and the
+/// state left, seen through `peek()` (its `remaining` and `retry_after`).
+type ChargeOutcome = (bool, u64, Duration);
+
+/// Races `charge_n(charge)` on the main thread against `check_n(cost)` on
+/// another, on a clock frozen at `at`; asserts that every run ends as one of
+/// the two sequential orders does, and that both orders were seen.
+fn charge_race<A: Algorithm + Clone>(
+    name: &'static str,
+    algorithm: A,
+    at: u64,
+    charge: u64,
+    cost: u64,
+) {
+    let fresh =
+        move || Limiter::with_clock(algorithm.clone(), ManualClock::starting_at(Nanos::new(at)));
+    // std, not loom: these record the exploration.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let expected = std::sync::Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let (outcomes, orders) = (
+        std::sync::Arc::clone(&seen),
+        std::sync::Arc::clone(&expected),
+    );
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(5);
+    }
+    builder.check(move || {
+        // The two sequential orders, on limiters of their own (inside the
+        // model: the limiter's atomics are loom's).
+        for charge_first in [true, false] {
+            let limiter = fresh();
+            let admitted = if charge_first {
+                let _ = limiter.charge_n(charge);
+                limiter.check_n(cost).expect("within capacity").is_allowed()
+            } else {
+                let admitted = limiter.check_n(cost).expect("within capacity").is_allowed();
+                let _ = limiter.charge_n(charge);
+                admitted
+            };
+            let after = limiter.peek();
+            let outcome: ChargeOutcome = (admitted, after.remaining(), after.retry_after());
+            orders.lock().unwrap().insert(outcome);
+        }
+        let limiter = fresh();
+        let checker = limiter.clone();
+        let handle =
+            thread::spawn(move || checker.check_n(cost).expect("within capacity").is_allowed());
+        let _ = limiter.charge_n(charge);
+        let admitted = handle.join().expect("the checking thread panicked");
+        let after = limiter.peek();
+        outcomes
+            .lock()
+            .unwrap()
+            .insert((admitted, after.remaining(), after.retry_after()));
+    });
+    let (seen, expected) = (seen.lock().unwrap(), expected.lock().unwrap());
+    println!("loom: {name}: {} distinct outcomes", seen.len());
+    assert_eq!(expected.len(), 2, "{name}: the two orders should differ");
+    assert_eq!(
+        *seen, *expected,
+        "{name}: outcomes seen vs the two sequential orders"
+    );
+}
+
+#[test]
+fn gcra_charge_racing_a_check_loses_nothing() {
+    // Burst 2, a permit every 50 ns. Charge first: a debt of 1 permit, the
+    // check is denied. Check first: admitted, then the charge leaves a debt
+    // of 2.
+    charge_race(
+        "gcra, charge_n(3) | check_n(1)",
+        gcra_burst_2(),
+        1_000,
+        3,
+        1,
+    );
+}
+
+#[test]
+fn fixed_window_charge_racing_a_check_takes_only_the_room() {
+    // Limit 3. Charge first: the window is full, the check is denied. Check
+    // first: 2 admitted, the charge takes the 1 left. A charge that peeked
+    // the room of 3 before the check landed must retry and take 1.
+    let window = FixedWindow::new(quota(3, 100)).expect("fixed window");
+    charge_race(
+        "fixed window, charge_n(5) | check_n(2)",
+        window,
+        1_000,
+        5,
+        2,
+    );
+}
+
+#[test]
+fn sliding_log_charge_racing_a_check_takes_only_the_room() {
+    let log = SlidingLog::new(quota(3, 100)).expect("sliding log");
+    charge_race("sliding log, charge_n(5) | check_n(2)", log, 1_000, 5, 2);
+}

@@ -542,6 +542,73 @@ fn against_model<S: Subject>(
     Ok(())
 }
 
+/// Drives the limiter and the model through `steps` where every peek step
+/// is instead a charge of three times its cost (so above the capacity as
+/// often as not): every answer must match, and a charge's `retry_after` must
+/// be exact to the nanosecond like any other.
+fn charges_against_model<S: Subject>(
+    subject: &S,
+    start: Start,
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
+    let Some(algorithm) = subject.build() else {
+        return Ok(());
+    };
+    let model = subject.model();
+    let capacity = algorithm.capacity();
+    let mut now = resolve_start(subject, start);
+    let clock = ManualClock::starting_at(Nanos::new(now));
+    let limiter = Limiter::with_clock(algorithm, clock.clone());
+    let mut last = None;
+    for (i, step) in steps.iter().enumerate() {
+        now = resolve_gap(subject, now, step.gap, last);
+        clock.set(Nanos::new(now));
+        let cost = step.cost.resolve(capacity);
+        let (got, want, what) = if step.peek {
+            let charge = cost.saturating_mul(3);
+            (
+                limiter.charge_n(charge),
+                model.charge(now, charge),
+                "charge",
+            )
+        } else if cost <= capacity {
+            (
+                limiter.check_n(cost).unwrap(),
+                model.check(now, cost),
+                "check",
+            )
+        } else {
+            continue;
+        };
+        let got_expected = Expected::from(got);
+        prop_assert_eq!(
+            got_expected,
+            want,
+            "step {} at {} ns, {} of {}: limiter vs model",
+            i,
+            now,
+            what,
+            cost
+        );
+        last = Some(got_expected);
+        if step.peek && got.is_denied() && got_expected.retry_after_ns != u64::MAX {
+            if let Some(at) = now.checked_add(got_expected.retry_after_ns) {
+                clock.set(Nanos::new(at - 1));
+                let before = limiter.peek();
+                clock.set(Nanos::new(at));
+                let after = limiter.peek();
+                clock.set(Nanos::new(now));
+                prop_assert!(
+                    before.is_denied() && after.is_allowed(),
+                    "step {i} at {now} ns: after a charge, retry_after {} but at −1 ns {before}, at +0 ns {after}",
+                    got_expected.retry_after_ns
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A no-op inserted before a step of the sequence.
 #[derive(Clone, Copy, Debug)]
 enum NoOp {
@@ -628,6 +695,8 @@ fn no_ops_change_nothing<S: Subject>(
 
 /// Cases per model-equivalence property (each up to 200 steps).
 const MODEL_CASES: u32 = 4096;
+/// Cases per charge property.
+const CHARGE_CASES: u32 = 1024;
 /// Cases per no-op property.
 const NO_OP_CASES: u32 = 1024;
 
@@ -671,6 +740,35 @@ proptest! {
         steps in steps(),
     ) {
         against_model(&SlidingWindowSubject(quota, slots), start, &steps)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(CHARGE_CASES))]
+
+    #[test]
+    fn gcra_charges_match_model(quota in quota(u64::MAX), start in start(), steps in steps()) {
+        charges_against_model(&GcraSubject(quota), start, &steps)?;
+    }
+
+    #[test]
+    fn fixed_window_charges_match_model(quota in quota(u64::MAX), start in start(), steps in steps()) {
+        charges_against_model(&FixedWindowSubject(quota), start, &steps)?;
+    }
+
+    #[test]
+    fn sliding_log_charges_match_model(quota in quota(10_000), start in start(), steps in steps()) {
+        charges_against_model(&SlidingLogSubject(quota), start, &steps)?;
+    }
+
+    #[test]
+    fn sliding_window_charges_match_model(
+        quota in quota(u64::MAX),
+        slots in slots(),
+        start in start(),
+        steps in steps(),
+    ) {
+        charges_against_model(&SlidingWindowSubject(quota, slots), start, &steps)?;
     }
 }
 

@@ -177,6 +177,18 @@ impl Gcra {
         }
     }
 
+    /// The charge: `cost` permits recorded at `now` whether or not they fit.
+    /// The TAT moves `cost · T` past `max(tat, now)`, as an admission would,
+    /// even beyond `now + burst · T`: the excess is a debt that later
+    /// requests wait out, exactly as if the permits had been taken one by
+    /// one. Saturates at the last representable tick (denied for ever).
+    #[inline]
+    pub fn charge(&self, tat: u64, now: Nanos, cost: u64) -> u64 {
+        let now_ticks = now.as_u64().saturating_mul(self.scale);
+        tat.max(now_ticks)
+            .saturating_add(cost.saturating_mul(self.interval))
+    }
+
     /// Whether a denied request ending at `wanted` ticks can ever be admitted:
     /// at the first whole nanosecond at which it fits (which, rounded up, may
     /// fall after the TAT) it must still end within the last tick.
@@ -249,6 +261,13 @@ impl Algorithm for Gcra {
     #[inline]
     fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         self.transition(store::word_load(cell), now, cost).0
+    }
+
+    fn charge_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) {
+        if cost == 0 {
+            return;
+        }
+        store::word_apply(cell, |tat| self.charge(tat, now, cost));
     }
 
     fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {

@@ -62,6 +62,32 @@ pub trait Algorithm: sealed::Sealed + PartialEq + Send + Sync + 'static {
     /// Decides `cost` permits at `now` without recording anything.
     fn peek_cell(&self, cell: &Self::Cell, now: Nanos, cost: u64) -> Decision;
 
+    /// Records `cost` permits used at `now` whether or not they fit: a cost
+    /// learnt after the fact (bytes sent, tokens generated). See
+    /// [`Limiter::charge_n`](crate::Limiter::charge_n) for what each
+    /// algorithm can owe.
+    ///
+    /// The window algorithms record what the window has room for, so a
+    /// charge is the admission of `min(cost, room)`: the same transition as
+    /// [`check_cell`](Self::check_cell), retried if a concurrent admission
+    /// took some of the room first. [`Gcra`] overrides it to carry the debt.
+    fn charge_cell(&self, cell: &Self::Cell, now: Nanos, cost: u64) {
+        loop {
+            let room = self.peek_cell(cell, now, 0);
+            let take = cost.min(room.remaining());
+            // Denied with cost 0: past the end of representable time, where
+            // nothing is ever recorded.
+            if room.is_denied() || take == 0 {
+                return;
+            }
+            // A denial here means another request took some of the room
+            // after the peek (or the window moved on): look again.
+            if self.check_cell(cell, now, take).is_allowed() {
+                return;
+            }
+        }
+    }
+
     /// Whether the state in `cell` is indistinguishable from a fresh one at
     /// `now` and at every later instant (bucket full, window over, log
     /// expired): dropping it then changes no future decision.

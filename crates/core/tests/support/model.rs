@@ -137,6 +137,20 @@ pub trait Model: Send + Sync {
     fn peek(&self, now_ns: u64, cost: u64) -> Expected;
     /// The most any single request may cost.
     fn capacity(&self) -> u64;
+
+    /// Records `cost` permits whether or not they fit, then answers a peek
+    /// of one permit. The rule from the docs (`Limiter::charge_n`): "the
+    /// window algorithms record up to the room left in the window, which is
+    /// then full"; the GCRA overrides this and carries the whole debt.
+    fn charge(&self, now_ns: u64, cost: u64) -> Expected {
+        let room = self.peek(now_ns, 0);
+        let take = cost.min(room.remaining);
+        if room.allowed && take > 0 {
+            let taken = self.check(now_ns, take);
+            assert!(taken.allowed, "model: the room of a window was refused");
+        }
+        self.peek(now_ns, 1)
+    }
 }
 
 /// Builds the model named as in the test vectors (`"gcra"`,
@@ -263,7 +277,8 @@ impl GcraModel {
         let now = now_ns * self.scale;
         let level = GcraModel::level_at(meter, now);
         let poured = cost * self.interval;
-        let remaining_at = |level: i128| (self.size() - level) / self.interval;
+        // After a charge the level may be above the size (a debt): none left.
+        let remaining_at = |level: i128| ((self.size() - level) / self.interval).max(0);
         // Whole nanoseconds, rounded up, until `level` ticks have drained.
         let drained_in = |level: i128| ceil_div(level, self.scale);
         if self.fits(meter, now_ns, cost) {
@@ -315,6 +330,24 @@ impl Model for GcraModel {
 
     fn capacity(&self) -> u64 {
         self.burst as u64
+    }
+
+    /// From the docs: "the TAT moves `cost · T` past `max(tat, now)` ...
+    /// even beyond `now + burst · T` ... Saturates at the last representable
+    /// tick": the meter overflows by the debt, capped where `now + level`
+    /// reaches `u64::MAX` ticks.
+    fn charge(&self, now_ns: u64, cost: u64) -> Expected {
+        {
+            let mut meter = self.meter.lock().unwrap();
+            let now = i128::from(now_ns) * self.scale;
+            let level = GcraModel::level_at(*meter, now);
+            if cost > 0 {
+                let level =
+                    (level + i128::from(cost) * self.interval).min(U64_MAX - now.min(U64_MAX));
+                *meter = Meter { level, at: now };
+            }
+        }
+        self.peek(now_ns, 1)
     }
 }
 
