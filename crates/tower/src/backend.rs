@@ -40,6 +40,36 @@ pub trait Backend<K>: Send + Sync + 'static {
     fn decide(&self, key: &K, cost: u64) -> Decided;
 }
 
+/// A backend that can be charged a cost learnt after the fact, whether or
+/// not it fits: what [`settle`](crate::settle) mode needs.
+///
+/// Implemented for [`KeyedLimiter`] and [`Limiter`], through their
+/// `charge_n`.
+pub trait Charge<K>: Backend<K> {
+    /// Records `cost` more permits for `key`, never refused.
+    fn charge(&self, key: &K, cost: u64);
+}
+
+impl<K, A> Charge<K> for KeyedLimiter<K, A>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: Algorithm,
+{
+    fn charge(&self, key: &K, cost: u64) {
+        let _after = self.charge_n(key, cost);
+    }
+}
+
+impl<K, A, C> Charge<K> for Limiter<A, C>
+where
+    A: Algorithm,
+    C: Clock + 'static,
+{
+    fn charge(&self, _: &K, cost: u64) {
+        let _after = self.charge_n(cost);
+    }
+}
+
 /// A backend's answer: at once, or after some I/O.
 #[must_use = "a Decided carries the decision"]
 pub enum Decided {

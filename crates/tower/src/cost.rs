@@ -12,7 +12,7 @@
 //!   (see [`Rejection`](crate::Rejection)).
 //!
 //! Charging the real cost after the response (bytes sent, tokens generated)
-//! needs the core's reservation API and is not here yet.
+//! is [`settle`](crate::settle) mode; the cost here is then the reservation.
 
 use std::num::NonZeroU64;
 

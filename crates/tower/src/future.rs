@@ -13,9 +13,11 @@ use pin_project_lite::pin_project;
 use tollgate::Decision;
 
 use crate::response::HeaderPolicy;
+use crate::settle::{AdmittedBody, Settlement};
 
-/// The response body: the inner service's, or a rejection's.
-pub type ResponseBody<B> = Either<B, Full<Bytes>>;
+/// The response body: the inner service's (settled when done, in settle
+/// mode), or a rejection's.
+pub type ResponseBody<B> = Either<AdmittedBody<B>, Full<Bytes>>;
 
 /// A response that needs an async decision or a wait first.
 pub(crate) type SlowResponse<B, E> =
@@ -45,6 +47,7 @@ pin_project! {
             #[pin]
             future: F,
             success: Option<Success>,
+            settlement: Option<Settlement>,
         },
         // Rejected at once.
         Rejected {
@@ -58,9 +61,17 @@ pin_project! {
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    pub(crate) fn called(future: F, success: Option<Success>) -> ResponseFuture<F, B, E> {
+    pub(crate) fn called(
+        future: F,
+        success: Option<Success>,
+        settlement: Option<Settlement>,
+    ) -> ResponseFuture<F, B, E> {
         ResponseFuture {
-            kind: Kind::Called { future, success },
+            kind: Kind::Called {
+                future,
+                success,
+                settlement,
+            },
         }
     }
 
@@ -87,9 +98,13 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Called { future, success } => {
+            KindProj::Called {
+                future,
+                success,
+                settlement,
+            } => {
                 let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(admitted(response, success.take())))
+                Poll::Ready(Ok(admitted(response, success.take(), settlement.take())))
             }
             KindProj::Rejected { response } => {
                 let response = response
@@ -102,18 +117,33 @@ where
     }
 }
 
-/// The inner service's response, with the RateLimit headers if asked.
+/// The inner service's response, with the RateLimit headers if asked, and
+/// its body settling `settlement` when done.
 pub(crate) fn admitted<B>(
     response: Response<B>,
     success: Option<Success>,
+    settlement: Option<Settlement>,
 ) -> Response<ResponseBody<B>> {
-    let mut response = response.map(Either::Left);
+    let (mut head, body) = response.into_parts();
     if let Some(success) = success {
-        success
-            .policy
-            .write(&success.decision, response.headers_mut());
+        success.policy.write(&success.decision, &mut head.headers);
     }
-    response
+    let body = match settlement {
+        None => AdmittedBody::plain(body),
+        Some(settle) => AdmittedBody::settling(body, snapshot(&head), settle),
+    };
+    Response::from_parts(head, Either::Left(body))
+}
+
+/// A copy of a response head for the settle function: status, version,
+/// headers and extensions.
+fn snapshot(head: &http::response::Parts) -> http::response::Parts {
+    let (mut copy, ()) = Response::new(()).into_parts();
+    copy.status = head.status;
+    copy.version = head.version;
+    copy.headers = head.headers.clone();
+    copy.extensions = head.extensions.clone();
+    copy
 }
 
 impl<F, B, E> fmt::Debug for ResponseFuture<F, B, E> {

@@ -24,11 +24,12 @@ use http::request::Parts;
 use http_body_util::Full;
 use tower_layer::Layer;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Charge};
 use crate::cost::CostFn;
 use crate::key::KeyExtractor;
 use crate::response::{HeaderPolicy, Rejection, RejectionFn, sf_string};
 use crate::service::RateLimitService;
+use crate::settle::SettleFn;
 
 /// What to do with a request whose key cannot be extracted.
 #[derive(Clone, Debug, Default)]
@@ -66,6 +67,14 @@ pub(crate) struct Config<E: KeyExtractor, L> {
     pub(crate) grpc: bool,
     pub(crate) policy: Arc<HeaderPolicy>,
     pub(crate) on_rejection: Option<RejectionFn>,
+    pub(crate) settle: Option<Settler<E::Key, L>>,
+}
+
+/// Settle mode: what a response cost, and how to charge the backend.
+pub(crate) struct Settler<K, L> {
+    pub(crate) actual: SettleFn,
+    /// `Charge::charge` of the backend, taken where the bound is known.
+    pub(crate) charge: fn(&L, &K, u64),
 }
 
 impl<E: KeyExtractor, L: Backend<E::Key>> RateLimitLayer<E, L> {
@@ -92,6 +101,7 @@ impl<E: KeyExtractor, L: Backend<E::Key>> RateLimitLayer<E, L> {
                     window_secs: None,
                 }),
                 on_rejection: None,
+                settle: None,
             },
         }
     }
@@ -221,6 +231,26 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
         hook: impl Fn(&Rejection) -> Response<Full<Bytes>> + Send + Sync + 'static,
     ) -> Self {
         self.config.on_rejection = Some(Box::new(hook));
+        self
+    }
+
+    /// Reserve, then settle (see [`settle`](crate::settle)): a request is
+    /// admitted on its [`cost`](Self::cost) (the least it can cost), and
+    /// once its response body has been sent the backend is charged
+    /// whatever `actual` says it cost above that, from the response head
+    /// and the body bytes sent. Needs a backend that can be charged
+    /// ([`Charge`]: the keyed and plain limiters). By default, off.
+    pub fn settle(
+        mut self,
+        actual: impl Fn(&http::response::Parts, u64) -> u64 + Send + Sync + 'static,
+    ) -> Self
+    where
+        L: Charge<E::Key>,
+    {
+        self.config.settle = Some(Settler {
+            actual: Box::new(actual),
+            charge: <L as Charge<E::Key>>::charge,
+        });
         self
     }
 

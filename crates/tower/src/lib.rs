@@ -66,12 +66,13 @@
 //! - **Reject** (the default): a denial is answered at once.
 //! - **Wait** ([`Builder::max_delay`]): a denied request sleeps for its
 //!   `retry_after` and asks again until admitted or out of budget. Not
-//!   FIFO; the core's shaper will offer that.
+//!   FIFO.
+//! - **Wait** on a [`tollgate::Shaper`] backend: FIFO, up to the shaper's
+//!   `max_delay`.
 //! - **Cost** ([`Builder::cost`]): route weights, body size.
-//!
-//! Reserve-then-settle (charging the real cost after the response) and the
-//! Redis backend plug in through [`Backend`] when the core's reservation
-//! API and the Redis crate land.
+//! - **Reserve, then settle** ([`Builder::settle`], [`settle`]): admitted
+//!   on the least a request costs, charged the rest once the response has
+//!   been sent (bytes sent, tokens generated).
 //!
 //! # Responses
 //!
@@ -92,8 +93,9 @@ mod layer;
 mod redis;
 pub mod response;
 mod service;
+pub mod settle;
 
-pub use backend::{Backend, BackendError, BoxError, Decided, DecisionFuture};
+pub use backend::{Backend, BackendError, BoxError, Charge, Decided, DecisionFuture};
 pub use future::{ResponseBody, ResponseFuture};
 pub use ip::{ClientIp, ConnectionAddr, DefaultConnectionAddr, PeerIp, PrefixError, ProxyHeader};
 pub use key::{Global, HeaderKey, KeyError, KeyErrorKind, KeyExtractor, KeyFn, Or, OrKey};

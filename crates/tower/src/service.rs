@@ -17,6 +17,7 @@ use crate::future::{ResponseBody, ResponseFuture, Success, admitted};
 use crate::key::KeyExtractor;
 use crate::layer::{Config, OnMissingKey};
 use crate::response::{Rejection, is_grpc, reject};
+use crate::settle::Settlement;
 
 /// The shortest sleep between two decisions in the wait mode.
 const MIN_WAIT: Duration = Duration::from_millis(1);
@@ -89,6 +90,7 @@ where
                     return ResponseFuture::called(
                         inner.call(Request::from_parts(parts, body)),
                         None,
+                        None,
                     );
                 }
                 OnMissingKey::Use(key) => key.clone(),
@@ -116,7 +118,12 @@ where
                 decision,
                 policy: Arc::clone(&config.policy),
             });
-            return ResponseFuture::called(inner.call(Request::from_parts(parts, body)), success);
+            let settlement = settlement(config, key, cost);
+            return ResponseFuture::called(
+                inner.call(Request::from_parts(parts, body)),
+                success,
+                settlement,
+            );
         }
         if config
             .max_delay
@@ -134,6 +141,25 @@ where
         }
         rejected(config, &Rejection::Limited(decision), &parts)
     }
+}
+
+/// In settle mode, what charges `key` for the response once its body is
+/// done: what the settle function says it cost above the `reserved` cost.
+fn settlement<E, L>(config: &Arc<Config<E, L>>, key: E::Key, reserved: u64) -> Option<Settlement>
+where
+    E: KeyExtractor,
+    L: Backend<E::Key>,
+{
+    config.settle.as_ref()?;
+    let config = Arc::clone(config);
+    Some(Box::new(move |head, bytes| {
+        if let Some(settler) = &config.settle {
+            let actual = (settler.actual)(head, bytes);
+            if actual > reserved {
+                (settler.charge)(&config.backend, &key, actual - reserved);
+            }
+        }
+    }))
 }
 
 fn rejected<F, B, Er, E: KeyExtractor, L>(
@@ -224,9 +250,10 @@ where
                 decision,
                 policy: Arc::clone(&config.policy),
             });
+            let settlement = settlement(&config, key, cost);
             // `inner` was ready when it was taken: it must accept this call.
             let response = inner.call(Request::from_parts(parts, body)).await?;
-            return Ok(admitted(response, success));
+            return Ok(admitted(response, success, settlement));
         }
         // A denial that names no wait (a remote backend's bug) must not
         // spin: ask again no sooner than a millisecond later.

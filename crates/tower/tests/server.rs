@@ -207,3 +207,63 @@ async fn a_tonic_client_sees_resource_exhausted_with_retry_metadata() {
         "\"default\";r=0;t=60"
     );
 }
+
+#[tokio::test]
+async fn a_real_server_settles_the_bytes_each_response_sent() {
+    let clock = ManualClock::new();
+    // 1 KiB permits: 60 per minute, bursts of 16.
+    let limiter = limiter(
+        Quota::per_minute(60).unwrap().with_burst(16).unwrap(),
+        &clock,
+    );
+    let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
+        .settle(tollgate_tower::settle::by_body_bytes(
+            std::num::NonZeroU64::new(1024).unwrap(),
+        ))
+        .build();
+    let app = Router::new()
+        .route("/file", get(|| async { vec![b'x'; 10 * 1024] }))
+        .layer(layer);
+    let addr = serve(app).await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let uri: http::Uri = format!("http://{addr}/file").parse().unwrap();
+    let get = || async {
+        let response = timeout(NETWORK_TIMEOUT, client.get(uri.clone()))
+            .await
+            .expect("no answer in time")
+            .expect("request failed");
+        let status = response.status();
+        let body = timeout(NETWORK_TIMEOUT, response.into_body().collect())
+            .await
+            .expect("no body in time")
+            .expect("body failed")
+            .to_bytes();
+        (status, body.len())
+    };
+    let me: IpAddr = "127.0.0.1".parse().unwrap();
+
+    // Admitted on 1 KiB, settled at 10 KiB once the body has been sent.
+    assert_eq!(get().await, (StatusCode::OK, 10 * 1024));
+    let settled = async {
+        while limiter.peek(&me).remaining() != 5 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    timeout(NETWORK_TIMEOUT, settled)
+        .await
+        .expect("the response was never settled");
+    // 6 KiB left: the next download is admitted and leaves a debt of 4 KiB,
+    // which the client waits out at 1 KiB per second.
+    assert_eq!(get().await, (StatusCode::OK, 10 * 1024));
+    let in_debt = async {
+        while limiter.peek(&me).retry_after() != Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    timeout(NETWORK_TIMEOUT, in_debt)
+        .await
+        .expect("the second response was never settled");
+    assert_eq!(get().await.0, StatusCode::TOO_MANY_REQUESTS);
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(get().await.0, StatusCode::OK);
+}

@@ -20,7 +20,7 @@ use tollgate_tower::cost::by_content_length;
 use tollgate_tower::response::retry_after_secs;
 use tollgate_tower::{
     Global, HeaderKey, KeyError, KeyExtractor, KeyFn, OnMissingKey, OrKey, PeerIp, RateLimitLayer,
-    Rejection,
+    Rejection, settle,
 };
 use tower::{Layer, Service, ServiceExt};
 
@@ -831,4 +831,192 @@ async fn a_request_dropped_while_shaped_gives_its_slot_back() {
     let response = send(&mut third, Request::get("/").body(String::new()).unwrap()).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(start.elapsed(), Duration::from_millis(100));
+}
+
+// ---------------------------------------------------------------------------
+// Reserve, then settle
+// ---------------------------------------------------------------------------
+
+/// A service answering every request with `size` bytes in chunks of 1 KiB,
+/// and a `Spent` of `spent` if not 0.
+fn sized_service(
+    size: usize,
+    spent: u64,
+) -> impl Service<
+    Request<String>,
+    Response = Response<http_body_util::StreamBody<ChunkStream>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |_: Request<String>| async move {
+        let chunks: Vec<_> = (0..size.div_ceil(1024))
+            .map(|i| {
+                let len = 1024.min(size - i * 1024);
+                Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(vec![b'x'; len])))
+            })
+            .collect();
+        let mut response = Response::new(http_body_util::StreamBody::new(
+            futures_util::stream::iter(chunks),
+        ));
+        if spent > 0 {
+            response.extensions_mut().insert(settle::Spent(spent));
+        }
+        Ok::<_, Infallible>(response)
+    })
+}
+
+type ChunkStream =
+    futures_util::stream::Iter<std::vec::IntoIter<Result<http_body::Frame<Bytes>, Infallible>>>;
+
+#[tokio::test(start_paused = true)]
+async fn settle_charges_the_bytes_sent_above_the_reservation() {
+    let clock = ManualClock::new();
+    // 100 KiB per second, bursts of 20 KiB: one permit (1 KiB) every 10 ms.
+    let limiter = per_ip(
+        Quota::per_second(100).unwrap().with_burst(20).unwrap(),
+        &clock,
+    );
+    let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
+        .settle(settle::by_body_bytes(NonZeroU64::new(1024).unwrap()))
+        .build();
+    let mut service = layer.layer(sized_service(10 * 1024, 0));
+    let peer = ip("192.0.2.1");
+
+    let response = send(
+        &mut service,
+        from_peer("192.0.2.1").body(String::new()).unwrap(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // Admitted on the reservation: 1 of 20 taken so far.
+    assert_eq!(limiter.peek(&peer).remaining(), 18);
+    assert_eq!(body(response).await.len(), 10 * 1024);
+    // Settled at the end of the body: 10 KiB in all, 9 more than reserved.
+    assert_eq!(limiter.peek(&peer).remaining(), 9);
+
+    // The second response empties the bucket.
+    let second = send(
+        &mut service,
+        from_peer("192.0.2.1").body(String::new()).unwrap(),
+    )
+    .await;
+    body(second).await;
+    assert_eq!(limiter.peek(&peer).retry_after(), Duration::from_millis(10));
+    // 10 ms later one permit is back: the third request is admitted on it,
+    // and its 10 KiB push the bucket 9 permits into debt (a charge is never
+    // refused) ...
+    clock.advance(Duration::from_millis(10));
+    let third = send(
+        &mut service,
+        from_peer("192.0.2.1").body(String::new()).unwrap(),
+    )
+    .await;
+    assert_eq!(third.status(), StatusCode::OK);
+    body(third).await;
+    // ... which the client waits out at the quota's rate: 10 × 10 ms.
+    let denied = send(
+        &mut service,
+        from_peer("192.0.2.1").body(String::new()).unwrap(),
+    )
+    .await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        limiter.peek(&peer).retry_after(),
+        Duration::from_millis(100)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_dropped_unfinished_pays_for_what_was_sent_and_a_rejection_for_nothing() {
+    let clock = ManualClock::new();
+    let limiter = per_ip(
+        Quota::per_second(100).unwrap().with_burst(20).unwrap(),
+        &clock,
+    );
+    let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
+        .settle(settle::by_body_bytes(NonZeroU64::new(1024).unwrap()))
+        .build();
+    let mut service = layer.layer(sized_service(10 * 1024, 0));
+    let peer = ip("192.0.2.1");
+
+    let response = send(
+        &mut service,
+        from_peer("192.0.2.1").body(String::new()).unwrap(),
+    )
+    .await;
+    let mut body_stream = response.into_body();
+    // Three chunks of ten read, then the client goes away.
+    for _ in 0..3 {
+        let frame = http_body_util::BodyExt::frame(&mut body_stream).await;
+        assert!(frame.is_some());
+    }
+    assert_eq!(
+        limiter.peek(&peer).remaining(),
+        18,
+        "not settled before the end"
+    );
+    drop(body_stream);
+    assert_eq!(
+        limiter.peek(&peer).remaining(),
+        16,
+        "3 KiB sent: 2 above the reservation"
+    );
+
+    // A response never read at all (dropped with its headers) costs its
+    // reservation only: no byte was sent.
+    let unread = send(
+        &mut service,
+        from_peer("192.0.2.1").body(String::new()).unwrap(),
+    )
+    .await;
+    drop(unread);
+    assert_eq!(limiter.peek(&peer).remaining(), 15);
+
+    // A rejection is never settled.
+    let empty = per_ip(Quota::per_second(1).unwrap(), &clock);
+    let layer = RateLimitLayer::builder(PeerIp::new(), empty.clone())
+        .settle(|_: &http::response::Parts, _: u64| panic!("a rejection was settled"))
+        .build();
+    let mut service = layer.layer(sized_service(0, 0));
+    assert!(empty.check(&peer).is_allowed());
+    let rejected = send(
+        &mut service,
+        from_peer("192.0.2.1").body(String::new()).unwrap(),
+    )
+    .await;
+    assert_eq!(rejected.status(), StatusCode::TOO_MANY_REQUESTS);
+    body(rejected).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn settle_charges_what_the_handler_reports_spent() {
+    let clock = ManualClock::new();
+    // 1,000 tokens per minute per client.
+    let limiter = per_ip(Quota::per_minute(1_000).unwrap(), &clock);
+    let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
+        .cost(|_: &http::request::Parts| 10)
+        .settle(settle::spent())
+        .build();
+    let peer = ip("192.0.2.9");
+    // The handler generated 250 tokens: 240 above the 10 reserved.
+    let mut service = layer.clone().layer(sized_service(0, 250));
+    let response = send(
+        &mut service,
+        from_peer("192.0.2.9").body(String::new()).unwrap(),
+    )
+    .await;
+    assert_eq!(limiter.peek(&peer).remaining(), 989);
+    body(response).await;
+    assert_eq!(limiter.peek(&peer).remaining(), 749);
+    // One that reports less than it reserved is not refunded.
+    let mut cheap = layer.layer(sized_service(0, 3));
+    let response = send(
+        &mut cheap,
+        from_peer("192.0.2.9").body(String::new()).unwrap(),
+    )
+    .await;
+    body(response).await;
+    assert_eq!(limiter.peek(&peer).remaining(), 739);
 }
