@@ -7,8 +7,11 @@
 //!
 //! A case builds a limiter, checks 1,000,000 distinct keys once each (every
 //! check must be admitted), reads them all once more so that memory whose
-//! release a map defers (scc's epoch-based reclamation) has its chance, and
-//! reports:
+//! release a map defers (scc's epoch-based reclamation) has its chance, runs
+//! one pass of its sweep that finds nothing idle (what a running limiter
+//! does every second: tollgate's `sweep`, governor's `retain_recent`, scc's
+//! `retain`; for scc it also finishes an incremental resize in flight, whose
+//! old array would otherwise be counted), and reports:
 //!
 //! - `bytes`: heap bytes requested and not freed since the limiter was
 //!   built (requested sizes: the system allocator's own per-block overhead
@@ -110,35 +113,59 @@ fn run_case(case: &str, keys: u64) {
     let (bytes, rss) = match case {
         "tollgate_u64" => {
             let limiter = tollgate_keyed::<u64>();
-            measure(keys, |i| limiter.check(&key_of(i)).is_allowed())
+            measure(
+                keys,
+                |i| limiter.check(&key_of(i)).is_allowed(),
+                || assert_eq!(limiter.sweep(), 0),
+            )
         }
         "governor_u64" => {
             let limiter = governor::RateLimiter::keyed(governor_quota());
-            measure(keys, |i| limiter.check_key(&key_of(i)).is_ok())
+            measure(
+                keys,
+                |i| limiter.check_key(&key_of(i)).is_ok(),
+                || limiter.retain_recent(),
+            )
         }
         "floor_scc_u64" => {
             let map = scc_map::<u64>();
-            measure(keys, |i| {
-                let _ = map.insert_sync(key_of(i), AtomicU64::new(1));
-                map.contains_sync(&key_of(i))
-            })
+            measure(
+                keys,
+                |i| {
+                    let _ = map.insert_sync(key_of(i), AtomicU64::new(1));
+                    map.contains_sync(&key_of(i))
+                },
+                || map.retain_sync(|_, _| true),
+            )
         }
         "tollgate_string" => {
             let limiter = tollgate_keyed::<String>();
-            measure(keys, |i| limiter.check(key(i)).is_allowed())
+            measure(
+                keys,
+                |i| limiter.check(key(i)).is_allowed(),
+                || assert_eq!(limiter.sweep(), 0),
+            )
         }
         "governor_string" => {
             let limiter = governor::RateLimiter::keyed(governor_quota());
-            measure(keys, |i| limiter.check_key(&strings[i as usize]).is_ok())
+            measure(
+                keys,
+                |i| limiter.check_key(&strings[i as usize]).is_ok(),
+                || limiter.retain_recent(),
+            )
         }
         "floor_scc_string" => {
             let map = scc_map::<String>();
-            measure(keys, |i| {
-                if !map.contains_sync(key(i)) {
-                    let _ = map.insert_sync(key(i).to_owned(), AtomicU64::new(1));
-                }
-                map.contains_sync(key(i))
-            })
+            measure(
+                keys,
+                |i| {
+                    if !map.contains_sync(key(i)) {
+                        let _ = map.insert_sync(key(i).to_owned(), AtomicU64::new(1));
+                    }
+                    map.contains_sync(key(i))
+                },
+                || map.retain_sync(|_, _| true),
+            )
         }
         "string_heap" => {
             // The copies' heap blocks only, not the vector of headers.
@@ -159,16 +186,18 @@ fn scc_map<K: std::hash::Hash + Eq>() -> scc::HashMap<K, AtomicU64, foldhash::fa
     scc::HashMap::with_hasher(foldhash::fast::RandomState::default())
 }
 
-/// Checks keys `0..keys` (each must be admitted) and then each once more;
-/// returns the heap bytes allocated and not freed meanwhile, and the
-/// resident set, taken while the caller's map is alive.
-fn measure(keys: u64, mut check: impl FnMut(u64) -> bool) -> (i64, i64) {
+/// Checks keys `0..keys` (each must be admitted), then each once more, then
+/// runs `sweep` (which must find nothing idle); returns the heap bytes
+/// allocated and not freed meanwhile, and the resident set, taken while the
+/// caller's map is alive.
+fn measure(keys: u64, mut check: impl FnMut(u64) -> bool, sweep: impl FnOnce()) -> (i64, i64) {
     let region = Region::new(GLOBAL);
     let admitted = (0..keys).filter(|&i| check(i)).count() as u64;
     assert_eq!(admitted, keys, "the first check of every key is admitted");
     for i in 0..keys {
         black_box(check(i));
     }
+    sweep();
     (net_bytes(&region), resident_bytes())
 }
 

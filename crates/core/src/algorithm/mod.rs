@@ -40,7 +40,7 @@ pub(crate) mod sealed {
 ///
 /// Sealed: the set of algorithms is this crate's, so that every one of them
 /// carries a proven guarantee, a reference model and a Redis twin.
-pub trait Algorithm: sealed::Sealed + PartialEq + Send + Sync + 'static {
+pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static {
     /// Where one limiter's state lives: an `AtomicU64` for word-sized states,
     /// a [`Locked`](crate::store::Locked) state otherwise.
     type Cell: Send + Sync;
