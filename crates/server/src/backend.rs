@@ -8,7 +8,14 @@
 //! live, so that a backend can build, keep or drop per-rule state.
 //!
 //! [`MemoryBackend`] (the default) runs one `tollgate::KeyedLimiter` per
-//! rule, keyed by bucket. A Redis backend plugs in behind the same trait.
+//! rule, keyed by bucket. [`RedisBackend`](crate::redis_backend::RedisBackend)
+//! runs one `tollgate_redis::RedisLimiter` per rule behind the same trait.
+//!
+//! A backend may refuse a rule set ([`Backend::install`] fails, naming the
+//! rule): the server then does not start, or a reload keeps the old rules.
+//! It may export metrics of its own ([`Backend::register_metrics`]) and is
+//! told when the server stops ([`Backend::shutdown`], after the last
+//! request was answered).
 //!
 //! # State across a reload (decision)
 //!
@@ -75,7 +82,11 @@ pub type DecideFuture<'a> =
 /// Decides buckets: see the [module docs](self).
 pub trait Backend: Send + Sync + 'static {
     /// Prepares for `rules`, which go live right after this returns.
-    fn install(&self, rules: &RuleSet);
+    ///
+    /// # Errors
+    ///
+    /// A rule this backend cannot run; the rules in force stay as they were.
+    fn install(&self, rules: &RuleSet) -> Result<(), BackendError>;
 
     /// Decides every hit, in order: one decision each. Each hit is decided
     /// on its own (a denial of one does not undo another), as
@@ -84,6 +95,19 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Drops idle state; called every second by the server.
     fn sweep(&self) {}
+
+    /// Adds this backend's own metrics to the server's registry (before it
+    /// serves). By default, none.
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let _ = registry;
+    }
+
+    /// Called once when the server stops, after the last request was
+    /// answered: give back what is held elsewhere (leases). By default,
+    /// nothing.
+    fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 type Keyed<A> = KeyedLimiter<String, AllOf<A>>;
@@ -198,7 +222,7 @@ impl fmt::Debug for MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    fn install(&self, rules: &RuleSet) {
+    fn install(&self, rules: &RuleSet) -> Result<(), BackendError> {
         let _one_at_a_time = self
             .installing
             .lock()
@@ -227,6 +251,7 @@ impl Backend for MemoryBackend {
             new.insert(Arc::clone(&rule.id), installed);
         }
         self.limiters.store(Arc::new(new));
+        Ok(())
     }
 
     fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a> {

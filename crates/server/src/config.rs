@@ -43,8 +43,21 @@
 //! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit.
 //! - Unknown keys are errors, and every error names the file, the line and
 //!   the field (`descriptors[1].rate_limit.unit`).
-//! - The `server` section is read at start only; a reload takes the rules
-//!   and warns if `server` changed.
+//! - The `server` and `backend` sections are read at start only; a reload
+//!   takes the rules and warns if either changed.
+//! - `server.grpc_tls` / `server.http_tls` (`{cert: PEM path, key: PEM
+//!   path}`) turn TLS on for one listener; the files are read and checked
+//!   (certificate chain, private key, and that they form a usable rustls
+//!   identity) while the file is validated, so that a bad path or a key that
+//!   is no key is an error naming the file's line, not a failure at the
+//!   first connection. Paths are relative to the working directory, as
+//!   `bearer_token_file`.
+//! - `backend:` (absent: in memory) puts the counts in Redis (`redis: URL`)
+//!   or Redis Cluster (`cluster: [URL, …]`), with the Redis limiter's
+//!   failure policy, deadline, breaker, deny cache and leases; see
+//!   [`RedisSettings`] for every key and [`crate::redis_backend`] for the
+//!   decisions. Redis does not run `sliding_log` (see `tollgate-redis`): a
+//!   file naming it under a Redis backend is refused.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -80,6 +93,16 @@ impl ConfigError {
         &self.message
     }
 
+    /// The backend refused the file's rules.
+    pub(crate) fn rules(file: &Path, error: &crate::backend::BackendError) -> ConfigError {
+        ConfigError {
+            file: file.to_owned(),
+            line: None,
+            column: None,
+            message: error.to_string(),
+        }
+    }
+
     pub(crate) fn io(file: &Path, error: &std::io::Error) -> ConfigError {
         ConfigError {
             file: file.to_owned(),
@@ -107,6 +130,8 @@ impl std::error::Error for ConfigError {}
 pub struct Config {
     /// Listeners, limits and auth: read at start.
     pub server: ServerSettings,
+    /// Where the counts live: read at start.
+    pub backend: BackendSettings,
     /// The rules, one tree per domain.
     pub domains: Vec<DomainConfig>,
 }
@@ -185,6 +210,330 @@ pub struct ServerSettings {
     /// How often the file is read for changes, in milliseconds; 0 turns
     /// hot reload off. By default, 1,000.
     pub reload_interval_ms: u64,
+    /// TLS on the gRPC listener. By default, none (plain HTTP/2).
+    pub grpc_tls: Option<TlsSettings>,
+    /// TLS on the HTTP listener. By default, none (plain HTTP).
+    pub http_tls: Option<TlsSettings>,
+}
+
+/// A listener's certificate and key, checked when the file is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// The certificate chain, PEM, leaf first.
+    pub cert: PathBuf,
+    /// The private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsYaml {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl<'de> Deserialize<'de> for TlsSettings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        checked_mapping::<D, TlsYaml, TlsSettings>(d)
+    }
+}
+
+impl TryFrom<TlsYaml> for TlsSettings {
+    type Error = String;
+
+    fn try_from(yaml: TlsYaml) -> Result<TlsSettings, String> {
+        let settings = TlsSettings {
+            cert: yaml.cert,
+            key: yaml.key,
+        };
+        crate::tls::Identity::load(&settings)?;
+        Ok(settings)
+    }
+}
+
+/// Where the counts live.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum BackendSettings {
+    /// In this process (the default): no Redis needed.
+    #[default]
+    Memory,
+    /// On Redis or Redis Cluster.
+    Redis(Box<RedisSettings>),
+}
+
+/// Which Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server: `redis://host:port/db`.
+    Single(String),
+    /// A cluster, reached through any of these nodes.
+    Cluster(Vec<String>),
+}
+
+/// The `backend:` section for Redis. Every key but `redis` / `cluster` is
+/// optional; the defaults are `tollgate-redis`'s.
+///
+/// ```yaml
+/// backend:
+///   redis: redis://127.0.0.1:6379  # or cluster: [redis://10.0.0.1:7000, redis://10.0.0.2:7000]
+///   failure_policy: local          # fail_open, fail_closed or local (the default)
+///   local_share: 0.25              # local only: the share of each quota decided here
+///   deadline: 5ms                  # per decision, whatever Redis does
+///   response_timeout: 50ms         # the client's, per reply
+///   connection_timeout: 50ms
+///   retries: 2
+///   breaker: {threshold: 3, open_for: 200ms}
+///   deny_cache: 0                  # keys; 0: off
+///   key_prefix: tollgate
+///   leases: {initial: 8, max: 256, ttl: 100ms, max_keys: 100000}  # absent: off
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisSettings {
+    /// The server or the cluster.
+    pub target: RedisTarget,
+    /// What to answer when Redis does not. By default, a local share of 1/4.
+    pub failure_policy: tollgate_redis::FailurePolicy,
+    /// The longest a decision waits for Redis. By default, 5 ms.
+    pub deadline: Duration,
+    /// Connection options. By default, `tollgate_redis::Options::default()`.
+    pub response_timeout: Duration,
+    /// How long a connection may take. By default, 50 ms.
+    pub connection_timeout: Duration,
+    /// Reconnections (single server) or retries (cluster). By default, 2.
+    pub retries: u32,
+    /// The circuit breaker. By default, 3 failures open it for 200 ms.
+    pub breaker: tollgate_redis::BreakerConfig,
+    /// Keys held by the deny cache; 0 disables it. By default, 0.
+    pub deny_cache: usize,
+    /// The prefix of every Redis key. By default, `tollgate`.
+    pub key_prefix: String,
+    /// Leases, if on. By default, off.
+    pub leases: Option<tollgate_redis::LeaseConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackendYaml {
+    #[serde(default)]
+    redis: Option<String>,
+    #[serde(default)]
+    cluster: Option<Vec<String>>,
+    #[serde(default)]
+    failure_policy: Option<PolicyYaml>,
+    #[serde(default)]
+    local_share: Option<f64>,
+    #[serde(default)]
+    deadline: Option<String>,
+    #[serde(default)]
+    response_timeout: Option<String>,
+    #[serde(default)]
+    connection_timeout: Option<String>,
+    #[serde(default)]
+    retries: Option<u32>,
+    #[serde(default)]
+    breaker: Option<BreakerYaml>,
+    #[serde(default)]
+    deny_cache: Option<usize>,
+    #[serde(default)]
+    key_prefix: Option<String>,
+    #[serde(default)]
+    leases: Option<LeasesYaml>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum PolicyYaml {
+    FailOpen,
+    FailClosed,
+    Local,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BreakerYaml {
+    #[serde(default)]
+    threshold: Option<u32>,
+    #[serde(default)]
+    open_for: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeasesYaml {
+    #[serde(default)]
+    initial: Option<u64>,
+    #[serde(default)]
+    max: Option<u64>,
+    #[serde(default)]
+    ttl: Option<String>,
+    #[serde(default)]
+    max_keys: Option<usize>,
+}
+
+#[derive(Default)]
+struct BackendSection(BackendSettings);
+
+impl<'de> Deserialize<'de> for BackendSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        checked_mapping::<D, BackendYaml, BackendSection>(d)
+    }
+}
+
+/// Reads a mapping as `Y`, then validates it into `T` *within* the
+/// mapping, so that serde_yaml_ng gives a validation error the mapping's
+/// line and path (`#[serde(try_from)]` validates after the mapping is done,
+/// and the error takes the line of whatever encloses it).
+fn checked_mapping<'de, D, Y, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    Y: Deserialize<'de>,
+    T: TryFrom<Y, Error = String>,
+{
+    struct Checked<Y, T>(std::marker::PhantomData<(Y, T)>);
+    impl<'de, Y, T> serde::de::Visitor<'de> for Checked<Y, T>
+    where
+        Y: Deserialize<'de>,
+        T: TryFrom<Y, Error = String>,
+    {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a mapping")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            let yaml = Y::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+            T::try_from(yaml).map_err(serde::de::Error::custom)
+        }
+    }
+    d.deserialize_map(Checked(std::marker::PhantomData))
+}
+
+fn duration_of(field: &str, text: Option<&String>, default: Duration) -> Result<Duration, String> {
+    match text {
+        None => Ok(default),
+        Some(text) => parse_period(text).map_err(|error| format!("{field}: {error}")),
+    }
+}
+
+fn check_url(field: &str, url: &str) -> Result<(), String> {
+    use redis::IntoConnectionInfo as _;
+    url.into_connection_info()
+        .map(drop)
+        .map_err(|error| format!("{field}: invalid Redis URL '{url}': {error}"))
+}
+
+impl TryFrom<BackendYaml> for BackendSection {
+    type Error = String;
+
+    fn try_from(yaml: BackendYaml) -> Result<BackendSection, String> {
+        let target = match (yaml.redis, yaml.cluster) {
+            (Some(_), Some(_)) => return Err("give either redis or cluster, not both".into()),
+            (None, None) => {
+                return Err(
+                    "redis: missing (give redis: URL or cluster: [URL, ...]; no backend section keeps the counts in memory)"
+                        .into(),
+                );
+            }
+            (Some(url), None) => {
+                check_url("redis", &url)?;
+                RedisTarget::Single(url)
+            }
+            (None, Some(urls)) => {
+                if urls.is_empty() {
+                    return Err("cluster: needs at least one node URL".into());
+                }
+                for (i, url) in urls.iter().enumerate() {
+                    check_url(&format!("cluster[{i}]"), url)?;
+                }
+                RedisTarget::Cluster(urls)
+            }
+        };
+        let policy = yaml.failure_policy.unwrap_or(PolicyYaml::Local);
+        let failure_policy = match (policy, yaml.local_share) {
+            (PolicyYaml::Local, share) => {
+                let share = share.unwrap_or(0.25);
+                if !(share > 0.0 && share <= 1.0) {
+                    return Err(format!(
+                        "local_share: must be above 0 and at most 1, not {share}"
+                    ));
+                }
+                tollgate_redis::FailurePolicy::Local { share }
+            }
+            (_, Some(_)) => {
+                return Err("local_share: only the local failure policy has a share".into());
+            }
+            (PolicyYaml::FailOpen, None) => tollgate_redis::FailurePolicy::FailOpen,
+            (PolicyYaml::FailClosed, None) => tollgate_redis::FailurePolicy::FailClosed,
+        };
+        let options = tollgate_redis::Options::default();
+        let mut breaker = tollgate_redis::BreakerConfig::default();
+        if let Some(b) = &yaml.breaker {
+            if let Some(threshold) = b.threshold {
+                if threshold == 0 {
+                    return Err("breaker.threshold: must be at least 1".into());
+                }
+                breaker.threshold = threshold;
+            }
+            breaker.open_for =
+                duration_of("breaker.open_for", b.open_for.as_ref(), breaker.open_for)?;
+        }
+        let leases = match &yaml.leases {
+            None => None,
+            Some(l) => {
+                let mut config = tollgate_redis::LeaseConfig::default();
+                config.initial = l.initial.unwrap_or(config.initial);
+                config.max = l.max.unwrap_or(config.max);
+                config.ttl = duration_of("leases.ttl", l.ttl.as_ref(), config.ttl)?;
+                config.max_keys = l.max_keys.unwrap_or(config.max_keys);
+                if config.initial == 0 {
+                    return Err("leases.initial: must be at least 1".into());
+                }
+                if config.max < config.initial {
+                    return Err(format!(
+                        "leases.max: must be at least initial ({})",
+                        config.initial
+                    ));
+                }
+                if config.max_keys == 0 {
+                    return Err("leases.max_keys: must be at least 1".into());
+                }
+                Some(config)
+            }
+        };
+        let key_prefix = yaml.key_prefix.unwrap_or_else(|| "tollgate".to_owned());
+        if key_prefix.contains(['{', '}']) {
+            return Err(
+                "key_prefix: must not contain '{' or '}' (they would move the hash tag)".into(),
+            );
+        }
+        Ok(BackendSection(BackendSettings::Redis(Box::new(
+            RedisSettings {
+                target,
+                failure_policy,
+                deadline: duration_of(
+                    "deadline",
+                    yaml.deadline.as_ref(),
+                    Duration::from_millis(5),
+                )?,
+                response_timeout: duration_of(
+                    "response_timeout",
+                    yaml.response_timeout.as_ref(),
+                    options.response_timeout,
+                )?,
+                connection_timeout: duration_of(
+                    "connection_timeout",
+                    yaml.connection_timeout.as_ref(),
+                    options.connection_timeout,
+                )?,
+                retries: yaml.retries.unwrap_or(options.retries),
+                breaker,
+                deny_cache: yaml.deny_cache.unwrap_or(0),
+                key_prefix,
+                leases,
+            },
+        ))))
+    }
 }
 
 impl Default for ServerSettings {
@@ -201,6 +550,8 @@ impl Default for ServerSettings {
             max_concurrent_requests: 1024,
             response_headers: false,
             reload_interval_ms: 1000,
+            grpc_tls: None,
+            http_tls: None,
         }
     }
 }
@@ -406,6 +757,8 @@ impl BuiltAlgorithm {
 struct FileYaml {
     #[serde(default)]
     server: ServerSettings,
+    #[serde(default)]
+    backend: BackendSection,
     #[serde(default)]
     domains: Option<Vec<DomainYaml>>,
     #[serde(default)]
@@ -700,6 +1053,26 @@ fn limit_of(
     }))
 }
 
+/// Redis runs no sliding log (see `tollgate-redis`'s `limit` module).
+fn refuse_sliding_log(path: &str, descriptors: &[DescriptorConfig]) -> Result<(), String> {
+    for d in descriptors {
+        let mut here = format!("{path}.{}", d.key);
+        if let Some(value) = &d.value {
+            here.push('_');
+            here.push_str(value);
+        }
+        if let Some(LimitConfig::Limited { limits, .. }) = &d.limit {
+            if limits.algorithm.kind() == AlgorithmKind::SlidingLog {
+                return Err(format!(
+                    "backend: rule {here} runs sliding_log, which the Redis backend does not offer (use sliding_window, exact to its slots)"
+                ));
+            }
+        }
+        refuse_sliding_log(&here, &d.descriptors)?;
+    }
+    Ok(())
+}
+
 fn check_duplicates(descriptors: &[DescriptorConfig]) -> Result<(), String> {
     let mut seen = HashSet::new();
     for d in descriptors {
@@ -765,8 +1138,15 @@ impl FileYaml {
         if self.server.bearer_token.as_deref() == Some("") {
             return Err("server.bearer_token: must not be empty".into());
         }
+        let backend = self.backend.0;
+        if matches!(backend, BackendSettings::Redis(_)) {
+            for domain in &out {
+                refuse_sliding_log(&domain.domain, &domain.descriptors)?;
+            }
+        }
         Ok(Config {
             server: self.server,
+            backend,
             domains: out,
         })
     }

@@ -9,7 +9,8 @@
 //! - **rule**: a node of the configuration tree with a limit (see
 //!   [`config`] for the file, [`rules`] for the matching).
 //! - **bucket**: the state a rule keeps per distinct list of values.
-//! - **backend**: where buckets live ([`backend`]): in memory by default.
+//! - **backend**: where buckets live ([`backend`]): in memory by default,
+//!   on Redis or Redis Cluster when the file says so ([`redis_backend`]).
 //!
 //! # Running it
 //!
@@ -27,7 +28,8 @@
 //!
 //! [`config`] (the YAML), [`rules`] (matching), [`backend`] (state),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
-//! [`http`] (JSON API), [`reload`], [`metrics`], [`auth`], [`server`].
+//! [`http`] (JSON API), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
+//! [`auth`], [`server`].
 
 #![forbid(unsafe_code)]
 
@@ -37,11 +39,14 @@ pub mod config;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod redis_backend;
 pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod service;
+pub mod tls;
 
 pub use backend::{Backend, BackendError, Hit, MemoryBackend};
 pub use config::{Config, ConfigError};
+pub use redis_backend::RedisBackend;
 pub use server::{BoundServer, ServeError, Server, shutdown_signal};

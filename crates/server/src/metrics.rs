@@ -243,6 +243,11 @@ impl Metrics {
         self.config_ok.set(i64::from(ok));
     }
 
+    /// The registry, to add a backend's metrics before serving.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// Counts a backend error.
     pub fn backend_error(&self) {
         self.backend_errors.inc();

@@ -15,14 +15,18 @@
 //! - The new rules go live atomically (`arc-swap`): a request is decided
 //!   wholly under the old rules or wholly under the new. What happens to
 //!   the buckets is the backend's: see [`crate::backend`].
-//! - The `server` section is not reloaded (listeners stay bound); a change
-//!   is logged as needing a restart.
+//! - The `server` and `backend` sections are not reloaded (listeners stay
+//!   bound, the Redis connection stays); a change is logged as needing a
+//!   restart.
+//! - A rule set the backend refuses (the Redis backend: a limit its script
+//!   cannot hold exactly) is a failed load like a bad file: the old rules
+//!   stay.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::config::{Config, ConfigError, ServerSettings};
+use crate::config::{BackendSettings, Config, ConfigError, ServerSettings};
 use crate::rules::RuleSet;
 use crate::service::Service;
 
@@ -32,6 +36,7 @@ pub struct Reloader {
     path: PathBuf,
     service: Arc<Service>,
     settings: ServerSettings,
+    backend: BackendSettings,
     /// The bytes last seen, good or bad, so that a bad file is reported once.
     last_seen: Mutex<Vec<u8>>,
 }
@@ -49,17 +54,14 @@ pub enum Reloaded {
 }
 
 impl Reloader {
-    /// A reloader for `path`, whose current bytes are `loaded`.
-    pub fn new(
-        path: PathBuf,
-        service: Arc<Service>,
-        settings: ServerSettings,
-        loaded: Vec<u8>,
-    ) -> Reloader {
+    /// A reloader for `path`, whose current bytes are `loaded`, started
+    /// with `config`'s `server` and `backend` sections.
+    pub fn new(path: PathBuf, service: Arc<Service>, config: &Config, loaded: Vec<u8>) -> Reloader {
         Reloader {
             path,
             service,
-            settings,
+            settings: config.server.clone(),
+            backend: config.backend.clone(),
             last_seen: Mutex::new(loaded),
         }
     }
@@ -92,9 +94,18 @@ impl Reloader {
                 "the server section changed: it takes effect on restart only"
             );
         }
+        if config.backend != self.backend {
+            tracing::warn!(
+                file = %self.path.display(),
+                "the backend section changed: it takes effect on restart only"
+            );
+        }
         let rules = RuleSet::new(&config);
         let count = rules.rules().len();
-        self.service.replace_rules(rules);
+        if let Err(error) = self.service.replace_rules(rules) {
+            let error = ConfigError::rules(&self.path, &error);
+            return Err(self.failed(error));
+        }
         self.service.metrics().config_loaded(true);
         tracing::info!(file = %self.path.display(), rules = count, "configuration reloaded");
         Ok(Reloaded::Applied { rules: count })

@@ -9,7 +9,12 @@
 //! On shutdown `/readyz` answers 503 from the first moment (to requests on
 //! connections still open while the others drain), both listeners stop
 //! accepting, requests in flight are answered, and `run` returns when both
-//! servers are done. The reload and sweep tasks are stopped with them.
+//! servers are done. The reload and sweep tasks are stopped with them, and
+//! the backend is told last ([`Backend::shutdown`]: the Redis backend gives
+//! its leases back).
+//!
+//! Either listener serves TLS when the file gives it a certificate
+//! ([`crate::tls`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,12 +28,14 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::ClockSource;
 
 use crate::backend::{Backend, MemoryBackend, SWEEP_EVERY};
-use crate::config::{Config, ConfigError};
+use crate::config::{BackendSettings, Config, ConfigError};
 use crate::grpc::{self, RlsService};
 use crate::metrics::Metrics;
+use crate::redis_backend::RedisBackend;
 use crate::reload::Reloader;
 use crate::rules::RuleSet;
 use crate::service::{RequestLimits, Service};
+use crate::tls::{Identity, TlsListener};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug)]
@@ -49,6 +56,11 @@ pub enum ServeError {
     Grpc(tonic::transport::Error),
     /// The HTTP server failed.
     Http(std::io::Error),
+    /// The backend cannot start (Redis unreachable) or refused the rules.
+    Backend(crate::backend::BackendError),
+    /// The TLS certificate or key cannot be loaded (they were checked when
+    /// the file was read: they changed since).
+    Tls(String),
 }
 
 impl std::fmt::Display for ServeError {
@@ -59,6 +71,8 @@ impl std::fmt::Display for ServeError {
             ServeError::Bind { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
             ServeError::Grpc(error) => write!(f, "grpc server: {error}"),
             ServeError::Http(error) => write!(f, "http server: {error}"),
+            ServeError::Backend(error) => write!(f, "{error}"),
+            ServeError::Tls(error) => write!(f, "tls: {error}"),
         }
     }
 }
@@ -117,7 +131,8 @@ impl Server {
         self
     }
 
-    /// Where the counts live. By default, a [`MemoryBackend`] on the clock.
+    /// Where the counts live. By default, the file's `backend:` (Redis),
+    /// or a [`MemoryBackend`] on the clock.
     pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Server {
         self.backend = Some(backend);
         self
@@ -127,7 +142,8 @@ impl Server {
     ///
     /// # Errors
     ///
-    /// [`ServeError::Bind`] or [`ServeError::Token`].
+    /// [`ServeError::Bind`], [`ServeError::Token`], [`ServeError::Tls`], or
+    /// [`ServeError::Backend`] (Redis unreachable, a rule it cannot run).
     pub async fn bind(self) -> Result<BoundServer, ServeError> {
         let settings = self.config.server.clone();
         let token = crate::auth::load_token(
@@ -140,17 +156,36 @@ impl Server {
         let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
         let http_addr = local_addr(&http_listener, settings.http_listen)?;
 
-        let metrics = Arc::new(Metrics::new());
-        let backend = self
-            .backend
-            .unwrap_or_else(|| Arc::new(MemoryBackend::new(self.clock.clone())));
-        let service = Arc::new(Service::new(
-            RuleSet::new(&self.config),
-            backend,
-            metrics,
-            RequestLimits::of(&settings),
-            settings.max_concurrent_requests,
-        ));
+        let load_tls = |tls: &Option<crate::config::TlsSettings>| {
+            tls.as_ref()
+                .map(Identity::load)
+                .transpose()
+                .map_err(ServeError::Tls)
+        };
+        let grpc_tls = load_tls(&settings.grpc_tls)?;
+        let http_tls = load_tls(&settings.http_tls)?;
+
+        let backend: Arc<dyn Backend> = match (self.backend, &self.config.backend) {
+            (Some(backend), _) => backend,
+            (None, BackendSettings::Memory) => Arc::new(MemoryBackend::new(self.clock.clone())),
+            (None, BackendSettings::Redis(redis)) => Arc::new(
+                RedisBackend::connect(redis)
+                    .await
+                    .map_err(ServeError::Backend)?,
+            ),
+        };
+        let mut metrics = Metrics::new();
+        backend.register_metrics(metrics.registry_mut());
+        let service = Arc::new(
+            Service::new(
+                RuleSet::new(&self.config),
+                backend,
+                Arc::new(metrics),
+                RequestLimits::of(&settings),
+                settings.max_concurrent_requests,
+            )
+            .map_err(ServeError::Backend)?,
+        );
         service.metrics().config_loaded(true);
         // The bytes just validated; if the file changed since, the first
         // poll picks it up.
@@ -158,7 +193,7 @@ impl Server {
         let reloader = Arc::new(Reloader::new(
             self.path.clone(),
             Arc::clone(&service),
-            settings.clone(),
+            &self.config,
             loaded,
         ));
         Ok(BoundServer {
@@ -170,6 +205,8 @@ impl Server {
             reloader,
             token,
             settings,
+            grpc_tls,
+            http_tls,
             ready: Arc::new(AtomicBool::new(true)),
         })
     }
@@ -211,6 +248,8 @@ pub struct BoundServer {
     reloader: Arc<Reloader>,
     token: Option<Arc<str>>,
     settings: crate::config::ServerSettings,
+    grpc_tls: Option<Identity>,
+    http_tls: Option<Identity>,
     ready: Arc<AtomicBool>,
 }
 
@@ -262,7 +301,13 @@ impl BoundServer {
             }
         };
 
-        let grpc = tonic::transport::Server::builder()
+        let mut grpc = tonic::transport::Server::builder();
+        if let Some(identity) = &self.grpc_tls {
+            grpc = grpc
+                .tls_config(identity.tonic_config())
+                .map_err(ServeError::Grpc)?;
+        }
+        let grpc = grpc
             .add_service(grpc::server(
                 RlsService::new(Arc::clone(&self.service), self.settings.response_headers),
                 self.token.clone(),
@@ -275,7 +320,23 @@ impl BoundServer {
             Arc::clone(&self.ready),
             self.settings.max_request_bytes,
         );
-        let http = axum::serve(self.http_listener, router).with_graceful_shutdown(stopped());
+        let http_stopped = stopped();
+        let http = async move {
+            match &self.http_tls {
+                None => {
+                    axum::serve(self.http_listener, router)
+                        .with_graceful_shutdown(http_stopped)
+                        .await
+                }
+                Some(identity) => {
+                    let acceptor = identity.acceptor().map_err(std::io::Error::other)?;
+                    let listener = TlsListener::new(self.http_listener, acceptor, self.http_addr);
+                    axum::serve(listener, router)
+                        .with_graceful_shutdown(http_stopped)
+                        .await
+                }
+            }
+        };
 
         let reload = (self.settings.reload_interval_ms > 0).then(|| {
             tokio::spawn(
@@ -306,6 +367,8 @@ impl BoundServer {
             reload.abort();
         }
         sweeper.abort();
+        // After the last answer: give back what the backend holds (leases).
+        self.service.backend().shutdown().await;
         grpc.map_err(ServeError::Grpc)?;
         http.map_err(ServeError::Http)?;
         tracing::info!("tollgate server stopped");

@@ -167,22 +167,26 @@ impl std::fmt::Debug for Service {
 
 impl Service {
     /// A service deciding with `backend` under `rules`.
+    ///
+    /// # Errors
+    ///
+    /// The backend cannot run one of the rules.
     pub fn new(
         rules: RuleSet,
         backend: Arc<dyn Backend>,
         metrics: Arc<Metrics>,
         limits: RequestLimits,
         max_concurrent: usize,
-    ) -> Service {
-        backend.install(&rules);
-        Service {
+    ) -> Result<Service, BackendError> {
+        backend.install(&rules)?;
+        Ok(Service {
             counters: ArcSwap::from_pointee(counters(&metrics, &rules)),
             rules: ArcSwap::from_pointee(rules),
             backend,
             metrics,
             limits,
             in_flight: Arc::new(Semaphore::new(max_concurrent)),
-        }
+        })
     }
 
     /// The rules in force.
@@ -192,11 +196,16 @@ impl Service {
 
     /// Puts `rules` in force, atomically: a request sees the old rules or
     /// the new, never a mix.
-    pub fn replace_rules(&self, rules: RuleSet) {
-        self.backend.install(&rules);
+    ///
+    /// # Errors
+    ///
+    /// The backend cannot run one of the rules: the old rules stay.
+    pub fn replace_rules(&self, rules: RuleSet) -> Result<(), BackendError> {
+        self.backend.install(&rules)?;
         self.counters
             .store(Arc::new(counters(&self.metrics, &rules)));
         self.rules.store(Arc::new(rules));
+        Ok(())
     }
 
     /// The metrics.

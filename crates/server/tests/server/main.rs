@@ -5,5 +5,6 @@ mod auth;
 mod bad_input;
 mod conformance;
 mod http_api;
+mod redis_backend;
 mod reload;
 mod support;

@@ -1,0 +1,383 @@
+//! The Redis backend against a real `redis-server` started by the test:
+//! decisions shared through Redis by two servers, Redis stopped and
+//! restarted mid-traffic under each failure policy, leases given back on
+//! shutdown, metrics.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tollgate_server::Server;
+use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use crate::support::*;
+
+/// GCRA with a period of a day: no refill to speak of during a test.
+const RULES: &str = "
+domain: rl
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: big
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: window
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_window}
+";
+
+async fn check(server: &TestServer, key: &str, value: &str, dry_run: bool) -> Value {
+    let body = json!({
+        "domain": "rl",
+        "descriptors": [{"entries": [{"key": key, "value": value}]}],
+        "dry_run": dry_run,
+    });
+    let response = within(
+        http_client()
+            .post(server.url("/v1/check"))
+            .json(&body)
+            .send(),
+    )
+    .await
+    .expect("http");
+    assert_eq!(response.status(), 200);
+    response.json().await.expect("json")
+}
+
+async fn grpc_code(server: &TestServer, key: &str, value: &str) -> Code {
+    let mut client = server.grpc_client().await;
+    within(client.should_rate_limit(request("rl", vec![descriptor(&[(key, value)])])))
+        .await
+        .expect("grpc")
+        .into_inner()
+        .overall_code()
+}
+
+async fn metrics(server: &TestServer) -> String {
+    within(http_client().get(server.url("/metrics")).send())
+        .await
+        .expect("http")
+        .text()
+        .await
+        .expect("text")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_limit_through_redis() {
+    let redis = RedisServer::start();
+    let rules = format!("{}{RULES}", redis.backend(""));
+    let a = start_with("", &rules).await;
+    let b = start_with("", &rules).await;
+
+    // 3 a day for alice, taken over both APIs of both servers.
+    assert_eq!(grpc_code(&a, "user", "alice").await, Code::Ok);
+    assert_eq!(
+        check(&b, "user", "alice", false).await["overall_code"],
+        "OK"
+    );
+    assert_eq!(grpc_code(&b, "user", "alice").await, Code::Ok);
+    assert_eq!(grpc_code(&a, "user", "alice").await, Code::OverLimit);
+    let denied = check(&a, "user", "alice", false).await;
+    assert_eq!(denied["overall_code"], "OVER_LIMIT");
+    assert!(denied["statuses"][0]["retry_after_ms"].as_u64().unwrap() > 0);
+    // Another bucket is untouched.
+    assert_eq!(
+        check(&b, "user", "bob", true).await["statuses"][0]["remaining"],
+        3
+    );
+
+    // The state is in Redis, under the rule's name and the bucket.
+    let keys = redis.keys("tollgate{rl.user|*");
+    // bob was only looked at: a look writes nothing.
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(keys[0].contains("alice"), "{keys:?}");
+    redis.cli(&["FLUSHALL"]);
+    assert_eq!(
+        grpc_code(&a, "user", "alice").await,
+        Code::Ok,
+        "state was in Redis"
+    );
+
+    let text = metrics(&a).await;
+    assert!(
+        metric(
+            &text,
+            r#"tollgate_redis_decisions_total{rule="rl.user",source="redis"}"#
+        ) >= 4.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"tollgate_redis_decisions_total{rule="rl.user",source="policy"}"#
+        ),
+        0.0
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Asks `n` times on both APIs while Redis is away: every answer is `code`,
+/// each within `bound`.
+async fn answers_while_down(server: &TestServer, n: usize, code: Code, bound: Duration) {
+    let expected = match code {
+        Code::Ok => "OK",
+        _ => "OVER_LIMIT",
+    };
+    let mut client = server.grpc_client().await;
+    for i in 0..n {
+        let started = Instant::now();
+        let answer = within(client.should_rate_limit(request(
+            "rl",
+            vec![descriptor(&[("user", &format!("u{i}"))])],
+        )))
+        .await
+        .expect("grpc")
+        .into_inner();
+        let took = started.elapsed();
+        assert_eq!(answer.overall_code(), code, "grpc #{i}");
+        assert!(took < bound, "grpc #{i} took {took:?}, bound {bound:?}");
+
+        let started = Instant::now();
+        let body = check(server, "user", &format!("h{i}"), false).await;
+        let took = started.elapsed();
+        assert_eq!(body["overall_code"], expected, "http #{i}");
+        assert!(took < bound, "http #{i} took {took:?}, bound {bound:?}");
+    }
+}
+
+/// Waits (bounded) until `server` decides through Redis again.
+async fn until_redis_decides(server: &TestServer, rule: &str) {
+    let name = format!(r#"tollgate_redis_decisions_total{{rule="{rule}",source="redis"}}"#);
+    let before = metric(&metrics(server).await, &name);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = check(server, "user", "probe", false).await;
+        if metric(&metrics(server).await, &name) > before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "decisions never went back to Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The deadline in these tests, and the margin a loaded 2-core box gets on
+/// top of it for the HTTP / gRPC round trip on loopback.
+const DEADLINE_MS: u64 = 50;
+const MARGIN: Duration = Duration::from_millis(450);
+
+async fn outage(policy: &str, code: Code) {
+    let mut redis = RedisServer::start();
+    let backend = redis.backend(&format!(
+        "  failure_policy: {policy}\n  deadline: {DEADLINE_MS}ms\n  response_timeout: 100ms\n  connection_timeout: 100ms\n"
+    ));
+    let server = start_with("", &format!("{backend}{RULES}")).await;
+    let bound = Duration::from_millis(DEADLINE_MS) + MARGIN;
+    assert_eq!(grpc_code(&server, "user", "before").await, Code::Ok);
+
+    // A stopped process accepts and never answers: every decision waits out
+    // the deadline (then the breaker answers at once).
+    redis.signal("-STOP");
+    answers_while_down(&server, 5, code, bound).await;
+    redis.signal("-CONT");
+    until_redis_decides(&server, "rl.user").await;
+
+    // Killed: connection refused. Then restarted, empty, on the same port.
+    redis.kill();
+    answers_while_down(&server, 5, code, bound).await;
+    redis.restart();
+    until_redis_decides(&server, "rl.user").await;
+    assert!(
+        !redis.keys("tollgate{rl.user|*").is_empty(),
+        "the restarted Redis holds the state again"
+    );
+
+    let text = metrics(&server).await;
+    let result = if code == Code::Ok {
+        "allowed"
+    } else {
+        "denied"
+    };
+    assert!(
+        metric(
+            &text,
+            &format!(
+                r#"tollgate_redis_policy_decisions_total{{rule="rl.user",result="{result}"}}"#
+            )
+        ) >= 20.0,
+        "{text}"
+    );
+    let faults: f64 = ["timeout", "error", "breaker_open"]
+        .iter()
+        .map(|fault| {
+            metric(
+                &text,
+                &format!(r#"tollgate_redis_policy_faults_total{{rule="rl.user",fault="{fault}"}}"#),
+            )
+        })
+        .sum();
+    assert!(faults >= 20.0, "{text}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_fail_open_answers_ok_within_the_deadline() {
+    outage("fail_open", Code::Ok).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_fail_closed_answers_over_limit_within_the_deadline() {
+    outage("fail_closed", Code::OverLimit).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_given_back_on_graceful_shutdown() {
+    let redis = RedisServer::start();
+    let leased = format!(
+        "{}{RULES}",
+        redis.backend("  leases: {initial: 8, max: 8, ttl: 10s}\n")
+    );
+    let plain = format!("{}{RULES}", redis.backend(""));
+    let a = start_with("", &leased).await;
+    let b = start_with("", &plain).await;
+
+    // One request on A leases 8 of the 100 permits; B sees 92 in Redis.
+    assert_eq!(check(&a, "big", "k", false).await["overall_code"], "OK");
+    let left = |body: Value| {
+        body["statuses"][0]["remaining"]
+            .as_u64()
+            .expect("remaining")
+    };
+    assert_eq!(left(check(&b, "big", "k", true).await), 92);
+    // A answers the next ones from its lease: Redis does not move.
+    assert_eq!(check(&a, "big", "k", false).await["overall_code"], "OK");
+    assert_eq!(left(check(&b, "big", "k", true).await), 92);
+
+    // Graceful shutdown gives the 6 unspent back.
+    a.stop().await;
+    assert_eq!(left(check(&b, "big", "k", true).await), 98);
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_keeps_unchanged_rules_and_refreshes_changed_ones() {
+    let redis = RedisServer::start();
+    let backend = redis.backend("");
+    let server = start_with("", &format!("{backend}{RULES}")).await;
+    for _ in 0..2 {
+        assert_eq!(
+            check(&server, "window", "w", false).await["overall_code"],
+            "OK"
+        );
+    }
+    assert_eq!(
+        check(&server, "user", "u", false).await["overall_code"],
+        "OK"
+    );
+    // `user` keeps its limits, `window` doubles its own.
+    let changed = RULES.replace("requests_per_unit: 2,", "requests_per_unit: 4,");
+    server.write_config("  reload_interval_ms: 0\n", &format!("{backend}{changed}"));
+    server.reloader.reload().expect("reload");
+    let left = |body: Value| {
+        body["statuses"][0]["remaining"]
+            .as_u64()
+            .expect("remaining")
+    };
+    assert_eq!(left(check(&server, "user", "u", true).await), 2, "kept");
+    assert_eq!(left(check(&server, "window", "w", true).await), 4, "afresh");
+
+    // A rule the script cannot hold exactly is refused whole, old rules stay.
+    let inexact = format!(
+        "{backend}{RULES}  - key: huge\n    rate_limit: {{unit: year, requests_per_unit: 10}}\n"
+    );
+    server.write_config("  reload_interval_ms: 0\n", &inexact);
+    let error = server.reloader.reload().expect_err("refused");
+    assert!(error.to_string().contains("rule rl.huge"), "{error}");
+    assert_eq!(left(check(&server, "user", "u", true).await), 2);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unreachable_redis_and_bad_backend_sections_are_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rules.yaml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    std::fs::write(
+        &path,
+        format!(
+            "server:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\nbackend:\n  redis: redis://127.0.0.1:{port}\n{RULES}"
+        ),
+    )
+    .expect("write");
+    let error = within(Server::from_config_file(&path).expect("valid").bind())
+        .await
+        .expect_err("nothing listens there");
+    assert!(
+        error
+            .to_string()
+            .contains("cannot connect to redis://127.0.0.1:"),
+        "{error}"
+    );
+
+    for (section, needle, line) in [
+        (
+            "backend:\n  redis: redis://x\n  colour: red\n",
+            "unknown field `colour`",
+            5,
+        ),
+        (
+            "backend:\n  redis: redis://x\n  failure_policy: shrug\n",
+            "fail_open",
+            5,
+        ),
+        (
+            "backend:\n  redis: redis://x\n  deadline: 0ms\n",
+            "deadline: must be longer than 0",
+            4,
+        ),
+        (
+            "backend:\n  redis: redis://x\n  failure_policy: fail_open\n  local_share: 0.5\n",
+            "local_share",
+            4,
+        ),
+        (
+            "backend:\n  cluster: []\n",
+            "cluster: needs at least one",
+            4,
+        ),
+        ("backend:\n  redis: nonsense\n", "invalid Redis URL", 4),
+        (
+            "backend:\n  failure_policy: fail_open\n",
+            "redis: missing",
+            4,
+        ),
+    ] {
+        std::fs::write(
+            &path,
+            format!("server:\n  reload_interval_ms: 0\n{section}{RULES}"),
+        )
+        .expect("write");
+        let error = Server::from_config_file(&path).expect_err(needle);
+        let text = error.to_string();
+        assert!(text.contains(needle), "{needle}: {text}");
+        assert!(text.starts_with(&path.display().to_string()), "{text}");
+        assert_eq!(error.line(), Some(line), "{needle}: {text}");
+    }
+
+    // Redis runs no sliding log: refused at load, naming the rule.
+    std::fs::write(
+        &path,
+        format!(
+            "backend:\n  redis: redis://127.0.0.1:{port}\n{RULES}  - key: log\n    rate_limit: {{unit: second, requests_per_unit: 1, algorithm: sliding_log}}\n"
+        ),
+    )
+    .expect("write");
+    let error = Server::from_config_file(&path).expect_err("sliding log");
+    assert!(
+        error.to_string().contains("rule rl.log runs sliding_log"),
+        "{error}"
+    );
+}
