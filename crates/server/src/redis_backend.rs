@@ -151,7 +151,14 @@ impl RedisBackend {
             .map(|installed| installed.limiter.clone())
     }
 
-    fn build(&self, rule: &Rule, algorithm: &BuiltAlgorithm) -> Result<RedisLimiter, String> {
+    /// A limiter for `rule`; with leases only if `leases` (a limiter that is
+    /// dropped at once must not strand a lease).
+    fn build(
+        &self,
+        rule: &Rule,
+        algorithm: &BuiltAlgorithm,
+        leases: bool,
+    ) -> Result<RedisLimiter, String> {
         let limits: Vec<Limit> = match algorithm {
             BuiltAlgorithm::Gcra(a) => a.limits().iter().cloned().map(Limit::from).collect(),
             BuiltAlgorithm::FixedWindow(a) => a.limits().iter().cloned().map(Limit::from).collect(),
@@ -172,8 +179,8 @@ impl RedisBackend {
         for limit in limits {
             builder = builder.limit(limit);
         }
-        if let Some(leases) = s.leases {
-            builder = builder.leases(leases);
+        if let Some(config) = s.leases.filter(|_| leases) {
+            builder = builder.leases(config);
         }
         builder.build().map_err(|error| error.to_string())
     }
@@ -216,17 +223,16 @@ impl Backend for RedisBackend {
         let old = self.limiters.load_full();
         let mut new = HashMap::with_capacity(rules.rules().len());
         // Build every new limiter before anything changes: a refusal leaves
-        // the installed set as it was.
-        let mut built = Vec::new();
+        // the installed set as it was (the limiters built so far hold
+        // nothing yet and are dropped).
         for rule in rules.rules() {
             let Some(limits) = &rule.limits else { continue };
             let installed = match old.get(&rule.id) {
                 Some(installed) if installed.algorithm == limits.algorithm => Arc::clone(installed),
                 _ => {
                     let limiter = self
-                        .build(rule, &limits.algorithm)
+                        .build(rule, &limits.algorithm, true)
                         .map_err(|error| BackendError::new(format!("rule {}: {error}", rule.id)))?;
-                    built.push(limiter.clone());
                     Arc::new(Installed {
                         algorithm: limits.algorithm.clone(),
                         limiter,
@@ -260,10 +266,12 @@ impl Backend for RedisBackend {
                         }
                         // Raced a reload that removed the rule: decided by a
                         // limiter of its own, on the rule's keys, as it was.
-                        (None, Some(limits)) => match self.build(hit.rule, &limits.algorithm) {
-                            Ok(limiter) => decide_one(&limiter, hit.key, hit.cost).await,
-                            Err(_) => unlimited(),
-                        },
+                        (None, Some(limits)) => {
+                            match self.build(hit.rule, &limits.algorithm, false) {
+                                Ok(limiter) => decide_one(&limiter, hit.key, hit.cost).await,
+                                Err(_) => unlimited(),
+                            }
+                        }
                         // Unlimited rules never reach a backend.
                         (None, None) => unlimited(),
                     }

@@ -8,3 +8,4 @@ mod http_api;
 mod redis_backend;
 mod reload;
 mod support;
+mod tls;
