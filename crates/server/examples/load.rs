@@ -2,11 +2,18 @@
 //! percentiles over gRPC and HTTP, on loopback, bounded in time.
 //!
 //! ```text
-//! cargo run --release -p tollgate-server --example load -- [SECONDS] [CONCURRENCY]
+//! cargo run --release -p tollgate-server --example load -- [SECONDS] [CONCURRENCY] [BACKEND]
 //! ```
 //!
+//! BACKEND is `memory` (the default), `redis` (a `redis-server` started by
+//! this program on a free loopback port, no persistence, stopped at the
+//! end) or a `redis://` URL (an existing server). With Redis, the backend
+//! section sets a deadline of 20 ms and `fail_open`, and the decisions
+//! taken by the failure policy instead of Redis are printed: a figure with
+//! many of them measured the policy, not Redis.
+//!
 //! Starts the server in this process on 127.0.0.1 (ports chosen by the OS,
-//! in-memory backend, the monotonic clock), then for each API runs
+//! the monotonic clock), then for each API runs
 //! CONCURRENCY client tasks in a closed loop (each sends its next request
 //! when the previous answer arrives) for SECONDS (default 5; concurrency
 //! 32), over one connection per task. Keys are spread over 10,000 users
@@ -24,11 +31,15 @@ use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
-const RULES: &str = "
+const SERVER: &str = "
 server:
   grpc_listen: 127.0.0.1:0
   http_listen: 127.0.0.1:0
   max_concurrent_requests: 4096
+  reload_interval_ms: 0
+";
+
+const RULES: &str = "
 domain: bench
 descriptors:
   - key: user
@@ -177,26 +188,110 @@ async fn collect(
     report
 }
 
+/// A `redis-server` of our own on a free loopback port, killed on drop.
+struct OwnRedis {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnRedis {
+    fn start() -> Result<(OwnRedis, String), Box<dyn std::error::Error>> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let dir = tempfile::tempdir()?;
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start redis-server: {e}"))?;
+        let own = OwnRedis { child, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return Err("redis-server did not start".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok((own, format!("redis://127.0.0.1:{port}")))
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The sum of a counter's samples whose labels contain `label`.
+fn counter_sum(metrics: &str, name: &str, label: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(name) && line.contains(label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let seconds: u64 = args.next().map_or(Ok(5), |s| s.parse())?;
     let workers: usize = args.next().map_or(Ok(32), |s| s.parse())?;
+    let backend = args.next().unwrap_or_else(|| "memory".into());
+    let (_own, redis_url) = match backend.as_str() {
+        "memory" => (None, None),
+        "redis" => {
+            let (own, url) = OwnRedis::start()?;
+            (Some(own), Some(url))
+        }
+        url if url.starts_with("redis://") => (None, Some(url.to_owned())),
+        other => {
+            return Err(format!("backend: memory, redis or a redis:// URL, not '{other}'").into());
+        }
+    };
+    let mut config = SERVER.to_owned();
+    if let Some(url) = &redis_url {
+        config.push_str(&format!(
+            "backend:\n  redis: {url}\n  deadline: 20ms\n  failure_policy: fail_open\n"
+        ));
+    }
+    config.push_str(RULES);
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("bench.yaml");
-    std::fs::write(&path, RULES)?;
+    std::fs::write(&path, config)?;
     let bound = Server::from_config_file(&path)?.bind().await?;
+    let service = bound.service();
     let (grpc, http) = (bound.grpc_addr(), bound.http_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(bound.run(async move {
         let _ = stopped.await;
     }));
-    println!(
-        "{} s per API, {workers} concurrent clients, loopback, in-memory backend",
-        seconds
-    );
+    let backend_name = match &redis_url {
+        Some(url) => format!("Redis backend at {url}"),
+        None => "in-memory backend".to_owned(),
+    };
+    println!("{seconds} s per API, {workers} concurrent clients, loopback, {backend_name}");
+    let by = |service: &tollgate_server::service::Service, source: &str| {
+        counter_sum(
+            &service.metrics().encode(),
+            "tollgate_redis_decisions_total",
+            &format!("source=\"{source}\""),
+        )
+    };
     run_grpc(grpc, workers, seconds).await.print("grpc");
+    let (redis_grpc, policy_grpc) = (by(&service, "redis"), by(&service, "policy"));
     run_http(http, workers, seconds).await.print("http");
+    if redis_url.is_some() {
+        println!(
+            "decided by Redis: grpc {redis_grpc}, http {}; by the failure policy instead: grpc {policy_grpc}, http {}",
+            by(&service, "redis") - redis_grpc,
+            by(&service, "policy") - policy_grpc,
+        );
+    }
     let _ = stop.send(());
     server.await??;
     Ok(())

@@ -261,13 +261,25 @@ pub enum BackendSettings {
     Redis(Box<RedisSettings>),
 }
 
-/// Which Redis.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which Redis (`Debug` hides the URLs' credentials).
+#[derive(Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// One server: `redis://host:port/db`.
     Single(String),
     /// A cluster, reached through any of these nodes.
     Cluster(Vec<String>),
+}
+
+impl fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisTarget::Single(url) => f.debug_tuple("Single").field(&redact_url(url)).finish(),
+            RedisTarget::Cluster(urls) => f
+                .debug_tuple("Cluster")
+                .field(&urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
 }
 
 /// The `backend:` section for Redis. Every key but `redis` / `cluster` is
@@ -420,7 +432,21 @@ fn check_url(field: &str, url: &str) -> Result<(), String> {
     use redis::IntoConnectionInfo as _;
     url.into_connection_info()
         .map(drop)
-        .map_err(|error| format!("{field}: invalid Redis URL '{url}': {error}"))
+        .map_err(|error| format!("{field}: invalid Redis URL '{}': {error}", redact_url(url)))
+}
+
+/// `url` without its credentials (`redis://user:secret@host` →
+/// `redis://***@host`), for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let host_start = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..host_start].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..scheme_end], &rest[at..]),
+        None => url.to_owned(),
+    }
 }
 
 impl TryFrom<BackendYaml> for BackendSection {
@@ -1253,5 +1279,101 @@ mod tests {
         };
         assert_eq!(limits.algorithm.kind(), AlgorithmKind::SlidingWindow);
         assert_eq!(limits.quotas[1].slots, Some(DEFAULT_SLOTS));
+    }
+
+    #[test]
+    fn backend_defaults_to_memory_and_reads_every_redis_key() {
+        let config = parse("domain: d\n").unwrap();
+        assert_eq!(config.backend, BackendSettings::Memory);
+
+        let config = parse("backend:\n  redis: redis://127.0.0.1:6379/2\ndomain: d\n").unwrap();
+        let BackendSettings::Redis(redis) = &config.backend else {
+            panic!("redis")
+        };
+        assert_eq!(
+            redis.target,
+            RedisTarget::Single("redis://127.0.0.1:6379/2".into())
+        );
+        assert_eq!(
+            redis.failure_policy,
+            tollgate_redis::FailurePolicy::Local { share: 0.25 }
+        );
+        assert_eq!(redis.deadline, Duration::from_millis(5));
+        assert_eq!(redis.leases, None);
+        assert_eq!(redis.key_prefix, "tollgate");
+
+        let config = parse(
+            "backend:\n  cluster: [redis://a:7000, redis://b:7000]\n  failure_policy: local\n  local_share: 0.5\n  deadline: 20ms\n  breaker: {threshold: 5, open_for: 1s}\n  deny_cache: 1000\n  key_prefix: rl\n  leases: {max: 64, ttl: 50ms}\ndomain: d\n",
+        )
+        .unwrap();
+        let BackendSettings::Redis(redis) = &config.backend else {
+            panic!("redis")
+        };
+        assert_eq!(
+            redis.target,
+            RedisTarget::Cluster(vec!["redis://a:7000".into(), "redis://b:7000".into()])
+        );
+        assert_eq!(
+            redis.failure_policy,
+            tollgate_redis::FailurePolicy::Local { share: 0.5 }
+        );
+        assert_eq!(redis.deadline, Duration::from_millis(20));
+        assert_eq!(redis.breaker.threshold, 5);
+        assert_eq!(redis.breaker.open_for, Duration::from_secs(1));
+        assert_eq!(redis.deny_cache, 1000);
+        assert_eq!(redis.key_prefix, "rl");
+        let leases = redis.leases.unwrap();
+        assert_eq!((leases.initial, leases.max), (8, 64));
+        assert_eq!(leases.ttl, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn redis_urls_lose_their_credentials_in_messages() {
+        assert_eq!(
+            redact_url("redis://u:s3cret@h:6379/0"),
+            "redis://***@h:6379/0"
+        );
+        assert_eq!(redact_url("redis://:s3cret@h"), "redis://***@h");
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact_url("nonsense"), "nonsense");
+    }
+
+    #[test]
+    fn bad_backend_sections() {
+        for (text, needle) in [
+            (
+                "backend:\n  redis: redis://a\n  cluster: [redis://b]\n",
+                "not both",
+            ),
+            (
+                "backend:\n  redis: redis://a\n  local_share: 0\n",
+                "local_share",
+            ),
+            (
+                "backend:\n  redis: redis://a\n  leases: {initial: 0}\n",
+                "leases.initial",
+            ),
+            (
+                "backend:\n  redis: redis://a\n  leases: {initial: 9, max: 8}\n",
+                "leases.max",
+            ),
+            (
+                "backend:\n  redis: redis://a\n  breaker: {threshold: 0}\n",
+                "breaker.threshold",
+            ),
+            (
+                "backend:\n  redis: redis://a\n  key_prefix: 'a{b'\n",
+                "key_prefix",
+            ),
+            (
+                "backend:\n  redis: redis://a\n  deadline: soon\n",
+                "deadline",
+            ),
+            ("backend: redis://a\n", "a mapping"),
+        ] {
+            let error = parse(&format!("{text}domain: d\n")).unwrap_err();
+            assert!(error.to_string().contains(needle), "{needle}: {error}");
+            assert!(error.line().is_some(), "{error}");
+        }
     }
 }

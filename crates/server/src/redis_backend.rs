@@ -69,7 +69,7 @@ use tollgate::Decision;
 use tollgate_redis::{Limit, Options, Redis, RedisLimiter, Stats};
 
 use crate::backend::{Backend, BackendError, DecideFuture, Hit};
-use crate::config::{BuiltAlgorithm, RedisSettings, RedisTarget};
+use crate::config::{BuiltAlgorithm, RedisSettings, RedisTarget, redact_url};
 use crate::rules::{Rule, RuleSet};
 
 /// How long [`Backend::shutdown`] may spend giving leases back.
@@ -114,9 +114,9 @@ impl RedisBackend {
             retries: settings.retries,
         };
         let redis = match &settings.target {
-            RedisTarget::Single(url) => Redis::connect(url, &options)
-                .await
-                .map_err(|error| BackendError::new(format!("cannot connect to {url}: {error}")))?,
+            RedisTarget::Single(url) => Redis::connect(url, &options).await.map_err(|error| {
+                BackendError::new(format!("cannot connect to {}: {error}", redact_url(url)))
+            })?,
             RedisTarget::Cluster(urls) => {
                 let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
                 Redis::connect_cluster(&nodes, &options)
@@ -124,7 +124,10 @@ impl RedisBackend {
                     .map_err(|error| {
                         BackendError::new(format!(
                             "cannot connect to the cluster {}: {error}",
-                            urls.join(", ")
+                            urls.iter()
+                                .map(|url| redact_url(url))
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ))
                     })?
             }
