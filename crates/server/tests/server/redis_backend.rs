@@ -231,6 +231,64 @@ async fn redis_down_fail_closed_answers_over_limit_within_the_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let backend = cluster
+        .backend("  deadline: 200ms\n  response_timeout: 500ms\n  connection_timeout: 500ms\n");
+    let server = start_with("", &format!("{backend}{RULES}")).await;
+
+    // Many users: their buckets spread over the three masters' slots.
+    let users: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
+    let mut client = server.grpc_client().await;
+    for round in 0..4 {
+        let descriptors = users.iter().map(|u| descriptor(&[("user", u)])).collect();
+        let answer = within(client.should_rate_limit(request("rl", descriptors)))
+            .await
+            .expect("grpc")
+            .into_inner();
+        // 3 a day each: the fourth round is over for every one.
+        let expected = if round < 3 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(answer.overall_code(), expected, "round {round}");
+        assert!(
+            answer.statuses.iter().all(|s| s.code() == expected),
+            "round {round}"
+        );
+    }
+    assert_eq!(
+        check(&server, "user", "user5", false).await["overall_code"],
+        "OVER_LIMIT"
+    );
+    assert_eq!(
+        check(&server, "user", "fresh", false).await["overall_code"],
+        "OK"
+    );
+
+    // The buckets are on the cluster, on more than one master.
+    let holding = cluster
+        .nodes
+        .iter()
+        .filter(|node| !node.keys("tollgate{rl.user|*").is_empty())
+        .count();
+    assert!(holding >= 2, "keys on {holding} masters");
+    let total: usize = cluster
+        .nodes
+        .iter()
+        .map(|node| node.keys("tollgate{rl.user|*").len())
+        .sum();
+    assert_eq!(total, users.len() + 1);
+    let text = metrics(&server).await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"tollgate_redis_decisions_total{rule="rl.user",source="policy"}"#
+        ),
+        0.0,
+        "{text}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_are_given_back_on_graceful_shutdown() {
     let redis = RedisServer::start();
     let leased = format!(

@@ -196,6 +196,7 @@ pub struct RedisServer {
     pub port: u16,
     child: Option<std::process::Child>,
     dir: tempfile::TempDir,
+    cluster: bool,
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
@@ -213,6 +214,11 @@ fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
 impl RedisServer {
     /// A fresh server on a free port, answering PING.
     pub fn start() -> RedisServer {
+        RedisServer::start_as(false)
+    }
+
+    /// A fresh server on a free port, in cluster mode if `cluster`.
+    fn start_as(cluster: bool) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -221,19 +227,28 @@ impl RedisServer {
             port,
             child: None,
             dir: tempfile::tempdir().expect("tempdir"),
+            cluster,
         };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
-        let child = std::process::Command::new("redis-server")
+        let mut command = std::process::Command::new("redis-server");
+        command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", self.dir.path().to_str().expect("utf-8 temp dir")])
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if self.cluster {
+            command
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", "2000"]);
+        }
+        let child = command
             .spawn()
             .expect("redis-server is installed (see .ci/deps)");
         self.child = Some(child);
@@ -304,5 +319,48 @@ impl Drop for RedisServer {
             self.signal("-CONT");
         }
         self.kill();
+    }
+}
+
+/// A 3-master Redis Cluster, no replicas (as `tollgate-redis`'s tests make).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_as(true)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = std::process::Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        for node in &nodes {
+            while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "cluster did not become ok"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// A `backend:` section on this cluster.
+    pub fn backend(&self, extra: &str) -> String {
+        let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
+        format!("backend:\n  cluster: [{}]\n{extra}", urls.join(", "))
     }
 }
