@@ -307,7 +307,7 @@ pub struct RedisSettings {
     pub failure_policy: tollgate_redis::FailurePolicy,
     /// The longest a decision waits for Redis. By default, 5 ms.
     pub deadline: Duration,
-    /// Connection options. By default, `tollgate_redis::Options::default()`.
+    /// How long the client waits for one reply. By default, 50 ms.
     pub response_timeout: Duration,
     /// How long a connection may take. By default, 50 ms.
     pub connection_timeout: Duration,

@@ -231,6 +231,53 @@ async fn redis_down_fail_closed_answers_over_limit_within_the_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_local_policy_holds_its_share_of_the_quota() {
+    let mut redis = RedisServer::start();
+    let backend = redis.backend(&format!(
+        "  failure_policy: local\n  local_share: 0.5\n  deadline: {DEADLINE_MS}ms\n"
+    ));
+    let server = start_with("", &format!("{backend}{RULES}")).await;
+    let bound = Duration::from_millis(DEADLINE_MS) + MARGIN;
+    assert_eq!(grpc_code(&server, "big", "warm").await, Code::Ok);
+    redis.kill();
+    // 100 a day, half of it here while Redis is away: 50, then denials.
+    let mut client = server.grpc_client().await;
+    let mut admitted = 0;
+    for i in 0..60 {
+        let started = Instant::now();
+        let answer =
+            within(client.should_rate_limit(request("rl", vec![descriptor(&[("big", "k")])])))
+                .await
+                .expect("grpc")
+                .into_inner();
+        let took = started.elapsed();
+        assert!(took < bound, "#{i} took {took:?}");
+        if answer.overall_code() == Code::Ok {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 50);
+    let text = metrics(&server).await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"tollgate_redis_policy_decisions_total{rule="rl.big",result="allowed"}"#
+        ),
+        50.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"tollgate_redis_policy_decisions_total{rule="rl.big",result="denied"}"#
+        ),
+        10.0,
+        "{text}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_on_a_redis_cluster() {
     let cluster = RedisCluster::start();
     let backend = cluster
