@@ -21,16 +21,24 @@
 //!   threads can all read `limit − 1` and all add, so a window admits up to
 //!   `limit + T − 1` (proof at [`StripedWindow`]).
 //!
-//! Beside them: tollgate's `Limiter<Gcra>` (one compare-and-swap word) on
-//! the monotonic and the cached clock, the striped GCRA on both clocks, and
-//! governor's direct limiter (quanta clock).
+//! Beside them: the same prototypes with one stripe (`*_word`: the same
+//! kernel on one shared word, to tell striping from a lighter kernel),
+//! tollgate's `Limiter<Gcra>` (one compare-and-swap word) on the monotonic
+//! and the cached clock, and governor's direct limiter (quanta and
+//! monotonic clocks).
 //!
-//! **Throughput** (allow path: 10^9 per second, burst 10^9, every check must
-//! be admitted): for 1 and 2 threads, each run spawns the threads, starts
+//! **Throughput** on the allow path (10^9 per second, burst 10^9: every
+//! check must be admitted) and on the deny path (exhausted before the run:
+//! none may be): for 1 and 2 threads, each run spawns the threads, starts
 //! them at a barrier, lets them check for 100 ms and reports the aggregate
 //! ns per check (wall time ÷ checks of all threads). Runs rotate over the
 //! implementations for `ROUNDS` rounds so that load from the rest of the
-//! machine falls on all of them; the median is reported.
+//! machine falls on all of them. Each thread's time on a CPU is read from
+//! `/proc/thread-self/schedstat`; a run's *parallelism* is their sum ÷ the
+//! wall time (2.0: both threads ran all along; 1.0: they took turns on one
+//! CPU, and did not contend). Of each case's runs, the `KEPT` with the
+//! highest parallelism are kept and their median reported, with their
+//! median parallelism.
 //!
 //! **Accuracy** (saturated: 10^6 per second, burst 1,000; the window
 //! variant 1,000 per 1 ms window): 2 threads hammer the limiter for 300 ms
@@ -154,6 +162,15 @@ impl<C: Clock, const N: usize> StripedGcra<C, N> {
             tolerance: burst / N as u64 * interval,
             stripes: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0))),
         }
+    }
+
+    /// A limiter with every stripe exhausted for ~146 years.
+    fn exhausted(clock: C) -> StripedGcra<C, N> {
+        let limiter = StripedGcra::new(1, N as u64, clock);
+        for stripe in &limiter.stripes {
+            stripe.store(u64::MAX / 4, Ordering::Relaxed);
+        }
+        limiter
     }
 
     /// One GCRA step on one stripe; a denial does not write.
@@ -342,18 +359,28 @@ fn run<H: Hot>(hot: &H, threads: usize, run_for: Duration) -> Run {
     })
 }
 
-/// One allow-path run; panics unless every check was admitted. Returns the
+/// One run on the allow path (every check must be admitted) or the deny
+/// path (none may be), else a panic. Returns the
 /// aggregate ns per check and the run's parallelism.
-fn throughput<H: Hot>(name: &str, hot: &H, threads: usize, run_for: Duration) -> (f64, f64) {
+fn throughput<H: Hot>(
+    name: &str,
+    hot: &H,
+    allow: bool,
+    threads: usize,
+    run_for: Duration,
+) -> (f64, f64) {
     let Run {
         elapsed,
         checks,
         admitted,
         parallelism,
     } = run(hot, threads, run_for);
+    let expected = if allow { checks } else { 0 };
     assert_eq!(
-        admitted, checks,
-        "{name} on {threads} threads: admitted {admitted} of {checks} on the allow path"
+        admitted,
+        expected,
+        "{name} on {threads} threads: admitted {admitted} of {checks} on the {} path",
+        if allow { "allow" } else { "deny" }
     );
     (elapsed.as_nanos() as f64 / checks as f64, parallelism)
 }
@@ -489,42 +516,58 @@ fn main() {
         governor::Quota::per_second(NonZeroU32::new(ALLOW_RATE as u32).expect("nonzero"));
     let governor_monotonic =
         governor::RateLimiter::direct_with_clock(governor_quota, governor::clock::MonotonicClock);
+    // Deny path: one permit per hour, taken before the runs (the striped
+    // prototype: every stripe's arrival time far in the future).
+    let tollgate_deny = Limiter::new(Gcra::new(Quota::per_hour(1).expect("quota")).expect("gcra"));
+    assert!(tollgate_deny.check().is_allowed());
+    let gcra_striped_deny = StripedGcra::<_, STRIPES>::exhausted(MonotonicClock::new());
+    let governor_deny = governor::RateLimiter::direct(governor::Quota::per_hour(NonZeroU32::MIN));
+    assert!(governor_deny.check().is_ok());
     let governor = governor::RateLimiter::direct(governor::Quota::per_second(
         NonZeroU32::new(ALLOW_RATE as u32).expect("nonzero"),
     ));
 
     // Rounds rotate over every case, each thread count in turn, so that
     // load from the rest of the machine falls on all of them alike.
-    let cases: [(&'static str, &Measure<'_>); 10] = [
+    let cases: [(&'static str, &Measure<'_>); 13] = [
         ("tollgate_gcra_monotonic", &|t| {
-            throughput("tollgate", &tollgate_monotonic, t, run_for)
+            throughput("tollgate", &tollgate_monotonic, true, t, run_for)
         }),
         ("gcra_word_monotonic", &|t| {
-            throughput("word", &gcra_word_monotonic, t, run_for)
+            throughput("word", &gcra_word_monotonic, true, t, run_for)
         }),
         ("gcra_striped_monotonic", &|t| {
-            throughput("striped", &gcra_striped_monotonic, t, run_for)
+            throughput("striped", &gcra_striped_monotonic, true, t, run_for)
         }),
         ("window_word_monotonic", &|t| {
-            throughput("window", &window_word, t, run_for)
+            throughput("window", &window_word, true, t, run_for)
         }),
         ("window_striped_monotonic", &|t| {
-            throughput("window", &window_striped, t, run_for)
+            throughput("window", &window_striped, true, t, run_for)
         }),
         ("tollgate_gcra_cached", &|t| {
-            throughput("tollgate", &tollgate_cached, t, run_for)
+            throughput("tollgate", &tollgate_cached, true, t, run_for)
         }),
         ("gcra_word_cached", &|t| {
-            throughput("word", &gcra_word_cached, t, run_for)
+            throughput("word", &gcra_word_cached, true, t, run_for)
         }),
         ("gcra_striped_cached", &|t| {
-            throughput("striped", &gcra_striped_cached, t, run_for)
+            throughput("striped", &gcra_striped_cached, true, t, run_for)
         }),
         ("governor_quanta", &|t| {
-            throughput("governor", &governor, t, run_for)
+            throughput("governor", &governor, true, t, run_for)
+        }),
+        ("tollgate_gcra_monotonic_deny", &|t| {
+            throughput("tollgate deny", &tollgate_deny, false, t, run_for)
+        }),
+        ("gcra_striped_monotonic_deny", &|t| {
+            throughput("striped deny", &gcra_striped_deny, false, t, run_for)
+        }),
+        ("governor_quanta_deny", &|t| {
+            throughput("governor deny", &governor_deny, false, t, run_for)
         }),
         ("governor_monotonic", &|t| {
-            throughput("governor", &governor_monotonic, t, run_for)
+            throughput("governor", &governor_monotonic, true, t, run_for)
         }),
     ];
     // (case, threads) -> every run's (ns per check, parallelism).
