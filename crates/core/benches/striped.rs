@@ -25,7 +25,9 @@
 //! kernel on one shared word, to tell striping from a lighter kernel),
 //! tollgate's `Limiter<Gcra>` (one compare-and-swap word) on the monotonic
 //! and the cached clock, and governor's direct limiter (quanta and
-//! monotonic clocks).
+//! monotonic clocks). `keyed_*`: one hot key among 1,000 in a map, every
+//! thread on it: tollgate's `KeyedLimiter`, and an `scc::HashMap` (foldhash)
+//! whose values are the one-word or the striped GCRA ([`KeyedHot`]).
 //!
 //! **Throughput** on the allow path (10^9 per second, burst 10^9: every
 //! check must be admitted) and on the deny path (exhausted before the run:
@@ -61,7 +63,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use tollgate::{CachedClock, Clock, Gcra, Limiter, MonotonicClock, Quota};
+use tollgate::{CachedClock, Clock, Gcra, KeyedLimiter, Limiter, MonotonicClock, Quota};
 
 /// Stripes of the prototypes: one per core of this machine's 2.
 const STRIPES: usize = 2;
@@ -193,12 +195,70 @@ impl<C: Clock, const N: usize> StripedGcra<C, N> {
     }
 }
 
+impl<C: Clock, const N: usize> StripedGcra<C, N> {
+    /// One check at `now` (ns on the clock).
+    #[inline]
+    fn check_at(&self, now: u64) -> bool {
+        let own = my_stripe() % N;
+        (0..N).any(|i| self.try_stripe(&self.stripes[(own + i) % N], now))
+    }
+}
+
 impl<C: Clock, const N: usize> Hot for StripedGcra<C, N> {
     #[inline]
     fn check(&self) -> bool {
+        self.check_at(self.clock.now().as_u64())
+    }
+}
+
+/// A hot key in a map: 1,000 keys in an `scc::HashMap` (foldhash), as
+/// tollgate's `KeyedLimiter` holds them, each key's state a [`StripedGcra`]
+/// of `N` stripes (one: a plain GCRA word); every check is on key 0. A
+/// check reads the clock, takes the key's bucket lock shared (one atomic
+/// read-modify-write on the bucket's word, and its release) and runs the
+/// kernel: striping the state leaves the bucket word shared.
+struct KeyedHot<const N: usize> {
+    clock: MonotonicClock,
+    map: scc::HashMap<u64, StripedGcra<NoClock, N>, foldhash::fast::RandomState>,
+}
+
+/// The stripes of a [`KeyedHot`] entry read no clock of their own.
+struct NoClock;
+
+impl Clock for NoClock {
+    fn now(&self) -> tollgate::Nanos {
+        unreachable!("a keyed stripe is checked at the map's time")
+    }
+}
+
+impl<const N: usize> KeyedHot<N> {
+    fn new(rate_per_second: u64, burst: u64) -> KeyedHot<N> {
+        let map = scc::HashMap::with_hasher(foldhash::fast::RandomState::default());
+        for key in 0..1_000u64 {
+            let _ = map.insert_sync(key, StripedGcra::new(rate_per_second, burst, NoClock));
+        }
+        KeyedHot {
+            clock: MonotonicClock::new(),
+            map,
+        }
+    }
+}
+
+impl<const N: usize> Hot for KeyedHot<N> {
+    #[inline]
+    fn check(&self) -> bool {
         let now = self.clock.now().as_u64();
-        let own = my_stripe() % N;
-        (0..N).any(|i| self.try_stripe(&self.stripes[(own + i) % N], now))
+        self.map
+            .read_sync(&0, |_, state| state.check_at(now))
+            .unwrap_or(false)
+    }
+}
+
+/// tollgate's keyed limiter, every check on key 0 of 1,000.
+impl Hot for (KeyedLimiter<u64>, u64) {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.check(&self.1).is_allowed()
     }
 }
 
@@ -516,6 +576,18 @@ fn main() {
         governor::Quota::per_second(NonZeroU32::new(ALLOW_RATE as u32).expect("nonzero"));
     let governor_monotonic =
         governor::RateLimiter::direct_with_clock(governor_quota, governor::clock::MonotonicClock);
+    // One hot key among 1,000 in a map.
+    let keyed_tollgate = (
+        KeyedLimiter::builder(Gcra::new(allow).expect("gcra"))
+            .sweep_every(None)
+            .build(),
+        0u64,
+    );
+    for key in 0..1_000u64 {
+        assert!(keyed_tollgate.0.check(&key).is_allowed());
+    }
+    let keyed_word = KeyedHot::<1>::new(ALLOW_RATE, ALLOW_RATE);
+    let keyed_striped = KeyedHot::<STRIPES>::new(ALLOW_RATE, ALLOW_RATE);
     // Deny path: one permit per hour, taken before the runs (the striped
     // prototype: every stripe's arrival time far in the future).
     let tollgate_deny = Limiter::new(Gcra::new(Quota::per_hour(1).expect("quota")).expect("gcra"));
@@ -529,7 +601,7 @@ fn main() {
 
     // Rounds rotate over every case, each thread count in turn, so that
     // load from the rest of the machine falls on all of them alike.
-    let cases: [(&'static str, &Measure<'_>); 13] = [
+    let cases: [(&'static str, &Measure<'_>); 16] = [
         ("tollgate_gcra_monotonic", &|t| {
             throughput("tollgate", &tollgate_monotonic, true, t, run_for)
         }),
@@ -556,6 +628,15 @@ fn main() {
         }),
         ("governor_quanta", &|t| {
             throughput("governor", &governor, true, t, run_for)
+        }),
+        ("keyed_tollgate_monotonic", &|t| {
+            throughput("keyed tollgate", &keyed_tollgate, true, t, run_for)
+        }),
+        ("keyed_word_monotonic", &|t| {
+            throughput("keyed word", &keyed_word, true, t, run_for)
+        }),
+        ("keyed_striped_monotonic", &|t| {
+            throughput("keyed striped", &keyed_striped, true, t, run_for)
         }),
         ("tollgate_gcra_monotonic_deny", &|t| {
             throughput("tollgate deny", &tollgate_deny, false, t, run_for)
