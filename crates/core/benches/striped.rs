@@ -5,7 +5,7 @@
 //! `STRIPES` cache-padded words, each thread working on its own. Two
 //! prototypes, written here and not in the library:
 //!
-//! - `striped_gcra`: `STRIPES` independent GCRA words, each with the rate
+//! - `gcra_striped`: `STRIPES` independent GCRA words, each with the rate
 //!   and the burst divided by `STRIPES`; a thread tries its own stripe
 //!   first (picked once per thread, round robin, through a thread-local),
 //!   then the others on a denial. Each stripe keeps the GCRA bound for its
@@ -14,7 +14,7 @@
 //!   never pass, and a denial is not linearizable (each stripe was empty
 //!   when it was read, not all at once); `remaining` and `retry_after`
 //!   would need every stripe.
-//! - `striped_window`: a `LongAdder`-style fixed window, one `(window,
+//! - `window_striped`: a `LongAdder`-style fixed window, one `(window,
 //!   count)` word per stripe; a check reads every stripe's count for the
 //!   current window (the sum), then adds one to its own stripe if the sum
 //!   is below the limit. Read-the-sum-then-add is not linearizable: `T`
@@ -529,7 +529,7 @@ fn saturated_window(threads: usize, run_for: Duration) {
     let worst = by_window.values().copied().max().unwrap_or(0);
     assert!(
         worst <= bound,
-        "striped_window on {threads} threads: a window admitted {worst} > limit + T − 1 = {bound}"
+        "window_striped on {threads} threads: a window admitted {worst} > limit + T − 1 = {bound}"
     );
     let over: u64 = by_window.values().map(|&n| n.saturating_sub(limit)).sum();
     let over_windows = by_window.values().filter(|&&n| n > limit).count();
@@ -539,7 +539,7 @@ fn saturated_window(threads: usize, run_for: Duration) {
     let fill = inner.iter().sum::<u64>() as f64 / (inner.len() as u64 * limit).max(1) as f64;
     let checks: u64 = per_thread.iter().map(|(_, c)| c).sum();
     println!(
-        "{{\"kind\":\"window_accuracy\",\"case\":\"striped_window\",\"threads\":{threads},\
+        "{{\"kind\":\"window_accuracy\",\"case\":\"window_striped_monotonic\",\"threads\":{threads},\
          \"checks\":{checks},\"limit\":{limit},\"windows\":{},\"worst_window\":{worst},\"bound\":{bound},\
          \"over_admitted\":{over},\"over_windows\":{over_windows},\"fill\":{fill:.4}}}",
         by_window.len()
@@ -699,7 +699,7 @@ fn main() {
             saturated_for,
         );
         saturated_gcra(
-            "striped_gcra_monotonic",
+            "gcra_striped_monotonic",
             || StripedGcra::<_, STRIPES>::new(TIGHT_RATE, TIGHT_BURST, MonotonicClock::new()),
             threads,
             saturated_for,
