@@ -26,7 +26,8 @@
 //! - **[`Shaper`]**: the leaky bucket as a queue: FIFO releases spaced at
 //!   `1/rate`, `max_delay`, reservations that can be cancelled or settled.
 //! - **[`Clock`]**: where time comes from: [`MonotonicClock`] (default),
-//!   [`CachedClock`] (fastest), [`ManualClock`] (tests, simulation).
+//!   [`CachedClock`] (fastest), [`ManualClock`] (tests, simulation), and
+//!   `QuantaClock` (the CPU's time-stamp counter, feature `quanta`).
 //!
 //! # Examples
 //!
@@ -78,6 +79,8 @@ mod sync;
 pub mod wait;
 
 pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
+#[cfg(feature = "quanta")]
+pub use clock::QuantaClock;
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos};

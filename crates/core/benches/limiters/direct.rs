@@ -58,6 +58,10 @@ pub fn benches(c: &mut Criterion) {
         let mut group = c.benchmark_group(name);
         tollgate_algorithms(&mut group, expect, "monotonic", MonotonicClock::new());
         tollgate_algorithms(&mut group, expect, "cached", cached_clock());
+        // The same clock class as governor's default (scripts/bench enables
+        // the feature).
+        #[cfg(feature = "quanta")]
+        tollgate_algorithms(&mut group, expect, "quanta", tollgate::QuantaClock::new());
         governor(&mut group, expect);
         ratelimit(&mut group, expect);
         floor(&mut group, expect, "floor_instant", InstantClock::new());
