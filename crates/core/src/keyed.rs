@@ -577,8 +577,10 @@ where
         // reading: a fresh state answers for a reading taken after the miss
         // (for an insert, under the key's lock), never for the stale one.
         if mode == Mode::Peek || cost == 0 {
-            // Looking never creates a state: a fresh one answers.
-            return fresh.run(now.max(self.clock.now()), cost, Mode::Peek);
+            // Looking never creates a state, nor does a charge of nothing: a
+            // fresh one answers (a charge answers for one permit).
+            let looked = if mode == Mode::Charge { 1 } else { cost };
+            return fresh.run(now.max(self.clock.now()), looked, Mode::Peek);
         }
         if mode == Mode::Check {
             fresh.within_capacity(cost)?;

@@ -1255,6 +1255,8 @@ fn a_charge_creates_the_state_of_a_new_key_and_a_charge_of_zero_does_not() {
     let limiter: KeyedLimiter<String> = keyed(gcra(10, SEC, 10), &clock).build();
     let nothing = limiter.charge_n("idle", 0);
     assert!(nothing.is_allowed());
+    // What one permit would leave, as for a known key.
+    assert_eq!(nothing.remaining(), 9);
     assert_eq!(limiter.len(), 0, "a charge of 0 records nothing");
 
     // 25 permits on a bucket of 10: a debt of 15, paid at 100 ms each.
