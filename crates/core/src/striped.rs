@@ -237,7 +237,7 @@ impl<C: Clock> StripedLimiter<C> {
     /// stripe first, then the others in order.
     pub fn check(&self) -> Decision {
         // Every stripe's burst is at least 1.
-        self.decide(self.home(), 1, true)
+        self.decide(self.home_stripe(), 1, true)
     }
 
     /// Takes `cost` permits at once from one stripe if one has them all
@@ -251,7 +251,7 @@ impl<C: Clock> StripedLimiter<C> {
     /// no stripe could ever admit it.
     pub fn check_n(&self, cost: u64) -> Result<Decision, CostError> {
         self.within_capacity(cost)?;
-        Ok(self.decide(self.home(), cost, true))
+        Ok(self.decide(self.home_stripe(), cost, true))
     }
 
     /// As [`check_n`](StripedLimiter::check_n), starting at stripe
@@ -270,7 +270,7 @@ impl<C: Clock> StripedLimiter<C> {
     /// What [`check`](StripedLimiter::check) would answer now, without
     /// taking anything.
     pub fn peek(&self) -> Decision {
-        self.decide(self.home(), 1, false)
+        self.decide(self.home_stripe(), 1, false)
     }
 
     /// What [`check_n`](StripedLimiter::check_n) would answer now, without
@@ -281,7 +281,7 @@ impl<C: Clock> StripedLimiter<C> {
     /// As [`check_n`](StripedLimiter::check_n).
     pub fn peek_n(&self, cost: u64) -> Result<Decision, CostError> {
         self.within_capacity(cost)?;
-        Ok(self.decide(self.home(), cost, false))
+        Ok(self.decide(self.home_stripe(), cost, false))
     }
 
     /// The quota, as given (before the split).
@@ -311,8 +311,10 @@ impl<C: Clock> StripedLimiter<C> {
         &self.shared.clock
     }
 
-    /// The calling thread's stripe in this limiter.
-    fn home(&self) -> usize {
+    /// The stripe the calling thread tries first in this limiter (its
+    /// ticket modulo the number of stripes; the same on every call from
+    /// the same thread).
+    pub fn home_stripe(&self) -> usize {
         ticket() % self.shared.stripes.len()
     }
 
