@@ -209,6 +209,15 @@ fn the_number_of_stripes_is_checked() {
         Err(QuotaError::TooFast { .. })
     ));
     assert!(StripedLimiter::new(Quota::per_second(4).unwrap(), 4).is_ok());
+    // And at most `MAX_STRIPES`, however large the quota.
+    let q = Quota::per_second(1 << 20).unwrap();
+    assert!(matches!(
+        StripedLimiter::with_clock(q, tollgate::striped::MAX_STRIPES + 1, clock.clone()),
+        Err(QuotaError::TooLarge { max: 1_024, .. })
+    ));
+    let limiter = StripedLimiter::with_clock(q, 1_024, clock.clone()).unwrap();
+    assert_eq!((limiter.stripes(), limiter.capacity()), (1_024, 1_024));
+    assert!(limiter.home_stripe() < 1_024);
 }
 
 #[test]
