@@ -23,7 +23,9 @@
 //!
 //! `tollgate_striped_*` is the library's [`StripedLimiter`] (issue #5), the
 //! first prototype made real: it also computes `remaining` (a read of every
-//! stripe after an admission), `retry_after` and `reset_after`.
+//! stripe after an admission), `retry_after` and `reset_after`;
+//! `tollgate_striped_admit_*` is its `admit()`, the same admission
+//! answering only a `bool` (no read of the other stripes).
 //!
 //! Beside them: the same prototypes with one stripe (`*_word`: the same
 //! kernel on one shared word, to tell striping from a lighter kernel),
@@ -107,6 +109,17 @@ impl<C: Clock> Hot for StripedLimiter<C> {
     #[inline]
     fn check(&self) -> bool {
         StripedLimiter::check(self).is_allowed()
+    }
+}
+
+/// [`StripedLimiter::admit`]: the same admission without the `Decision`
+/// (no read of the other stripes).
+struct Admit<C: Clock>(StripedLimiter<C>);
+
+impl<C: Clock> Hot for Admit<C> {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.admit()
     }
 }
 
@@ -574,6 +587,7 @@ fn main() {
         .expect("allow quota");
     let tollgate_monotonic = Limiter::new(Gcra::new(allow).expect("gcra"));
     let tollgate_striped_monotonic = StripedLimiter::new(allow, STRIPES).expect("striped");
+    let tollgate_striped_admit = Admit(StripedLimiter::new(allow, STRIPES).expect("striped"));
     let tollgate_cached = Limiter::with_clock(Gcra::new(allow).expect("gcra"), cached.clone());
     let gcra_word_monotonic =
         StripedGcra::<_, 1>::new(ALLOW_RATE, ALLOW_RATE, MonotonicClock::new());
@@ -621,7 +635,7 @@ fn main() {
 
     // Rounds rotate over every case, each thread count in turn, so that
     // load from the rest of the machine falls on all of them alike.
-    let cases: [(&'static str, &Measure<'_>); 18] = [
+    let cases: [(&'static str, &Measure<'_>); 19] = [
         ("tollgate_gcra_monotonic", &|t| {
             throughput("tollgate", &tollgate_monotonic, true, t, run_for)
         }),
@@ -635,6 +649,15 @@ fn main() {
             throughput(
                 "tollgate striped",
                 &tollgate_striped_monotonic,
+                true,
+                t,
+                run_for,
+            )
+        }),
+        ("tollgate_striped_admit_monotonic", &|t| {
+            throughput(
+                "tollgate striped admit",
+                &tollgate_striped_admit,
                 true,
                 t,
                 run_for,
@@ -745,6 +768,12 @@ fn main() {
         saturated_gcra(
             "tollgate_striped_monotonic",
             || StripedLimiter::new(tight(), STRIPES).expect("striped"),
+            threads,
+            saturated_for,
+        );
+        saturated_gcra(
+            "tollgate_striped_admit_monotonic",
+            || Admit(StripedLimiter::new(tight(), STRIPES).expect("striped")),
             threads,
             saturated_for,
         );

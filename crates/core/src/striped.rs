@@ -289,6 +289,27 @@ impl<C: Clock> StripedLimiter<C> {
         Ok(self.decide(first % self.shared.stripes.len(), cost, true))
     }
 
+    /// Takes one permit as [`check`](StripedLimiter::check) does, and
+    /// answers only whether it did: without the [`Decision`], whose
+    /// `remaining` and `reset_after` read every other stripe after an
+    /// admission. Those lines are being written by their own threads, so
+    /// each read is a cache miss; on the 2-core machine of `BENCHMARKS.md`
+    /// it took most of striping's gain (see "When to use it").
+    pub fn admit(&self) -> bool {
+        self.admit_from(self.home_stripe(), 1)
+    }
+
+    /// Takes `cost` permits as [`check_n`](StripedLimiter::check_n) does,
+    /// and answers only whether it did (see [`admit`](StripedLimiter::admit)).
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](StripedLimiter::check_n).
+    pub fn admit_n(&self, cost: u64) -> Result<bool, CostError> {
+        self.within_capacity(cost)?;
+        Ok(self.admit_from(self.home_stripe(), cost))
+    }
+
     /// What [`check`](StripedLimiter::check) would answer now, without
     /// taking anything.
     pub fn peek(&self) -> Decision {
@@ -377,6 +398,24 @@ impl<C: Clock> StripedLimiter<C> {
         // `remaining`, the largest request one stripe would admit now
         // (below `cost`: the permits left may be spread over stripes).
         Decision::deny(shared.quota.burst(), largest, retry, reset)
+    }
+
+    /// As [`decide`](StripedLimiter::decide) recording, without the decision.
+    fn admit_from(&self, first: usize, cost: u64) -> bool {
+        let shared = &*self.shared;
+        let now = shared.clock.now();
+        let n = shared.stripes.len();
+        let mut i = first;
+        for _ in 0..n {
+            if shared.stripes[i].decide(now, cost, true).is_allowed() {
+                return true;
+            }
+            i += 1;
+            if i == n {
+                i = 0;
+            }
+        }
+        false
     }
 
     /// The admission by stripe `admitting` (its own `decision`), with

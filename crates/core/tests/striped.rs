@@ -251,6 +251,28 @@ fn peeks_and_denials_change_nothing() {
 }
 
 #[test]
+fn admit_takes_what_check_takes() {
+    let clock = ManualClock::new();
+    let q = quota(10, SEC, 7);
+    let checked = striped(q, 3, &clock);
+    let admitted = striped(q, 3, &clock);
+    let costs = [1, 3, 1, 2, 3, 1, 1, 2, 0, 1];
+    for (i, &cost) in costs.iter().cycle().take(200).enumerate() {
+        clock.advance(Duration::from_millis(if i % 3 == 0 { 70 } else { 0 }));
+        let decision = checked.check_n(cost).unwrap();
+        assert_eq!(
+            admitted.admit_n(cost).unwrap(),
+            decision.is_allowed(),
+            "{i}"
+        );
+        assert_eq!(admitted.peek(), checked.peek(), "{i}");
+    }
+    clock.advance(Duration::from_secs(1));
+    assert!(admitted.admit());
+    assert_eq!(admitted.admit_n(4), Err(CostError::new(4, 3)));
+}
+
+#[test]
 fn clones_share_one_state() {
     let clock = ManualClock::new();
     let a = striped(Quota::per_second(4).unwrap(), 2, &clock);
