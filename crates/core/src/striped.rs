@@ -79,21 +79,30 @@
 //! - **`remaining` is approximate under concurrency.** An admission reports
 //!   the sum of what each stripe has left, read one stripe after the other
 //!   right after the admission: a sum of separate reads, not a snapshot.
-//! - **Admissions read every stripe** (for `remaining` and `reset_after`):
-//!   the other stripes' lines are read, not written, so each stays in its
-//!   owner's cache in the shared state rather than bouncing for a
-//!   compare-and-swap.
+//! - **A [`Decision`] reads every stripe.** `remaining` and `reset_after`
+//!   of an admission need the other stripes, whose lines their own threads
+//!   are writing: each read is a cache miss, and it costs most of
+//!   striping's gain (below). [`admit`](StripedLimiter::admit) takes the
+//!   same permits and answers only whether, reading no other stripe.
 //!
 //! # When to use it
 //!
-//! For one direct limiter admitting from several cores at once: on the
-//! 2-core machine of `BENCHMARKS.md` ("Striped mode"), a striped GCRA
-//! prototype ran 4.3× the throughput of one compare-and-swap word at 2
-//! threads, and as fast at 1 thread. Not for keyed limiters, where the
-//! map's bucket lock, shared by every thread on the key, dominates (the
-//! same bench: no gain), and not to speed up denials, which only read and
-//! already scale. Otherwise prefer [`Limiter`](crate::Limiter): exact,
-//! linearizable, and a request may cost the whole burst.
+//! For one direct limiter admitting from several cores at once, checked
+//! with [`admit`](StripedLimiter::admit): on the 2-core machine of
+//! `BENCHMARKS.md` ("Striped mode", `cargo bench -p tollgate --bench
+//! striped`), a striped GCRA prototype ran 4.3× the throughput of one
+//! compare-and-swap word at 2 threads. This type, in the same bench
+//! (`tollgate_striped_*` rows, not yet in `BENCHMARKS.md`): `admit` ran 3.0× a
+//! [`Limiter`](crate::Limiter)'s `check` (26.5 against 79.2 ns per check,
+//! aggregate), but its `check`, which builds the [`Decision`] from every
+//! stripe, only 1.1× to 1.45× (57 to 74 ns), and on 1 thread it is slower
+//! than a `Limiter` (55 to 66 ns against 44 to 62). Not for keyed
+//! limiters, where the map's bucket lock, shared by every thread on the
+//! key, dominates (the same bench: no gain), and not to speed up denials,
+//! which only read and already scale (a striped denial reads every
+//! stripe: about twice a `Limiter`'s). Otherwise prefer
+//! [`Limiter`](crate::Limiter): exact, linearizable, faster on one
+//! thread, and a request may cost the whole burst.
 
 use std::cell::Cell;
 use std::fmt;
