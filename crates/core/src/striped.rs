@@ -15,7 +15,7 @@
 //! `burst % n`), so that the stripes' rates and bursts add up exactly to the
 //! quota's: 10 per second with a burst of 10 over 3 stripes is 4 + 3 + 3 per
 //! second with bursts 4 + 3 + 3. Every stripe needs at least one permit of
-//! each, so `n` may not exceed `min(limit, burst)`.
+//! each, so `n` may not exceed `min(limit, burst)` (nor [`MAX_STRIPES`]).
 //!
 //! # Which stripe
 //!
