@@ -21,6 +21,12 @@
 //!   threads can all read `limit − 1` and all add, so a window admits up to
 //!   `limit + T − 1` (proof at [`StripedWindow`]).
 //!
+//! `tollgate_striped_*` is the library's [`StripedLimiter`] (issue #5), the
+//! first prototype made real: it also computes `remaining` (a read of every
+//! stripe after an admission), `retry_after` and `reset_after`;
+//! `tollgate_striped_admit_*` is its `admit()`, the same admission
+//! answering only a `bool` (no read of the other stripes).
+//!
 //! Beside them: the same prototypes with one stripe (`*_word`: the same
 //! kernel on one shared word, to tell striping from a lighter kernel),
 //! tollgate's `Limiter<Gcra>` (one compare-and-swap word) on the monotonic
@@ -63,7 +69,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use tollgate::{CachedClock, Clock, Gcra, KeyedLimiter, Limiter, MonotonicClock, Quota};
+use tollgate::{
+    CachedClock, Clock, Gcra, KeyedLimiter, Limiter, MonotonicClock, Quota, StripedLimiter,
+};
 
 /// Stripes of the prototypes: one per core of this machine's 2.
 const STRIPES: usize = 2;
@@ -94,6 +102,24 @@ impl<C: Clock> Hot for Limiter<Gcra, C> {
     #[inline]
     fn check(&self) -> bool {
         Limiter::check(self).is_allowed()
+    }
+}
+
+impl<C: Clock> Hot for StripedLimiter<C> {
+    #[inline]
+    fn check(&self) -> bool {
+        StripedLimiter::check(self).is_allowed()
+    }
+}
+
+/// [`StripedLimiter::admit`]: the same admission without the `Decision`
+/// (no read of the other stripes).
+struct Admit<C: Clock>(StripedLimiter<C>);
+
+impl<C: Clock> Hot for Admit<C> {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.admit()
     }
 }
 
@@ -560,6 +586,8 @@ fn main() {
         .and_then(|q| q.with_burst(ALLOW_RATE))
         .expect("allow quota");
     let tollgate_monotonic = Limiter::new(Gcra::new(allow).expect("gcra"));
+    let tollgate_striped_monotonic = StripedLimiter::new(allow, STRIPES).expect("striped");
+    let tollgate_striped_admit = Admit(StripedLimiter::new(allow, STRIPES).expect("striped"));
     let tollgate_cached = Limiter::with_clock(Gcra::new(allow).expect("gcra"), cached.clone());
     let gcra_word_monotonic =
         StripedGcra::<_, 1>::new(ALLOW_RATE, ALLOW_RATE, MonotonicClock::new());
@@ -592,6 +620,12 @@ fn main() {
     // prototype: every stripe's arrival time far in the future).
     let tollgate_deny = Limiter::new(Gcra::new(Quota::per_hour(1).expect("quota")).expect("gcra"));
     assert!(tollgate_deny.check().is_allowed());
+    let tollgate_striped_deny =
+        StripedLimiter::new(Quota::per_hour(STRIPES as u64).expect("quota"), STRIPES)
+            .expect("striped");
+    for _ in 0..STRIPES {
+        assert!(tollgate_striped_deny.check().is_allowed());
+    }
     let gcra_striped_deny = StripedGcra::<_, STRIPES>::exhausted(MonotonicClock::new());
     let governor_deny = governor::RateLimiter::direct(governor::Quota::per_hour(NonZeroU32::MIN));
     assert!(governor_deny.check().is_ok());
@@ -601,7 +635,7 @@ fn main() {
 
     // Rounds rotate over every case, each thread count in turn, so that
     // load from the rest of the machine falls on all of them alike.
-    let cases: [(&'static str, &Measure<'_>); 16] = [
+    let cases: [(&'static str, &Measure<'_>); 19] = [
         ("tollgate_gcra_monotonic", &|t| {
             throughput("tollgate", &tollgate_monotonic, true, t, run_for)
         }),
@@ -610,6 +644,24 @@ fn main() {
         }),
         ("gcra_striped_monotonic", &|t| {
             throughput("striped", &gcra_striped_monotonic, true, t, run_for)
+        }),
+        ("tollgate_striped_monotonic", &|t| {
+            throughput(
+                "tollgate striped",
+                &tollgate_striped_monotonic,
+                true,
+                t,
+                run_for,
+            )
+        }),
+        ("tollgate_striped_admit_monotonic", &|t| {
+            throughput(
+                "tollgate striped admit",
+                &tollgate_striped_admit,
+                true,
+                t,
+                run_for,
+            )
         }),
         ("window_word_monotonic", &|t| {
             throughput("window", &window_word, true, t, run_for)
@@ -643,6 +695,15 @@ fn main() {
         }),
         ("gcra_striped_monotonic_deny", &|t| {
             throughput("striped deny", &gcra_striped_deny, false, t, run_for)
+        }),
+        ("tollgate_striped_monotonic_deny", &|t| {
+            throughput(
+                "tollgate striped deny",
+                &tollgate_striped_deny,
+                false,
+                t,
+                run_for,
+            )
         }),
         ("governor_quanta_deny", &|t| {
             throughput("governor deny", &governor_deny, false, t, run_for)
@@ -701,6 +762,18 @@ fn main() {
         saturated_gcra(
             "gcra_striped_monotonic",
             || StripedGcra::<_, STRIPES>::new(TIGHT_RATE, TIGHT_BURST, MonotonicClock::new()),
+            threads,
+            saturated_for,
+        );
+        saturated_gcra(
+            "tollgate_striped_monotonic",
+            || StripedLimiter::new(tight(), STRIPES).expect("striped"),
+            threads,
+            saturated_for,
+        );
+        saturated_gcra(
+            "tollgate_striped_admit_monotonic",
+            || Admit(StripedLimiter::new(tight(), STRIPES).expect("striped")),
             threads,
             saturated_for,
         );

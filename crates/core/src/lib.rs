@@ -17,6 +17,9 @@
 //! - **[`KeyedLimiter`]**: one state per key (`check(&key)`), per-key quotas
 //!   that can change live, idle keys dropped by themselves, a hard cap on
 //!   keys; see [`keyed`].
+//! - **[`StripedLimiter`]**: one very hot GCRA limiter split over several
+//!   cache-padded words, for admissions from several cores at once; never
+//!   over-admits, but is not linearizable.
 //! - **[`AllOf`]**: several limits on one state, all-or-nothing.
 //! - **charge**: [`Limiter::charge_n`] / [`KeyedLimiter::charge_n`] record a
 //!   cost learnt after the fact (bytes sent, tokens generated), whether or
@@ -75,6 +78,7 @@ pub mod quota;
 pub mod sampler;
 pub mod shaper;
 pub mod store;
+pub mod striped;
 mod sync;
 pub mod wait;
 
@@ -89,6 +93,7 @@ pub use keyed::{DefaultKeyedLimiter, KeyedBuilder, KeyedLimiter, KeyedStats};
 pub use limiter::{DefaultLimiter, Limiter};
 pub use quota::{Quota, QuotaError};
 pub use shaper::{Refusal, Reservation, Shaper, ShaperBuilder};
+pub use striped::StripedLimiter;
 
 /// The README's tour, compiled and run as a doctest so that it stays true.
 #[cfg(doctest)]
