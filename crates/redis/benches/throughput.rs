@@ -15,6 +15,7 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+use support::Connect as _;
 
 use std::process::Command;
 use std::sync::Arc;

@@ -11,6 +11,7 @@
 //! timeouts or reconnects).
 
 mod support;
+use support::Connect as _;
 
 use std::time::{Duration, Instant};
 

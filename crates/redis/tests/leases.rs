@@ -3,6 +3,7 @@
 
 mod scenarios;
 mod support;
+use support::Connect as _;
 
 use std::time::{Duration, Instant};
 

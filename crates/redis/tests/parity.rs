@@ -4,6 +4,7 @@
 //! GCRA, fixed window and sliding window (sliding log is not on Redis).
 
 mod support;
+use support::Connect as _;
 
 use std::time::Duration;
 

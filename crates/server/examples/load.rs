@@ -188,45 +188,6 @@ async fn collect(
     report
 }
 
-/// A `redis-server` of our own on a free loopback port, killed on drop.
-struct OwnRedis {
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl OwnRedis {
-    fn start() -> Result<(OwnRedis, String), Box<dyn std::error::Error>> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let dir = tempfile::tempdir()?;
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start redis-server: {e}"))?;
-        let own = OwnRedis { child, _dir: dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                return Err("redis-server did not start".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok((own, format!("redis://127.0.0.1:{port}")))
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The sum of a counter's samples whose labels contain `label`.
 fn counter_sum(metrics: &str, name: &str, label: &str) -> f64 {
     metrics
@@ -245,7 +206,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_own, redis_url) = match backend.as_str() {
         "memory" => (None, None),
         "redis" => {
-            let (own, url) = OwnRedis::start()?;
+            // Its own redis-server on a free loopback port, killed on exit.
+            let own = tollgate_testkit::RedisServer::start();
+            let url = own.url();
             (Some(own), Some(url))
         }
         url if url.starts_with("redis://") => (None, Some(url.to_owned())),

@@ -4,62 +4,22 @@
 
 mod support;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use support::{from_peer, header, ok_service, send};
 use tollgate::{Gcra, Quota};
 use tollgate_redis::{FailurePolicy, Options, Redis, RedisLimiter};
+use tollgate_testkit::RedisServer;
 use tollgate_tower::{PeerIp, RateLimitLayer};
 use tower::Layer;
 
-/// A `redis-server` without persistence, killed on drop.
-struct Server {
-    port: u16,
-    child: Child,
-}
-
-impl Server {
-    fn start() -> Server {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts (installed by .ci/deps)");
-        let server = Server { port, child };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_decides_per_client_and_the_failure_policy_answers_when_it_is_gone() {
-    let mut server = Server::start();
-    let redis = Redis::connect(
-        &format!("redis://127.0.0.1:{}", server.port),
-        &Options::default(),
-    )
-    .await
-    .expect("connects");
+    let mut server = RedisServer::start();
+    let redis = Redis::connect(&server.url(), &Options::default())
+        .await
+        .expect("connects");
     // Two per minute per client; Redis gone: deny.
     let limiter = RedisLimiter::builder(redis, "tower-test")
         .limit(Gcra::new(Quota::per_minute(2).unwrap()).unwrap())
@@ -92,8 +52,7 @@ async fn redis_decides_per_client_and_the_failure_policy_answers_when_it_is_gone
 
     // Redis gone: the limiter's policy (fail closed) answers within its
     // deadline, as a 429, not an outage.
-    let _ = server.child.kill();
-    let _ = server.child.wait();
+    server.kill();
     let started = Instant::now();
     let closed = send(&mut service, request("192.0.2.3")).await;
     assert_eq!(closed.status(), StatusCode::TOO_MANY_REQUESTS);

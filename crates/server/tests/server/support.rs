@@ -190,177 +190,22 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A real `redis-server` on a free loopback port (no persistence), killed
-/// on drop; copied from `tollgate-redis`'s test support.
-pub struct RedisServer {
-    pub port: u16,
-    child: Option<std::process::Child>,
-    dir: tempfile::TempDir,
-    cluster: bool,
+pub use tollgate_testkit::{RedisCluster, RedisServer};
+
+/// A `backend:` section of the server's configuration on a test Redis.
+pub trait BackendSection {
+    /// The section, with `extra` lines (each indented by two spaces).
+    fn backend(&self, extra: &str) -> String;
 }
 
-fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-impl RedisServer {
-    /// A fresh server on a free port, answering PING.
-    pub fn start() -> RedisServer {
-        RedisServer::start_as(false)
-    }
-
-    /// A fresh server on a free port, in cluster mode if `cluster`.
-    fn start_as(cluster: bool) -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let mut server = RedisServer {
-            port,
-            child: None,
-            dir: tempfile::tempdir().expect("tempdir"),
-            cluster,
-        };
-        server.spawn();
-        server
-    }
-
-    fn spawn(&mut self) {
-        let mut command = std::process::Command::new("redis-server");
-        command
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--dir", self.dir.path().to_str().expect("utf-8 temp dir")])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        if self.cluster {
-            command
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--cluster-node-timeout", "2000"]);
-        }
-        let child = command
-            .spawn()
-            .expect("redis-server is installed (see .ci/deps)");
-        self.child = Some(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while redis_cli(self.port, &["PING"]).as_deref() != Some("PONG") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "redis-server on {} did not start",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// `redis-cli` against this server.
-    pub fn cli(&self, args: &[&str]) -> String {
-        redis_cli(self.port, args).unwrap_or_default()
-    }
-
-    /// Every key matching `pattern`.
-    pub fn keys(&self, pattern: &str) -> Vec<String> {
-        let out = self.cli(&["--scan", "--pattern", pattern]);
-        out.lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect()
-    }
-
-    /// Sends `signal` (`-STOP`, `-CONT`) through the shell's `kill`.
-    pub fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let status = std::process::Command::new("sh")
-            .args(["-c", &format!("kill {signal} {pid}")])
-            .status()
-            .expect("sh");
-        assert!(status.success());
-    }
-
-    /// Kills the process (SIGKILL) and waits for it.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts it again on the same port (empty: no persistence).
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    /// A `backend:` section on this server with `extra` lines (each
-    /// indented by two spaces).
-    pub fn backend(&self, extra: &str) -> String {
+impl BackendSection for RedisServer {
+    fn backend(&self, extra: &str) -> String {
         format!("backend:\n  redis: {}\n{extra}", self.url())
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            // A stopped process must be resumed to die cleanly.
-            self.signal("-CONT");
-        }
-        self.kill();
-    }
-}
-
-/// A 3-master Redis Cluster, no replicas (as `tollgate-redis`'s tests make).
-pub struct RedisCluster {
-    pub nodes: Vec<RedisServer>,
-}
-
-impl RedisCluster {
-    pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_as(true)).collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let status = std::process::Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("redis-cli");
-        assert!(status.success(), "redis-cli --cluster create failed");
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        for node in &nodes {
-            while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "cluster did not become ok"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        RedisCluster { nodes }
-    }
-
-    /// A `backend:` section on this cluster.
-    pub fn backend(&self, extra: &str) -> String {
-        let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
-        format!("backend:\n  cluster: [{}]\n{extra}", urls.join(", "))
+impl BackendSection for RedisCluster {
+    fn backend(&self, extra: &str) -> String {
+        format!("backend:\n  cluster: [{}]\n{extra}", self.urls().join(", "))
     }
 }
