@@ -40,6 +40,10 @@
 //! implementation; `scripts/bench` puts them in `BENCHMARKS.md`. Without
 //! `--bench` (`cargo test --all-targets`) it is a smoke test on 10,000 keys.
 
+#[path = "shared/mod.rs"]
+mod shared;
+use shared::thread_cpu_ns;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Barrier;
@@ -222,17 +226,6 @@ fn assert_reclaimed<S: Subject>(subject: &S, keys: u64, removed: Option<usize>) 
 fn histogram() -> Histogram<u64> {
     // 1 ns to 100 s, 3 significant digits.
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("histogram")
-}
-
-/// Nanoseconds the calling thread has spent on a CPU
-/// (`/proc/thread-self/schedstat`; `None` where there is none).
-fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Checks hot keys until `stop` is set (or `until` has passed), recording

@@ -61,6 +61,10 @@
 //! measurement; `scripts/bench` puts them in `BENCHMARKS.md`. Without
 //! `--bench` (`cargo test --all-targets`) it is a short smoke test.
 
+#[path = "shared/mod.rs"]
+mod shared;
+use shared::thread_cpu_ns;
+
 use std::cell::Cell;
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -371,17 +375,6 @@ impl<C: Clock, const N: usize> Hot for StripedWindow<C, N> {
     fn check(&self) -> bool {
         self.check_window().1
     }
-}
-
-/// Nanoseconds the calling thread has spent on a CPU
-/// (`/proc/thread-self/schedstat`; `None` where there is none).
-fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// What one run measured.

@@ -41,12 +41,12 @@
 mod support;
 use support::algorithms::{fixed, gcra, log, wheel};
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::recording::{RecordingClock, take_reading};
 use support::window::{Bound, Guaranteed, Report};
 use tollgate::{
     Algorithm, Clock, FixedWindow, Gcra, Limiter, ManualClock, Nanos, SlidingLog, SlidingWindow,
@@ -226,46 +226,6 @@ fn frozen_clock_sliding_window_admits_exactly_the_limit() {
 // ---------------------------------------------------------------------------
 // Moving clock: the window bounds over every admission
 // ---------------------------------------------------------------------------
-
-thread_local! {
-    /// The last reading this thread's [`RecordingClock`] returned.
-    static READING: Cell<Option<u64>> = const { Cell::new(None) };
-    /// Readings this thread has taken, to yield after some of them.
-    static READINGS: Cell<u64> = const { Cell::new(0) };
-}
-
-/// A [`ManualClock`] that remembers, per thread, the reading it gave: the
-/// `now` of the decision the limiter is about to take on this thread.
-///
-/// With `yield_every = k > 0`, every `k`-th reading on a thread yields the
-/// processor before returning, as a preemption between the limiter's clock
-/// reading and its decision would: other threads then decide, and the clock
-/// moves, while this reading waits.
-#[derive(Clone, Debug)]
-struct RecordingClock {
-    clock: ManualClock,
-    yield_every: u64,
-}
-
-impl Clock for RecordingClock {
-    fn now(&self) -> Nanos {
-        let now = self.clock.now();
-        READING.set(Some(now.as_u64()));
-        let readings = READINGS.get() + 1;
-        READINGS.set(readings);
-        if self.yield_every > 0 && readings % self.yield_every == 0 {
-            thread::yield_now();
-        }
-        now
-    }
-}
-
-/// The reading the last decision on this thread used.
-fn take_reading() -> u64 {
-    READING
-        .take()
-        .expect("the limiter reads the clock once per decision")
-}
 
 /// One moving-clock scenario.
 struct Scenario<A> {

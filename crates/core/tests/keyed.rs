@@ -45,6 +45,7 @@ use std::sync::{Arc, Barrier, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::recording::{RecordingClock, take_reading};
 use support::window::Guaranteed;
 use tollgate::{
     Algorithm, AllOf, Carry, Clock, ClockSource, Decision, FixedWindow, Gcra, KeyedBuilder,
@@ -945,23 +946,6 @@ fn sweeping_while_checking_loses_no_update_sliding_window() {
     sweeping_all("sliding window 3/100ms, 4 slots", wheel(3, 100 * MS, 4));
 }
 
-thread_local! {
-    /// The last reading this thread's [`RecordingClock`] returned.
-    static READING: Cell<Option<u64>> = const { Cell::new(None) };
-}
-
-/// A [`ManualClock`] that remembers, per thread, the last reading it gave.
-#[derive(Clone, Debug)]
-struct RecordingClock(ManualClock);
-
-impl Clock for RecordingClock {
-    fn now(&self) -> Nanos {
-        let now = self.0.now();
-        READING.set(Some(now.as_u64()));
-        now
-    }
-}
-
 const MOVING_KEYS: u64 = 4;
 const MOVING_WORKERS: usize = 3;
 const MOVING_STEPS: u64 = 20_000;
@@ -978,7 +962,7 @@ fn moving_with_sweeps<A: Algorithm + Clone + Guaranteed>(name: &str, algorithm: 
     let started = Instant::now();
     let clock = ManualClock::starting_at(Nanos::new(50 * SEC));
     let limiter: KeyedLimiter<u64, A> = KeyedLimiter::builder(algorithm.clone())
-        .clock(ClockSource::custom(RecordingClock(clock.clone())))
+        .clock(ClockSource::custom(RecordingClock::new(clock.clone())))
         .sweep_every(None)
         .build();
     let gate = RwLock::new(());
@@ -1008,7 +992,7 @@ fn moving_with_sweeps<A: Algorithm + Clone + Guaranteed>(name: &str, algorithm: 
                         let key = half * MOVING_KEYS / 2 + i % (MOVING_KEYS / 2);
                         let guard = gate.read().expect("gate");
                         let decision = limiter.check(&key);
-                        let now = READING.take().expect("the limiter read the clock");
+                        let now = take_reading();
                         drop(guard);
                         if decision.is_allowed() {
                             admitted[key as usize].push((now, 1));

@@ -10,7 +10,6 @@
 
 mod support;
 
-use std::cell::Cell;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -18,6 +17,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::model::{Expected, GcraModel, Model};
+use support::recording::{RecordingClock, take_reading};
 use support::window::{Bound, Guarantee};
 use tollgate::{
     Algorithm, Clock, CostError, ManualClock, Nanos, Quota, QuotaError, StripedLimiter,
@@ -493,31 +493,6 @@ fn frozen_clock_threads_admit_exactly_the_burst() {
     }
 }
 
-thread_local! {
-    /// The last reading this thread's [`RecordingClock`] gave.
-    static READING: Cell<Option<u64>> = const { Cell::new(None) };
-    static READINGS: Cell<u64> = const { Cell::new(0) };
-}
-
-/// A [`ManualClock`] that remembers, per thread, the reading the limiter is
-/// about to decide at, and yields the processor after every third reading,
-/// as a preemption between reading and deciding would.
-#[derive(Clone, Debug)]
-struct RecordingClock(ManualClock);
-
-impl Clock for RecordingClock {
-    fn now(&self) -> Nanos {
-        let now = self.0.now();
-        READING.set(Some(now.as_u64()));
-        let readings = READINGS.get() + 1;
-        READINGS.set(readings);
-        if readings % 3 == 0 {
-            thread::yield_now();
-        }
-        now
-    }
-}
-
 /// Workers hammer one striped limiter while the main thread moves the clock
 /// in small steps; every admission is recorded at the reading its decision
 /// used and checked against `burst + rate·t` over every interval. Every
@@ -525,8 +500,16 @@ impl Clock for RecordingClock {
 /// `tests/concurrency.rs`), so no gate is needed.
 fn moving_hammer(q: Quota, stripes: usize, workers: usize, costs: &'static [u64], max_step: u64) {
     let clock = ManualClock::starting_at(Nanos::new(7 * SEC));
-    let limiter = StripedLimiter::with_clock(q, stripes, RecordingClock(clock.clone()))
-        .expect("valid striped limiter");
+    let limiter = StripedLimiter::with_clock(
+        q,
+        stripes,
+        RecordingClock {
+            clock: clock.clone(),
+            // A preemption between reading and deciding, now and then.
+            yield_every: 3,
+        },
+    )
+    .expect("valid striped limiter");
     let done = AtomicBool::new(false);
     let barrier = Barrier::new(workers + 1);
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15 ^ (workers as u64) << 8 ^ stripes as u64;
@@ -548,7 +531,7 @@ fn moving_hammer(q: Quota, stripes: usize, workers: usize, costs: &'static [u64]
                         } else {
                             limiter.check_n(cost).expect("within capacity")
                         };
-                        let now = READING.take().expect("one reading per decision");
+                        let now = take_reading();
                         if decision.is_allowed() {
                             admitted.push((now, cost));
                         }
