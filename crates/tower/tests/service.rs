@@ -870,25 +870,41 @@ fn sized_service(
 type ChunkStream =
     futures_util::stream::Iter<std::vec::IntoIter<Result<http_body::Frame<Bytes>, Infallible>>>;
 
-#[tokio::test(start_paused = true)]
-async fn settle_charges_the_bytes_sent_above_the_reservation() {
-    let clock = ManualClock::new();
-    // 100 KiB per second, bursts of 20 KiB: one permit (1 KiB) every 10 ms.
+/// A per-client layer that settles one permit per KiB sent: 100 KiB per
+/// second, bursts of 20 KiB (one permit every 10 ms).
+fn settled_per_kib(
+    clock: &ManualClock,
+) -> (
+    KeyedLimiter<IpAddr>,
+    RateLimitLayer<PeerIp, KeyedLimiter<IpAddr>>,
+) {
     let limiter = per_ip(
         Quota::per_second(100).unwrap().with_burst(20).unwrap(),
-        &clock,
+        clock,
     );
     let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
         .settle(settle::by_body_bytes(NonZeroU64::new(1024).unwrap()))
         .build();
+    (limiter, layer)
+}
+
+/// A request from client 192.0.2.1 through `service`.
+async fn from_client<S, B>(service: &mut S) -> Response<B>
+where
+    S: Service<Request<String>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    send(service, from_peer("192.0.2.1").body(String::new()).unwrap()).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn settle_charges_the_bytes_sent_above_the_reservation() {
+    let clock = ManualClock::new();
+    let (limiter, layer) = settled_per_kib(&clock);
     let mut service = layer.layer(sized_service(10 * 1024, 0));
     let peer = ip("192.0.2.1");
 
-    let response = send(
-        &mut service,
-        from_peer("192.0.2.1").body(String::new()).unwrap(),
-    )
-    .await;
+    let response = from_client(&mut service).await;
     assert_eq!(response.status(), StatusCode::OK);
     // Admitted on the reservation: 1 of 20 taken so far.
     assert_eq!(limiter.peek(&peer).remaining(), 18);
@@ -897,30 +913,18 @@ async fn settle_charges_the_bytes_sent_above_the_reservation() {
     assert_eq!(limiter.peek(&peer).remaining(), 9);
 
     // The second response empties the bucket.
-    let second = send(
-        &mut service,
-        from_peer("192.0.2.1").body(String::new()).unwrap(),
-    )
-    .await;
+    let second = from_client(&mut service).await;
     body(second).await;
     assert_eq!(limiter.peek(&peer).retry_after(), Duration::from_millis(10));
     // 10 ms later one permit is back: the third request is admitted on it,
     // and its 10 KiB push the bucket 9 permits into debt (a charge is never
     // refused) ...
     clock.advance(Duration::from_millis(10));
-    let third = send(
-        &mut service,
-        from_peer("192.0.2.1").body(String::new()).unwrap(),
-    )
-    .await;
+    let third = from_client(&mut service).await;
     assert_eq!(third.status(), StatusCode::OK);
     body(third).await;
     // ... which the client waits out at the quota's rate: 10 × 10 ms.
-    let denied = send(
-        &mut service,
-        from_peer("192.0.2.1").body(String::new()).unwrap(),
-    )
-    .await;
+    let denied = from_client(&mut service).await;
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
         limiter.peek(&peer).retry_after(),
@@ -931,21 +935,11 @@ async fn settle_charges_the_bytes_sent_above_the_reservation() {
 #[tokio::test(start_paused = true)]
 async fn a_body_dropped_unfinished_pays_for_what_was_sent_and_a_rejection_for_nothing() {
     let clock = ManualClock::new();
-    let limiter = per_ip(
-        Quota::per_second(100).unwrap().with_burst(20).unwrap(),
-        &clock,
-    );
-    let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
-        .settle(settle::by_body_bytes(NonZeroU64::new(1024).unwrap()))
-        .build();
+    let (limiter, layer) = settled_per_kib(&clock);
     let mut service = layer.layer(sized_service(10 * 1024, 0));
     let peer = ip("192.0.2.1");
 
-    let response = send(
-        &mut service,
-        from_peer("192.0.2.1").body(String::new()).unwrap(),
-    )
-    .await;
+    let response = from_client(&mut service).await;
     let mut body_stream = response.into_body();
     // Three chunks of ten read, then the client goes away.
     for _ in 0..3 {
@@ -966,11 +960,7 @@ async fn a_body_dropped_unfinished_pays_for_what_was_sent_and_a_rejection_for_no
 
     // A response never read at all (dropped with its headers) costs its
     // reservation only: no byte was sent.
-    let unread = send(
-        &mut service,
-        from_peer("192.0.2.1").body(String::new()).unwrap(),
-    )
-    .await;
+    let unread = from_client(&mut service).await;
     drop(unread);
     assert_eq!(limiter.peek(&peer).remaining(), 15);
 
@@ -981,11 +971,7 @@ async fn a_body_dropped_unfinished_pays_for_what_was_sent_and_a_rejection_for_no
         .build();
     let mut service = layer.layer(sized_service(0, 0));
     assert!(empty.check(&peer).is_allowed());
-    let rejected = send(
-        &mut service,
-        from_peer("192.0.2.1").body(String::new()).unwrap(),
-    )
-    .await;
+    let rejected = from_client(&mut service).await;
     assert_eq!(rejected.status(), StatusCode::TOO_MANY_REQUESTS);
     body(rejected).await;
 }
