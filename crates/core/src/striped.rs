@@ -110,7 +110,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::algorithm::Gcra;
+use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::decision::{CostError, Decision};
 use crate::quota::{Quota, QuotaError};
@@ -161,8 +161,6 @@ pub struct StripedLimiter<C: Clock = MonotonicClock> {
 struct Shared<C> {
     quota: Quota,
     clock: C,
-    /// The largest stripe's burst: the most one request may cost.
-    capacity: u64,
     /// `⌊2^64 / stripes⌋ + 1` (wrapping): a thread's stripe is its ticket
     /// modulo the number of stripes, by [`fastmod`] without a division.
     modulus: u64,
@@ -256,8 +254,6 @@ impl<C: Clock> StripedLimiter<C> {
             shared: Arc::new(Shared {
                 quota,
                 clock,
-                // The first stripe's burst is the largest (`⌈burst / n⌉`).
-                capacity: share(quota.burst(), 0),
                 modulus: (u64::MAX / n).wrapping_add(1),
                 stripes,
             }),
@@ -355,7 +351,8 @@ impl<C: Clock> StripedLimiter<C> {
     /// The most one request may cost: the largest stripe's burst,
     /// `⌈burst / stripes⌉`.
     pub fn capacity(&self) -> u64 {
-        self.shared.capacity
+        // The first stripe's burst is the largest (`⌈burst / n⌉`).
+        self.shared.stripes[0].gcra.capacity()
     }
 
     /// The clock.
@@ -373,10 +370,18 @@ impl<C: Clock> StripedLimiter<C> {
     }
 
     fn within_capacity(&self, cost: u64) -> Result<(), CostError> {
-        if cost > self.shared.capacity {
-            return Err(CostError::new(cost, self.shared.capacity));
+        let capacity = self.capacity();
+        if cost > capacity {
+            return Err(CostError::new(cost, capacity));
         }
         Ok(())
+    }
+
+    /// The stripes in the order a request starting at `first` tries them:
+    /// `first`, `first + 1`, … wrapping at the last (without a division).
+    fn order(&self, first: usize) -> impl Iterator<Item = usize> {
+        let n = self.shared.stripes.len();
+        (first..n).chain(0..first)
     }
 
     /// Tries stripe `first`, then the others in order; admits on the first
@@ -384,20 +389,13 @@ impl<C: Clock> StripedLimiter<C> {
     fn decide(&self, first: usize, cost: u64, record: bool) -> Decision {
         let shared = &*self.shared;
         let now = shared.clock.now();
-        let n = shared.stripes.len();
         let mut retry = u64::MAX;
         let mut reset = 0;
         let mut largest = 0;
-        // `first`, `first + 1`, … wrapping at `n`, without a division.
-        let mut i = first;
-        for _ in 0..n {
+        for i in self.order(first) {
             let decision = shared.stripes[i].decide(now, cost, record);
             if decision.is_allowed() {
                 return self.admitted(i, now, decision);
-            }
-            i += 1;
-            if i == n {
-                i = 0;
             }
             retry = retry.min(nanos(decision.retry_after()));
             reset = reset.max(nanos(decision.reset_after()));
@@ -413,18 +411,8 @@ impl<C: Clock> StripedLimiter<C> {
     fn admit_from(&self, first: usize, cost: u64) -> bool {
         let shared = &*self.shared;
         let now = shared.clock.now();
-        let n = shared.stripes.len();
-        let mut i = first;
-        for _ in 0..n {
-            if shared.stripes[i].decide(now, cost, true).is_allowed() {
-                return true;
-            }
-            i += 1;
-            if i == n {
-                i = 0;
-            }
-        }
-        false
+        self.order(first)
+            .any(|i| shared.stripes[i].decide(now, cost, true).is_allowed())
     }
 
     /// The admission by stripe `admitting` (its own `decision`), with
