@@ -24,10 +24,31 @@
 //!   `X-Forwarded-For` by default, RFC 7239 `Forwarded`, or `X-Real-IP`
 //!   ([`ProxyHeader`]). Several header lines are one list, in order
 //!   (RFC 9110 §5.3); empty list elements are skipped.
+//! - **`Forwarded` is split from the right too**, element by element, on
+//!   commas outside quoted strings, each line scanned from its right end.
+//!   What a client writes is a prefix; what a trusted proxy appends
+//!   (`, for=192.0.2.7`) is a well-formed suffix, read the same whatever
+//!   the prefix holds: a quote the client leaves open (`for="x`) reaches
+//!   at most to the left end of its line, so it makes the client's own
+//!   element unreadable and never swallows an element a proxy appended.
+//! - **The walk is lazy:** it costs the hops walked, not the header's
+//!   length. `X-Forwarded-For` entries and `Forwarded` elements are read
+//!   one at a time from the right, and a `Forwarded` element longer than
+//!   1 KiB (empty elements on the way included) is unreadable.
 //! - **Unreadable or too many hops stop the walk** at the last address
 //!   read, which a trusted hop vouched for: garbage, `unknown`, obfuscated
 //!   identifiers (`_hidden`), entries over 64 bytes, or more than
 //!   [`max_hops`](ClientIp::max_hops) trusted hops.
+//! - **A trusted peer that vouches for no client** (no header, an
+//!   unreadable entry before any untrusted one, `max_hops` reached)
+//!   leaves only a trusted proxy's address. By default the request is
+//!   keyed by it ([`Unvouched::LastProxy`]): the proxy's own requests
+//!   (health checks) get a bucket, and so does everything that proxy
+//!   forwards without a readable entry: one bucket shared by all of them.
+//!   [`ClientIp::unvouched`]`(`[`Unvouched::MissingKey`]`)` makes it a
+//!   missing key instead, answered by the layer's
+//!   [`OnMissingKey`](crate::OnMissingKey) (`400` by default) or taken
+//!   over by an [`Or`](crate::Or) fallback.
 //! - **Addresses are canonical:** IPv4-mapped IPv6 (`::ffff:192.0.2.1`) is
 //!   IPv4, zone identifiers (`fe80::1%eth0`) and ports are dropped, before
 //!   matching trusted networks and before keying.
@@ -38,9 +59,9 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-use http::HeaderMap;
 use http::header::{FORWARDED, HeaderName};
 use http::request::Parts;
+use http::{HeaderMap, HeaderValue};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::key::{KeyError, KeyExtractor};
@@ -202,6 +223,39 @@ pub enum ProxyHeader {
     XRealIp,
 }
 
+/// What [`ClientIp`] does when a trusted peer vouches for no client: it
+/// sent no proxy header, the entry it appended is unreadable (`unknown`, an
+/// obfuscated `_hidden`, garbage), or the walk met
+/// [`max_hops`](ClientIp::max_hops) trusted hops.
+///
+/// There is then no client address to key by: only the address of the
+/// last trusted proxy reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unvouched {
+    /// Key the request by that proxy's address. Every such request through
+    /// the same proxy then shares one bucket: right for the proxy's own
+    /// requests (health checks), and harmless for a proxy that always
+    /// appends, but a proxy that forwards some requests without a readable
+    /// entry puts all of those clients in one bucket. The default.
+    #[default]
+    LastProxy,
+    /// Treat the key as missing ([`KeyErrorKind::Missing`](crate::KeyErrorKind)):
+    /// the layer answers as [`OnMissingKey`](crate::OnMissingKey) says
+    /// (`400` by default), and [`Or`](crate::Or) falls back to its second
+    /// extractor.
+    MissingKey,
+}
+
+/// Where a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    /// An address a trusted hop vouched for (or the untrusted peer).
+    Client(IpAddr),
+    /// A trusted proxy that vouched for no client.
+    Unvouched(IpAddr),
+}
+
 /// The client's address behind trusted reverse proxies.
 ///
 /// ```
@@ -222,6 +276,7 @@ pub struct ClientIp<T = DefaultConnectionAddr> {
     header: ProxyHeader,
     max_hops: usize,
     ipv6_prefix: u8,
+    unvouched: Unvouched,
     addr: PhantomData<fn() -> T>,
 }
 
@@ -234,6 +289,7 @@ impl ClientIp {
             header: ProxyHeader::default(),
             max_hops: DEFAULT_MAX_HOPS,
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            unvouched: Unvouched::default(),
             addr: PhantomData,
         }
     }
@@ -270,6 +326,7 @@ impl<T> ClientIp<T> {
             header: self.header,
             max_hops: self.max_hops,
             ipv6_prefix: self.ipv6_prefix,
+            unvouched: self.unvouched,
             addr: PhantomData,
         }
     }
@@ -285,6 +342,14 @@ impl<T> ClientIp<T> {
     /// By default, 16.
     pub fn max_hops(mut self, max_hops: usize) -> ClientIp<T> {
         self.max_hops = max_hops;
+        self
+    }
+
+    /// What a request is keyed by when a trusted peer vouches for no
+    /// client (see [`Unvouched`]). By default, [`Unvouched::LastProxy`]:
+    /// the last trusted proxy's address.
+    pub fn unvouched(mut self, unvouched: Unvouched) -> ClientIp<T> {
+        self.unvouched = unvouched;
         self
     }
 
@@ -304,14 +369,33 @@ impl<T> ClientIp<T> {
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
-    /// The client's full address, given the peer's and the headers.
+    /// The client's full address, given the peer's and the headers; when a
+    /// trusted proxy vouches for no client, the last trusted address (see
+    /// [`Unvouched::LastProxy`]), whatever [`unvouched`](Self::unvouched)
+    /// says.
     pub fn client_of(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        match self.find(peer, headers) {
+            Found::Client(ip) | Found::Unvouched(ip) => ip,
+        }
+    }
+
+    /// The client's full address, given the peer's and the headers, or
+    /// `None` when a trusted proxy vouches for no client (see
+    /// [`Unvouched`]).
+    pub fn vouched_client_of(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
+        match self.find(peer, headers) {
+            Found::Client(ip) => Some(ip),
+            Found::Unvouched(_) => None,
+        }
+    }
+
+    fn find(&self, peer: IpAddr, headers: &HeaderMap) -> Found {
         let peer = peer.to_canonical();
         if !self.is_trusted(peer) {
-            return peer;
+            return Found::Client(peer);
         }
         match self.header {
-            ProxyHeader::XRealIp => real_ip(headers).unwrap_or(peer),
+            ProxyHeader::XRealIp => real_ip(headers).map_or(Found::Unvouched(peer), Found::Client),
             ProxyHeader::XForwardedFor => {
                 let hops = headers
                     .get_all(X_FORWARDED_FOR)
@@ -323,28 +407,39 @@ impl<T> ClientIp<T> {
                 self.walk(peer, hops)
             }
             ProxyHeader::Forwarded => {
-                let elements: Vec<Option<IpAddr>> = headers
+                let lines = headers
                     .get_all(FORWARDED)
                     .iter()
-                    .flat_map(|line| forwarded_for(line.as_bytes()))
-                    .collect();
-                self.walk(peer, elements.into_iter().rev())
+                    .rev()
+                    .map(HeaderValue::as_bytes);
+                self.walk(peer, ForwardedHops::new(lines))
             }
         }
     }
 
     /// Steps left from the trusted `peer` over `hops` (right to left, `None`
     /// for an unreadable one) while they are trusted.
-    fn walk(&self, peer: IpAddr, hops: impl Iterator<Item = Option<IpAddr>>) -> IpAddr {
+    fn walk(&self, peer: IpAddr, hops: impl Iterator<Item = Option<IpAddr>>) -> Found {
+        let mut hops = hops.peekable();
         let mut client = peer;
-        for hop in hops.take(self.max_hops) {
+        let mut walked = 0;
+        while let Some(hop) = hops.next_if(|hop| hop.is_some() && walked < self.max_hops) {
             let Some(hop) = hop else { break };
+            walked += 1;
             client = hop;
             if !self.is_trusted(hop) {
-                break;
+                return Found::Client(hop);
             }
         }
-        client
+        if walked > 0 && hops.peek().is_none() {
+            // The leftmost entry, trusted, written by the trusted hop to its
+            // right: a client inside the trusted networks.
+            Found::Client(client)
+        } else {
+            // No entry, an unreadable one, or `max_hops` reached: the walk
+            // stopped on a trusted proxy.
+            Found::Unvouched(client)
+        }
     }
 }
 
@@ -355,6 +450,7 @@ impl<T> Clone for ClientIp<T> {
             header: self.header,
             max_hops: self.max_hops,
             ipv6_prefix: self.ipv6_prefix,
+            unvouched: self.unvouched,
             addr: PhantomData,
         }
     }
@@ -367,6 +463,7 @@ impl<T> fmt::Debug for ClientIp<T> {
             .field("header", &self.header)
             .field("max_hops", &self.max_hops)
             .field("ipv6_prefix", &self.ipv6_prefix)
+            .field("unvouched", &self.unvouched)
             .finish()
     }
 }
@@ -376,7 +473,14 @@ impl<T: ConnectionAddr> KeyExtractor for ClientIp<T> {
 
     fn extract(&self, request: &Parts) -> Result<IpAddr, KeyError> {
         let peer = peer_ip::<T>(request)?;
-        let client = self.client_of(peer, &request.headers);
+        let client = match (self.find(peer, &request.headers), self.unvouched) {
+            (Found::Client(ip), _) | (Found::Unvouched(ip), Unvouched::LastProxy) => ip,
+            (Found::Unvouched(_), Unvouched::MissingKey) => {
+                return Err(KeyError::missing(
+                    "a client address vouched for by the trusted proxy",
+                ));
+            }
+        };
         Ok(aggregate(client, self.ipv6_prefix))
     }
 }
@@ -471,28 +575,120 @@ fn real_ip(headers: &HeaderMap) -> Option<IpAddr> {
     parse_entry(line.as_bytes())
 }
 
-/// The `for` node of each element of one `Forwarded` line, left to right:
-/// `None` for an element without a readable one.
-fn forwarded_for(line: &[u8]) -> Vec<Option<IpAddr>> {
-    split_unquoted(line, b',')
-        .into_iter()
-        .filter(|element| !element.trim_ascii().is_empty())
-        .map(|element| {
-            let mut node = None;
-            for pair in split_unquoted(element, b';') {
-                let equals = pair.iter().position(|&b| b == b'=')?;
-                let (name, value) = (&pair[..equals], &pair[equals + 1..]);
-                if name.trim_ascii().eq_ignore_ascii_case(b"for") {
-                    if node.is_some() {
-                        // Two `for` parameters: which one is true is unknowable.
-                        return None;
+/// The longest `Forwarded` element read, in bytes, with the empty
+/// elements and whitespace scanned on the way to it: a `for`, `by`, `proto`
+/// and a 253-byte `host` fit. A longer one is unreadable and stops the walk,
+/// so a walk reads at most this much per hop.
+const MAX_ELEMENT_LEN: usize = 1024;
+
+/// The `for` node of each element of the `Forwarded` header lines, **right
+/// to left** (last line first), lazily: `None` for an element without a
+/// readable one, after which nothing more is read.
+///
+/// Each line is split on commas outside quoted strings, scanned from its
+/// right end. A proxy appends a well-formed element (`, for=…`, `, for="…"`)
+/// to the right of whatever the client wrote, so the scan reads that
+/// element exactly whatever the prefix holds: a quote the client left open
+/// reaches at most to the left end of the line and makes only the client's
+/// own element unreadable, never one a proxy appended.
+struct ForwardedHops<'a, I> {
+    /// The lines not yet started, last first.
+    lines: I,
+    /// What is left of the current line: the part not yet scanned.
+    rest: &'a [u8],
+    /// Set after an unreadable element: the walk stops there.
+    done: bool,
+}
+
+impl<'a, I: Iterator<Item = &'a [u8]>> ForwardedHops<'a, I> {
+    fn new(lines_last_first: I) -> Self {
+        ForwardedHops {
+            lines: lines_last_first,
+            rest: &[],
+            done: false,
+        }
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a [u8]>> Iterator for ForwardedHops<'a, I> {
+    type Item = Option<IpAddr>;
+
+    fn next(&mut self) -> Option<Option<IpAddr>> {
+        if self.done {
+            return None;
+        }
+        // Bytes scanned since the last element yielded, empty ones included.
+        let mut scanned = 0;
+        loop {
+            while self.rest.is_empty() {
+                self.rest = self.lines.next()?;
+            }
+            match last_element(self.rest, MAX_ELEMENT_LEN - scanned) {
+                Some((element, before)) => {
+                    scanned += self.rest.len() - before.len();
+                    self.rest = before;
+                    if !element.trim_ascii().is_empty() {
+                        let node = forwarded_node(element);
+                        self.done = node.is_none();
+                        return Some(node);
                     }
-                    node = Some(unquote(value.trim_ascii())?);
+                }
+                None => {
+                    self.done = true;
+                    return Some(None);
                 }
             }
-            parse_entry(node?)
-        })
-        .collect()
+        }
+    }
+}
+
+/// The last element of `line` (after its last comma outside quotes) and
+/// what precedes it, that comma excluded (empty for the first element), or
+/// `None` if no comma or start of line is found within `budget` bytes.
+fn last_element(line: &[u8], budget: usize) -> Option<(&[u8], &[u8])> {
+    let mut quoted = false;
+    let mut i = line.len();
+    while i > 0 {
+        if line.len() - i >= budget {
+            return None;
+        }
+        i -= 1;
+        match line[i] {
+            b'"' if quoted => {
+                // Inside a quoted string, `\"` is an escaped quote when an
+                // odd number of backslashes precede it.
+                let backslashes = line[..i].iter().rev().take_while(|&&b| b == b'\\').count();
+                if backslashes % 2 == 0 {
+                    quoted = false;
+                }
+            }
+            b'"' => quoted = true,
+            b',' if !quoted => return Some((&line[i + 1..], &line[..i])),
+            _ => {}
+        }
+    }
+    if line.len() > budget {
+        return None;
+    }
+    Some((line, &[]))
+}
+
+/// The address in one element's `for` parameter; `None` if there is none,
+/// two, or it is unreadable.
+fn forwarded_node(element: &[u8]) -> Option<IpAddr> {
+    let mut node = None;
+    for pair in split_unquoted(element, b';') {
+        let equals = pair.iter().position(|&b| b == b'=')?;
+        let (name, value) = (&pair[..equals], &pair[equals + 1..]);
+        if name.trim_ascii().eq_ignore_ascii_case(b"for") {
+            if node.is_some() {
+                // Two `for` parameters: which one is true is unknowable.
+                return None;
+            }
+            node = Some(unquote(value.trim_ascii())?);
+        }
+    }
+    parse_entry(node?)
 }
 
 /// `value` without its quotes; `None` for an unterminated or escaped one
@@ -581,21 +777,83 @@ mod tests {
         assert!(PeerIp::new().ipv6_prefix(129).is_err());
     }
 
+    /// Every hop of one `Forwarded` line, right to left, read to the end
+    /// (the walk itself stops at the first `None`).
+    fn hops(line: &[u8]) -> Vec<Option<IpAddr>> {
+        let mut all = Vec::new();
+        let mut rest = line;
+        while !rest.is_empty() {
+            let (element, before) = last_element(rest, usize::MAX).unwrap();
+            if !element.trim_ascii().is_empty() {
+                all.push(forwarded_node(element));
+            }
+            rest = before;
+        }
+        all
+    }
+
     #[test]
     fn forwarded_elements_respect_quotes() {
         let line = br#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", for=unknown, proto=https, for="a,b""#;
         assert_eq!(
-            forwarded_for(line),
+            hops(line),
             vec![
-                Some(ip("192.0.2.60")),
+                None,
+                None,
+                None,
                 Some(ip("2001:db8:cafe::17")),
-                None,
-                None,
-                None,
+                Some(ip("192.0.2.60")),
             ]
         );
-        assert_eq!(forwarded_for(br#"for="1.2.3.4"#), vec![None]);
-        assert_eq!(forwarded_for(b"for=1.2.3.4;for=5.6.7.8"), vec![None]);
+        assert_eq!(hops(br#"for="1.2.3.4"#), vec![None]);
+        assert_eq!(hops(b"for=1.2.3.4;for=5.6.7.8"), vec![None]);
+        // An escaped quote inside a quoted string does not end it.
+        assert_eq!(
+            hops(br#"for=192.0.2.1, host="a\",b";for=192.0.2.2, for=192.0.2.3"#),
+            vec![
+                Some(ip("192.0.2.3")),
+                Some(ip("192.0.2.2")),
+                Some(ip("192.0.2.1"))
+            ]
+        );
+        // A quote the client left open swallows only what is left of it.
+        assert_eq!(
+            hops(br#"for="x, for=192.0.2.9"#),
+            vec![Some(ip("192.0.2.9")), None]
+        );
+    }
+
+    /// Regression: the `Forwarded` walk parsed and collected every element
+    /// of every line before looking at the rightmost one.
+    #[test]
+    fn forwarded_hops_read_only_what_is_walked() {
+        let long = format!("{}for=192.0.2.9", "for=6.6.6.6, ".repeat(100_000));
+        let lines = [long.as_bytes()];
+        let mut walk = ForwardedHops::new(lines.into_iter());
+        assert_eq!(walk.next(), Some(Some(ip("192.0.2.9"))));
+        assert_eq!(walk.next(), Some(Some(ip("6.6.6.6"))));
+        // Two elements read: the rest of the line is untouched.
+        assert_eq!(
+            walk.rest.len(),
+            long.len() - "for=192.0.2.9".len() - "for=6.6.6.6, ".len() - 2
+        );
+        // An element (with the empty ones before it) longer than the bound
+        // is unreadable, and ends the walk.
+        let commas = format!(
+            "for=192.0.2.1{}for=192.0.2.9",
+            ",".repeat(MAX_ELEMENT_LEN + 1)
+        );
+        let host = format!("for=192.0.2.1;host={}", "a".repeat(MAX_ELEMENT_LEN));
+        for line in [commas, host] {
+            let lines = [line.as_bytes(), b"for=192.0.2.9"];
+            let mut walk = ForwardedHops::new(lines.into_iter().rev());
+            assert_eq!(walk.next(), Some(Some(ip("192.0.2.9"))));
+            if line.contains(',') {
+                assert_eq!(walk.next(), Some(Some(ip("192.0.2.9"))));
+            }
+            assert_eq!(walk.next(), Some(None));
+            assert_eq!(walk.next(), None);
+        }
     }
 
     #[cfg(feature = "tonic")]

@@ -97,7 +97,9 @@ pub mod settle;
 
 pub use backend::{Backend, BackendError, BoxError, Charge, Decided, DecisionFuture};
 pub use future::{ResponseBody, ResponseFuture};
-pub use ip::{ClientIp, ConnectionAddr, DefaultConnectionAddr, PeerIp, PrefixError, ProxyHeader};
+pub use ip::{
+    ClientIp, ConnectionAddr, DefaultConnectionAddr, PeerIp, PrefixError, ProxyHeader, Unvouched,
+};
 pub use key::{Global, HeaderKey, KeyError, KeyErrorKind, KeyExtractor, KeyFn, Or, OrKey};
 #[cfg(feature = "axum")]
 pub use key::{MethodRoute, RouteKey};

@@ -9,7 +9,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
 use rand::Rng;
 use support::{from_peer, send};
 use tollgate::{Gcra, KeyedLimiter, ManualClock, Quota};
-use tollgate_tower::{ClientIp, KeyExtractor, ProxyHeader, RateLimitLayer};
+use tollgate_tower::{
+    ClientIp, KeyErrorKind, KeyExtractor, OnMissingKey, ProxyHeader, RateLimitLayer, Unvouched,
+};
 use tower::Layer;
 
 const PROXIES: [&str; 2] = ["10.0.0.0/8", "fd00::/8"];
@@ -183,11 +185,14 @@ fn garbage_stops_the_walk_at_the_last_vouched_address() {
         "300.0.0.1",
         "1.2.3.4:99999",
         "[2001:db8::1",
-        "\u{7f}",
-    ] {
-        let Ok(line) = HeaderValue::from_str(value) else {
-            continue;
-        };
+        "\t",
+    ]
+    .map(str::as_bytes)
+    .into_iter()
+    // obs-text: bytes a header value may carry that are not UTF-8.
+    .chain([&b"\x80\xff"[..], b"1.2.3.4\xa0"])
+    {
+        let line = HeaderValue::from_bytes(value).expect("a valid header value");
         let mut map = HeaderMap::new();
         map.append("x-forwarded-for", line);
         assert_eq!(
@@ -196,6 +201,9 @@ fn garbage_stops_the_walk_at_the_last_vouched_address() {
             "{value:?}"
         );
     }
+    // DEL (and other controls) cannot be in a header value at all: hyper
+    // refuses the request before any extractor sees it.
+    assert!(HeaderValue::from_bytes(b"\x7f").is_err());
     // Garbage left of an untrusted hop is never reached.
     assert_eq!(
         keyed(
@@ -221,6 +229,8 @@ fn garbage_stops_the_walk_at_the_last_vouched_address() {
         r#"for="198.51.100.7"#,
         "for=198.51.100.7;for=6.6.6.6",
         r#"for="\198.51.100.7""#,
+        r#"for=6.6.6.6, for="198.51.100.7"#,
+        "for=6.6.6.6, for=1.2.3.4;for=5.6.7.8",
     ] {
         assert_eq!(
             keyed(Forwarded, "10.0.0.1", &[("forwarded", value)]),
@@ -238,6 +248,234 @@ fn garbage_stops_the_walk_at_the_last_vouched_address() {
         client(XForwardedFor).client_of(ip("10.0.0.1"), &map),
         ip("10.0.0.2")
     );
+}
+
+/// Regression: `Forwarded` was split left to right, so a quote the client
+/// left open (`for="x`) swallowed the element a trusted proxy appended to
+/// the same line, and the request was keyed by the proxy's own address.
+#[test]
+fn a_quote_left_open_by_the_client_does_not_swallow_the_proxy_element() {
+    use ProxyHeader::Forwarded;
+    for (value, expected) in [
+        // One proxy appended the client it saw.
+        (r#"for="x, for=198.51.100.7"#, "198.51.100.7"),
+        (
+            r#"for="x, for="[2001:db8:cafe::17]:4711""#,
+            "2001:db8:cafe::17",
+        ),
+        (
+            r#"for=1.1.1.1;host="x, for=198.51.100.7;proto=https"#,
+            "198.51.100.7",
+        ),
+        (r#"for="x;, for=198.51.100.7"#, "198.51.100.7"),
+        (r#"for=""x, for=198.51.100.7"#, "198.51.100.7"),
+        // Two proxies: the first one's element is read, and walked past.
+        (r#"for="x, for=198.51.100.7, for=10.0.0.2"#, "198.51.100.7"),
+        // Escapes written by the client do not reach the proxy element.
+        (r#"for="x\, for=198.51.100.7"#, "198.51.100.7"),
+        (r#"for=\"x, for=198.51.100.7"#, "198.51.100.7"),
+        // The client element itself is unreadable: a trusted hop right of
+        // it is the last one vouched for.
+        (r#"for="x, for=10.0.0.2"#, "10.0.0.2"),
+    ] {
+        assert_eq!(
+            keyed(Forwarded, "10.0.0.1", &[("forwarded", value)]),
+            ip(expected),
+            "{value:?}"
+        );
+    }
+    // The same on separate lines (a proxy that adds a line).
+    let lines = [
+        ("forwarded", r#"for="x"#),
+        ("forwarded", "for=198.51.100.7"),
+    ];
+    assert_eq!(keyed(Forwarded, "10.0.0.1", &lines), ip("198.51.100.7"));
+}
+
+/// Through the layer: the client with the open quote gets its own bucket,
+/// and does not spend the bucket of the other clients of its proxy.
+#[tokio::test(start_paused = true)]
+async fn an_open_quote_neither_escapes_the_limit_nor_spends_others_quota() {
+    let limiter: KeyedLimiter<IpAddr> =
+        KeyedLimiter::builder(Gcra::new(Quota::per_hour(1).unwrap()).unwrap())
+            .clock(ManualClock::new())
+            .sweep_every(None)
+            .build();
+    let extractor = client(ProxyHeader::Forwarded);
+    let mut service = RateLimitLayer::new(extractor, limiter.clone()).layer(support::ok_service());
+    let request = |forwarded: &str| {
+        from_peer("10.0.0.1")
+            .header("forwarded", forwarded)
+            .body(String::new())
+            .unwrap()
+    };
+    let attack = r#"for="x, for=198.51.100.66"#;
+    let statuses = [
+        send(&mut service, request(attack)).await.status(),
+        send(&mut service, request(attack)).await.status(),
+        send(&mut service, request("for=198.51.100.7"))
+            .await
+            .status(),
+        send(&mut service, request("for=198.51.100.8"))
+            .await
+            .status(),
+    ];
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::OK,
+            StatusCode::OK
+        ]
+    );
+    assert_eq!(limiter.len(), 3);
+    assert!(limiter.peek(&ip("198.51.100.66")).is_denied());
+    assert!(limiter.peek(&ip("10.0.0.1")).is_allowed());
+}
+
+#[test]
+fn a_trusted_peer_that_vouches_for_no_client() {
+    use ProxyHeader::*;
+    let parts = |header: &str, value: Option<&str>| {
+        let mut request = from_peer("10.0.0.1");
+        if let Some(value) = value {
+            request = request.header(header, value);
+        }
+        request.body(()).unwrap().into_parts().0
+    };
+    let chain: Vec<String> = (1..=20).map(|i| format!("10.0.1.{i}")).collect();
+    let chain = format!("198.51.100.7, {}", chain.join(", "));
+    let unvouched = [
+        (XForwardedFor, "x-forwarded-for", None, "10.0.0.1"),
+        (
+            XForwardedFor,
+            "x-forwarded-for",
+            Some("garbage"),
+            "10.0.0.1",
+        ),
+        (XForwardedFor, "x-forwarded-for", Some(" , "), "10.0.0.1"),
+        (
+            XForwardedFor,
+            "x-forwarded-for",
+            Some("garbage, 10.0.0.2"),
+            "10.0.0.2",
+        ),
+        (
+            XForwardedFor,
+            "x-forwarded-for",
+            Some(&chain[..]),
+            "10.0.1.5",
+        ),
+        (Forwarded, "forwarded", None, "10.0.0.1"),
+        (Forwarded, "forwarded", Some("for=unknown"), "10.0.0.1"),
+        (
+            Forwarded,
+            "forwarded",
+            Some("for=_hidden;proto=https"),
+            "10.0.0.1",
+        ),
+        (Forwarded, "forwarded", Some("proto=https"), "10.0.0.1"),
+        (Forwarded, "forwarded", Some(r#"for="x"#), "10.0.0.1"),
+        (
+            Forwarded,
+            "forwarded",
+            Some(r#"for="x, for=10.0.0.2"#),
+            "10.0.0.2",
+        ),
+        (XRealIp, "x-real-ip", None, "10.0.0.1"),
+        (XRealIp, "x-real-ip", Some("garbage"), "10.0.0.1"),
+    ];
+    for (header, name, value, last_proxy) in unvouched {
+        let lenient = client(header);
+        let strict = client(header).unvouched(Unvouched::MissingKey);
+        // By default: the last trusted proxy's address.
+        assert_eq!(
+            lenient.extract(&parts(name, value)),
+            Ok(ip(last_proxy)),
+            "{header:?} {value:?}"
+        );
+        // Asked for: a missing key.
+        let error = strict.extract(&parts(name, value)).unwrap_err();
+        assert_eq!(error.kind(), KeyErrorKind::Missing, "{header:?} {value:?}");
+        let headers = parts(name, value).headers;
+        assert_eq!(strict.vouched_client_of(ip("10.0.0.1"), &headers), None);
+        assert_eq!(strict.client_of(ip("10.0.0.1"), &headers), ip(last_proxy));
+    }
+    let vouched = [
+        (
+            XForwardedFor,
+            "x-forwarded-for",
+            "198.51.100.7",
+            "198.51.100.7",
+        ),
+        (
+            XForwardedFor,
+            "x-forwarded-for",
+            "garbage, 198.51.100.7",
+            "198.51.100.7",
+        ),
+        // A client inside the trusted networks, written by its proxy.
+        (
+            XForwardedFor,
+            "x-forwarded-for",
+            "10.9.9.9, 10.0.0.2",
+            "10.9.9.9",
+        ),
+        (
+            Forwarded,
+            "forwarded",
+            r#"for="x, for=198.51.100.7"#,
+            "198.51.100.7",
+        ),
+        (XRealIp, "x-real-ip", "198.51.100.7", "198.51.100.7"),
+    ];
+    for (header, name, value, expected) in vouched {
+        let strict = client(header).unvouched(Unvouched::MissingKey);
+        assert_eq!(
+            strict.extract(&parts(name, Some(value))),
+            Ok(ip(expected)),
+            "{header:?} {value:?}"
+        );
+    }
+    // An untrusted peer is always its own client.
+    let strict = client(XForwardedFor).unvouched(Unvouched::MissingKey);
+    let request = from_peer("203.0.113.9").body(()).unwrap().into_parts().0;
+    assert_eq!(strict.extract(&request), Ok(ip("203.0.113.9")));
+}
+
+/// `Unvouched::MissingKey` through the layer: answered as `OnMissingKey`
+/// says, never counted in the proxy's bucket.
+#[tokio::test(start_paused = true)]
+async fn unvouched_requests_are_answered_as_missing_keys() {
+    let limiter: KeyedLimiter<IpAddr> =
+        KeyedLimiter::builder(Gcra::new(Quota::per_hour(1).unwrap()).unwrap())
+            .clock(ManualClock::new())
+            .sweep_every(None)
+            .build();
+    let strict = client(ProxyHeader::Forwarded).unvouched(Unvouched::MissingKey);
+    let mut rejecting =
+        RateLimitLayer::new(strict.clone(), limiter.clone()).layer(support::ok_service());
+    let mut allowing = RateLimitLayer::builder(strict, limiter.clone())
+        .on_missing_key(OnMissingKey::Allow)
+        .build()
+        .layer(support::ok_service());
+    let request = |forwarded: &str| {
+        from_peer("10.0.0.1")
+            .header("forwarded", forwarded)
+            .body(String::new())
+            .unwrap()
+    };
+    for _ in 0..3 {
+        let response = send(&mut rejecting, request(r#"for="x"#)).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let response = send(&mut allowing, request("for=unknown")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    assert_eq!(limiter.len(), 0);
+    let response = send(&mut rejecting, request("for=198.51.100.7")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(limiter.len(), 1);
 }
 
 #[test]
