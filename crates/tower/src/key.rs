@@ -163,6 +163,12 @@ pub const DEFAULT_MAX_HEADER_KEY_LEN: usize = 256;
 /// [`max_len`](HeaderKey::max_len) bytes; otherwise the request has a
 /// [`KeyError`] (`Missing` for absent or empty, `Invalid` otherwise, also for
 /// a header sent twice: which copy would count is ambiguous).
+///
+/// The value is not checked against anything: a client that makes up a new
+/// key per request gets a new bucket per request. Where keys are issued
+/// (API keys), look them up first with a [`KeyFn`] that answers
+/// [`KeyError::missing`] for an unknown one, and fall back to the client's
+/// address with [`or`](KeyExtractor::or), as `examples/axum.rs` does.
 #[derive(Clone, Debug)]
 pub struct HeaderKey {
     name: HeaderName,
