@@ -209,7 +209,10 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     }
 
     /// The policy's window, sent as `w` in `RateLimit-Policy` (whole
-    /// seconds, rounded up). By default, none: `w` is left out, since a
+    /// seconds, rounded up). With an [`AllOf`](tollgate::AllOf) backend the
+    /// headers describe whichever limit decided (see
+    /// [`response`](crate::response)): set this only if all its limits
+    /// share one window. By default, none: `w` is left out, since a
     /// decision does not carry its quota's period.
     pub fn policy_window(mut self, window: Duration) -> Self {
         self.policy_mut().window_secs = Some(crate::response::whole_seconds(window));

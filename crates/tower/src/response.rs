@@ -18,6 +18,21 @@
 //!   limiter's decision does not carry its quota's period. The partition
 //!   key `pk` is never sent: it would echo the client's key (an API key)
 //!   into logs and caches.
+//! - **One policy item, the limit that decided.** The syntax allows one
+//!   item per policy, but a backend answers with one
+//!   [`Decision`](tollgate::Decision), and for an
+//!   [`AllOf`](tollgate::AllOf) the core's decision is that of the limit
+//!   that bound: on a denial the denying limit with the longest wait, on an
+//!   admission the limit with the fewest permits left. The other limits'
+//!   counts are not in the decision (and reading them would be a second
+//!   look at the state, not the one the request was decided on), so the
+//!   headers describe that one limit under the one policy name: `q` and
+//!   `r` (and `t`) can switch from one limit to another between responses,
+//!   as "10 per second AND 1,000 per day" runs low on its day. `r` is then
+//!   always the fewest requests left under any of the limits, which is
+//!   what a client pacing itself needs. Set
+//!   [`policy_window`](crate::Builder::policy_window) only when every limit
+//!   has the same window, or `w` is wrong for the others.
 //! - They are sent on every denial and, if
 //!   [`headers_on_success`](crate::Builder::headers_on_success), on every
 //!   admission (off by default: formatting them costs a few tens of

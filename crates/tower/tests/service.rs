@@ -1006,3 +1006,54 @@ async fn settle_charges_what_the_handler_reports_spent() {
     body(response).await;
     assert_eq!(limiter.peek(&peer).remaining(), 739);
 }
+
+/// An `AllOf` backend: the headers carry one policy, the limit that bound
+/// the decision (the core's `Decision` describes only that one), so `q`
+/// moves from the per-second limit to the per-day one as the day runs out.
+#[tokio::test(start_paused = true)]
+async fn all_of_headers_describe_the_limit_that_decided() {
+    let clock = ManualClock::new();
+    let limits = AllOf::new(vec![
+        gcra(Quota::per_second(10).unwrap()),
+        gcra(Quota::per_day(12).unwrap()),
+    ])
+    .unwrap();
+    let limiter: KeyedLimiter<IpAddr, AllOf<Gcra>> = KeyedLimiter::builder(limits)
+        .clock(clock.clone())
+        .sweep_every(None)
+        .build();
+    let mut service = RateLimitLayer::builder(PeerIp::new(), limiter)
+        .headers_on_success(true)
+        .build()
+        .layer(ok_service());
+    let mut seen = Vec::new();
+    for second in 0..2 {
+        for _ in 0..11 {
+            let request = from_peer("192.0.2.9").body(String::new()).unwrap();
+            let response = send(&mut service, request).await;
+            let current = header(&response, "ratelimit");
+            let current = current.split(";t=").next().unwrap_or_default().to_owned();
+            seen.push((
+                second,
+                response.status().as_u16(),
+                header(&response, "ratelimit-policy"),
+                current,
+            ));
+        }
+        clock.advance(Duration::from_secs(1));
+    }
+    seen.dedup_by(|b, a| (a.1, &a.2) == (b.1, &b.2) && a.1 == 429);
+    let q10 = "\"default\";q=10".to_owned();
+    let q12 = "\"default\";q=12".to_owned();
+    let r = |n: u32| format!("\"default\";r={n}");
+    let mut expected: Vec<_> = (0..10).map(|i| (0, 200, q10.clone(), r(9 - i))).collect();
+    expected.extend([
+        // The second is spent; the day still has 2.
+        (0, 429, q10.clone(), r(0)),
+        // A second later: the day binds.
+        (1, 200, q12.clone(), r(1)),
+        (1, 200, q12.clone(), r(0)),
+        (1, 429, q12.clone(), r(0)),
+    ]);
+    assert_eq!(seen, expected);
+}
