@@ -178,9 +178,14 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     /// asks again, as long as the wait fits in what is left, and is
     /// rejected when it no longer does. Needs a tokio runtime.
     ///
-    /// Waiters are not served in order (each retries on its own schedule,
-    /// and a newcomer may take the permit a waiter slept for); a FIFO shaper
-    /// in the core will give order. By default, no waiting.
+    /// Each key waits on its own (a waiting client does not hold up
+    /// another), but waiters of one key are not served in order: each
+    /// retries on its own schedule, and a newcomer may take the permit a
+    /// waiter slept for. For FIFO order use a [`tollgate::Shaper`] backend
+    /// instead (one queue for every key, bounded by the shaper's own
+    /// `max_delay`; leave this unset with it). See the
+    /// [crate docs](crate#modes) for which to use when. By default, no
+    /// waiting.
     pub fn max_delay(mut self, max_delay: Duration) -> Self {
         self.config.max_delay = Some(max_delay);
         self

@@ -64,11 +64,30 @@
 //! # Modes
 //!
 //! - **Reject** (the default): a denial is answered at once.
-//! - **Wait** ([`Builder::max_delay`]): a denied request sleeps for its
-//!   `retry_after` and asks again until admitted or out of budget. Not
-//!   FIFO.
-//! - **Wait** on a [`tollgate::Shaper`] backend: FIFO, up to the shaper's
-//!   `max_delay`.
+//! - **Wait per key, not in order** ([`Builder::max_delay`], on any
+//!   backend, typically a [`tollgate::KeyedLimiter`]): a denied request
+//!   sleeps for its decision's `retry_after` and asks again, until admitted
+//!   or until the next wait no longer fits in what is left of `max_delay`
+//!   (then `429`). Each key waits on its own: a waiting client never holds
+//!   up another. Within one key there is no queue: every waiter retries on
+//!   its own timer, a request that arrives as a permit frees up takes it
+//!   before a waiter that slept for it, and a waiter can be starved until
+//!   its budget runs out. Each retry is a new decision (a timer and a
+//!   check), and a waiter holds its connection and a task meanwhile. Use it
+//!   to absorb a client's short bursts (a budget of a few `retry_after`s)
+//!   where order does not matter.
+//! - **Wait in order, for everyone at once** (a [`tollgate::Shaper`]
+//!   backend, the layer's `max_delay` unset): one FIFO queue for all
+//!   requests, **whatever their key** (the key is ignored), released at
+//!   the shaper's rate; a request that would wait longer than the shaper's
+//!   `max_delay`, or finds the queue full, is answered `429` at once, and
+//!   one that is dropped while waiting gives its slot back. Order is exact,
+//!   but there is no per-client fairness: one client's burst delays every
+//!   other client behind it. Use it to pace traffic into something with
+//!   one global rate (a downstream API, a database). For per-client limits
+//!   in front of a global FIFO pace, stack two layers: a keyed one that
+//!   rejects (or waits per key) outside, the shaper inside. A per-key FIFO
+//!   shaper is not provided.
 //! - **Cost** ([`Builder::cost`]): route weights, body size.
 //! - **Reserve, then settle** ([`Builder::settle`], [`settle`]): admitted
 //!   on the least a request costs, charged the rest once the response has

@@ -20,7 +20,7 @@
 //!   into logs and caches.
 //! - **One policy item, the limit that decided.** The syntax allows one
 //!   item per policy, but a backend answers with one
-//!   [`Decision`](tollgate::Decision), and for an
+//!   [`Decision`], and for an
 //!   [`AllOf`](tollgate::AllOf) the core's decision is that of the limit
 //!   that bound: on a denial the denying limit with the longest wait, on an
 //!   admission the limit with the fewest permits left. The other limits'

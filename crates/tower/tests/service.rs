@@ -1057,3 +1057,61 @@ async fn all_of_headers_describe_the_limit_that_decided() {
     ]);
     assert_eq!(seen, expected);
 }
+
+/// Client A spends its permit and asks again; B asks right after A's
+/// second request: when each is answered.
+async fn two_clients<S, B>(mut service: S) -> [(StatusCode, Duration); 2]
+where
+    S: Service<Request<String>, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let request = |peer: &str| from_peer(peer).body(String::new()).unwrap();
+    let start = tokio::time::Instant::now();
+    let first = send(&mut service, request("192.0.2.1")).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let (mut a, mut b) = (service.clone(), service.clone());
+    let (a, b) = tokio::join!(
+        async {
+            let response = send(&mut a, request("192.0.2.1")).await;
+            (response.status(), start.elapsed())
+        },
+        async {
+            tokio::task::yield_now().await;
+            let response = send(&mut b, request("192.0.2.2")).await;
+            (response.status(), start.elapsed())
+        }
+    );
+    [a, b]
+}
+
+/// What the module docs say of the two ways to wait: `max_delay` on a keyed
+/// backend waits per key (another client is not held up), a `Shaper` is one
+/// queue whatever the key (another client waits its turn).
+#[tokio::test(start_paused = true)]
+async fn wait_mode_is_per_key_and_a_shaper_is_one_queue_for_all_keys() {
+    let keyed: KeyedLimiter<IpAddr> = KeyedLimiter::builder(gcra(Quota::per_second(1).unwrap()))
+        .clock(tollgate::TokioClock::new())
+        .sweep_every(None)
+        .build();
+    let shaper = tollgate::Shaper::builder(Quota::per_second(1).unwrap().with_burst(1).unwrap())
+        .max_delay(Duration::from_millis(2_500))
+        .clock(tollgate::TokioClock::new())
+        .build()
+        .unwrap();
+    let waiting = RateLimitLayer::builder(PeerIp::new(), keyed)
+        .max_delay(Duration::from_millis(1_500))
+        .build()
+        .layer(ok_service());
+    let shaped = RateLimitLayer::new(PeerIp::new(), shaper).layer(ok_service());
+    let elapsed = [two_clients(waiting).await, two_clients(shaped).await];
+    let ok = StatusCode::OK;
+    assert_eq!(
+        elapsed,
+        [
+            // Keyed wait mode: A waits for its own key, B passes at once.
+            [(ok, Duration::from_secs(1)), (ok, Duration::ZERO)],
+            // Shaper: B queues behind A although it is another client.
+            [(ok, Duration::from_secs(1)), (ok, Duration::from_secs(2))],
+        ]
+    );
+}
