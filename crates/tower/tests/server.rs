@@ -1,5 +1,6 @@
 //! A real axum server on 127.0.0.1 and real clients: hyper-util over
-//! HTTP/1.1, and tonic over HTTP/2 for the gRPC answer. The limiter runs
+//! HTTP/1.1, and tonic over HTTP/2 for the gRPC answer (also with the layer
+//! on a real `tonic::transport::Server`, feature `tonic`). The limiter runs
 //! on a manual clock, so that the headers are exact whatever the machine's
 //! speed; every network wait has a timeout.
 
@@ -266,4 +267,118 @@ async fn a_real_server_settles_the_bytes_each_response_sent() {
     assert_eq!(get().await.0, StatusCode::TOO_MANY_REQUESTS);
     clock.advance(Duration::from_secs(5));
     assert_eq!(get().await.0, StatusCode::OK);
+}
+
+/// A gRPC service whose one unary method echoes its request, through
+/// tonic's own server machinery (served for every path: no router).
+#[cfg(feature = "tonic")]
+#[derive(Clone, Copy)]
+struct Echo;
+
+#[cfg(feature = "tonic")]
+impl tower::Service<http::Request<tonic::body::Body>> for Echo {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(RawCodec);
+            Ok(grpc.unary(Say, request).await)
+        })
+    }
+}
+
+#[cfg(feature = "tonic")]
+struct Say;
+
+#[cfg(feature = "tonic")]
+impl tonic::server::UnaryService<Bytes> for Say {
+    type Response = Bytes;
+    type Future = std::future::Ready<Result<tonic::Response<Bytes>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        std::future::ready(Ok(tonic::Response::new(request.into_inner())))
+    }
+}
+
+/// The layer on a real `tonic::transport::Server`, keyed by tonic's own
+/// `TcpConnectInfo`, called by a real tonic client.
+#[cfg(feature = "tonic")]
+#[tokio::test]
+async fn a_tonic_server_answers_resource_exhausted_with_retry_metadata() {
+    use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
+
+    let clock = ManualClock::new();
+    let limiter = limiter(Quota::per_minute(1).unwrap(), &clock);
+    let layer = RateLimitLayer::new(
+        PeerIp::new().with_extension::<TcpConnectInfo>(),
+        limiter.clone(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
+    let server = tonic::transport::Server::builder()
+        .layer(layer)
+        .serve_with_incoming(Echo, TcpIncoming::from(listener));
+    tokio::spawn(server);
+    let channel = timeout(
+        NETWORK_TIMEOUT,
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect(),
+    )
+    .await
+    .expect("no connection in time")
+    .expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    let mut call = async || {
+        timeout(NETWORK_TIMEOUT, grpc.ready())
+            .await
+            .expect("not ready in time")
+            .expect("ready");
+        let request = tonic::Request::new(Bytes::from_static(b"hi"));
+        let path = http::uri::PathAndQuery::from_static("/test.Echo/Say");
+        timeout(
+            NETWORK_TIMEOUT,
+            grpc.unary::<Bytes, Bytes, _>(request, path, RawCodec),
+        )
+        .await
+        .expect("no answer in time")
+    };
+    let first = call().await.expect("the first call is admitted");
+    assert_eq!(first.into_inner(), Bytes::from_static(b"hi"));
+    clock.advance(Duration::from_millis(500));
+    let second = call().await.expect_err("the second call is limited");
+    assert_eq!(second.code(), Code::ResourceExhausted, "{second:?}");
+    assert_eq!(second.message(), "too many requests: retry after 60 s");
+    let metadata = second.metadata();
+    assert_eq!(metadata.get("retry-after").unwrap().to_str().unwrap(), "60");
+    assert_eq!(
+        metadata
+            .get("grpc-retry-pushback-ms")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "59500"
+    );
+    // Keyed by the peer tonic attached: the loopback client.
+    assert!(
+        limiter
+            .peek(&"127.0.0.1".parse::<IpAddr>().unwrap())
+            .is_denied()
+    );
+    clock.advance(Duration::from_millis(59_500));
+    let third = call().await.expect("admitted again a minute later");
+    assert_eq!(third.into_inner(), Bytes::from_static(b"hi"));
 }
