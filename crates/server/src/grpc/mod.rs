@@ -21,8 +21,15 @@
 //!   admitted (a fixed window's end, the GCRA's next free permit).
 //! - `response_headers: true` adds `x-ratelimit-limit`, `-remaining` and
 //!   `-reset` for the decided descriptor with the fewest permits left.
-//! - The descriptor's `limit` override is not applied: the configured rule
-//!   decides.
+//! - A descriptor's `limit` override is refused with `INVALID_ARGUMENT`
+//!   (nothing counted). Envoy sends it only when its route sets
+//!   `rate_limits[].limit` (dynamic metadata); envoyproxy/ratelimit then
+//!   decides the descriptor under that limit instead of its rule's, in a
+//!   bucket of the domain and entries. This server's limits live in its
+//!   file (validated, reloaded, per-algorithm, capacity-checked); a limit
+//!   chosen per request would need buckets no rule describes. Ignoring the
+//!   override would answer under a limit the caller did not ask for, so it
+//!   is refused loudly instead.
 //! - Bad input is `INVALID_ARGUMENT`, overload `RESOURCE_EXHAUSTED`, a
 //!   missing or wrong token `UNAUTHENTICATED` (metadata `authorization:
 //!   Bearer <token>`; Envoy sends it from `grpc_service.initial_metadata`),
@@ -176,6 +183,16 @@ impl RateLimitService for RlsService {
             ));
         };
         let request = request.into_inner();
+        if let Some(i) = request
+            .descriptors
+            .iter()
+            .position(|descriptor| descriptor.limit.is_some())
+        {
+            self.service.metrics().refused(Api::Grpc, Refusal::Invalid);
+            return Err(Status::invalid_argument(format!(
+                "descriptors[{i}].limit: limit overrides are not supported; the configured rules decide"
+            )));
+        }
         let check = CheckRequest {
             domain: request.domain,
             cost: u64::from(request.hits_addend.max(1)),

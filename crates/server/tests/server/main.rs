@@ -4,6 +4,7 @@
 mod auth;
 mod bad_input;
 mod conformance;
+mod envoy_types;
 mod http_api;
 mod redis_backend;
 mod reload;
