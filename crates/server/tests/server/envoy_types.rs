@@ -42,7 +42,9 @@ fn envoy_request(hits_addend: u32, descriptors: Vec<RateLimitDescriptor>) -> Rat
 }
 
 /// `(code, (requests_per_unit, unit, name), limit_remaining, seconds until reset)`.
-fn summary(status: &DescriptorStatus) -> (Code, Option<(u32, Unit, String)>, u32, Option<i64>) {
+type Summary = (Code, Option<(u32, Unit, String)>, u32, Option<i64>);
+
+fn summary(status: &DescriptorStatus) -> Summary {
     (
         status.code(),
         status
