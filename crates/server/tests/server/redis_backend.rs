@@ -515,7 +515,7 @@ async fn unreachable_redis_and_bad_backend_sections_are_clear_errors() {
         assert_eq!(error.line(), Some(line), "{needle}: {text}");
     }
 
-    // Redis runs no sliding log: refused at load, naming the rule.
+    // Redis runs no sliding log: refused at load, at the rule's line.
     std::fs::write(
         &path,
         format!(
@@ -525,7 +525,10 @@ async fn unreachable_redis_and_bad_backend_sections_are_clear_errors() {
     .expect("write");
     let error = Server::from_config_file(&path).expect_err("sliding log");
     assert!(
-        error.to_string().contains("rule rl.log runs sliding_log"),
+        error
+            .to_string()
+            .contains("descriptors[3]: descriptor 'log': runs sliding_log"),
         "{error}"
     );
+    assert_eq!(error.line(), Some(12), "{error}");
 }
