@@ -2,6 +2,7 @@
 //! client, reqwest, and raw HTTP/2 for malformed protobuf.
 
 mod auth;
+mod backend_errors;
 mod bad_input;
 mod conformance;
 mod envoy_types;
