@@ -59,7 +59,6 @@
 //!   decisions. Redis does not run `sliding_log` (see `tollgate-redis`): a
 //!   file naming it under a Redis backend is refused.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -153,6 +152,12 @@ impl Config {
     ///
     /// [`ConfigError`] naming the file, the line and the field.
     pub fn from_yaml(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        // A first look at `backend:` alone, so that a rule Redis cannot run
+        // is refused at its own line during the full read. If the section
+        // is bad, the full read reports it.
+        let redis = serde_yaml_ng::from_str::<BackendOnly>(text)
+            .is_ok_and(|only| matches!(only.backend.0, BackendSettings::Redis(_)));
+        let _redis = RedisRules::set(redis);
         let file: FileYaml = serde_yaml_ng::from_str(text).map_err(|error| {
             let location = error.location();
             ConfigError {
@@ -168,6 +173,35 @@ impl Config {
             column: None,
             message,
         })
+    }
+}
+
+/// The `backend:` section alone (every other key ignored).
+#[derive(Deserialize)]
+struct BackendOnly {
+    #[serde(default)]
+    backend: BackendSection,
+}
+
+thread_local! {
+    /// Whether the file being read puts its rules on Redis: serde gives a
+    /// descriptor no context, and the check belongs at the descriptor's
+    /// line. Set by [`Config::from_yaml`] for the duration of one read.
+    static REDIS_RULES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sets [`REDIS_RULES`] until dropped (restoring the previous value).
+struct RedisRules(bool);
+
+impl RedisRules {
+    fn set(redis: bool) -> RedisRules {
+        RedisRules(REDIS_RULES.with(|flag| flag.replace(redis)))
+    }
+}
+
+impl Drop for RedisRules {
+    fn drop(&mut self) {
+        REDIS_RULES.with(|flag| flag.set(self.0));
     }
 }
 
@@ -782,27 +816,190 @@ impl BuiltAlgorithm {
 #[serde(deny_unknown_fields)]
 struct FileYaml {
     #[serde(default)]
-    server: ServerSettings,
+    server: ServerSection,
     #[serde(default)]
     backend: BackendSection,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_domains")]
     domains: Option<Vec<DomainYaml>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "non_empty_domain")]
     domain: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "some_unique_descriptors")]
     descriptors: Option<Vec<DescriptorYaml>>,
+}
+
+/// The `server:` section, its tokens checked within the mapping (so that
+/// an error has the section's line).
+#[derive(Default)]
+struct ServerSection(ServerSettings);
+
+impl<'de> Deserialize<'de> for ServerSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        checked_mapping::<D, ServerSettings, ServerSection>(d)
+    }
+}
+
+impl TryFrom<ServerSettings> for ServerSection {
+    type Error = String;
+
+    fn try_from(settings: ServerSettings) -> Result<ServerSection, String> {
+        if settings.bearer_token.is_some() && settings.bearer_token_file.is_some() {
+            return Err(
+                "bearer_token: give either bearer_token or bearer_token_file, not both".into(),
+            );
+        }
+        if settings.bearer_token.as_deref() == Some("") {
+            return Err("bearer_token: must not be empty".into());
+        }
+        Ok(ServerSection(settings))
+    }
+}
+
+/// A sequence of mappings, each read as `Y` and then turned into a `T` by
+/// `check` (given the elements before) *within* its mapping: an error
+/// raised there has the element's line and path (`descriptors[1]`), not
+/// the sequence's.
+fn seq_checked<'de, D, Y, T, F>(d: D, check: F) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    Y: Deserialize<'de>,
+    F: Fn(&[T], Y) -> Result<T, String>,
+{
+    struct Seq<F, Y, T>(F, std::marker::PhantomData<(Y, T)>);
+    impl<'de, F, Y, T> serde::de::Visitor<'de> for Seq<F, Y, T>
+    where
+        Y: Deserialize<'de>,
+        F: Fn(&[T], Y) -> Result<T, String>,
+    {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a sequence")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::new();
+            loop {
+                let before = &out;
+                let seed = CheckedSeed(|yaml: Y| (self.0)(before, yaml), std::marker::PhantomData);
+                match seq.next_element_seed(seed)? {
+                    Some(item) => out.push(item),
+                    None => return Ok(out),
+                }
+            }
+        }
+    }
+    d.deserialize_seq(Seq(check, std::marker::PhantomData))
+}
+
+/// A mapping read as `Y`, then checked by `check` within the mapping (see
+/// [`checked_mapping`]).
+struct CheckedSeed<Y, F>(F, std::marker::PhantomData<Y>);
+
+impl<'de, Y, T, F> serde::de::DeserializeSeed<'de> for CheckedSeed<Y, F>
+where
+    Y: Deserialize<'de>,
+    F: FnOnce(Y) -> Result<T, String>,
+{
+    type Value = T;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+        struct Checked<Y, F>(F, std::marker::PhantomData<Y>);
+        impl<'de, Y, T, F> serde::de::Visitor<'de> for Checked<Y, F>
+        where
+            Y: Deserialize<'de>,
+            F: FnOnce(Y) -> Result<T, String>,
+        {
+            type Value = T;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                let yaml = Y::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                (self.0)(yaml).map_err(serde::de::Error::custom)
+            }
+        }
+        d.deserialize_map(Checked(self.0, std::marker::PhantomData))
+    }
+}
+
+/// `domain:`, not empty (refused within the scalar: the error has its line).
+fn non_empty_domain<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct NonEmpty;
+    impl serde::de::Visitor<'_> for NonEmpty {
+        type Value = String;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a domain name")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            if v.is_empty() {
+                Err(E::custom("config file cannot have empty domain"))
+            } else {
+                Ok(v.to_owned())
+            }
+        }
+    }
+    d.deserialize_str(NonEmpty).map(Some)
+}
+
+/// `domains:`, each name non-empty and given once.
+fn unique_domains<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<DomainYaml>>, D::Error> {
+    seq_checked(d, |before: &[DomainYaml], domain: DomainYaml| {
+        if domain.domain.is_empty() {
+            return Err("domain: config file cannot have empty domain".to_owned());
+        }
+        if before.iter().any(|d| d.domain == domain.domain) {
+            return Err(format!("domain: duplicate domain '{}'", domain.domain));
+        }
+        Ok(domain)
+    })
+    .map(Some)
+}
+
+/// A `descriptors:` list, each `(key, value)` given once; under a Redis
+/// backend, no `sliding_log`.
+fn unique_descriptors<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<DescriptorYaml>, D::Error> {
+    seq_checked(d, |before: &[DescriptorYaml], raw: RawDescriptor| {
+        let value = raw.value.as_deref().filter(|v| !v.is_empty());
+        if before
+            .iter()
+            .any(|d| d.0.key == raw.key && d.0.value.as_deref() == value)
+        {
+            return Err(match value {
+                Some(value) => format!("duplicate descriptor key '{}' value '{value}'", raw.key),
+                None => format!("duplicate descriptor key '{}' without a value", raw.key),
+            });
+        }
+        let descriptor = DescriptorYaml::try_from(raw)?;
+        if REDIS_RULES.with(std::cell::Cell::get) {
+            refuse_sliding_log(&descriptor.0)?;
+        }
+        Ok(descriptor)
+    })
+}
+
+fn some_unique_descriptors<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<DescriptorYaml>>, D::Error> {
+    unique_descriptors(d).map(Some)
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DomainYaml {
     domain: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_descriptors")]
     descriptors: Vec<DescriptorYaml>,
 }
 
-#[derive(Deserialize)]
-#[serde(try_from = "RawDescriptor")]
+/// A descriptor, validated (read through [`unique_descriptors`]).
 struct DescriptorYaml(DescriptorConfig);
 
 #[derive(Deserialize)]
@@ -817,7 +1014,7 @@ struct RawDescriptor {
     rate_limits: Option<Vec<QuotaYaml>>,
     #[serde(default)]
     shadow_mode: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_descriptors")]
     descriptors: Vec<DescriptorYaml>,
 }
 
@@ -1040,8 +1237,8 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
                 })
             }
         };
+        // Duplicates were refused as they were read (`unique_descriptors`).
         let descriptors: Vec<DescriptorConfig> = raw.descriptors.into_iter().map(|d| d.0).collect();
-        check_duplicates(&descriptors).map_err(|error| format!("descriptors: {error}"))?;
         Ok(DescriptorYaml(DescriptorConfig {
             key: raw.key,
             value,
@@ -1080,36 +1277,19 @@ fn limit_of(
 }
 
 /// Redis runs no sliding log (see `tollgate-redis`'s `limit` module).
-fn refuse_sliding_log(path: &str, descriptors: &[DescriptorConfig]) -> Result<(), String> {
-    for d in descriptors {
-        let mut here = format!("{path}.{}", d.key);
-        if let Some(value) = &d.value {
-            here.push('_');
-            here.push_str(value);
+/// Nested descriptors are checked as they are read.
+fn refuse_sliding_log(d: &DescriptorConfig) -> Result<(), String> {
+    match &d.limit {
+        Some(LimitConfig::Limited { limits, .. })
+            if limits.algorithm.kind() == AlgorithmKind::SlidingLog =>
+        {
+            Err(format!(
+                "descriptor '{}': runs sliding_log, which the Redis backend does not offer (use sliding_window, exact to its slots)",
+                d.key
+            ))
         }
-        if let Some(LimitConfig::Limited { limits, .. }) = &d.limit {
-            if limits.algorithm.kind() == AlgorithmKind::SlidingLog {
-                return Err(format!(
-                    "backend: rule {here} runs sliding_log, which the Redis backend does not offer (use sliding_window, exact to its slots)"
-                ));
-            }
-        }
-        refuse_sliding_log(&here, &d.descriptors)?;
+        _ => Ok(()),
     }
-    Ok(())
-}
-
-fn check_duplicates(descriptors: &[DescriptorConfig]) -> Result<(), String> {
-    let mut seen = HashSet::new();
-    for d in descriptors {
-        if !seen.insert((&d.key, &d.value)) {
-            return Err(match &d.value {
-                Some(value) => format!("duplicate descriptor key '{}' value '{value}'", d.key),
-                None => format!("duplicate descriptor key '{}' without a value", d.key),
-            });
-        }
-    }
-    Ok(())
 }
 
 impl FileYaml {
@@ -1135,45 +1315,20 @@ impl FileYaml {
                 }
             }
         }
-        let mut seen = HashSet::new();
-        let mut out = Vec::with_capacity(domains.len());
-        for (i, d) in domains.into_iter().enumerate() {
-            if d.domain.is_empty() {
-                return Err(format!(
-                    "domains[{i}].domain: config file cannot have empty domain"
-                ));
-            }
-            if !seen.insert(d.domain.clone()) {
-                return Err(format!(
-                    "domains[{i}].domain: duplicate domain '{}'",
-                    d.domain
-                ));
-            }
-            let descriptors: Vec<DescriptorConfig> =
-                d.descriptors.into_iter().map(|d| d.0).collect();
-            check_duplicates(&descriptors)
-                .map_err(|error| format!("domains[{i}].descriptors: {error}"))?;
-            out.push(DomainConfig {
+        // Empty and duplicate domains, duplicate descriptors, sliding_log
+        // under Redis and token conflicts were refused as they were read,
+        // at their own lines.
+        let domains = domains
+            .into_iter()
+            .map(|d| DomainConfig {
                 domain: d.domain,
-                descriptors,
-            });
-        }
-        if self.server.bearer_token.is_some() && self.server.bearer_token_file.is_some() {
-            return Err("server: give either bearer_token or bearer_token_file, not both".into());
-        }
-        if self.server.bearer_token.as_deref() == Some("") {
-            return Err("server.bearer_token: must not be empty".into());
-        }
-        let backend = self.backend.0;
-        if matches!(backend, BackendSettings::Redis(_)) {
-            for domain in &out {
-                refuse_sliding_log(&domain.domain, &domain.descriptors)?;
-            }
-        }
+                descriptors: d.descriptors.into_iter().map(|d| d.0).collect(),
+            })
+            .collect();
         Ok(Config {
-            server: self.server,
-            backend,
-            domains: out,
+            server: self.server.0,
+            backend: self.backend.0,
+            domains,
         })
     }
 }
@@ -1208,7 +1363,7 @@ mod tests {
         assert!(error.line().is_some(), "{text}");
         assert_eq!(error.line(), Some(3), "{text}");
         assert!(
-            text.contains("descriptors: descriptor 'a': rate_limit.unit"),
+            text.contains("descriptors[0]: descriptor 'a': rate_limit.unit"),
             "{text}"
         );
         assert!(
@@ -1219,6 +1374,80 @@ mod tests {
         let error = parse("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, bogus: 2}\n").unwrap_err();
         assert!(error.to_string().contains("bogus"), "{error}");
         assert_eq!(error.line(), Some(4), "{error}");
+    }
+
+    /// Regression: the checks that need more than one field (duplicates,
+    /// sliding_log under Redis, token conflicts) ran after parsing and
+    /// named no line.
+    #[test]
+    fn cross_field_errors_name_the_line_and_field() {
+        for (text, line, needle) in [
+            (
+                "domains:\n  - domain: a\n  - domain: b\n  - domain: a\n",
+                4,
+                "domains[2]: domain: duplicate domain 'a'",
+            ),
+            (
+                "domains:\n  - domain: ''\n",
+                2,
+                "domains[0]: domain: config file cannot have empty domain",
+            ),
+            (
+                "domain: ''\n",
+                1,
+                "domain: config file cannot have empty domain",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n  - key: b\n    value: x\n  - key: b\n    value: x\n",
+                6,
+                "descriptors[2]: duplicate descriptor key 'b' value 'x'",
+            ),
+            (
+                "domains:\n  - domain: d\n    descriptors:\n      - key: a\n      - key: a\n",
+                5,
+                "domains[0].descriptors[1]: duplicate descriptor key 'a' without a value",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: n\n      - key: n\n",
+                6,
+                "descriptors[0].descriptors[1]: duplicate descriptor key 'n'",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_log}\nbackend:\n  redis: redis://localhost\n",
+                6,
+                "descriptors[1].descriptors[0]: descriptor 'c': runs sliding_log",
+            ),
+            (
+                "server:\n  grpc_listen: 127.0.0.1:0\n\n  bearer_token: t\n  bearer_token_file: /x\n",
+                2,
+                "server: bearer_token: give either bearer_token or bearer_token_file",
+            ),
+            (
+                "domain: d\nserver:\n  bearer_token: ''\n",
+                3,
+                "server: bearer_token: must not be empty",
+            ),
+        ] {
+            let error = parse(text).unwrap_err();
+            let shown = error.to_string();
+            assert_eq!(error.line(), Some(line), "{needle}: {shown}");
+            assert!(shown.starts_with(&format!("rules.yaml:{line}:")), "{shown}");
+            assert!(shown.contains(needle), "{needle}: {shown}");
+        }
+        // The same sliding_log rule is fine in memory.
+        assert!(parse("domain: d\ndescriptors:\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_log}\n").is_ok());
+    }
+
+    #[test]
+    fn default_settings_listen_on_loopback_only() {
+        let settings = ServerSettings::default();
+        for addr in [settings.grpc_listen, settings.http_listen] {
+            assert!(addr.ip().is_loopback(), "{addr}");
+        }
+        assert_eq!(settings.grpc_listen.port(), 8081);
+        assert_eq!(settings.http_listen.port(), 8080);
+        // A file without a server section gets the same.
+        assert_eq!(parse("domain: d\n").expect("valid").server, settings);
     }
 
     #[test]

@@ -378,3 +378,46 @@ async fn rules(State(state): State<AppState>) -> Response {
         .collect();
     axum::Json(serde_json::json!({ "rules": rules })).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use axum::body::Body;
+    use http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    use crate::backend::MemoryBackend;
+    use crate::config::{Config, ServerSettings};
+    use crate::metrics::Metrics;
+    use crate::rules::RuleSet;
+    use crate::service::{RequestLimits, Service};
+
+    async fn readyz(ready: &Arc<AtomicBool>) -> StatusCode {
+        let config = Config::from_yaml("rules.yaml".as_ref(), "domain: d\n").expect("valid");
+        let service = Service::new(
+            RuleSet::new(&config),
+            Arc::new(MemoryBackend::new(tollgate::ClockSource::default())),
+            Arc::new(Metrics::new()),
+            RequestLimits::of(&ServerSettings::default()),
+            8,
+        )
+        .expect("service");
+        let router = super::router(Arc::new(service), None, Arc::clone(ready), 1024);
+        let request = Request::get("/readyz")
+            .body(Body::empty())
+            .expect("request");
+        router.oneshot(request).await.expect("infallible").status()
+    }
+
+    /// `/readyz` follows the flag the server clears when it starts
+    /// draining ([`crate::server::BoundServer::run`]).
+    #[tokio::test]
+    async fn readyz_answers_503_while_draining() {
+        let ready = Arc::new(AtomicBool::new(true));
+        assert_eq!(readyz(&ready).await, StatusCode::OK);
+        ready.store(false, Ordering::Relaxed);
+        assert_eq!(readyz(&ready).await, StatusCode::SERVICE_UNAVAILABLE);
+    }
+}

@@ -11,6 +11,18 @@
 //! (denials answered OK). Also the decision latency per API, requests
 //! refused before a decision (by reason), configuration loads by result, and
 //! backend errors.
+//!
+//! `tollgate_backend_errors` counts requests answered 503 / `UNAVAILABLE`
+//! because the backend returned an error instead of decisions. Neither
+//! built-in backend does so for an outage: the in-memory backend cannot
+//! fail, and the Redis backend's failure policy decides whenever Redis does
+//! not; those decisions are counted, by fault, in
+//! `tollgate_redis_policy_faults_total` (see [`crate::redis_backend`]), not
+//! here, so that an alert on this counter means "requests got no decision".
+//! It counts the failures of a backend given through
+//! [`Server::with_backend`](crate::Server::with_backend) and the server's
+//! own consistency check (a backend answering the wrong number of
+//! decisions).
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -21,15 +21,27 @@
 //!   admitted (a fixed window's end, the GCRA's next free permit).
 //! - `response_headers: true` adds `x-ratelimit-limit`, `-remaining` and
 //!   `-reset` for the decided descriptor with the fewest permits left.
-//! - The descriptor's `limit` override is not applied: the configured rule
-//!   decides.
+//! - A descriptor's `limit` override is refused with `INVALID_ARGUMENT`
+//!   (nothing counted). Envoy sends it only when its route sets
+//!   `rate_limits[].limit` (dynamic metadata); envoyproxy/ratelimit then
+//!   decides the descriptor under that limit instead of its rule's, in a
+//!   bucket of the domain and entries. This server's limits live in its
+//!   file (validated, reloaded, per-algorithm, capacity-checked); a limit
+//!   chosen per request would need buckets no rule describes. Ignoring the
+//!   override would answer under a limit the caller did not ask for, so it
+//!   is refused loudly instead.
 //! - Bad input is `INVALID_ARGUMENT`, overload `RESOURCE_EXHAUSTED`, a
 //!   missing or wrong token `UNAUTHENTICATED` (metadata `authorization:
 //!   Bearer <token>`; Envoy sends it from `grpc_service.initial_metadata`),
-//!   a backend failure `UNAVAILABLE`. A message above `max_request_bytes` is
-//!   refused by tonic with `OUT_OF_RANGE`.
+//!   a backend failure `UNAVAILABLE`. Bad input includes bad gRPC framing
+//!   and a message above `max_request_bytes` (which tonic would answer
+//!   `INTERNAL` and `OUT_OF_RANGE`): [`framing`] refuses them before tonic
+//!   decodes, and undecodable protobuf is refused by [`codec`]. The token is
+//!   checked before the framing. A `grpc-encoding` the server does not
+//!   support is `UNIMPLEMENTED`, as gRPC's protocol requires.
 
 pub mod codec;
+pub mod framing;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,16 +127,18 @@ impl RlsService {
     }
 }
 
-/// The tonic server for `service`, with `token` required if given, and
-/// messages up to `max_bytes`.
+/// The tonic server for `service`, with `token` required if given (checked
+/// first), then the framing checked ([`framing::Framed`]: one uncompressed
+/// message of at most `max_bytes`).
 pub fn server(
     service: RlsService,
     token: Option<Arc<str>>,
     max_bytes: usize,
 ) -> tonic::service::interceptor::InterceptedService<
-    RateLimitServiceServer<RlsService>,
+    framing::Framed<RateLimitServiceServer<RlsService>>,
     impl tonic::service::Interceptor + Clone,
 > {
+    let framing_service = Arc::clone(&service.service);
     let metrics_service = Arc::clone(&service.service);
     let check_token = move |request: Request<()>| {
         let Some(token) = &token else {
@@ -145,9 +159,14 @@ pub fn server(
         }
     };
     tonic::service::interceptor::InterceptedService::new(
-        RateLimitServiceServer::new(service)
-            .max_decoding_message_size(max_bytes)
-            .max_encoding_message_size(usize::MAX),
+        framing::Framed::new(
+            RateLimitServiceServer::new(service)
+                // A backstop: the framing check refuses larger messages first.
+                .max_decoding_message_size(max_bytes)
+                .max_encoding_message_size(usize::MAX),
+            max_bytes,
+            framing_service,
+        ),
         check_token,
     )
 }
@@ -164,6 +183,16 @@ impl RateLimitService for RlsService {
             ));
         };
         let request = request.into_inner();
+        if let Some(i) = request
+            .descriptors
+            .iter()
+            .position(|descriptor| descriptor.limit.is_some())
+        {
+            self.service.metrics().refused(Api::Grpc, Refusal::Invalid);
+            return Err(Status::invalid_argument(format!(
+                "descriptors[{i}].limit: limit overrides are not supported; the configured rules decide"
+            )));
+        }
         let check = CheckRequest {
             domain: request.domain,
             cost: u64::from(request.hits_addend.max(1)),

@@ -4,6 +4,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use prost::Message;
 use serde_json::{Value, json};
 use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 
@@ -173,14 +174,20 @@ async fn grpc_bad_input_matrix() {
         );
         assert_eq!(remaining(&server).await, before, "{name} changed the state");
     }
-    // Above max_request_bytes (2 MiB): tonic refuses before decoding.
+    // Above max_request_bytes (2 MiB): refused before decoding, as bad
+    // input (tonic alone answers OUT_OF_RANGE).
     let huge = "k".repeat(3 * MIB);
     let error = within(
         client.should_rate_limit(request("rl", vec![descriptor(&[("user", huge.as_str())])])),
     )
     .await
     .expect_err("too large");
-    assert_eq!(error.code(), tonic::Code::OutOfRange, "{error}");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
+    assert_eq!(
+        remaining(&server).await,
+        before,
+        "too large changed the state"
+    );
 
     // Malformed protobuf, sent raw over HTTP/2.
     for garbage in [
@@ -197,11 +204,80 @@ async fn grpc_bad_input_matrix() {
         );
         assert_eq!(remaining(&server).await, before);
     }
+
+    // Malformed gRPC framing, which tonic alone answers INTERNAL (or
+    // OUT_OF_RANGE): each frame carries a request that would count.
+    let valid = request("rl", vec![descriptor(&[("user", "victim")])]).encode_to_vec();
+    let framed = |flag: u8, length: usize, message: &[u8]| {
+        let mut body = BytesMut::new();
+        body.put_u8(flag);
+        body.put_u32(u32::try_from(length).expect("small"));
+        body.put_slice(message);
+        body.freeze()
+    };
+    let mut two = BytesMut::from(&framed(0, valid.len(), &valid)[..]);
+    two.extend_from_slice(&framed(0, valid.len(), &valid));
+    let framing = [
+        (
+            "compressed flag, no grpc-encoding",
+            framed(1, valid.len(), &valid),
+        ),
+        ("flag 2", framed(2, valid.len(), &valid)),
+        ("flag 128", framed(128, valid.len(), &valid)),
+        ("flag 255", framed(255, valid.len(), &valid)),
+        ("truncated message", framed(0, valid.len() + 10, &valid)),
+        ("truncated prefix", Bytes::from_static(&[0, 0, 0])),
+        ("empty body", Bytes::new()),
+        ("length above the limit", framed(0, 3 * MIB, &valid)),
+        ("two messages", two.freeze()),
+    ];
+    for (name, body) in framing {
+        let status = raw_grpc_body(&server, body).await;
+        assert_eq!(status.as_deref(), Some("3"), "{name}: INVALID_ARGUMENT");
+        assert_eq!(remaining(&server).await, before, "{name} changed the state");
+    }
+    // The same valid frame with flag 0 is decided: the cases above were
+    // refused for their framing alone.
+    assert_eq!(
+        raw_grpc_body(&server, framed(0, valid.len(), &valid))
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    assert_ne!(remaining(&server).await, before, "the valid frame counted");
+
+    let text = within(http_client().get(server.url("/metrics")).send())
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(
+        metric(&text, "tollgate_rule_total_hits_total{rule=\"rl.user\"}"),
+        1.0,
+        "only the valid frame counted"
+    );
+    assert!(
+        metric(
+            &text,
+            "tollgate_requests_refused_total{api=\"Grpc\",reason=\"Invalid\"}"
+        ) == 21.0,
+        "{text}"
+    );
     server.stop().await;
 }
 
 /// Sends `message` as a gRPC frame and returns `grpc-status`.
 async fn raw_grpc(server: &TestServer, message: &[u8]) -> Option<String> {
+    let mut frame = BytesMut::new();
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(message.len()).expect("small"));
+    frame.put_slice(message);
+    raw_grpc_body(server, frame.freeze()).await
+}
+
+/// Sends `body` as a gRPC request body and returns `grpc-status`.
+async fn raw_grpc_body(server: &TestServer, body: Bytes) -> Option<String> {
     let stream = within(tokio::net::TcpStream::connect(server.grpc))
         .await
         .expect("connect");
@@ -212,10 +288,6 @@ async fn raw_grpc(server: &TestServer, message: &[u8]) -> Option<String> {
     .await
     .expect("handshake");
     tokio::spawn(connection);
-    let mut frame = BytesMut::new();
-    frame.put_u8(0);
-    frame.put_u32(u32::try_from(message.len()).expect("small"));
-    frame.put_slice(message);
     let request = http::Request::builder()
         .method("POST")
         .uri(format!(
@@ -224,7 +296,7 @@ async fn raw_grpc(server: &TestServer, message: &[u8]) -> Option<String> {
         ))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
-        .body(Full::new(Bytes::from(frame)))
+        .body(Full::new(body))
         .expect("request");
     let response = within(sender.send_request(request))
         .await

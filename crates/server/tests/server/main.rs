@@ -2,8 +2,10 @@
 //! client, reqwest, and raw HTTP/2 for malformed protobuf.
 
 mod auth;
+mod backend_errors;
 mod bad_input;
 mod conformance;
+mod envoy_types;
 mod http_api;
 mod redis_backend;
 mod reload;

@@ -45,6 +45,15 @@ const SERVER: &str = "server:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.
 /// Starts a server on `rules` (a domain file), with `extra` lines added to
 /// its `server:` section (each indented by two spaces).
 pub async fn start_with(extra: &str, rules: &str) -> TestServer {
+    start_on(None, extra, rules).await
+}
+
+/// As [`start_with`], deciding with `backend` if given.
+pub async fn start_on(
+    backend: Option<Arc<dyn tollgate_server::Backend>>,
+    extra: &str,
+    rules: &str,
+) -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rules.yaml");
     let mut text = SERVER.to_owned();
@@ -55,12 +64,13 @@ pub async fn start_with(extra: &str, rules: &str) -> TestServer {
     text.push_str(rules);
     std::fs::write(&path, text).expect("write config");
     let clock = ManualClock::new();
-    let bound = Server::from_config_file(&path)
+    let mut server = Server::from_config_file(&path)
         .expect("valid config")
-        .with_clock(clock.clone())
-        .bind()
-        .await
-        .expect("bind");
+        .with_clock(clock.clone());
+    if let Some(backend) = backend {
+        server = server.with_backend(backend);
+    }
+    let bound = server.bind().await.expect("bind");
     let (tx, rx) = oneshot::channel::<()>();
     let grpc = bound.grpc_addr();
     let http = bound.http_addr();
