@@ -6,9 +6,11 @@
 //! a known key; `keyed_insert` takes the path of a new key on every check
 //! (a fresh limiter per sample). Implementations:
 //!
-//! - `tollgate_monotonic` / `tollgate_cached`: [`KeyedLimiter`] (GCRA,
-//!   `scc::HashMap`, foldhash) on `MonotonicClock` / `CachedClock` (1 ms),
-//!   its sweeper off so that no key leaves the map during a run;
+//! - `tollgate_monotonic` / `tollgate_cached` / `tollgate_quanta`:
+//!   [`KeyedLimiter`] (GCRA, `scc::HashMap`, foldhash) on `MonotonicClock` /
+//!   `CachedClock` (1 ms) / `QuantaClock` (feature `quanta`, governor's
+//!   default clock class), its sweeper off so that no key leaves the map
+//!   during a run;
 //! - `governor`: `DefaultKeyedRateLimiter` (dashmap, std's SipHash,
 //!   quanta clock); `governor_foldhash`: the same map with foldhash, to
 //!   tell the hasher from the rest;
@@ -87,17 +89,63 @@ pub fn benches(c: &mut Criterion) {
     deny(c);
 }
 
+/// The clocks tollgate's keyed rows run on.
+#[derive(Clone, Copy)]
+pub enum TollgateClock {
+    /// `MonotonicClock`, the default.
+    Monotonic,
+    /// The shared `CachedClock` (1 ms).
+    Cached,
+    /// `QuantaClock` (feature `quanta`): governor's default clock class.
+    #[cfg(feature = "quanta")]
+    Quanta,
+}
+
+impl TollgateClock {
+    /// Every clock this build has.
+    pub const ALL: &[TollgateClock] = &[
+        TollgateClock::Monotonic,
+        TollgateClock::Cached,
+        #[cfg(feature = "quanta")]
+        TollgateClock::Quanta,
+    ];
+
+    /// The row's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TollgateClock::Monotonic => "tollgate_monotonic",
+            TollgateClock::Cached => "tollgate_cached",
+            #[cfg(feature = "quanta")]
+            TollgateClock::Quanta => "tollgate_quanta",
+        }
+    }
+}
+
 /// A tollgate keyed GCRA limiter with no sweeper, on the monotonic clock or
 /// the shared cached clock.
 pub fn tollgate_keyed<K: Hash + Eq + Send + Sync + 'static>(
     quota: Quota,
     cached: bool,
 ) -> KeyedLimiter<K> {
-    let builder = KeyedLimiter::builder(Gcra::new(quota).expect("gcra")).sweep_every(None);
-    if cached {
-        builder.clock(cached_clock()).build()
+    let clock = if cached {
+        TollgateClock::Cached
     } else {
-        builder.build()
+        TollgateClock::Monotonic
+    };
+    tollgate_keyed_on(quota, clock)
+}
+
+/// A tollgate keyed GCRA limiter with no sweeper on `clock`.
+pub fn tollgate_keyed_on<K: Hash + Eq + Send + Sync + 'static>(
+    quota: Quota,
+    clock: TollgateClock,
+) -> KeyedLimiter<K> {
+    let builder = KeyedLimiter::builder(Gcra::new(quota).expect("gcra")).sweep_every(None);
+    match clock {
+        TollgateClock::Monotonic => builder.build(),
+        TollgateClock::Cached => builder.clock(cached_clock()).build(),
+        #[cfg(feature = "quanta")]
+        TollgateClock::Quanta => builder.clock(tollgate::QuantaClock::new()).build(),
     }
 }
 
@@ -138,13 +186,9 @@ fn u64_implementations<P: Pick + Clone>(
     param: &str,
     picker: &P,
 ) {
-    for cached in [false, true] {
-        let name = if cached {
-            "tollgate_cached"
-        } else {
-            "tollgate_monotonic"
-        };
-        let limiter = tollgate_keyed::<u64>(support::allow_quota(), cached);
+    for &clock in TollgateClock::ALL {
+        let name = clock.name();
+        let limiter = tollgate_keyed_on::<u64>(support::allow_quota(), clock);
         populate(name, n, |i| limiter.check(&key_of(i)).is_allowed());
         measure(group, (name, param), Expect::All, picker.clone(), |i| {
             limiter.check(&key_of(i)).is_allowed()
