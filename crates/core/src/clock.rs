@@ -271,7 +271,7 @@ impl Clock for QuantaClock {
 #[cfg(feature = "quanta")]
 impl From<QuantaClock> for ClockSource {
     fn from(clock: QuantaClock) -> ClockSource {
-        ClockSource::custom(clock)
+        ClockSource::Quanta(clock)
     }
 }
 
@@ -462,6 +462,9 @@ pub enum ClockSource {
     Cached(CachedClock),
     /// [`ManualClock`].
     Manual(ManualClock),
+    /// [`QuantaClock`] (feature `quanta`).
+    #[cfg(feature = "quanta")]
+    Quanta(QuantaClock),
     /// Any other clock.
     Custom(std::sync::Arc<dyn Clock>),
 }
@@ -485,6 +488,8 @@ impl fmt::Debug for ClockSource {
             ClockSource::Monotonic(clock) => clock.fmt(f),
             ClockSource::Cached(clock) => clock.fmt(f),
             ClockSource::Manual(clock) => clock.fmt(f),
+            #[cfg(feature = "quanta")]
+            ClockSource::Quanta(clock) => clock.fmt(f),
             ClockSource::Custom(_) => f.write_str("Custom(..)"),
         }
     }
@@ -497,6 +502,8 @@ impl Clock for ClockSource {
             ClockSource::Monotonic(clock) => clock.now(),
             ClockSource::Cached(clock) => clock.now(),
             ClockSource::Manual(clock) => clock.now(),
+            #[cfg(feature = "quanta")]
+            ClockSource::Quanta(clock) => clock.now(),
             ClockSource::Custom(clock) => clock.now(),
         }
     }
@@ -506,6 +513,8 @@ impl Clock for ClockSource {
             ClockSource::Monotonic(clock) => clock.instant_at(at),
             ClockSource::Cached(clock) => clock.instant_at(at),
             ClockSource::Manual(clock) => clock.instant_at(at),
+            #[cfg(feature = "quanta")]
+            ClockSource::Quanta(clock) => clock.instant_at(at),
             ClockSource::Custom(clock) => clock.instant_at(at),
         }
     }
@@ -515,6 +524,8 @@ impl Clock for ClockSource {
             ClockSource::Monotonic(clock) => clock.sleep_until(at),
             ClockSource::Cached(clock) => clock.sleep_until(at),
             ClockSource::Manual(clock) => clock.sleep_until(at),
+            #[cfg(feature = "quanta")]
+            ClockSource::Quanta(clock) => clock.sleep_until(at),
             ClockSource::Custom(clock) => clock.sleep_until(at),
         }
     }
