@@ -29,6 +29,10 @@
 //! 1,000,000 idle keys leave nothing above the empty limiter (measured in
 //! `tests/keyed_memory.rs`: 54.5 bytes per `u64` key, 104 per 16-byte
 //! `String` key, with GCRA at 1,000,000 keys in a table of 2^21 slots).
+//! One exception: the table arrays that a thread's own inserts outgrew
+//! (the old array of a resize) are freed by that thread's next requests,
+//! since the map's epoch-based reclamation is per thread; a thread that
+//! inserts many keys and then never asks again keeps them until it exits.
 //!
 //! An entry is the key, the cell and one pointer to the key's algorithm as
 //! resolved under the current rules (shared by every key of the tier, and

@@ -80,8 +80,12 @@ impl<K: Hash + Eq + Send + Sync + 'static, V: Send + Sync + 'static> KeyMap<K, V
     /// every 128 guards: without this, a sweep's garbage waits for hundreds
     /// more operations on the sweeping thread.
     pub(crate) fn reclaim(&self) {
-        // Three epoch advances retire everything a finished sweep dropped.
-        for _ in 0..4 {
+        // Three epoch advances retire everything a finished sweep dropped
+        // (a guard made after each advance rotates this thread's bags). A
+        // round's advance is skipped while another thread scans the
+        // collector chain or holds a guard from an older epoch: twice the
+        // rounds leave room for that, at the cost of a few guards per sweep.
+        for _ in 0..8 {
             let guard = scc::Guard::new();
             guard.accelerate();
         }

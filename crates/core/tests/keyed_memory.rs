@@ -126,11 +126,20 @@ where
         assert!(limiter.check(&key).is_allowed());
     }
     let insert_time = started.elapsed();
-    // A pass of the sweeper that finds nothing idle, as the background
-    // sweeper makes every second: it also finishes the table's incremental
-    // resize, so that what is measured is what a running limiter holds (not
-    // the old and the new array of a resize in flight).
-    assert_eq!(limiter.sweep(), 0);
+    // Passes of the sweeper that find nothing idle, as the background
+    // sweeper makes every second: they also finish the table's incremental
+    // resize and free the old array, so that what is measured is what a
+    // running limiter holds, not a resize in flight: passes until the
+    // memory stops changing (one is usually enough).
+    let mut settled = live();
+    for _ in 0..10 {
+        assert_eq!(limiter.sweep(), 0);
+        let now = live();
+        if now == settled {
+            break;
+        }
+        settled = now;
+    }
     let (full, full_allocations) = live();
     assert_eq!(limiter.len(), KEYS as usize);
 
@@ -202,7 +211,14 @@ fn background(interval: Duration) -> (i64, i64, Duration) {
         assert!(started.elapsed() < Duration::from_secs(30), "never swept");
         thread::sleep(Duration::from_millis(1));
     }
+    // This thread inserted the keys, so the table arrays its inserts
+    // outgrew wait in its own garbage bags, which only its own next
+    // requests free (sdd's reclamation is per thread): it goes on serving,
+    // one lookup per millisecond, as a worker thread would. A thread that
+    // never makes another request keeps them until it exits.
+    let probe = KEYS + 1;
     while live_bytes() - base > empty + SMALLEST_TABLE_BYTES {
+        assert!(limiter.peek(&probe).is_allowed());
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "{} bytes still live 30 s after the sweep",
@@ -254,13 +270,21 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
         (64.0..=160.0).contains(&per_key(&string_keys)),
         "{string_keys:?}"
     );
+    // Keys live in the table's arrays, and in its overflow buckets (4
+    // entries each, one allocation) where a bucket of 32 slots is full. How
+    // many overflow depends on where scc's sampled resize lands, and so on
+    // the hasher's per-run seed: usually a handful; seen twice in 100 runs,
+    // 39,260 and 98,724 overflow buckets (60.2 and 68.7 B per u64 key
+    // instead of 54.5). A String key adds its own allocation. The lower end
+    // leaves room for a few blocks the reclaimer frees meanwhile.
+    let overflow_buckets = -100..(KEYS / 8) as i64;
     assert!(
-        u64_keys.allocations.abs() < 100,
-        "u64 keys live in the table's arrays"
+        overflow_buckets.contains(&u64_keys.allocations),
+        "u64 keys live in the table's arrays and overflow buckets: {u64_keys:?}"
     );
     assert!(
-        (string_keys.allocations - KEYS as i64).abs() < 100,
-        "one allocation per String key"
+        overflow_buckets.contains(&(string_keys.allocations - KEYS as i64)),
+        "one allocation per String key, and overflow buckets: {string_keys:?}"
     );
     // The memory comes back as soon as the sweep returns: to the empty
     // limiter plus at most scc's smallest table (see the module docs).
