@@ -152,6 +152,55 @@ async fn unimplemented() -> impl IntoResponse {
     (StatusCode::OK, headers)
 }
 
+/// `status` is the layer's denial of a 1-per-minute quota: the code, the
+/// message, and the retry metadata (`grpc-retry-pushback-ms` as given).
+fn assert_limited_for_a_minute(status: &Status, pushback_ms: &str) {
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert_eq!(status.message(), "too many requests: retry after 60 s");
+    let metadata = status.metadata();
+    assert_eq!(metadata.get("retry-after").unwrap().to_str().unwrap(), "60");
+    assert_eq!(
+        metadata
+            .get("grpc-retry-pushback-ms")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        pushback_ms
+    );
+}
+
+/// A raw tonic client connected to `addr`.
+async fn grpc_client(addr: SocketAddr) -> tonic::client::Grpc<tonic::transport::Channel> {
+    let channel = timeout(
+        NETWORK_TIMEOUT,
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect(),
+    )
+    .await
+    .expect("no connection in time")
+    .expect("connect");
+    tonic::client::Grpc::new(channel)
+}
+
+/// One `/test.Echo/Say` call with the body `hi`.
+async fn say_hi(
+    grpc: &mut tonic::client::Grpc<tonic::transport::Channel>,
+) -> Result<tonic::Response<Bytes>, tonic::Status> {
+    timeout(NETWORK_TIMEOUT, grpc.ready())
+        .await
+        .expect("not ready in time")
+        .expect("ready");
+    let request = tonic::Request::new(Bytes::from_static(b"hi"));
+    let path = http::uri::PathAndQuery::from_static("/test.Echo/Say");
+    timeout(
+        NETWORK_TIMEOUT,
+        grpc.unary::<Bytes, Bytes, _>(request, path, RawCodec),
+    )
+    .await
+    .expect("no answer in time")
+}
+
 #[tokio::test]
 async fn a_tonic_client_sees_resource_exhausted_with_retry_metadata() {
     let clock = ManualClock::new();
@@ -163,46 +212,17 @@ async fn a_tonic_client_sees_resource_exhausted_with_retry_metadata() {
         .route("/test.Echo/Say", post(unimplemented))
         .layer(layer);
     let addr = serve(app).await;
-    let channel = timeout(
-        NETWORK_TIMEOUT,
-        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect(),
-    )
-    .await
-    .expect("no connection in time")
-    .expect("connect");
-    let mut grpc = tonic::client::Grpc::new(channel);
+    let mut grpc = grpc_client(addr).await;
     let mut call = async || {
-        timeout(NETWORK_TIMEOUT, grpc.ready())
+        say_hi(&mut grpc)
             .await
-            .expect("not ready in time")
-            .expect("ready");
-        let request = tonic::Request::new(Bytes::from_static(b"hi"));
-        let path = http::uri::PathAndQuery::from_static("/test.Echo/Say");
-        timeout(
-            NETWORK_TIMEOUT,
-            grpc.unary::<Bytes, Bytes, _>(request, path, RawCodec),
-        )
-        .await
-        .expect("no answer in time")
-        .expect_err("both calls end in a status")
+            .expect_err("both calls end in a status")
     };
     let first = call().await;
     assert_eq!(first.code(), Code::Unimplemented, "{first:?}");
     let second = call().await;
-    assert_eq!(second.code(), Code::ResourceExhausted, "{second:?}");
-    assert_eq!(second.message(), "too many requests: retry after 60 s");
+    assert_limited_for_a_minute(&second, "60000");
     let metadata = second.metadata();
-    assert_eq!(metadata.get("retry-after").unwrap().to_str().unwrap(), "60");
-    assert_eq!(
-        metadata
-            .get("grpc-retry-pushback-ms")
-            .unwrap()
-            .to_str()
-            .unwrap(),
-        "60000"
-    );
     assert_eq!(
         metadata.get("ratelimit").unwrap().to_str().unwrap(),
         "\"default\";r=0;t=60"
@@ -332,46 +352,14 @@ async fn a_tonic_server_answers_resource_exhausted_with_retry_metadata() {
         .layer(layer)
         .serve_with_incoming(Echo, TcpIncoming::from(listener));
     tokio::spawn(server);
-    let channel = timeout(
-        NETWORK_TIMEOUT,
-        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect(),
-    )
-    .await
-    .expect("no connection in time")
-    .expect("connect");
-    let mut grpc = tonic::client::Grpc::new(channel);
-    let mut call = async || {
-        timeout(NETWORK_TIMEOUT, grpc.ready())
-            .await
-            .expect("not ready in time")
-            .expect("ready");
-        let request = tonic::Request::new(Bytes::from_static(b"hi"));
-        let path = http::uri::PathAndQuery::from_static("/test.Echo/Say");
-        timeout(
-            NETWORK_TIMEOUT,
-            grpc.unary::<Bytes, Bytes, _>(request, path, RawCodec),
-        )
-        .await
-        .expect("no answer in time")
-    };
-    let first = call().await.expect("the first call is admitted");
+    let mut grpc = grpc_client(addr).await;
+    let first = say_hi(&mut grpc).await.expect("the first call is admitted");
     assert_eq!(first.into_inner(), Bytes::from_static(b"hi"));
     clock.advance(Duration::from_millis(500));
-    let second = call().await.expect_err("the second call is limited");
-    assert_eq!(second.code(), Code::ResourceExhausted, "{second:?}");
-    assert_eq!(second.message(), "too many requests: retry after 60 s");
-    let metadata = second.metadata();
-    assert_eq!(metadata.get("retry-after").unwrap().to_str().unwrap(), "60");
-    assert_eq!(
-        metadata
-            .get("grpc-retry-pushback-ms")
-            .unwrap()
-            .to_str()
-            .unwrap(),
-        "59500"
-    );
+    let second = say_hi(&mut grpc)
+        .await
+        .expect_err("the second call is limited");
+    assert_limited_for_a_minute(&second, "59500");
     // Keyed by the peer tonic attached: the loopback client.
     assert!(
         limiter
@@ -379,6 +367,8 @@ async fn a_tonic_server_answers_resource_exhausted_with_retry_metadata() {
             .is_denied()
     );
     clock.advance(Duration::from_millis(59_500));
-    let third = call().await.expect("admitted again a minute later");
+    let third = say_hi(&mut grpc)
+        .await
+        .expect("admitted again a minute later");
     assert_eq!(third.into_inner(), Bytes::from_static(b"hi"));
 }
