@@ -50,12 +50,7 @@ async fn a_failing_backend_is_unavailable_and_counted() {
             .expect("decided without the backend");
     assert_eq!(answer.into_inner().statuses.len(), 1);
 
-    let text = within(http_client().get(server.url("/metrics")).send())
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = server.metrics().await;
     assert_eq!(
         metric(&text, "tollgate_backend_errors_total"),
         2.0,

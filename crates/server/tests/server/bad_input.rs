@@ -93,12 +93,7 @@ async fn http_bad_input_matrix() {
         }
         assert_eq!(remaining(&server).await, before, "{name} changed the state");
     }
-    let text = within(http_client().get(server.url("/metrics")).send())
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = server.metrics().await;
     assert_eq!(
         metric(&text, "tollgate_rule_total_hits_total{rule=\"rl.user\"}"),
         0.0
@@ -208,27 +203,20 @@ async fn grpc_bad_input_matrix() {
     // Malformed gRPC framing, which tonic alone answers INTERNAL (or
     // OUT_OF_RANGE): each frame carries a request that would count.
     let valid = request("rl", vec![descriptor(&[("user", "victim")])]).encode_to_vec();
-    let framed = |flag: u8, length: usize, message: &[u8]| {
-        let mut body = BytesMut::new();
-        body.put_u8(flag);
-        body.put_u32(u32::try_from(length).expect("small"));
-        body.put_slice(message);
-        body.freeze()
-    };
-    let mut two = BytesMut::from(&framed(0, valid.len(), &valid)[..]);
-    two.extend_from_slice(&framed(0, valid.len(), &valid));
+    let mut two = BytesMut::from(&frame(0, valid.len(), &valid)[..]);
+    two.extend_from_slice(&frame(0, valid.len(), &valid));
     let framing = [
         (
             "compressed flag, no grpc-encoding",
-            framed(1, valid.len(), &valid),
+            frame(1, valid.len(), &valid),
         ),
-        ("flag 2", framed(2, valid.len(), &valid)),
-        ("flag 128", framed(128, valid.len(), &valid)),
-        ("flag 255", framed(255, valid.len(), &valid)),
-        ("truncated message", framed(0, valid.len() + 10, &valid)),
+        ("flag 2", frame(2, valid.len(), &valid)),
+        ("flag 128", frame(128, valid.len(), &valid)),
+        ("flag 255", frame(255, valid.len(), &valid)),
+        ("truncated message", frame(0, valid.len() + 10, &valid)),
         ("truncated prefix", Bytes::from_static(&[0, 0, 0])),
         ("empty body", Bytes::new()),
-        ("length above the limit", framed(0, 3 * MIB, &valid)),
+        ("length above the limit", frame(0, 3 * MIB, &valid)),
         ("two messages", two.freeze()),
     ];
     for (name, body) in framing {
@@ -239,19 +227,14 @@ async fn grpc_bad_input_matrix() {
     // The same valid frame with flag 0 is decided: the cases above were
     // refused for their framing alone.
     assert_eq!(
-        raw_grpc_body(&server, framed(0, valid.len(), &valid))
+        raw_grpc_body(&server, frame(0, valid.len(), &valid))
             .await
             .as_deref(),
         Some("0")
     );
     assert_ne!(remaining(&server).await, before, "the valid frame counted");
 
-    let text = within(http_client().get(server.url("/metrics")).send())
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = server.metrics().await;
     assert_eq!(
         metric(&text, "tollgate_rule_total_hits_total{rule=\"rl.user\"}"),
         1.0,
@@ -267,13 +250,19 @@ async fn grpc_bad_input_matrix() {
     server.stop().await;
 }
 
+/// A gRPC frame: the flag byte, `length` (big-endian `u32`), then
+/// `message` (whatever its real length).
+fn frame(flag: u8, length: usize, message: &[u8]) -> Bytes {
+    let mut body = BytesMut::new();
+    body.put_u8(flag);
+    body.put_u32(u32::try_from(length).expect("small"));
+    body.put_slice(message);
+    body.freeze()
+}
+
 /// Sends `message` as a gRPC frame and returns `grpc-status`.
 async fn raw_grpc(server: &TestServer, message: &[u8]) -> Option<String> {
-    let mut frame = BytesMut::new();
-    frame.put_u8(0);
-    frame.put_u32(u32::try_from(message.len()).expect("small"));
-    frame.put_slice(message);
-    raw_grpc_body(server, frame.freeze()).await
+    raw_grpc_body(server, frame(0, message.len(), message)).await
 }
 
 /// Sends `body` as a gRPC request body and returns `grpc-status`.

@@ -206,12 +206,7 @@ async fn envoy_conformance_table() {
     assert!(ask(alice()).await.response_headers_to_add.is_empty());
 
     // The shadowed denial was counted.
-    let text = within(http_client().get(server.url("/metrics")).send())
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = server.metrics().await;
     assert_eq!(
         metric(&text, "tollgate_rule_shadow_mode_total{rule=\"rl.shadow\"}"),
         1.0

@@ -110,12 +110,7 @@ async fn check_rules_health_metrics() {
             .expect(path);
         assert_eq!(response.status().as_u16(), code, "{path}");
     }
-    let text = within(http_client().get(server.url("/metrics")).send())
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = server.metrics().await;
     assert_eq!(
         metric(&text, "tollgate_rule_total_hits_total{rule=\"rl.user\"}"),
         3.0

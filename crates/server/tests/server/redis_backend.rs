@@ -50,15 +50,6 @@ async fn grpc_code(server: &TestServer, key: &str, value: &str) -> Code {
         .overall_code()
 }
 
-async fn metrics(server: &TestServer) -> String {
-    within(http_client().get(server.url("/metrics")).send())
-        .await
-        .expect("http")
-        .text()
-        .await
-        .expect("text")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_share_one_limit_through_redis() {
     let redis = RedisServer::start();
@@ -95,7 +86,7 @@ async fn two_servers_share_one_limit_through_redis() {
         "state was in Redis"
     );
 
-    let text = metrics(&a).await;
+    let text = a.metrics().await;
     assert!(
         metric(
             &text,
@@ -173,11 +164,11 @@ async fn answers_while_down(server: &TestServer, n: usize, code: Code, bound: Du
 /// Waits (bounded) until `server` decides through Redis again.
 async fn until_redis_decides(server: &TestServer, rule: &str) {
     let name = format!(r#"tollgate_redis_decisions_total{{rule="{rule}",source="redis"}}"#);
-    let before = metric(&metrics(server).await, &name);
+    let before = metric(&server.metrics().await, &name);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let _ = check(server, "user", "probe", false).await;
-        if metric(&metrics(server).await, &name) > before {
+        if metric(&server.metrics().await, &name) > before {
             return;
         }
         assert!(
@@ -235,7 +226,7 @@ async fn outage(policy: &str, code: Code) {
         "the restarted Redis holds the state again"
     );
 
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     let result = if code == Code::Ok {
         "allowed"
     } else {
@@ -300,7 +291,7 @@ async fn redis_down_local_policy_holds_its_share_of_the_quota() {
         }
     }
     assert_eq!(admitted, 50);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -366,7 +357,7 @@ async fn decisions_on_a_redis_cluster() {
         .map(|node| node.keys("tollgate{rl.user|*").len())
         .sum();
     assert_eq!(total, users.len() + 1);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,

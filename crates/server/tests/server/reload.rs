@@ -47,15 +47,6 @@ async fn check(server: &TestServer, key: &str, value: &str) -> Value {
     .expect("json")
 }
 
-async fn metrics(server: &TestServer) -> String {
-    within(http_client().get(server.url("/metrics")).send())
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text")
-}
-
 #[tokio::test]
 async fn good_and_bad_files_and_state_across_a_change() {
     let server = start(V1).await;
@@ -93,7 +84,7 @@ async fn good_and_bad_files_and_state_across_a_change() {
         check(&server, "team", "t").await["overall_code"],
         "OVER_LIMIT"
     );
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(metric(&text, "tollgate_config_last_load_ok"), 0.0);
     assert_eq!(
         metric(&text, "tollgate_config_loads_total{result=\"error\"}"),
@@ -121,7 +112,7 @@ descriptors:
         check(&server, "team", "t").await["statuses"][0]["rule"],
         Value::Null
     );
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(metric(&text, "tollgate_config_last_load_ok"), 1.0);
     server.stop().await;
 }
@@ -187,7 +178,7 @@ async fn reload_by_polling_under_traffic() {
                         .json()
                         .await
                         .expect("json");
-                    if done(&metrics(server).await, &rules) {
+                    if done(&server.metrics().await, &rules) {
                         return;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -108,6 +108,16 @@ impl TestServer {
         format!("http://{}{path}", self.http)
     }
 
+    /// The `/metrics` page, in Prometheus' text format.
+    pub async fn metrics(&self) -> String {
+        within(http_client().get(self.url("/metrics")).send())
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    }
+
     /// Replaces the file atomically (write, then rename), as a deploy would.
     pub fn write_config(&self, extra: &str, rules: &str) {
         let mut text = SERVER.to_owned();
