@@ -435,24 +435,8 @@ where
     Y: Deserialize<'de>,
     T: TryFrom<Y, Error = String>,
 {
-    struct Checked<Y, T>(std::marker::PhantomData<(Y, T)>);
-    impl<'de, Y, T> serde::de::Visitor<'de> for Checked<Y, T>
-    where
-        Y: Deserialize<'de>,
-        T: TryFrom<Y, Error = String>,
-    {
-        type Value = T;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a mapping")
-        }
-
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-            let yaml = Y::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-            T::try_from(yaml).map_err(serde::de::Error::custom)
-        }
-    }
-    d.deserialize_map(Checked(std::marker::PhantomData))
+    use serde::de::DeserializeSeed as _;
+    CheckedSeed(T::try_from, std::marker::PhantomData).deserialize(d)
 }
 
 fn duration_of(field: &str, text: Option<&String>, default: Duration) -> Result<Duration, String> {
@@ -891,7 +875,8 @@ where
     d.deserialize_seq(Seq(check, std::marker::PhantomData))
 }
 
-/// A mapping read as `Y`, then checked by `check` within the mapping (see
+/// A mapping read as `Y`, then turned into a `T` by a check run within the
+/// mapping, so that its error has the mapping's line (see
 /// [`checked_mapping`]).
 struct CheckedSeed<Y, F>(F, std::marker::PhantomData<Y>);
 
