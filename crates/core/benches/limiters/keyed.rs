@@ -121,18 +121,10 @@ impl TollgateClock {
     }
 }
 
-/// A tollgate keyed GCRA limiter with no sweeper, on the monotonic clock or
-/// the shared cached clock.
-pub fn tollgate_keyed<K: Hash + Eq + Send + Sync + 'static>(
-    quota: Quota,
-    cached: bool,
-) -> KeyedLimiter<K> {
-    let clock = if cached {
-        TollgateClock::Cached
-    } else {
-        TollgateClock::Monotonic
-    };
-    tollgate_keyed_on(quota, clock)
+/// A tollgate keyed GCRA limiter with no sweeper, on the monotonic clock
+/// (the default).
+pub fn tollgate_keyed<K: Hash + Eq + Send + Sync + 'static>(quota: Quota) -> KeyedLimiter<K> {
+    tollgate_keyed_on(quota, TollgateClock::Monotonic)
 }
 
 /// A tollgate keyed GCRA limiter with no sweeper on `clock`.
@@ -259,7 +251,7 @@ fn string_uniform(c: &mut Criterion) {
         let key = |i: u64| &keys[i as usize];
         let picker = Uniform::new(n, 0x57 ^ n);
         {
-            let limiter = tollgate_keyed::<String>(support::allow_quota(), false);
+            let limiter = tollgate_keyed::<String>(support::allow_quota());
             populate("tollgate", n, |i| {
                 limiter.check(key(i).as_str()).is_allowed()
             });
@@ -304,7 +296,7 @@ fn insert(c: &mut Criterion) {
     let allow = support::allow_quota;
     group.bench_function(BenchmarkId::new("tollgate_monotonic", "u64"), |b| {
         b.iter_custom(|iters| {
-            let limiter = tollgate_keyed::<u64>(allow(), false);
+            let limiter = tollgate_keyed::<u64>(allow());
             time_ops(
                 "insert tollgate u64",
                 Expect::All,
@@ -339,7 +331,7 @@ fn insert(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("tollgate_monotonic", "string"), |b| {
         b.iter_custom(|iters| {
             let keys = keys(iters);
-            let limiter = tollgate_keyed::<String>(allow(), false);
+            let limiter = tollgate_keyed::<String>(allow());
             time_ops(
                 "insert tollgate string",
                 Expect::All,
@@ -394,7 +386,7 @@ fn deny(c: &mut Criterion) {
     let n = DENY_KEYS;
     let picker = Uniform::new(n, 0xDE ^ n);
     {
-        let limiter = tollgate_keyed::<u64>(support::deny_quota(), false);
+        let limiter = tollgate_keyed::<u64>(support::deny_quota());
         populate("tollgate deny", n, |i| {
             limiter.check(&key_of(i)).is_allowed()
         });

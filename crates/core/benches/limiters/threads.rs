@@ -62,7 +62,7 @@ fn keyed(c: &mut Criterion, disjoint: bool) {
         "threads_keyed_hot"
     };
     let mut group = c.benchmark_group(name);
-    let tollgate = tollgate_keyed::<u64>(support::allow_quota(), false);
+    let tollgate = tollgate_keyed::<u64>(support::allow_quota());
     populate("tollgate", KEYS, |i| {
         tollgate.check(&key_of(i)).is_allowed()
     });
