@@ -22,17 +22,14 @@
 //! with respect to requests for that key, so that no future decision
 //! changes. A background thread sweeps the map every
 //! [`sweep_every`](KeyedBuilder::sweep_every) (1 s by default; it stops when
-//! the limiter is dropped), one bucket at a time: requests for other buckets
-//! never wait for it, and no caller's thread ever pays for a sweep.
-//! [`sweep`](KeyedLimiter::sweep) runs one now. The memory of what a sweep
-//! removed (and of a table it emptied) is handed back before it returns:
-//! 1,000,000 idle keys leave nothing above the empty limiter (measured in
-//! `tests/keyed_memory.rs`: 54.5 bytes per `u64` key, 104 per 16-byte
-//! `String` key, with GCRA at 1,000,000 keys in a table of 2^21 slots).
-//! One exception: the table arrays that a thread's own inserts outgrew
-//! (the old array of a resize) are freed by that thread's next requests,
-//! since the map's epoch-based reclamation is per thread; a thread that
-//! inserts many keys and then never asks again keeps them until it exits.
+//! the limiter is dropped), a few hundred slots at a time: a request waits
+//! for at most one such chunk of its own shard, and no caller's thread ever
+//! pays for a sweep. [`sweep`](KeyedLimiter::sweep) runs one now. What a
+//! sweep removed is freed before it returns, and a shard it left mostly
+//! empty shrinks: 1,000,000 idle keys leave nothing, to the byte, above the
+//! empty limiter (measured in `tests/keyed_memory.rs`: 52.4 bytes per `u64`
+//! key, 102 per 16-byte `String` key, with GCRA at 1,000,000 keys in 2^21
+//! slots; the empty limiter, with its 256 shards, is 33 KB).
 //!
 //! An entry is the key, the cell and one pointer to the key's algorithm as
 //! resolved under the current rules (shared by every key of the tier, and
@@ -53,16 +50,17 @@
 //!
 //! # Concurrency and hashing
 //!
-//! The map is [`scc::HashMap`]: a request for an existing key takes its
-//! bucket's shared lock (an atomic read-modify-write on a word shared by at
-//! most 32 keys, and its release) and then runs the algorithm on the key's
-//! own state. That is one shared word written besides the key's state; the
-//! lock-free alternative measured (papaya) never shrinks its table after
-//! removals, which would break the memory promise above. A new key takes
-//! its bucket's exclusive lock only, so inserting never blocks requests for
-//! keys in other buckets, and resizing is incremental. The hasher is
-//! foldhash, seeded at random per limiter, so that keys chosen by an attacker
-//! cannot be made to collide.
+//! The map is split by hash into shards, each a read/write lock around a
+//! `hashbrown` table (see `src/keymap.rs` for the choice and its bounds): a
+//! request for an existing key takes its shard's shared lock (an atomic
+//! read-modify-write on a word of its own cache line, and its release) and
+//! runs the algorithm on the key's own state. A new key takes its shard's
+//! exclusive lock, which also grows the shard's table when it is full (a
+//! hold of O(keys in the shard): at most 65,536 keys at the default cap).
+//! There are enough shards that a full one holds about 2^16 keys at the cap
+//! ([`max_keys`](KeyedBuilder::max_keys)), from 8 to 256. The hasher is
+//! foldhash, seeded at random per limiter, so that keys chosen by an
+//! attacker cannot be made to collide.
 //!
 //! Decisions are linearizable per key, with the same instant rule as
 //! [`Limiter`](crate::Limiter).
@@ -324,7 +322,7 @@ where
         };
         let shared = Arc::new(Shared {
             clock: self.clock,
-            map: KeyMap::new(),
+            map: KeyMap::new(self.max_keys),
             policies: RwLock::new(Policies {
                 generation: 0,
                 default,
@@ -550,23 +548,24 @@ where
         // Acquire: pairs with the Release of a change, so that an entry of the
         // current generation is decided under the rules that change published.
         let generation = self.generation.load(Ordering::Acquire);
-        // A known key of the current generation: the bucket's shared lock only.
-        // (An entry may be newer than the generation read: a request that
-        // read a later one refreshed it; its rules are then the current ones.)
-        // The decision is written straight into `decided` rather than
-        // returned through the map's `Option`: moving a `Decision` through
-        // nested enums cost store-forwarding stalls on every check (seen
-        // with perf: about a sixth of a keyed check).
-        let mut decided = None;
-        let known = self.map.read(key, |_, entry| {
-            if entry.algorithm.generation >= generation {
-                decided = Some(entry.run(now, cost, mode));
+        // A known key of the current generation: its shard's shared lock
+        // only. (An entry may be newer than the generation read: a request
+        // that read a later one refreshed it; its rules are then the current
+        // ones.) The decision is returned while the lock is held, so that it
+        // is built in the caller's slot (see `KeyMap::get`).
+        // The guard is dropped at the end of the arm, before any write lock.
+        let known = match self.map.get(key) {
+            Some(found) => {
+                if let Some(entry) = found.value() {
+                    if entry.algorithm.generation >= generation {
+                        return entry.run(now, cost, mode);
+                    }
+                }
+                true
             }
-        });
-        if let Some(result) = decided {
-            return result;
-        }
-        if known.is_some() {
+            None => false,
+        };
+        if known {
             // Its quota changed: re-resolve and carry its state over.
             let updated = self.map.update(key, |key, entry| {
                 self.refresh(key, entry, now);
@@ -749,9 +748,6 @@ where
             removed += usize::from(idle);
             !idle
         });
-        // Also after a sweep that removed nothing: scc may drop an emptied
-        // table a little later than the entries that emptied it.
-        self.map.reclaim();
         // Relaxed: see `reserve_slot`.
         self.live.fetch_sub(removed, Ordering::Relaxed);
         self.counters

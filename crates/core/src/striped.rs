@@ -97,7 +97,7 @@
 //! aggregate), but its `check`, which builds the [`Decision`] from every
 //! stripe, only 1.1× to 1.45× (57 to 74 ns), and on 1 thread it is slower
 //! than a `Limiter` (55 to 66 ns against 44 to 62). Not for keyed
-//! limiters, where the map's bucket lock, shared by every thread on the
+//! limiters, where the map's shard lock, shared by every thread on the
 //! key, dominates (the same bench: no gain), and not to speed up denials,
 //! which only read and already scale (a striped denial reads every
 //! stripe: about twice a `Limiter`'s). Otherwise prefer

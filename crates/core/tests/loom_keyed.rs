@@ -1,9 +1,9 @@
 //! Loom models of the keyed limiter's protocol: inserts, sweeps, the key cap
 //! and quota changes racing checks of the same key.
 //!
-//! Under `--cfg loom` the map is a loom `RwLock` around a std `HashMap` with
-//! the same exclusion contract as `scc::HashMap` (see `src/keymap.rs`), so
-//! every interleaving of the limiter's own steps is explored.
+//! Under `--cfg loom` the map is the production `KeyMap` (`src/keymap.rs`)
+//! with one shard and loom's `RwLock`, so every interleaving of the
+//! limiter's own steps and of the map's locking is explored.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate --test loom_keyed --release`
 #![cfg(loom)]

@@ -161,7 +161,8 @@ impl Algorithm for FixedWindow {
         AtomicU64::new(0)
     }
 
-    #[inline]
+    // Always inlined, as `word_update` is (see there).
+    #[inline(always)]
     fn check_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         store::word_update(cell, |state| self.transition(state, now, cost))
     }
