@@ -147,6 +147,39 @@ enum Mode {
     Charge,
 }
 
+/// What a request method returns: a [`Decision`] for the methods whose cost
+/// always fits a fresh state (a cost of 1, a charge), a `Result` for those
+/// that take any cost.
+trait Answer {
+    fn decided(decision: Decision) -> Self;
+    fn refused(error: CostError) -> Self;
+}
+
+impl Answer for Decision {
+    #[inline(always)]
+    fn decided(decision: Decision) -> Decision {
+        decision
+    }
+
+    fn refused(error: CostError) -> Decision {
+        // Every algorithm's capacity is at least 1, and a charge is never
+        // refused: only `check_n` and `peek_n` can get here, and they answer
+        // in a `Result`.
+        unreachable!("keyed: refused a cost that always fits: {error}")
+    }
+}
+
+impl Answer for Result<Decision, CostError> {
+    #[inline(always)]
+    fn decided(decision: Decision) -> Self {
+        Ok(decision)
+    }
+
+    fn refused(error: CostError) -> Self {
+        Err(error)
+    }
+}
+
 /// One key's state and the algorithm it runs under: 8 bytes beside the
 /// cell, so that a `u64` key with a one-word state is 24 bytes in the map.
 struct Entry<A: Algorithm> {
@@ -396,15 +429,14 @@ where
     }
 
     /// Takes one permit for `key` if it is available now.
+    #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // Every algorithm admits a cost of 1 on a fresh state.
-        self.shared
-            .decide(key, 1, Mode::Check)
-            .unwrap_or_else(|error| unreachable!("keyed: cost 1 refused: {error}"))
+        self.shared.decide(key, 1, Mode::Check)
     }
 
     /// Takes `cost` permits for `key` at once if they are all available now;
@@ -413,6 +445,7 @@ where
     /// # Errors
     ///
     /// [`CostError`] if `cost` is above the capacity of the key's quota.
+    #[inline]
     pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q>,
@@ -423,14 +456,13 @@ where
 
     /// What [`check`](Self::check) would answer for `key` now, without taking
     /// anything (and without creating a state for an unknown key).
+    #[inline]
     pub fn peek<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.shared
-            .decide(key, 1, Mode::Peek)
-            .unwrap_or_else(|error| unreachable!("keyed: cost 1 refused: {error}"))
+        self.shared.decide(key, 1, Mode::Peek)
     }
 
     /// What [`check_n`](Self::check_n) would answer for `key` now, without
@@ -439,6 +471,7 @@ where
     /// # Errors
     ///
     /// As [`check_n`](Self::check_n).
+    #[inline]
     pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q>,
@@ -456,14 +489,14 @@ where
     /// its charge starts fresh, which is what it would have been); while the
     /// map is full, a new key's charge goes to the overflow state. A cost of
     /// 0 records nothing; no cost is an error.
+    #[inline]
     pub fn charge_n<Q>(&self, key: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.shared
-            .decide(key, cost, Mode::Charge)
-            .unwrap_or_else(|error| unreachable!("keyed: a charge refused: {error}"))
+        // A charge is never refused.
+        self.shared.decide(key, cost, Mode::Charge)
     }
 
     /// Runs `algorithm` for every key without an override from now on; the
@@ -539,7 +572,16 @@ where
     K: Hash + Eq + Send + Sync + 'static,
     A: Algorithm,
 {
-    fn decide<Q>(&self, key: &Q, cost: u64, mode: Mode) -> Result<Decision, CostError>
+    /// Decides `cost` for `key`: the path of a known key of the current
+    /// rules here, inlined into the public methods (and through them into
+    /// their callers) so that the decision is built where it is used; the
+    /// rest in [`decide_slow`](Self::decide_slow). It answers in the
+    /// caller's own type ([`Answer`]) rather than in a `Result` the caller
+    /// unwraps: a 48-byte decision built in one slot and copied to another is
+    /// read with wider loads than it was written with, which stalled on
+    /// store forwarding (seen with perf: a quarter of a keyed check).
+    #[inline(always)]
+    fn decide<Q, R: Answer>(&self, key: &Q, cost: u64, mode: Mode) -> R
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -551,9 +593,8 @@ where
         // A known key of the current generation: its shard's shared lock
         // only. (An entry may be newer than the generation read: a request
         // that read a later one refreshed it; its rules are then the current
-        // ones.) The decision is returned while the lock is held, so that it
-        // is built in the caller's slot (see `KeyMap::get`).
-        // The guard is dropped at the end of the arm, before any write lock.
+        // ones.) The guard is dropped at the end of the arm, before any
+        // write lock.
         let known = match self.map.get(key) {
             Some(found) => {
                 if let Some(entry) = found.value() {
@@ -565,6 +606,24 @@ where
             }
             None => false,
         };
+        self.decide_slow(key, cost, mode, now, generation, known)
+    }
+
+    /// A key that is new, or whose quota changed since its last request.
+    #[inline(never)]
+    fn decide_slow<Q, R: Answer>(
+        &self,
+        key: &Q,
+        cost: u64,
+        mode: Mode,
+        now: Nanos,
+        generation: u64,
+        known: bool,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if known {
             // Its quota changed: re-resolve and carry its state over.
             let updated = self.map.update(key, |key, entry| {
@@ -592,12 +651,14 @@ where
             return fresh.run(now.max(self.clock.now()), looked, Mode::Peek);
         }
         if mode == Mode::Check {
-            fresh.within_capacity(cost)?;
+            if let Err(error) = fresh.within_capacity(cost) {
+                return R::refused(error);
+            }
         }
         // The tier carries the rule of a removed override: it is spent now.
         self.spend(&tier, &owned);
         if !self.reserve_slot() {
-            return Ok(self.decide_overflow(now, cost, generation, mode));
+            return R::decided(self.decide_overflow(now, cost, generation, mode));
         }
         self.map.upsert(owned, fresh, |slot| match slot {
             Slot::Inserted(entry) => entry.run(now.max(self.clock.now()), cost, mode),
@@ -780,16 +841,15 @@ impl<A: Algorithm> Entry<A> {
     // Inlined so that `mode`, a constant at every call site, selects its arm
     // at compile time and the decision is built in the caller's frame.
     #[inline(always)]
-    fn run(&self, now: Nanos, cost: u64, mode: Mode) -> Result<Decision, CostError> {
-        Ok(match mode {
-            Mode::Check => {
-                self.within_capacity(cost)?;
-                self.algorithm.check_cell(&self.cell, now, cost)
+    fn run<R: Answer>(&self, now: Nanos, cost: u64, mode: Mode) -> R {
+        if mode != Mode::Charge {
+            if let Err(error) = self.within_capacity(cost) {
+                return R::refused(error);
             }
-            Mode::Peek => {
-                self.within_capacity(cost)?;
-                self.algorithm.peek_cell(&self.cell, now, cost)
-            }
+        }
+        R::decided(match mode {
+            Mode::Check => self.algorithm.check_cell(&self.cell, now, cost),
+            Mode::Peek => self.algorithm.peek_cell(&self.cell, now, cost),
             Mode::Charge => {
                 self.algorithm.charge_cell(&self.cell, now, cost);
                 self.algorithm.peek_cell(&self.cell, now, 1)
