@@ -323,6 +323,12 @@ where
     }
 
     /// The most keys with a state at once. By default, 2^24 (16,777,216).
+    ///
+    /// It also sizes the map: one shard per 2^16 keys of the cap, from 8 to
+    /// 256 shards (128 bytes each when empty), so that growing one shard's
+    /// table holds up requests to that shard for a bounded time. A limiter
+    /// that will hold a few thousand keys can say so and take 1 KiB empty
+    /// instead of 32 KiB.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
