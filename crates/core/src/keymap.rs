@@ -239,6 +239,8 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use super::*;
 
     fn full_map(keys: u64) -> KeyMap<u64, u64> {
@@ -305,5 +307,42 @@ mod tests {
         }
         map.retain(|_, _| false);
         assert!(map.shards.iter().all(|shard| read(shard).capacity() == 0));
+    }
+
+    /// Sweeps racing inserts that grow the shards between a sweep's chunks:
+    /// no entry a sweep keeps is ever lost, and every rejected one goes.
+    #[test]
+    fn retain_racing_growth_loses_nothing_it_keeps() {
+        const KEYS: u64 = 200_000;
+        let map = KeyMap::<u64, u64>::new(1 << 16);
+        let inserted = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for key in 0..KEYS {
+                    map.upsert(key, key, |_| ());
+                    // Release: a sweeper that reads this count sees the key.
+                    inserted.store(key + 1, Ordering::Release);
+                }
+            });
+            scope.spawn(|| {
+                loop {
+                    // Acquire: pairs with the inserter's Release.
+                    let before = inserted.load(Ordering::Acquire);
+                    map.retain(|_, v| *v % 2 == 0);
+                    // Every even key inserted before the sweep is still there.
+                    for key in (0..before).step_by(997).filter(|k| k % 2 == 0) {
+                        assert_eq!(value_of(&map, key), Some(key), "kept key {key} lost");
+                    }
+                    if before == KEYS {
+                        break;
+                    }
+                }
+            });
+        });
+        map.retain(|_, v| *v % 2 == 0);
+        for key in 0..KEYS {
+            let expected = (key % 2 == 0).then_some(key);
+            assert_eq!(value_of(&map, key), expected);
+        }
     }
 }
