@@ -6,12 +6,12 @@
 //! freed memory cannot hide in the next one's resident set.
 //!
 //! A case builds a limiter, checks 1,000,000 distinct keys once each (every
-//! check must be admitted), reads them all once more so that memory whose
-//! release a map defers (scc's epoch-based reclamation) has its chance, runs
-//! one pass of its sweep that finds nothing idle (what a running limiter
-//! does every second: tollgate's `sweep`, governor's `retain_recent`, scc's
-//! `retain`; for scc it also finishes an incremental resize in flight, whose
-//! old array would otherwise be counted), and reports:
+//! check must be admitted), reads them all once more, runs one pass of its
+//! sweep that finds nothing idle (what a running limiter does every second:
+//! tollgate's `sweep`, governor's `retain_recent`, dashmap's `retain`), and
+//! reports what is held then. Every map here, tollgate's included, frees
+//! what it drops (a resized table, a removed entry) at once, so nothing is
+//! awaiting reclamation when the figures are taken:
 //!
 //! - `bytes`: heap bytes requested and not freed since the limiter was
 //!   built (requested sizes: the system allocator's own per-block overhead
@@ -19,8 +19,8 @@
 //! - `rss_bytes`: the change of the resident set, which does count it (and
 //!   the pages the allocator keeps), a rougher figure.
 //!
-//! Cases: `tollgate_u64`, `governor_u64`, `floor_scc_u64` (the bare
-//! `scc::HashMap<u64, AtomicU64>`, for reference), and the same with
+//! Cases: `tollgate_u64`, `governor_u64`, `floor_dashmap_u64` (the bare
+//! `DashMap<u64, AtomicU64>` with foldhash, for reference), and the same with
 //! 21-byte `String` keys, whose own heap copy each map holds (the
 //! `string_heap` case measures those copies alone).
 //!
@@ -33,6 +33,7 @@ use std::num::NonZeroU32;
 use std::process::Command;
 use std::sync::atomic::AtomicU64;
 
+use dashmap::DashMap;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tollgate::{Gcra, KeyedLimiter, Quota};
 
@@ -48,10 +49,10 @@ const SMOKE_KEYS: u64 = 10_000;
 const CASES: [&str; 7] = [
     "tollgate_u64",
     "governor_u64",
-    "floor_scc_u64",
+    "floor_dashmap_u64",
     "tollgate_string",
     "governor_string",
-    "floor_scc_string",
+    "floor_dashmap_string",
     "string_heap",
 ];
 
@@ -127,15 +128,15 @@ fn run_case(case: &str, keys: u64) {
                 || limiter.retain_recent(),
             )
         }
-        "floor_scc_u64" => {
-            let map = scc_map::<u64>();
+        "floor_dashmap_u64" => {
+            let map = dashmap_of::<u64>();
             measure(
                 keys,
                 |i| {
-                    let _ = map.insert_sync(key_of(i), AtomicU64::new(1));
-                    map.contains_sync(&key_of(i))
+                    map.insert(key_of(i), AtomicU64::new(1));
+                    map.contains_key(&key_of(i))
                 },
-                || map.retain_sync(|_, _| true),
+                || map.retain(|_, _| true),
             )
         }
         "tollgate_string" => {
@@ -154,17 +155,17 @@ fn run_case(case: &str, keys: u64) {
                 || limiter.retain_recent(),
             )
         }
-        "floor_scc_string" => {
-            let map = scc_map::<String>();
+        "floor_dashmap_string" => {
+            let map = dashmap_of::<String>();
             measure(
                 keys,
                 |i| {
-                    if !map.contains_sync(key(i)) {
-                        let _ = map.insert_sync(key(i).to_owned(), AtomicU64::new(1));
+                    if !map.contains_key(key(i)) {
+                        map.insert(key(i).to_owned(), AtomicU64::new(1));
                     }
-                    map.contains_sync(key(i))
+                    map.contains_key(key(i))
                 },
-                || map.retain_sync(|_, _| true),
+                || map.retain(|_, _| true),
             )
         }
         "string_heap" => {
@@ -182,8 +183,8 @@ fn run_case(case: &str, keys: u64) {
     report(case, keys, bytes, rss - rss_before);
 }
 
-fn scc_map<K: std::hash::Hash + Eq>() -> scc::HashMap<K, AtomicU64, foldhash::fast::RandomState> {
-    scc::HashMap::with_hasher(foldhash::fast::RandomState::default())
+fn dashmap_of<K: std::hash::Hash + Eq>() -> DashMap<K, AtomicU64, foldhash::fast::RandomState> {
+    DashMap::with_hasher(foldhash::fast::RandomState::default())
 }
 
 /// Checks keys `0..keys` (each must be admitted), then each once more, then

@@ -32,8 +32,8 @@
 //! tollgate's `Limiter<Gcra>` (one compare-and-swap word) on the monotonic
 //! and the cached clock, and governor's direct limiter (quanta and
 //! monotonic clocks). `keyed_*`: one hot key among 1,000 in a map, every
-//! thread on it: tollgate's `KeyedLimiter`, and an `scc::HashMap` (foldhash)
-//! whose values are the one-word or the striped GCRA ([`KeyedHot`]).
+//! thread on it: tollgate's `KeyedLimiter`, and a dashmap (foldhash) whose
+//! values are the one-word or the striped GCRA ([`KeyedHot`]).
 //!
 //! **Throughput** on the allow path (10^9 per second, burst 10^9: every
 //! check must be admitted) and on the deny path (exhausted before the run:
@@ -73,6 +73,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
+use dashmap::DashMap;
 use tollgate::{
     CachedClock, Clock, Gcra, KeyedLimiter, Limiter, MonotonicClock, Quota, StripedLimiter,
 };
@@ -241,15 +242,16 @@ impl<C: Clock, const N: usize> Hot for StripedGcra<C, N> {
     }
 }
 
-/// A hot key in a map: 1,000 keys in an `scc::HashMap` (foldhash), as
-/// tollgate's `KeyedLimiter` holds them, each key's state a [`StripedGcra`]
-/// of `N` stripes (one: a plain GCRA word); every check is on key 0. A
-/// check reads the clock, takes the key's bucket lock shared (one atomic
-/// read-modify-write on the bucket's word, and its release) and runs the
-/// kernel: striping the state leaves the bucket word shared.
+/// A hot key in a map: 1,000 keys in a dashmap (foldhash: the same sharded
+/// `RwLock<hashbrown>` design as tollgate's `KeyedLimiter`), each key's
+/// state a [`StripedGcra`] of `N` stripes (one: a plain GCRA word); every
+/// check is on key 0. A check reads the clock, takes the key's shard lock
+/// shared (one atomic read-modify-write on the shard's lock word, and its
+/// release) and runs the kernel: striping the state leaves the lock word
+/// shared.
 struct KeyedHot<const N: usize> {
     clock: MonotonicClock,
-    map: scc::HashMap<u64, StripedGcra<NoClock, N>, foldhash::fast::RandomState>,
+    map: DashMap<u64, StripedGcra<NoClock, N>, foldhash::fast::RandomState>,
 }
 
 /// The stripes of a [`KeyedHot`] entry read no clock of their own.
@@ -263,9 +265,9 @@ impl Clock for NoClock {
 
 impl<const N: usize> KeyedHot<N> {
     fn new(rate_per_second: u64, burst: u64) -> KeyedHot<N> {
-        let map = scc::HashMap::with_hasher(foldhash::fast::RandomState::default());
+        let map = DashMap::with_hasher(foldhash::fast::RandomState::default());
         for key in 0..1_000u64 {
-            let _ = map.insert_sync(key, StripedGcra::new(rate_per_second, burst, NoClock));
+            map.insert(key, StripedGcra::new(rate_per_second, burst, NoClock));
         }
         KeyedHot {
             clock: MonotonicClock::new(),
@@ -278,9 +280,7 @@ impl<const N: usize> Hot for KeyedHot<N> {
     #[inline]
     fn check(&self) -> bool {
         let now = self.clock.now().as_u64();
-        self.map
-            .read_sync(&0, |_, state| state.check_at(now))
-            .unwrap_or(false)
+        self.map.get(&0).is_some_and(|state| state.check_at(now))
     }
 }
 

@@ -7,14 +7,14 @@
 //! (a fresh limiter per sample). Implementations:
 //!
 //! - `tollgate_monotonic` / `tollgate_cached` / `tollgate_quanta`:
-//!   [`KeyedLimiter`] (GCRA, `scc::HashMap`, foldhash) on `MonotonicClock` /
-//!   `CachedClock` (1 ms) / `QuantaClock` (feature `quanta`, governor's
-//!   default clock class), its sweeper off so that no key leaves the map
-//!   during a run;
+//!   [`KeyedLimiter`] (GCRA, shards of `RwLock<hashbrown::HashTable>`,
+//!   foldhash) on `MonotonicClock` / `CachedClock` (1 ms) / `QuantaClock`
+//!   (feature `quanta`, governor's default clock class), its sweeper off so
+//!   that no key leaves the map during a run;
 //! - `governor`: `DefaultKeyedRateLimiter` (dashmap, std's SipHash,
 //!   quanta clock); `governor_foldhash`: the same map with foldhash, to
 //!   tell the hasher from the rest;
-//! - `floor_scc`: floor kernel 2 (a clock read, an `scc::HashMap` read with
+//! - `floor_dashmap`: floor kernel 2 (a clock read, a dashmap read with
 //!   foldhash, one compare-and-swap).
 //!
 //! u64 keys are scattered 64-bit values; String keys are 21 bytes
@@ -218,7 +218,7 @@ fn u64_implementations<P: Pick + Clone>(
         (0..n).for_each(|i| floor.add(key_of(i), true));
         measure(
             group,
-            ("floor_scc", param),
+            ("floor_dashmap", param),
             Expect::All,
             picker.clone(),
             |i| floor.check(&key_of(i)),
@@ -279,7 +279,7 @@ fn string_uniform(c: &mut Criterion) {
             keys.iter().for_each(|k| floor.add(k.clone(), true));
             measure(
                 &mut group,
-                ("floor_scc", &n.to_string()),
+                ("floor_dashmap", &n.to_string()),
                 Expect::All,
                 picker.clone(),
                 |i| floor.check(key(i).as_str()),
@@ -316,7 +316,7 @@ fn insert(c: &mut Criterion) {
             )
         });
     });
-    group.bench_function(BenchmarkId::new("floor_scc", "u64"), |b| {
+    group.bench_function(BenchmarkId::new("floor_dashmap", "u64"), |b| {
         b.iter_custom(|iters| {
             let floor = FloorMap::new();
             time_ops(
@@ -352,7 +352,7 @@ fn insert(c: &mut Criterion) {
             )
         });
     });
-    group.bench_function(BenchmarkId::new("floor_scc", "string"), |b| {
+    group.bench_function(BenchmarkId::new("floor_dashmap", "string"), |b| {
         b.iter_custom(|iters| {
             let keys = keys(iters);
             let floor = FloorMap::new();
@@ -416,7 +416,7 @@ fn deny(c: &mut Criterion) {
         (0..n).for_each(|i| floor.add(key_of(i), false));
         measure(
             &mut group,
-            ("floor_scc", &n.to_string()),
+            ("floor_dashmap", &n.to_string()),
             Expect::None,
             picker,
             |i| floor.check(&key_of(i)),

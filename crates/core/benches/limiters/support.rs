@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use tollgate::{CachedClock, Clock, Quota};
 
 /// The refresh interval of every coarse clock in the suite (tollgate's
@@ -233,11 +235,12 @@ impl<C: FloorClock> FloorWord<C> {
     }
 }
 
-/// Floor kernel 2: a clock read, a lookup in an `scc::HashMap` with the
-/// hasher tollgate uses (foldhash, randomly seeded), and the one-word kernel.
+/// Floor kernel 2: a clock read, a dashmap read (the same sharded
+/// `RwLock<hashbrown>` design as tollgate's `KeyMap`) with the hasher
+/// tollgate uses (foldhash, randomly seeded), and the one-word kernel.
 pub struct FloorMap<K> {
     clock: InstantClock,
-    map: scc::HashMap<K, AtomicU64, foldhash::fast::RandomState>,
+    map: DashMap<K, AtomicU64, foldhash::fast::RandomState>,
 }
 
 impl<K: Hash + Eq> FloorMap<K> {
@@ -245,14 +248,14 @@ impl<K: Hash + Eq> FloorMap<K> {
     pub fn new() -> FloorMap<K> {
         FloorMap {
             clock: InstantClock::new(),
-            map: scc::HashMap::with_hasher(foldhash::fast::RandomState::default()),
+            map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
         }
     }
 
     /// Adds `key` with a word that admits (`open`) or denies.
     pub fn add(&self, key: K, open: bool) {
         let word = if open { 0 } else { u64::MAX };
-        let _ = self.map.insert_sync(key, AtomicU64::new(word));
+        self.map.insert(key, AtomicU64::new(word));
     }
 
     /// One check of a known key; an unknown key is not admitted.
@@ -264,18 +267,18 @@ impl<K: Hash + Eq> FloorMap<K> {
     {
         let now = self.clock.now_ns();
         self.map
-            .read_sync(key, |_, cell| floor_kernel(cell, now))
-            .unwrap_or(false)
+            .get(key)
+            .is_some_and(|cell| floor_kernel(&cell, now))
     }
 
     /// One check that creates the key's word if it is new (the insert path).
     #[inline]
     pub fn check_or_insert(&self, key: K) -> bool {
         let now = self.clock.now_ns();
-        match self.map.entry_sync(key) {
-            scc::hash_map::Entry::Occupied(occupied) => floor_kernel(occupied.get(), now),
-            scc::hash_map::Entry::Vacant(vacant) => {
-                vacant.insert_entry(AtomicU64::new(now + 1));
+        match self.map.entry(key) {
+            Entry::Occupied(occupied) => floor_kernel(occupied.get(), now),
+            Entry::Vacant(vacant) => {
+                vacant.insert(AtomicU64::new(now + 1));
                 true
             }
         }

@@ -92,7 +92,7 @@ fn keyed(c: &mut Criterion, disjoint: bool) {
             let mut pick = picker(t);
             move || governor.check_key(&key_of(pick())).is_ok()
         });
-        bench(&mut group, "floor_scc", threads, &|t| {
+        bench(&mut group, "floor_dashmap", threads, &|t| {
             let mut pick = picker(t);
             move || floor.check(&key_of(pick()))
         });
