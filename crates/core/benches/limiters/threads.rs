@@ -8,7 +8,9 @@
 //!
 //! - `threads_direct_hot`: one shared limiter (tollgate GCRA on the
 //!   monotonic clock, governor on quanta, the floor word);
-//! - `threads_keyed_hot`: a keyed limiter of 1,000 keys, every thread on key 0;
+//! - `threads_keyed_hot`: a keyed limiter of 1,000 keys (tollgate on the
+//!   monotonic and, with feature `quanta`, the quanta clock; governor; the
+//!   dashmap floor), every thread on key 0;
 //! - `threads_keyed_disjoint`: the same limiters, thread `t` of `T` on its
 //!   own keys `t, t + T, t + 2T, …`, chosen uniformly.
 //!
@@ -22,7 +24,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use tollgate::{Gcra, Limiter};
 
-use crate::keyed::{governor_keyed, populate, tollgate_keyed};
+use crate::keyed::{TollgateClock, governor_keyed, populate, tollgate_keyed_on};
 use crate::support::{self, Expect, FloorMap, FloorWord, InstantClock, Uniform, key_of};
 
 /// The thread counts measured.
@@ -62,15 +64,21 @@ fn keyed(c: &mut Criterion, disjoint: bool) {
         "threads_keyed_hot"
     };
     let mut group = c.benchmark_group(name);
-    let tollgate = tollgate_keyed::<u64>(support::allow_quota());
-    populate("tollgate", KEYS, |i| {
-        tollgate.check(&key_of(i)).is_allowed()
-    });
+    let tollgates: Vec<_> = TollgateClock::UNCACHED
+        .iter()
+        .map(|&clock| {
+            let limiter = tollgate_keyed_on::<u64>(support::allow_quota(), clock);
+            populate(clock.name(), KEYS, |i| {
+                limiter.check(&key_of(i)).is_allowed()
+            });
+            (clock.name(), limiter)
+        })
+        .collect();
     let governor = governor_keyed::<u64>(support::governor_allow());
     populate("governor", KEYS, |i| governor.check_key(&key_of(i)).is_ok());
     let floor = FloorMap::new();
     (0..KEYS).for_each(|i| floor.add(key_of(i), true));
-    let (tollgate, governor, floor) = (&tollgate, &governor, &floor);
+    let (governor, floor) = (&governor, &floor);
     for threads in THREADS {
         group.throughput(Throughput::Elements(threads as u64));
         // The key index of thread `t`'s next check.
@@ -84,10 +92,12 @@ fn keyed(c: &mut Criterion, disjoint: bool) {
                 }
             }
         };
-        bench(&mut group, "tollgate_monotonic", threads, &|t| {
-            let mut pick = picker(t);
-            move || tollgate.check(&key_of(pick())).is_allowed()
-        });
+        for (name, tollgate) in &tollgates {
+            bench(&mut group, name, threads, &|t| {
+                let mut pick = picker(t);
+                move || tollgate.check(&key_of(pick())).is_allowed()
+            });
+        }
         bench(&mut group, "governor", threads, &|t| {
             let mut pick = picker(t);
             move || governor.check_key(&key_of(pick())).is_ok()
