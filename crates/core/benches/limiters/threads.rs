@@ -42,12 +42,22 @@ pub fn benches(c: &mut Criterion) {
 fn direct_hot(c: &mut Criterion) {
     let mut group = c.benchmark_group("threads_direct_hot");
     let tollgate = Limiter::new(Gcra::new(support::allow_quota()).expect("gcra"));
+    // governor's clock class, so that one row compares like with like.
+    #[cfg(feature = "quanta")]
+    let tollgate_quanta = Limiter::with_clock(
+        Gcra::new(support::allow_quota()).expect("gcra"),
+        tollgate::QuantaClock::new(),
+    );
     let governor = governor::RateLimiter::direct(support::governor_allow());
     let floor = FloorWord::open(InstantClock::new());
     for threads in THREADS {
         group.throughput(Throughput::Elements(threads as u64));
         bench(&mut group, "tollgate_gcra_monotonic", threads, &|_| {
             || tollgate.check().is_allowed()
+        });
+        #[cfg(feature = "quanta")]
+        bench(&mut group, "tollgate_gcra_quanta", threads, &|_| {
+            || tollgate_quanta.check().is_allowed()
         });
         bench(&mut group, "governor_quanta", threads, &|_| {
             || governor.check().is_ok()
