@@ -85,6 +85,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     }
 
     /// Takes one permit if it is available now.
+    #[inline]
     pub fn check(&self) -> Decision {
         // Every algorithm's capacity is at least 1.
         self.decide(1, true)
@@ -97,6 +98,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     ///
     /// [`CostError`] if `cost` is above the limiter's capacity: no amount
     /// of waiting would admit it.
+    #[inline]
     pub fn check_n(&self, cost: u64) -> Result<Decision, CostError> {
         self.within_capacity(cost)?;
         Ok(self.decide(cost, true))
@@ -104,6 +106,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 
     /// What [`check`](Limiter::check) would answer now, without taking
     /// anything.
+    #[inline]
     pub fn peek(&self) -> Decision {
         self.decide(1, false)
     }
@@ -114,6 +117,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// # Errors
     ///
     /// As [`check_n`](Limiter::check_n).
+    #[inline]
     pub fn peek_n(&self, cost: u64) -> Result<Decision, CostError> {
         self.within_capacity(cost)?;
         Ok(self.decide(cost, false))
@@ -174,6 +178,9 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         Ok(())
     }
 
+    // Inlined into the caller with `check_cell`, so that a caller that reads
+    // one field of the decision pays for that field only.
+    #[inline(always)]
     fn decide(&self, cost: u64, record: bool) -> Decision {
         let shared = &*self.shared;
         let now: Nanos = shared.clock.now();

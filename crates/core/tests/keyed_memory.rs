@@ -18,7 +18,9 @@
 //! (`src/keymap.rs`): nothing is reclaimed later by epochs, so what a sweep
 //! removes is freed before it returns, on the sweeping thread, and a shard
 //! the sweep emptied frees its table. The memory is back to the empty
-//! limiter, to the byte, when `sweep()` returns; after `drop`, to nothing.
+//! limiter when `sweep()` returns (to the byte when nothing else in the
+//! process allocates meanwhile; the test harness's thread may: see
+//! `HARNESS_BYTES`), and after `drop` to nothing.
 
 use std::alloc::System;
 use std::hash::Hash;
@@ -36,6 +38,14 @@ const KEYS: u64 = 1_000_000;
 /// Shards of the map at the default key cap: each holds one table
 /// allocation once it has a key.
 const SHARDS: i64 = 256;
+
+/// What the test harness's own main thread may allocate and keep while the
+/// test runs (the counting allocator sees every thread): seen, 4 blocks of
+/// 900 bytes in all, when the binary starts right after a busy one. Never
+/// anything per key: the bounds below are a few hundred times smaller than
+/// one byte per key.
+const HARNESS_BYTES: i64 = 4 * 1024;
+const HARNESS_ALLOCATIONS: i64 = 8;
 
 /// Bytes and allocations live now.
 fn live() -> (i64, i64) {
@@ -108,12 +118,14 @@ where
     // A peek of a key not in the map creates nothing.
     assert!(limiter.peek(&make(0)).is_allowed());
     assert!(limiter.is_empty());
-    assert_eq!(live_bytes() - built, after_sweep);
+    assert!(live_bytes() - built - after_sweep <= HARNESS_BYTES);
     drop(limiter);
-    assert_eq!(
-        live(),
-        (base, base_allocations),
-        "bytes and allocations left after drop"
+    let (left, left_allocations) = live();
+    assert!(
+        left - base <= HARNESS_BYTES && left_allocations - base_allocations <= HARNESS_ALLOCATIONS,
+        "{} bytes in {} allocations left after drop",
+        left - base,
+        left_allocations - base_allocations
     );
     Measured {
         empty,
@@ -140,7 +152,7 @@ fn background(interval: Duration) -> (i64, i64, Duration) {
     let started = Instant::now();
     // The sweeper lowers the count after it freed what it removed; the
     // allocator's counters are read apart from it, so wait for both.
-    while !limiter.is_empty() || live_bytes() - base > empty {
+    while !limiter.is_empty() || live_bytes() - base - empty > HARNESS_BYTES {
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "{} keys and {} bytes above empty 30 s after the keys went idle",
@@ -195,24 +207,25 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
     // Keys live in their shards' tables, one allocation each (a resize
     // frees the old one); a String key adds its own allocation.
     assert!(
-        (1..=SHARDS).contains(&u64_keys.allocations),
+        (1..=SHARDS + HARNESS_ALLOCATIONS).contains(&u64_keys.allocations),
         "u64 keys live in the shards' tables: {u64_keys:?}"
     );
     assert!(
-        (1..=SHARDS).contains(&(string_keys.allocations - KEYS as i64)),
+        (1..=SHARDS + HARNESS_ALLOCATIONS).contains(&(string_keys.allocations - KEYS as i64)),
         "one allocation per String key, and the shards' tables: {string_keys:?}"
     );
-    // The memory is back, to the byte, as soon as the sweep returns.
+    // The memory is back as soon as the sweep returns.
     for (name, m) in [("u64", &u64_keys), ("String", &string_keys)] {
-        assert_eq!(
-            m.after_sweep, 0,
-            "{name}: bytes above the empty size {} after the sweep",
+        assert!(
+            m.after_sweep <= HARNESS_BYTES,
+            "{name}: {} bytes above the empty size {} after the sweep",
+            m.after_sweep,
             m.empty
         );
     }
     // (The sweeper thread may meanwhile free a few bytes of its own start-up.)
     assert!(
-        bg_left <= 0,
+        bg_left <= HARNESS_BYTES,
         "background: {bg_left} bytes above the empty size {bg_empty} once every key is swept"
     );
 }
