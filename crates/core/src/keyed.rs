@@ -22,7 +22,7 @@
 //! with respect to requests for that key, so that no future decision
 //! changes. A background thread sweeps the map every
 //! [`sweep_every`](KeyedBuilder::sweep_every) (1 s by default; it stops when
-//! the limiter is dropped), a few hundred slots at a time: a request waits
+//! the limiter is dropped), 16 slots at a time: a request waits
 //! for at most one such chunk of its own shard, and no caller's thread ever
 //! pays for a sweep. [`sweep`](KeyedLimiter::sweep) runs one now. What a
 //! sweep removed is freed before it returns, and a shard it left mostly

@@ -58,8 +58,13 @@ use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 type Hasher = foldhash::fast::RandomState;
 
 /// Slots a sweep judges per hold of a shard's write lock: a request to that
-/// shard waits at most this many idleness checks (about 2 µs).
-pub(crate) const SWEEP_CHUNK: usize = 256;
+/// shard waits at most this many idleness checks, short enough that it
+/// spins for the lock rather than sleeping on it. Measured in the eviction
+/// bench (10^6 idle keys, one thread checking meanwhile): p99.9 of a check
+/// during the sweep 2.9 µs with 16, 7.9 to 12 µs with 64, 52 µs with 256 (a
+/// reader that outlasts the lock's spinning sleeps), for the same sweep
+/// time.
+pub(crate) const SWEEP_CHUNK: usize = 16;
 
 /// The most shards a map is split into.
 const MAX_SHARDS: usize = 256;
