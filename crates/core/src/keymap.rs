@@ -1,8 +1,9 @@
 //! The concurrent map behind [`KeyedLimiter`](crate::KeyedLimiter), reduced
 //! to the four operations it needs, each with the exclusion it relies on:
 //!
-//! - [`KeyMap::read`]: shared access to one key's entry (concurrent with
-//!   other reads of it, exclusive with `update`, `upsert` and `retain` on it);
+//! - [`KeyMap::get`]: shared access to one key's entry for as long as the
+//!   returned guard lives (concurrent with other reads of it, exclusive with
+//!   `update`, `upsert` and `retain` on it);
 //! - [`KeyMap::update`] and [`KeyMap::upsert`]: exclusive access to one key;
 //! - [`KeyMap::retain`]: exclusive access to each entry while it is judged.
 //!
@@ -39,8 +40,8 @@
 //!   after the sweep removed most of them.
 //! - **Growing** doubles one shard's table under its write lock, a hold of
 //!   O(keys in the shard): with the default cap of 2^24 keys over 256
-//!   shards, at most 65,536 keys (about half a millisecond) and only for
-//!   requests to that shard. `scc` grew incrementally; this map trades
+//!   shards, about 65,536 keys (one rehash of that many entries), and only
+//!   for requests to that shard. `scc` grew incrementally; this map trades
 //!   that for reads without barriers.
 //!
 //! Under `--cfg loom` the locks are loom's (through [`crate::sync`]) and
