@@ -69,7 +69,7 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::{Arc, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -824,13 +824,11 @@ where
     }
 
     fn read_policies(&self) -> RwLockReadGuard<'_, Policies<K, A>> {
-        self.policies.read().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::read(&self.policies)
     }
 
     fn write_policies(&self) -> RwLockWriteGuard<'_, Policies<K, A>> {
-        self.policies
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+        crate::sync::write(&self.policies)
     }
 }
 

@@ -49,12 +49,13 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::PoisonError;
-
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
-use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+// A panic under a shard's lock (in an algorithm) leaves the table whole and
+// every entry's state valid between transitions: a poisoned shard is used
+// as it is.
+use crate::sync::{RwLock, RwLockReadGuard, read, write};
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -227,20 +228,6 @@ impl<K: Hash + Eq, V> KeyMap<K, V> {
             table.shrink_to(table.len() * 2, |(k, _)| hasher.hash_one(k));
         }
     }
-}
-
-/// Read-locks a shard. A panic under its lock (in an algorithm) leaves the
-/// table whole, and every entry's state valid between transitions, so a
-/// poisoned lock is used as it is (see [`crate::sync::lock`]).
-#[inline]
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Write-locks a shard; poisoning as in [`read`].
-#[inline]
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(all(test, not(loom)))]
