@@ -223,7 +223,7 @@ impl<K: Hash + Eq, V> KeyMap<K, V> {
     /// Rehashes a table under a quarter full into one about half full; an
     /// empty one gives its memory back entirely.
     fn shrink(&self, table: &mut HashTable<(K, V)>) {
-        if table.len() < table.capacity() / 4 || (table.is_empty() && table.capacity() > 0) {
+        if table.len() * 4 < table.capacity() {
             let hasher = &self.hasher;
             table.shrink_to(table.len() * 2, |(k, _)| hasher.hash_one(k));
         }
