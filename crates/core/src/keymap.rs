@@ -49,6 +49,7 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
