@@ -952,17 +952,19 @@ fn unique_descriptors<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Vec<DescriptorYaml>, D::Error> {
     seq_checked(d, |before: &[DescriptorYaml], raw: RawDescriptor| {
-        let value = raw.value.as_deref().filter(|v| !v.is_empty());
+        // Built first: `descriptor()` owns the rule that an empty value is
+        // no value, which the duplicate check compares by.
+        let descriptor = DescriptorYaml::try_from(raw)?;
+        let (key, value) = (&descriptor.0.key, descriptor.0.value.as_deref());
         if before
             .iter()
-            .any(|d| d.0.key == raw.key && d.0.value.as_deref() == value)
+            .any(|d| d.0.key == *key && d.0.value.as_deref() == value)
         {
             return Err(match value {
-                Some(value) => format!("duplicate descriptor key '{}' value '{value}'", raw.key),
-                None => format!("duplicate descriptor key '{}' without a value", raw.key),
+                Some(value) => format!("duplicate descriptor key '{key}' value '{value}'"),
+                None => format!("duplicate descriptor key '{key}' without a value"),
             });
         }
-        let descriptor = DescriptorYaml::try_from(raw)?;
         if REDIS_RULES.with(std::cell::Cell::get) {
             refuse_sliding_log(&descriptor.0)?;
         }
