@@ -423,8 +423,7 @@ impl<T> ClientIp<T> {
         let mut hops = hops.peekable();
         let mut client = peer;
         let mut walked = 0;
-        while let Some(hop) = hops.next_if(|hop| hop.is_some() && walked < self.max_hops) {
-            let Some(hop) = hop else { break };
+        while let Some(Some(hop)) = hops.next_if(|hop| hop.is_some() && walked < self.max_hops) {
             walked += 1;
             client = hop;
             if !self.is_trusted(hop) {
