@@ -655,8 +655,16 @@ fn last_element(line: &[u8], budget: usize) -> Option<(&[u8], &[u8])> {
         match line[i] {
             b'"' if quoted => {
                 // Inside a quoted string, `\"` is an escaped quote when an
-                // odd number of backslashes precede it.
-                let backslashes = line[..i].iter().rev().take_while(|&&b| b == b'\\').count();
+                // odd number of backslashes precede it. Counted within what
+                // is left of the budget: a longer run ends the walk inside
+                // it (`None`) before its parity could matter.
+                let left = budget - (line.len() - i);
+                let backslashes = line[..i]
+                    .iter()
+                    .rev()
+                    .take(left)
+                    .take_while(|&&b| b == b'\\')
+                    .count();
                 if backslashes % 2 == 0 {
                     quoted = false;
                 }
