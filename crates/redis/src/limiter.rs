@@ -41,7 +41,7 @@ use crate::key::KeyCodec;
 use crate::lease::{LeaseConfig, Leases};
 use crate::limit::{ConfigError, Limit, Unit, binding};
 use crate::policy::{Counters, FailurePolicy, Fault, Policy, Source, Stats};
-use crate::script::{self, DECIDE, Op};
+use crate::script::{self, Op};
 
 /// A request that can never be admitted: its cost is above a limit's
 /// capacity.
@@ -522,28 +522,29 @@ impl RedisLimiter {
     ) -> Result<Reply, redis::RedisError> {
         let s = &self.shared;
         let keys = s.codec.keys(key);
-        let mut invocation = DECIDE.prepare_invoke();
-        for k in &keys {
-            invocation.key(k.as_slice());
-        }
         let now = match &s.time {
             Time::Server => String::new(),
             Time::Manual(clock) => clock.now().as_u64().to_string(),
         };
-        invocation.arg(op.code()).arg(now).arg(cost).arg(s.slack_ms);
-        match refund {
-            Some(lease) => invocation.arg(lease.now),
-            None => invocation.arg(extra),
-        };
-        for (i, args) in s.args.iter().enumerate() {
-            for a in args {
-                invocation.arg(a.as_str());
-            }
-            let x = refund.map_or(0, |lease| lease.resets.get(i).copied().unwrap_or(0));
-            invocation.arg(x);
-        }
         let mut connection = s.redis.connection();
-        let raw: Vec<i64> = invocation.invoke_async(&mut connection).await?;
+        let raw = script::run(&mut connection, keys.len(), |cmd| {
+            for k in &keys {
+                cmd.arg(k.as_slice());
+            }
+            cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
+            match refund {
+                Some(lease) => cmd.arg(lease.now),
+                None => cmd.arg(extra),
+            };
+            for (i, args) in s.args.iter().enumerate() {
+                for a in args {
+                    cmd.arg(a.as_str());
+                }
+                let x = refund.map_or(0, |lease| lease.resets.get(i).copied().unwrap_or(0));
+                cmd.arg(x);
+            }
+        })
+        .await?;
         self.decode(&raw).ok_or_else(|| {
             redis::RedisError::from((
                 redis::ErrorKind::Parse,

@@ -2,14 +2,18 @@
 //!
 //! # Lua script, not a Redis 7 function
 //!
-//! One Lua script (`src/decide.lua`) run with `EVALSHA` through
-//! [`redis::Script`], which loads it again on `NOSCRIPT`: a script cache lost
-//! to `SCRIPT FLUSH`, a restart or a failover is recovered on the next call,
-//! with no deployment step. Functions (`FUNCTION LOAD`) would have to be
-//! loaded on every primary and replica before the first call and re-loaded
-//! by the client after a restart without persistence, and do not exist before
-//! Redis 7 nor on several managed services; scripts work on every Redis since
-//! 5 (and Valkey), on a server and on a cluster alike.
+//! One Lua script (`src/decide.lua`) run with `EVALSHA`; on `NOSCRIPT` the
+//! same call is sent once more as `EVAL` with the source, which compiles,
+//! caches and runs the script in one command. A script cache lost to `SCRIPT
+//! FLUSH`, a restart or a failover is therefore recovered by the call that
+//! meets it, with no deployment step. (Not `SCRIPT LOAD` then `EVALSHA`, as
+//! [`redis::Script`] does: a second flush between the two fails the call.)
+//!
+//! Functions (`FUNCTION LOAD`) would have to be loaded on every primary and
+//! replica before the first call and re-loaded by the client after a restart
+//! without persistence, and do not exist before Redis 7 nor on several
+//! managed services; scripts work on every Redis since 5 (and Valkey), on a
+//! server and on a cluster alike.
 //!
 //! # Contract
 //!
@@ -61,9 +65,34 @@
 
 use std::sync::LazyLock;
 
-/// The script, loaded on demand (and again after `NOSCRIPT`).
-pub(crate) static DECIDE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("decide.lua")));
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind};
+
+/// The script's SHA-1, as Redis names it in its cache.
+static DECIDE_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE).get_hash().to_owned());
+
+/// Runs the script: `EVALSHA`, then on `NOSCRIPT` one `EVAL` carrying the
+/// source (see the module docs). `fill` appends the keys, then the
+/// arguments; `keys` says how many keys it appends.
+pub(crate) async fn run<C: ConnectionLike>(
+    connection: &mut C,
+    keys: usize,
+    fill: impl Fn(&mut Cmd),
+) -> RedisResult<Vec<i64>> {
+    let call = |verb: &str, script: &str| {
+        let mut cmd = Cmd::new();
+        cmd.arg(verb).arg(script).arg(keys);
+        fill(&mut cmd);
+        cmd
+    };
+    match call("EVALSHA", &DECIDE_SHA).query_async(connection).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            call("EVAL", SOURCE).query_async(connection).await
+        }
+        reply => reply,
+    }
+}
 
 /// The script's source, for tools that load it themselves (such as
 /// `redis-benchmark`).
