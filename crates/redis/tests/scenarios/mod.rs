@@ -221,11 +221,13 @@ pub async fn every_key_has_a_bounded_ttl(
     }
 }
 
-/// `SCRIPT FLUSH` every quarter millisecond under load: every call is still
-/// decided by Redis (the script reloads itself) and the count is exact. The
-/// flushes are that close so that one lands between a reload and the run
-/// that follows it: `SCRIPT LOAD` then `EVALSHA` failed this test in 4 runs
-/// out of 5; `EVAL` on `NOSCRIPT` cannot fail that way.
+/// 200 `SCRIPT FLUSH`es under load, back to back (each is a `redis-cli`
+/// run, a few ms, then a 250 µs pause): every call is still decided by
+/// Redis (the script reloads itself) and the count is exact. There are that
+/// many so that one lands between a reload and the run that follows it:
+/// `SCRIPT LOAD` then `EVALSHA` failed this test in 4 runs out of 5 (10
+/// flushes 3 ms apart had let it pass locally and fail in CI); `EVAL` on
+/// `NOSCRIPT` cannot fail that way.
 pub async fn script_flush_under_load_is_recovered(
     redis: &Redis,
     flush: impl Fn() + Send + 'static,
