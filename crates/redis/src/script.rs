@@ -72,18 +72,20 @@ use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind};
 static DECIDE_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE).get_hash().to_owned());
 
-/// Runs the script: `EVALSHA`, then on `NOSCRIPT` one `EVAL` carrying the
-/// source (see the module docs). `fill` appends the keys, then the
-/// arguments; `keys` says how many keys it appends.
+/// Runs the script on `keys`: `EVALSHA`, then on `NOSCRIPT` one `EVAL`
+/// carrying the source (see the module docs). `args` appends the arguments.
 pub(crate) async fn run<C: ConnectionLike>(
     connection: &mut C,
-    keys: usize,
-    fill: impl Fn(&mut Cmd),
+    keys: &[Vec<u8>],
+    args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
     let call = |verb: &str, script: &str| {
         let mut cmd = Cmd::new();
-        cmd.arg(verb).arg(script).arg(keys);
-        fill(&mut cmd);
+        cmd.arg(verb).arg(script).arg(keys.len());
+        for key in keys {
+            cmd.arg(key.as_slice());
+        }
+        args(&mut cmd);
         cmd
     };
     match call("EVALSHA", &DECIDE_SHA).query_async(connection).await {
