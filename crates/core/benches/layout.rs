@@ -88,6 +88,32 @@ fn report(layout: &str, bytes: usize, ns: f64) {
     );
 }
 
+/// An inline layout: `entry(key)` in the table's slots; `key` and `state`
+/// read a slot's key and state.
+fn inline<E>(
+    layout: &str,
+    rounds: usize,
+    draws: &[u64],
+    hasher: &Hasher,
+    entry: impl Fn(u64) -> E,
+    key: impl Fn(&E) -> u64,
+    state: impl Fn(&E) -> &AtomicU64,
+) {
+    let mut table = HashTable::new();
+    for k in 0..KEYS {
+        table.insert_unique(hasher.hash_one(k), entry(k), |e| hasher.hash_one(key(e)));
+    }
+    let ns = best_of(rounds, draws, |k| {
+        check(|| {
+            let found = table
+                .find(hasher.hash_one(k), |e| key(e) == k)
+                .expect("every drawn key is in the table");
+            state(found)
+        });
+    });
+    report(layout, table.num_buckets() * (size_of::<E>() + 1), ns);
+}
+
 fn main() {
     // Under `cargo test --benches`, one short round: the bench still runs
     // end to end, and its assertions still hold.
@@ -99,38 +125,28 @@ fn main() {
     let hasher = Hasher::default();
     let draws = draws();
 
-    let mut inline_24: HashTable<(u64, usize, AtomicU64)> = HashTable::new();
-    for key in 0..KEYS {
-        let entry = (key, 0, AtomicU64::new(0));
-        inline_24.insert_unique(hasher.hash_one(key), entry, |e| hasher.hash_one(e.0));
-    }
-    let ns = best_of(rounds, &draws, |key| {
-        check(|| {
-            let (_, tier, state) = inline_24
-                .find(hasher.hash_one(key), |e| e.0 == key)
-                .expect("every drawn key is in the table");
-            black_box(tier);
-            state
-        });
-    });
-    report("inline_24", inline_24.num_buckets() * (24 + 1), ns);
-    drop(inline_24);
-
-    let mut inline_16: HashTable<(u64, AtomicU64)> = HashTable::new();
-    for key in 0..KEYS {
-        let entry = (key, AtomicU64::new(0));
-        inline_16.insert_unique(hasher.hash_one(key), entry, |e| hasher.hash_one(e.0));
-    }
-    let ns = best_of(rounds, &draws, |key| {
-        check(|| {
-            let (_, state) = inline_16
-                .find(hasher.hash_one(key), |e| e.0 == key)
-                .expect("every drawn key is in the table");
-            state
-        });
-    });
-    report("inline_16", inline_16.num_buckets() * (16 + 1), ns);
-    drop(inline_16);
+    inline(
+        "inline_24",
+        rounds,
+        &draws,
+        &hasher,
+        |key| (key, 0usize, AtomicU64::new(0)),
+        |e| e.0,
+        |e| {
+            // A check reads the tier pointer beside the state.
+            black_box(e.1);
+            &e.2
+        },
+    );
+    inline(
+        "inline_16",
+        rounds,
+        &draws,
+        &hasher,
+        |key| (key, AtomicU64::new(0)),
+        |e| e.0,
+        |e| &e.1,
+    );
 
     let mut index: HashTable<u32> = HashTable::new();
     let mut dense: Vec<(u64, AtomicU64)> = Vec::new();
@@ -152,6 +168,8 @@ fn main() {
             &dense[at as usize].1
         });
     });
-    let bytes = index.num_buckets() * (4 + 1) + dense.capacity() * 16 + tiers.capacity() * 4;
+    let bytes = index.num_buckets() * (size_of::<u32>() + 1)
+        + dense.capacity() * size_of::<(u64, AtomicU64)>()
+        + tiers.capacity() * size_of::<u32>();
     report("indexed_dense", bytes, ns);
 }
