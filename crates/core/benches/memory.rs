@@ -6,10 +6,10 @@
 //! freed memory cannot hide in the next one's resident set.
 //!
 //! A case builds a limiter, checks 1,000,000 distinct keys once each (every
-//! check must be admitted), runs one pass of its
-//! sweep that finds nothing idle (what a running limiter does every second:
-//! tollgate's `sweep`, governor's `retain_recent`, dashmap's `retain`), and
-//! reports what is held then. Every map here, tollgate's included, frees
+//! check must be admitted), runs one pass of its sweep that finds nothing
+//! idle (what a running limiter does every second: tollgate's `sweep`,
+//! governor's `retain_recent`, dashmap's `retain`), and reports what is held
+//! then. Every map here, tollgate's included, frees
 //! what it drops (a resized table, a removed entry) at once, so nothing is
 //! awaiting reclamation when the figures are taken:
 //!
@@ -187,10 +187,9 @@ fn dashmap_of<K: std::hash::Hash + Eq>() -> DashMap<K, AtomicU64, foldhash::fast
     DashMap::with_hasher(foldhash::fast::RandomState::default())
 }
 
-/// Checks keys `0..keys` (each must be admitted), then
-/// runs `sweep` (which must find nothing idle); returns the heap bytes
-/// allocated and not freed meanwhile, and the resident set, taken while the
-/// caller's map is alive.
+/// Checks keys `0..keys` (each must be admitted), then runs `sweep` (which
+/// must find nothing idle); returns the heap bytes allocated and not freed
+/// meanwhile, and the resident set, taken while the caller's map is alive.
 fn measure(keys: u64, mut check: impl FnMut(u64) -> bool, sweep: impl FnOnce()) -> (i64, i64) {
     let region = Region::new(GLOBAL);
     let admitted = (0..keys).filter(|&i| check(i)).count() as u64;

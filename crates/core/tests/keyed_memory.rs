@@ -88,6 +88,13 @@ struct Measured {
     sweep_time: Duration,
 }
 
+impl Measured {
+    /// Bytes per key held with every key in the map.
+    fn per_key(&self) -> f64 {
+        self.keys as f64 / KEYS as f64
+    }
+}
+
 fn measure<K>(make: impl Fn(u64) -> K) -> Measured
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -174,12 +181,12 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
     let (bg_empty, bg_left, bg_time) = background(interval);
 
     for (name, m) in [("u64", &u64_keys), ("16-byte String", &string_keys)] {
-        let per_key = m.keys as f64 / KEYS as f64;
         println!(
-            "{name} keys, GCRA: empty limiter {} B; {KEYS} keys {} B = {per_key:.1} B/key \
+            "{name} keys, GCRA: empty limiter {} B; {KEYS} keys {} B = {:.1} B/key \
              ({:.2} allocations/key), inserted in {:?}, swept in {:?}",
             m.empty,
             m.keys,
+            m.per_key(),
             m.allocations as f64 / KEYS as f64,
             m.insert_time,
             m.sweep_time
@@ -198,10 +205,9 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
     // Bytes per key, with room for the table's load factor: a u64 key and its
     // 16-byte entry take 24 bytes in a slot; a String key adds its 24-byte
     // header and 16 bytes on the heap.
-    let per_key = |m: &Measured| m.keys as f64 / KEYS as f64;
-    assert!((24.0..=80.0).contains(&per_key(&u64_keys)), "{u64_keys:?}");
+    assert!((24.0..=80.0).contains(&u64_keys.per_key()), "{u64_keys:?}");
     assert!(
-        (64.0..=160.0).contains(&per_key(&string_keys)),
+        (64.0..=160.0).contains(&string_keys.per_key()),
         "{string_keys:?}"
     );
     // Keys live in their shards' tables, one allocation each (a resize
