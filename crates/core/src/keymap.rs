@@ -53,8 +53,8 @@
 //! under 32 bytes keeps 4-byte indices in the table and the entries in a
 //! dense vector (31.5 bytes per key with a 4-byte tier id beside each), but
 //! its key comparison is one more dependent load, in another cache line:
-//! in the `layout` bench, a check at 10^6 keys took 70–77 ns against
-//! 39 ns inline. Checks are what the map is for; it keeps them fast.
+//! in the `layout` bench, a check at 10^6 keys took 70–87 ns against
+//! 39–48 ns inline (about twice, over five runs). Checks are what the map is for; it keeps them fast.
 //!
 //! Under `--cfg loom` the locks are loom's (through [`crate::sync`]) and
 //! there is one shard, so the model checks run this very code.
