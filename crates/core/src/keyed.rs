@@ -37,6 +37,20 @@
 //! without a per-key generation): 24 bytes for a `u64` key and a one-word
 //! state.
 //!
+//! # Clocks that go back
+//!
+//! A sweep judges a key idle at its own clock reading `t1`: the key's state
+//! is then indistinguishable from a fresh one at `t1` and at every later
+//! instant, not before. So that a removal never re-credits a key whose
+//! clock then reads an earlier `t0 < t1` (a clock set back, a sweeper on a
+//! core whose counter runs ahead, or a sweep racing the request), a key
+//! created fresh is decided at the later of the reading and the latest
+//! reading any sweep took: exactly what the removed state would have
+//! answered there. The request is then counted at `t1`, as if the
+//! limiter's time were the running maximum of every reading it has seen,
+//! the sweeps' included; known keys are decided at their own reading, as a
+//! [`Limiter`](crate::Limiter) is (pinned by `tests/keyed_clock_back.rs`).
+//!
 //! The number of live keys is capped ([`max_keys`](KeyedBuilder::max_keys),
 //! 2^24 by default). When the map is full, no live key is ever evicted
 //! (evicting a throttled key would let it escape, as LRU eviction does):
@@ -128,6 +142,11 @@ struct Shared<K, A: Algorithm> {
     generation: AtomicU64,
     /// Live keys; only inserts and removals write it.
     live: AtomicUsize,
+    /// The latest clock reading any sweep judged idleness at (ns): a key
+    /// created fresh is decided no earlier (see "Clocks that go back" in
+    /// the module docs). Written once per sweep, read on a key's creation
+    /// only, never on the path of a known key.
+    swept_at: AtomicU64,
     max_keys: usize,
     sweep_every: Option<Duration>,
     /// The state new keys share while the map is full, under the default.
@@ -296,7 +315,9 @@ where
     K: Hash + Eq + Send + Sync + 'static,
     A: Algorithm,
 {
-    /// The clock. By default, the [`MonotonicClock`](crate::MonotonicClock).
+    /// The clock. By default, the [`QuantaClock`](crate::QuantaClock) (the
+    /// time-stamp counter where it is invariant, the monotonic clock
+    /// elsewhere); `.clock(MonotonicClock::new())` for `Instant` itself.
     pub fn clock(mut self, clock: impl Into<ClockSource>) -> Self {
         self.clock = clock.into();
         self
@@ -372,6 +393,7 @@ where
             }),
             generation: AtomicU64::new(0),
             live: AtomicUsize::new(0),
+            swept_at: AtomicU64::new(0),
             max_keys: self.max_keys,
             sweep_every: self.sweep_every,
             overflow: Mutex::new(overflow),
@@ -647,14 +669,16 @@ where
             cell: tier.algorithm.new_cell(),
             algorithm: Arc::clone(&tier.algorithm),
         };
-        // A key swept after `now` was read was idle at the sweep's later
-        // reading: a fresh state answers for a reading taken after the miss
-        // (for an insert, under the key's lock), never for the stale one.
+        // A state that a sweep removed was idle at the sweep's reading and at
+        // every later instant, not before: a fresh state answers for it only
+        // from there on, so it decides at the later of `now` and the latest
+        // sweep's reading (a swept key never re-credits, whether the sweep
+        // raced this request or the clock went back since).
         if mode == Mode::Peek || cost == 0 {
             // Looking never creates a state, nor does a charge of nothing: a
             // fresh one answers (a charge answers for one permit).
             let looked = if mode == Mode::Charge { 1 } else { cost };
-            return fresh.run(now.max(self.clock.now()), looked, Mode::Peek);
+            return fresh.run(self.fresh_time(now), looked, Mode::Peek);
         }
         if mode == Mode::Check {
             if let Err(error) = fresh.within_capacity(cost) {
@@ -667,7 +691,7 @@ where
             return R::decided(self.decide_overflow(now, cost, generation, mode));
         }
         self.map.upsert(owned, fresh, |slot| match slot {
-            Slot::Inserted(entry) => entry.run(now.max(self.clock.now()), cost, mode),
+            Slot::Inserted(entry) => entry.run(self.fresh_time(now), cost, mode),
             Slot::Occupied(entry) => {
                 // Another request created it first: give back the slot.
                 self.live.fetch_sub(1, Ordering::Relaxed);
@@ -807,8 +831,25 @@ where
         self.generation.store(generation, Ordering::Release);
     }
 
+    /// When a state created fresh after a miss decides: the later of `now`
+    /// and the latest reading a sweep judged idleness at.
+    #[inline]
+    fn fresh_time(&self, now: Nanos) -> Nanos {
+        // Relaxed: a sweep stores its reading before it takes any shard's
+        // lock to remove a key, and a request that missed that key did so
+        // under the same shard's lock taken after the removal (its read
+        // lock on the miss, its write lock on the insert): the lock's
+        // release/acquire makes the store visible here. A reading from a
+        // sweep that removed nothing this request depends on only makes
+        // the decision later, never earlier.
+        now.max(Nanos::new(self.swept_at.load(Ordering::Relaxed)))
+    }
+
     fn sweep(&self) -> usize {
         let now = self.clock.now();
+        // Relaxed: ordered before every removal by the shard locks (see
+        // `fresh_time`); `fetch_max` keeps the latest of concurrent sweeps.
+        self.swept_at.fetch_max(now.as_u64(), Ordering::Relaxed);
         let mut removed = 0;
         self.map.retain(|_, entry| {
             let idle = entry.algorithm.is_idle(&entry.cell, now);

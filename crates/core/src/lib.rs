@@ -28,9 +28,10 @@
 //!   `tokio`); see [`wait`].
 //! - **[`Shaper`]**: the leaky bucket as a queue: FIFO releases spaced at
 //!   `1/rate`, `max_delay`, reservations that can be cancelled or settled.
-//! - **[`Clock`]**: where time comes from: [`MonotonicClock`] (default),
-//!   [`CachedClock`] (fastest), [`ManualClock`] (tests, simulation), and
-//!   `QuantaClock` (the CPU's time-stamp counter, feature `quanta`).
+//! - **[`Clock`]**: where time comes from: [`QuantaClock`] (default: the
+//!   CPU's time-stamp counter where it is invariant, the monotonic clock
+//!   elsewhere), [`MonotonicClock`] (`Instant`), [`CachedClock`] (fastest),
+//!   [`ManualClock`] (tests, simulation).
 //!
 //! # Examples
 //!
@@ -83,11 +84,9 @@ mod sync;
 pub mod wait;
 
 pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
-#[cfg(feature = "quanta")]
-pub use clock::QuantaClock;
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
-pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos};
+pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos, QuantaClock};
 pub use decision::{CostError, Decision};
 pub use keyed::{DefaultKeyedLimiter, KeyedBuilder, KeyedLimiter, KeyedStats};
 pub use limiter::{DefaultLimiter, Limiter};

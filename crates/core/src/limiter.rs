@@ -5,7 +5,7 @@ use std::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::algorithm::{Algorithm, Gcra};
-use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::decision::{CostError, Decision};
 use crate::quota::Quota;
 use crate::sync::Arc;
@@ -29,7 +29,10 @@ use crate::sync::Arc;
 /// admissions placed at those instants, under any number of threads.
 ///
 /// The algorithm is a type parameter (`A`, by default [`Gcra`]) so that the
-/// hot path is static; the clock (`C`, by default [`MonotonicClock`]) too.
+/// hot path is static; the clock (`C`, by default [`QuantaClock`], the
+/// time-stamp counter where it is invariant and the monotonic clock
+/// elsewhere) too. The monotonic clock is one line away:
+/// `Limiter::with_clock(algorithm, MonotonicClock::new())`.
 /// Aliases name the common types: [`DefaultLimiter`].
 ///
 /// # Examples
@@ -49,7 +52,7 @@ use crate::sync::Arc;
 /// # Ok(())
 /// # }
 /// ```
-pub struct Limiter<A: Algorithm = Gcra, C: Clock = MonotonicClock> {
+pub struct Limiter<A: Algorithm = Gcra, C: Clock = QuantaClock> {
     shared: Arc<Shared<A, C>>,
 }
 
@@ -61,13 +64,17 @@ struct Shared<A: Algorithm, C> {
     cell: CachePadded<A::Cell>,
 }
 
-/// A GCRA limiter on the monotonic clock, the type most code needs to name.
-pub type DefaultLimiter = Limiter<Gcra, MonotonicClock>;
+/// A GCRA limiter on the default clock, the type most code needs to name.
+pub type DefaultLimiter = Limiter<Gcra, QuantaClock>;
 
-impl<A: Algorithm> Limiter<A, MonotonicClock> {
-    /// A limiter running `algorithm` on the [`MonotonicClock`].
-    pub fn new(algorithm: A) -> Limiter<A, MonotonicClock> {
-        Limiter::with_clock(algorithm, MonotonicClock::new())
+impl<A: Algorithm> Limiter<A, QuantaClock> {
+    /// A limiter running `algorithm` on the default clock, [`QuantaClock`]:
+    /// the time-stamp counter where the CPU says it is invariant, the
+    /// monotonic clock elsewhere (see [`QuantaClock`] for how that is
+    /// detected). For `Instant` itself, use [`with_clock`](Limiter::with_clock)
+    /// and [`MonotonicClock`](crate::MonotonicClock).
+    pub fn new(algorithm: A) -> Limiter<A, QuantaClock> {
+        Limiter::with_clock(algorithm, QuantaClock::new())
     }
 }
 

@@ -18,7 +18,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 
 use crate::algorithm::Gcra;
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{Clock, QuantaClock};
 use crate::limiter::Limiter;
 use crate::quota::{Quota, QuotaError};
 
@@ -41,17 +41,17 @@ use crate::quota::{Quota, QuotaError};
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct RateLimitedSampler<C: Clock = MonotonicClock> {
+pub struct RateLimitedSampler<C: Clock = QuantaClock> {
     limiter: Limiter<Gcra, C>,
 }
 
-impl RateLimitedSampler<MonotonicClock> {
-    /// Samples at most `quota` of new traces, on the monotonic clock.
+impl RateLimitedSampler<QuantaClock> {
+    /// Samples at most `quota` of new traces, on the default clock.
     ///
     /// # Errors
     ///
     /// As [`Gcra::new`].
-    pub fn new(quota: Quota) -> Result<RateLimitedSampler<MonotonicClock>, QuotaError> {
+    pub fn new(quota: Quota) -> Result<RateLimitedSampler<QuantaClock>, QuotaError> {
         Ok(RateLimitedSampler::with_limiter(Limiter::new(Gcra::new(
             quota,
         )?)))
