@@ -578,7 +578,8 @@ fn main() {
     let allow = Quota::per_second(ALLOW_RATE)
         .and_then(|q| q.with_burst(ALLOW_RATE))
         .expect("allow quota");
-    let tollgate_monotonic = Limiter::new(Gcra::new(allow).expect("gcra"));
+    let tollgate_monotonic =
+        Limiter::with_clock(Gcra::new(allow).expect("gcra"), MonotonicClock::new());
     let tollgate_striped_monotonic = StripedLimiter::new(allow, STRIPES).expect("striped");
     let tollgate_striped_admit = Admit(StripedLimiter::new(allow, STRIPES).expect("striped"));
     let tollgate_cached = Limiter::with_clock(Gcra::new(allow).expect("gcra"), cached.clone());
@@ -611,7 +612,10 @@ fn main() {
     let keyed_striped = KeyedHot::<STRIPES>::new(ALLOW_RATE, ALLOW_RATE);
     // Deny path: one permit per hour, taken before the runs (the striped
     // prototype: every stripe's arrival time far in the future).
-    let tollgate_deny = Limiter::new(Gcra::new(Quota::per_hour(1).expect("quota")).expect("gcra"));
+    let tollgate_deny = Limiter::with_clock(
+        Gcra::new(Quota::per_hour(1).expect("quota")).expect("gcra"),
+        MonotonicClock::new(),
+    );
     assert!(tollgate_deny.check().is_allowed());
     let tollgate_striped_deny =
         StripedLimiter::new(Quota::per_hour(STRIPES as u64).expect("quota"), STRIPES)
@@ -748,7 +752,7 @@ fn main() {
     for threads in [2, 1] {
         saturated_gcra(
             "tollgate_gcra_monotonic",
-            || Limiter::new(Gcra::new(tight()).expect("gcra")),
+            || Limiter::with_clock(Gcra::new(tight()).expect("gcra"), MonotonicClock::new()),
             threads,
             saturated_for,
         );

@@ -9,7 +9,7 @@
 //! - `tollgate_monotonic` / `tollgate_cached` / `tollgate_quanta`:
 //!   [`KeyedLimiter`] (GCRA, shards of `RwLock<hashbrown::HashTable>`,
 //!   foldhash) on `MonotonicClock` / `CachedClock` (1 ms) / `QuantaClock`
-//!   (feature `quanta`, governor's default clock class), its sweeper off so
+//!   (the default, governor's default clock class), its sweeper off so
 //!   that no key leaves the map during a run; `tollgate_cached` only in the
 //!   u64 groups, the others everywhere ([`TollgateClock::UNCACHED`]);
 //! - `governor`: `DefaultKeyedRateLimiter` (dashmap, std's SipHash,
@@ -93,11 +93,11 @@ pub fn benches(c: &mut Criterion) {
 /// The clocks tollgate's keyed rows run on.
 #[derive(Clone, Copy)]
 pub enum TollgateClock {
-    /// `MonotonicClock`, the default.
+    /// `MonotonicClock`.
     Monotonic,
     /// The shared `CachedClock` (1 ms).
     Cached,
-    /// `QuantaClock` (feature `quanta`): governor's default clock class.
+    /// `QuantaClock`, the default: governor's default clock class.
     #[cfg(feature = "quanta")]
     Quanta,
 }
@@ -139,10 +139,10 @@ pub fn tollgate_keyed_on<K: Hash + Eq + Send + Sync + 'static>(
 ) -> KeyedLimiter<K> {
     let builder = KeyedLimiter::builder(Gcra::new(quota).expect("gcra")).sweep_every(None);
     match clock {
-        TollgateClock::Monotonic => builder.build(),
+        TollgateClock::Monotonic => builder.clock(tollgate::MonotonicClock::new()).build(),
         TollgateClock::Cached => builder.clock(cached_clock()).build(),
         #[cfg(feature = "quanta")]
-        TollgateClock::Quanta => builder.clock(tollgate::QuantaClock::new()).build(),
+        TollgateClock::Quanta => builder.build(),
     }
 }
 

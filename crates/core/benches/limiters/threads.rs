@@ -41,7 +41,10 @@ pub fn benches(c: &mut Criterion) {
 
 fn direct_hot(c: &mut Criterion) {
     let mut group = c.benchmark_group("threads_direct_hot");
-    let tollgate = Limiter::new(Gcra::new(support::allow_quota()).expect("gcra"));
+    let tollgate = Limiter::with_clock(
+        Gcra::new(support::allow_quota()).expect("gcra"),
+        tollgate::MonotonicClock::new(),
+    );
     // governor's clock class, so that one row compares like with like.
     #[cfg(feature = "quanta")]
     let tollgate_quanta = Limiter::with_clock(
