@@ -117,3 +117,40 @@ fn a_quota_change_racing_a_check_applies_once() {
         assert!(keyed.peek(&7).is_denied());
     });
 }
+
+/// Issue 18, item 1, under every interleaving: a sweep that read 1.5 s races
+/// a check whose clock was set back to 0.6 s. Whether the check comes before
+/// the removal (the key's own state denies it) or after (a fresh state
+/// decides it), the key is never decided fresh before the sweep's reading:
+/// an admission is counted in the window [1 s, 2 s), which then admits
+/// nothing more.
+#[test]
+fn a_check_set_back_before_a_racing_sweep_is_not_recredited() {
+    explore("sweep/check set back", || {
+        let at = |ms: u64| tollgate::Nanos::new(ms * 1_000_000);
+        let clock = ManualClock::starting_at(at(500));
+        let one_per_second = tollgate::FixedWindow::new(Quota::per_second(1).unwrap()).unwrap();
+        let keyed: KeyedLimiter<u64, tollgate::FixedWindow> = KeyedLimiter::builder(one_per_second)
+            .clock(clock.clone())
+            .sweep_every(None)
+            .build();
+        assert!(keyed.check(&7).is_allowed());
+        clock.set(at(1_500));
+        let sweeper = keyed.clone();
+        let sweep = thread::spawn(move || sweeper.sweep());
+        clock.set(at(600));
+        let during = keyed.check(&7);
+        let swept = sweep.join().unwrap();
+        if during.is_allowed() {
+            // Decided at the sweep's reading: its window ends at 2 s.
+            assert_eq!(during.reset_after(), Duration::from_millis(500));
+        }
+        clock.set(at(1_500));
+        let later = keyed.check(&7);
+        assert_eq!(
+            u8::from(during.is_allowed()) + u8::from(later.is_allowed()),
+            1,
+            "swept {swept}; during: {during}, later: {later}"
+        );
+    });
+}
