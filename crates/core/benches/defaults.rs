@@ -41,6 +41,30 @@ use tollgate::{Gcra, KeyedLimiter, Limiter, MonotonicClock, Quota};
 const CHECKS: u64 = 1_000_000;
 /// Rounds per scenario.
 const ROUNDS: usize = 15;
+/// The large key count.
+const MANY_KEYS: u64 = 1_000_000;
+
+/// The run's size: the measurement under `cargo bench` (which passes
+/// `--bench`), a smoke test of every contender under
+/// `cargo test --all-targets`.
+#[derive(Clone, Copy)]
+struct Size {
+    checks: u64,
+    rounds: usize,
+    many_keys: u64,
+}
+
+const MEASURE: Size = Size {
+    checks: CHECKS,
+    rounds: ROUNDS,
+    many_keys: MANY_KEYS,
+};
+
+const SMOKE: Size = Size {
+    checks: 10_000,
+    rounds: 2,
+    many_keys: 10_000,
+};
 /// The burst of every limiter: far above the checks any key gets.
 const BURST: u32 = 100_000_000;
 
@@ -98,10 +122,17 @@ impl<'a> Contender<'a> {
     }
 }
 
-/// Runs `ROUNDS` interleaved rounds of every contender over `keys` keys
+/// Runs `size.rounds` interleaved rounds of every contender over `keys` keys
 /// (0: a direct limiter, no key) and reports each one's fastest round.
-fn scenario(scenario: &str, keys: u64, contenders: &mut [Contender<'_>], out: &mut Vec<String>) {
-    for round in 0..ROUNDS {
+fn scenario(
+    size: Size,
+    scenario: &str,
+    keys: u64,
+    contenders: &mut [Contender<'_>],
+    out: &mut Vec<String>,
+) {
+    let Size { checks, rounds, .. } = size;
+    for round in 0..rounds {
         for offset in 0..contenders.len() {
             let contender = &mut contenders[(round + offset) % contenders.len()];
             let mut picker = Uniform {
@@ -111,30 +142,30 @@ fn scenario(scenario: &str, keys: u64, contenders: &mut [Contender<'_>], out: &m
             let check = &mut contender.check;
             let start = Instant::now();
             let mut admitted = 0u64;
-            for _ in 0..CHECKS {
+            for _ in 0..checks {
                 admitted += u64::from(black_box(check(picker.next_index())));
             }
             let elapsed = start.elapsed();
             assert_eq!(
-                admitted, CHECKS,
+                admitted, checks,
                 "{scenario}/{}: a check was denied",
                 contender.name
             );
             contender
                 .rounds
-                .push(elapsed.as_nanos() as f64 / CHECKS as f64);
+                .push(elapsed.as_nanos() as f64 / checks as f64);
         }
     }
     for contender in contenders.iter_mut() {
         contender.rounds.sort_by(f64::total_cmp);
         let min = contender.rounds[0];
-        let median = contender.rounds[ROUNDS / 2];
+        let median = contender.rounds[rounds / 2];
         println!(
             "{scenario:<12} {:<28} min {min:7.2} ns  median {median:7.2} ns",
             contender.name
         );
         out.push(format!(
-            "{{\"scenario\":\"{scenario}\",\"impl\":\"{}\",\"min_ns\":{min:.3},\"median_ns\":{median:.3},\"rounds\":{ROUNDS},\"checks\":{CHECKS}}}",
+            "{{\"scenario\":\"{scenario}\",\"impl\":\"{}\",\"min_ns\":{min:.3},\"median_ns\":{median:.3},\"rounds\":{rounds},\"checks\":{checks}}}",
             contender.name
         ));
     }
@@ -149,7 +180,7 @@ fn populate(n: u64, mut check: impl FnMut(u64) -> bool) {
 type GovernorFoldhash =
     governor::RateLimiter<u64, DashMapStateStore<u64, foldhash::fast::RandomState>, DefaultClock>;
 
-fn keyed(n: u64, out: &mut Vec<String>) {
+fn keyed(size: Size, n: u64, out: &mut Vec<String>) {
     let tollgate_default = KeyedLimiter::<u64, Gcra>::new(gcra());
     let tollgate_no_sweeper: KeyedLimiter<u64> =
         KeyedLimiter::builder(gcra()).sweep_every(None).build();
@@ -176,15 +207,11 @@ fn keyed(n: u64, out: &mut Vec<String>) {
             governor_foldhash.check_key(&key_of(i)).is_ok()
         }),
     ];
-    let name = if n >= 1_000_000 {
-        "keyed_1m"
-    } else {
-        "keyed_1k"
-    };
-    scenario(name, n, &mut contenders, out);
+    let name = if n > 1_000 { "keyed_1m" } else { "keyed_1k" };
+    scenario(size, name, n, &mut contenders, out);
 }
 
-fn direct(out: &mut Vec<String>) {
+fn direct(size: Size, out: &mut Vec<String>) {
     let tollgate_default = Limiter::new(gcra());
     let governor_default = governor::RateLimiter::direct(governor_quota());
     let tollgate_monotonic = Limiter::with_clock(gcra(), MonotonicClock::new());
@@ -200,12 +227,16 @@ fn direct(out: &mut Vec<String>) {
         }),
         Contender::new("governor_monotonic", |_| governor_monotonic.check().is_ok()),
     ];
-    scenario("direct", 0, &mut contenders, out);
+    scenario(size, "direct", 0, &mut contenders, out);
 }
 
 fn main() {
-    // Criterion-style flags (`--bench`) are ignored; a filter word picks
-    // scenarios: `direct`, `keyed_1k`, `keyed_1m`.
+    // A filter word picks scenarios: `direct`, `keyed_1k`, `keyed_1m`.
+    let size = if std::env::args().any(|a| a == "--bench") {
+        MEASURE
+    } else {
+        SMOKE
+    };
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -224,13 +255,13 @@ fn main() {
     let started = Instant::now();
     let mut out = Vec::new();
     if wanted("direct") {
-        direct(&mut out);
+        direct(size, &mut out);
     }
     if wanted("keyed_1k") {
-        keyed(1_000, &mut out);
+        keyed(size, 1_000, &mut out);
     }
     if wanted("keyed_1m") {
-        keyed(1_000_000, &mut out);
+        keyed(size, size.many_keys, &mut out);
     }
     let after = load("after");
     out.push(format!(
