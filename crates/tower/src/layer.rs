@@ -233,8 +233,8 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     /// Methods passed on without being limited or charged, and without
     /// RateLimit headers: for example `[Method::OPTIONS]` for CORS
     /// preflights a service answers without work. By default, none: every
-    /// method is charged, `OPTIONS` and `HEAD` included (see the
-    /// [module docs](self)).
+    /// method is charged, `OPTIONS` and `HEAD` included (see
+    /// [Methods](crate#methods)).
     pub fn skip_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
         self.config.skip_methods = methods.into_iter().collect();
         self

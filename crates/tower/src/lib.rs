@@ -101,6 +101,16 @@
 //! client) and the gRPC answer (`RESOURCE_EXHAUSTED` with `retry-after` and
 //! `grpc-retry-pushback-ms` metadata).
 //!
+//! # Methods
+//!
+//! Every method is charged by default, `OPTIONS` and `HEAD` included: a
+//! limit that some requests skip unasked is a limit that fails open (a
+//! `HEAD` runs the same handler as a `GET` in axum and hyper). Exempt by
+//! name with [`Builder::skip_methods`], typically `[Method::OPTIONS]` for
+//! CORS preflights answered by a CORS layer: an exempt request is passed on
+//! uncharged and without RateLimit headers, and any method not listed
+//! (`PROPFIND`, one made up) is still charged.
+//!
 //! # The handler sees its decision
 //!
 //! An admitted request carries its [`tollgate::Decision`] in its extensions

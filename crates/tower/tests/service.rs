@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
-use http_body_util::Full;
 use support::{TokioClock, body, from_peer, header, ok_service, send};
 use tollgate::{AllOf, Decision, Gcra, KeyedLimiter, Limiter, ManualClock, Quota};
 use tollgate_tower::cost::by_content_length;
