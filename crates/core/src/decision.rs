@@ -91,6 +91,21 @@ impl Decision {
         }
     }
 
+    /// The same decision with `reset_after` replaced by `reset_after_ns`
+    /// (counted in nanoseconds; `u64::MAX` is "never").
+    #[inline]
+    pub(crate) const fn with_reset_after(self, reset_after_ns: u64) -> Decision {
+        Decision::in_ticks(
+            self.allowed,
+            self.limit,
+            self.remaining(),
+            1,
+            self.nanos(self.retry_ticks),
+            reset_after_ns,
+            1,
+        )
+    }
+
     /// Ticks to whole nanoseconds, rounded up; "never" stays "never".
     #[inline]
     const fn nanos(&self, ticks: u64) -> u64 {
@@ -163,7 +178,15 @@ impl Decision {
     }
 
     /// How long until the limiter is back to full (as if never used), if
-    /// nothing else happens.
+    /// nothing else happens: after an admission, counting the permits it
+    /// took. For several limits at once ([`AllOf`](crate::AllOf)), the
+    /// longest of them: every limit is full again then, whichever bound
+    /// this decision.
+    ///
+    /// `u64::MAX` nanoseconds means "never": the limiter would be full again
+    /// only after the last instant a [`Nanos`](crate::Nanos) can name, or it
+    /// is closed (past the end of the algorithm's representable time, where
+    /// it denies everything and reports `remaining` 0).
     #[inline]
     pub const fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.nanos(self.reset_ticks))

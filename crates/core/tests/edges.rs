@@ -8,8 +8,8 @@ use std::time::Duration;
 use tollgate::algorithm::sliding_log::{LogState, MAX_LOG_LIMIT};
 use tollgate::algorithm::sliding_window::{MAX_SLOTS, WheelState};
 use tollgate::{
-    Algorithm, Clock, CostError, Decision, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota,
-    QuotaError, SlidingLog, SlidingWindow,
+    Algorithm, AllOf, Carry, Clock, CostError, Decision, FixedWindow, Gcra, KeyedLimiter, Limiter,
+    ManualClock, Nanos, Quota, QuotaError, SlidingLog, SlidingWindow,
 };
 
 const NS: u64 = 1;
@@ -1065,4 +1065,332 @@ fn quota_errors_name_the_problem() {
     assert!(SlidingLog::new(quota(MAX_LOG_LIMIT, SEC, 1)).is_ok());
     assert!(SlidingWindow::new(quota(1, SEC, 1), MAX_SLOTS).is_ok());
     assert!(SlidingWindow::new(quota(u64::MAX, u64::MAX, 1), 1).is_ok());
+}
+
+// ---------------------------------------------------------------------------
+// 7. The end of the clock: a finite wait is a wait a clock can finish
+// ---------------------------------------------------------------------------
+
+/// Every finite wait a decision at `now` reports names an instant a
+/// [`Nanos`] can hold, and is true there: at `now + retry_after` the same
+/// request is admitted; at `now + reset_after` the limiter is as if never used
+/// (a peek of cost 0 reports `reset_after` 0). "Never" is `u64::MAX`.
+fn finite_waits_come_true<A: Algorithm>(
+    what: &str,
+    limiter: &Limiter<A, ManualClock>,
+    clock: &ManualClock,
+    cost: u64,
+    d: Decision,
+) {
+    let now = clock.now().as_u64();
+    let retry = nanos(d.retry_after());
+    if d.is_denied() && retry != u64::MAX {
+        let at = now
+            .checked_add(retry)
+            .unwrap_or_else(|| panic!("{what}: retry_after {retry} ns at {now} is past the end"));
+        clock.set(Nanos::new(at));
+        let then = limiter.peek_n(cost).expect("within capacity");
+        assert!(then.is_allowed(), "{what}: refused at retry_after: {then}");
+        clock.set(Nanos::new(now));
+    }
+    let reset = nanos(d.reset_after());
+    if reset != u64::MAX {
+        let at = now
+            .checked_add(reset)
+            .unwrap_or_else(|| panic!("{what}: reset_after {reset} ns at {now} is past the end"));
+        clock.set(Nanos::new(at));
+        let then = limiter.peek_n(0).expect("cost 0");
+        assert_eq!(
+            then.reset_after(),
+            Duration::ZERO,
+            "{what}: not reset at reset_after ({reset} ns from {now}): {then}"
+        );
+        clock.set(Nanos::new(now));
+    }
+}
+
+fn end_of_the_clock<A: Algorithm>(what: &str, algorithm: A, start: u64) -> usize {
+    let clock = ManualClock::starting_at(Nanos::new(start));
+    let limiter = Limiter::with_clock(algorithm, clock.clone());
+    let capacity = limiter.algorithm().capacity();
+    let mut denials = 0;
+    for step in 0..6 {
+        let cost = if step % 2 == 0 { 1 } else { capacity };
+        let d = limiter.check_n(cost).expect("within capacity");
+        denials += usize::from(d.is_denied());
+        let what = format!("{what}, step {step} at {}: {d}", clock.now().as_u64());
+        finite_waits_come_true(&what, &limiter, &clock, cost, d);
+        clock.set(Nanos::new(clock.now().as_u64().saturating_add(capacity)));
+    }
+    denials
+}
+
+/// Regression (issue 18, core 2): a fixed window of 1/s on a clock at
+/// `Nanos::MAX` denied the second request with `retry_after` ≈ 290 ms, the
+/// start of a window after the last instant a clock can name. The same class
+/// for every algorithm: a finite wait must end on a nameable instant, and be
+/// true there.
+#[test]
+fn no_finite_wait_points_past_the_end_of_the_clock() {
+    let clock = ManualClock::starting_at(Nanos::MAX);
+    let limiter = Limiter::with_clock(
+        FixedWindow::new(quota(1, SEC, 1)).expect("valid"),
+        clock.clone(),
+    );
+    assert!(limiter.check().is_allowed());
+    let denied = limiter.check();
+    assert!(denied.is_denied());
+    assert_eq!(nanos(denied.retry_after()), u64::MAX, "{denied}");
+    assert_eq!(nanos(denied.reset_after()), u64::MAX, "{denied}");
+
+    let mut denials = 0;
+    for q in [
+        quota(1, SEC, 1),
+        quota(3, SEC, 2),
+        quota(10, HOUR, 10),
+        quota(7, 3, 4),
+        quota(16, NS, 16),
+    ] {
+        let period = q.period_nanos();
+        for start in [
+            u64::MAX,
+            u64::MAX - 1,
+            u64::MAX - period / 2,
+            u64::MAX - period,
+            u64::MAX - 2 * period,
+            u64::MAX / 3 + 1,
+            u64::MAX / 16,
+        ] {
+            for kind in KINDS {
+                let Ok(built) = build(kind, q) else {
+                    continue;
+                };
+                let what = format!("{q} ({kind:?}) from {start}");
+                denials += with_algorithm!(built, a => end_of_the_clock(&what, a, start));
+            }
+        }
+    }
+    assert!(denials > 50, "{denials} denials");
+}
+
+/// Regression (issue 18, core 5): a GCRA past the end of its ticks denied
+/// every request but reported `remaining = burst` and `reset_after = 0`,
+/// which reads as "full". It is closed: none remain, and neither a retry nor
+/// a reset ever comes.
+#[test]
+fn a_gcra_past_its_lifetime_reports_itself_closed() {
+    // 1/s counts in whole ns: the last permit would end past u64::MAX.
+    // 3/s counts in thirds of a ns: its ticks end at u64::MAX / 3 ns.
+    for (q, at) in [
+        (quota(1, SEC, 1), u64::MAX),
+        (quota(10, SEC, 10), u64::MAX - 1),
+        (quota(3, SEC, 3), u64::MAX / 3 + 1),
+        (quota(3, SEC, 3), u64::MAX),
+    ] {
+        let limiter = Limiter::with_clock(
+            Gcra::new(q).expect("valid"),
+            ManualClock::starting_at(Nanos::new(at)),
+        );
+        for cost in [0, 1, q.burst()] {
+            let d = limiter.check_n(cost).expect("within capacity");
+            let what = format!("{q} at {at}, cost {cost}: {d}");
+            if cost == 0 {
+                assert_eq!(d.remaining(), 0, "{what}");
+                continue;
+            }
+            assert!(d.is_denied(), "{what}");
+            assert_eq!(
+                (
+                    d.remaining(),
+                    nanos(d.retry_after()),
+                    nanos(d.reset_after())
+                ),
+                (0, u64::MAX, u64::MAX),
+                "{what}"
+            );
+        }
+    }
+    // Near the end, what remains is what still fits before it.
+    let g = Gcra::new(quota(1, SEC, 10)).expect("valid");
+    let limiter = Limiter::with_clock(g, ManualClock::starting_at(Nanos::new(u64::MAX - 3 * SEC)));
+    let d = limiter.check();
+    assert!(d.is_allowed(), "{d}");
+    assert_eq!(d.remaining(), 2, "{d}");
+}
+
+// ---------------------------------------------------------------------------
+// 8. AllOf: reset_after is the time until every limit is full
+// ---------------------------------------------------------------------------
+
+/// Regression (issue 18, core 3): AllOf of 10/s and 100/day reported the
+/// binding limit's `reset_after` (100 ms) though the day limit held the permit
+/// for 864 s: a `RateLimit-Reset` built from it understated.
+#[test]
+fn all_of_resets_when_its_slowest_limit_is_full() {
+    let clock = ManualClock::new();
+    let limits = AllOf::new(vec![
+        Gcra::new(quota(10, SEC, 10)).expect("valid"),
+        Gcra::new(quota(100, 86_400 * SEC, 100)).expect("valid"),
+    ])
+    .expect("limits");
+    let limiter = Limiter::with_clock(limits, clock.clone());
+    let first = limiter.check();
+    assert!(first.is_allowed());
+    assert_eq!((first.limit(), first.remaining()), (10, 9), "{first}");
+    assert_eq!(first.reset_after(), Duration::from_secs(864), "{first}");
+    assert!(limiter.check_n(9).expect("capacity").is_allowed());
+    // Denied by the second; the day holds 10 permits: 8,640 s to full.
+    let denied = limiter.check();
+    assert!(denied.is_denied());
+    assert_eq!(denied.retry_after(), Duration::from_millis(100), "{denied}");
+    assert_eq!(denied.reset_after(), Duration::from_secs(8_640), "{denied}");
+    // Peeks agree; a peek that would be admitted by one limit does not add
+    // its cost to the other's reset.
+    assert_eq!(limiter.peek(), denied);
+    clock.set(Nanos::new(8_640 * SEC));
+    assert_eq!(
+        limiter.peek_n(0).expect("cost 0").reset_after(),
+        Duration::ZERO
+    );
+    clock.set(Nanos::new(8_640 * SEC - 1));
+    assert!(limiter.peek_n(0).expect("cost 0").reset_after() > Duration::ZERO);
+
+    // With windows: 10 per second and 12 per minute, from an aligned instant.
+    let clock = ManualClock::starting_at(Nanos::new(600 * SEC));
+    let limits = AllOf::new(vec![
+        FixedWindow::new(quota(10, SEC, 10)).expect("valid"),
+        FixedWindow::new(quota(12, 60 * SEC, 12)).expect("valid"),
+    ])
+    .expect("limits");
+    let limiter = Limiter::with_clock(limits, clock.clone());
+    let d = limiter.check_n(10).expect("capacity");
+    assert_eq!((d.limit(), d.remaining()), (10, 0), "{d}");
+    assert_eq!(d.reset_after(), Duration::from_secs(60), "{d}");
+    let d = limiter.check();
+    assert!(d.is_denied());
+    assert_eq!(
+        (d.retry_after(), d.reset_after()),
+        (Duration::from_secs(1), Duration::from_secs(60)),
+        "{d}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 9. Carry::Keep: permits taken stay taken, whatever the changes
+// ---------------------------------------------------------------------------
+
+/// Takes the whole capacity of `limits[0]` on a frozen clock, then moves the
+/// default (or an override) through `limits[1..]` with `Carry::Keep`, and
+/// returns how many more permits one at a time are admitted at the end.
+fn admitted_after_keep_changes<A: Algorithm>(limits: &[A], through_override: bool) -> u64 {
+    let clock = ManualClock::starting_at(Nanos::new(600 * SEC + 123));
+    let key = "k".to_string();
+    let builder = KeyedLimiter::builder(limits[0].clone())
+        .clock(clock.clone())
+        .sweep_every(None);
+    let limiter: KeyedLimiter<String, A> = if through_override {
+        builder.override_key(key.clone(), limits[0].clone()).build()
+    } else {
+        builder.build()
+    };
+    let capacity = limits[0].capacity();
+    assert!(
+        limiter
+            .check_n(&key, capacity)
+            .expect("capacity")
+            .is_allowed()
+    );
+    for next in &limits[1..] {
+        if through_override {
+            limiter.set_override(key.clone(), next.clone(), Carry::Keep);
+        } else {
+            limiter.set_default(next.clone(), Carry::Keep);
+        }
+        let d = limiter.peek_n(&key, 0).expect("cost 0");
+        assert_eq!(
+            d.remaining(),
+            next.capacity().saturating_sub(capacity),
+            "after a change to {:?}: {d}",
+            next.quota()
+        );
+    }
+    let mut admitted = 0;
+    while admitted < 1_000 && limiter.check(&key).is_allowed() {
+        admitted += 1;
+    }
+    admitted
+}
+
+/// Regression (issue 18, core 4): GCRA 20/s burst 20 on a frozen clock: 20
+/// taken, lowered to 10 with `Keep`, raised back to 20 with `Keep`, admitted
+/// 10 more (30 at one instant); through an override 10 → 3 → 10 gave 7
+/// back. Every algorithm, both ways of changing.
+#[test]
+fn keep_never_gives_back_permits_taken() {
+    for through_override in [false, true] {
+        let gcra = |n| Gcra::new(quota(n, SEC, n)).expect("valid");
+        let fixed = |n| FixedWindow::new(quota(n, SEC, n)).expect("valid");
+        let log = |n| SlidingLog::new(quota(n, SEC, n)).expect("valid");
+        let wheel = |n| SlidingWindow::new(quota(n, SEC, n), SLOTS).expect("valid");
+        let wheel_other = |n, slots| SlidingWindow::new(quota(n, SEC, n), slots).expect("valid");
+        let all = |n: u64| {
+            AllOf::new(vec![
+                gcra(n),
+                Gcra::new(quota(n, 60 * SEC, n)).expect("valid"),
+            ])
+            .expect("limits")
+        };
+        let at = format!("through an override: {through_override}");
+        assert_eq!(
+            admitted_after_keep_changes(&[gcra(20), gcra(10), gcra(20)], through_override),
+            0,
+            "gcra 20 → 10 → 20, {at}"
+        );
+        assert_eq!(
+            admitted_after_keep_changes(&[gcra(10), gcra(3), gcra(10)], through_override),
+            0,
+            "gcra 10 → 3 → 10, {at}"
+        );
+        assert_eq!(
+            admitted_after_keep_changes(&[gcra(10), gcra(3), gcra(20)], through_override),
+            10,
+            "gcra 10 → 3 → 20, {at}"
+        );
+        assert_eq!(
+            admitted_after_keep_changes(&[fixed(10), fixed(3), fixed(10)], through_override),
+            0,
+            "fixed window, {at}"
+        );
+        assert_eq!(
+            admitted_after_keep_changes(
+                &[fixed(10), fixed(1), fixed(2), fixed(12)],
+                through_override
+            ),
+            2,
+            "fixed window 10 → 1 → 2 → 12, {at}"
+        );
+        assert_eq!(
+            admitted_after_keep_changes(&[log(10), log(3), log(10)], through_override),
+            0,
+            "sliding log, {at}"
+        );
+        assert_eq!(
+            admitted_after_keep_changes(&[wheel(10), wheel(3), wheel(10)], through_override),
+            0,
+            "sliding window, {at}"
+        );
+        assert_eq!(
+            admitted_after_keep_changes(
+                &[wheel_other(10, 4), wheel_other(3, 9), wheel_other(10, 4)],
+                through_override
+            ),
+            0,
+            "sliding window, other slots, {at}"
+        );
+        assert_eq!(
+            admitted_after_keep_changes(&[all(10), all(3), all(10)], through_override),
+            0,
+            "all of, {at}"
+        );
+    }
 }

@@ -18,7 +18,9 @@
 //!   sequence, change none of its decisions.
 //!
 //! And once for all four: **construction** accepts exactly the quotas the
-//! models call representable.
+//! models call representable; and **keep**: on a frozen clock, any sequence
+//! of admissions and quota changes with `Carry::Keep` admits exactly what a
+//! count of the permits taken, never given back, admits.
 //!
 //! Time only moves forward. Instants stay below 2^63 ns and periods at most
 //! 2^63 ns, so that every instant an algorithm computes fits in a `u64` (see
@@ -36,8 +38,8 @@ use support::model::{
     Expected, FixedWindowModel, GcraModel, Model, SlidingLogModel, SlidingWindowModel,
 };
 use tollgate::{
-    Algorithm, CostError, Decision, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota,
-    SlidingLog, SlidingWindow,
+    Algorithm, Carry, CostError, Decision, FixedWindow, Gcra, KeyedLimiter, Limiter, ManualClock,
+    Nanos, Quota, SlidingLog, SlidingWindow,
 };
 
 /// The latest instant a sequence may reach.
@@ -884,4 +886,161 @@ fn gcra_retry_after_holds_at_the_end_of_its_ticks() {
         );
     }
     assert_eq!(denied.retry_after(), Duration::from_nanos(u64::MAX));
+}
+
+// ---------------------------------------------------------------------------
+// Carry::Keep: permits taken stay taken across any sequence of changes
+// ---------------------------------------------------------------------------
+
+/// One step of a life under changing quotas, on a frozen clock.
+#[derive(Clone, Copy, Debug)]
+enum KeepStep {
+    /// Take `r mod (capacity + 1)` permits.
+    Take(u64),
+    /// Change the key's quota (through the default or an override) to
+    /// `limit` (and burst) per period, with `Carry::Keep`.
+    Change {
+        limit: u64,
+        burst: u64,
+        period: u64,
+        slots: u32,
+        through_override: bool,
+    },
+}
+
+fn keep_steps() -> impl Strategy<Value = Vec<KeepStep>> {
+    let change = (
+        1..=40u64,
+        1..=40u64,
+        prop::sample::select(vec![1_000_000, 7_000_000, SEC, 60 * SEC, 3_600 * SEC]),
+        1..=12u32,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(limit, burst, period, slots, through_override)| KeepStep::Change {
+                limit,
+                burst,
+                period,
+                slots,
+                through_override,
+            },
+        );
+    let step = prop_oneof![2 => any::<u64>().prop_map(KeepStep::Take), 1 => change];
+    prop::collection::vec(step, 1..=40)
+}
+
+/// Which algorithm a Keep sequence runs.
+#[derive(Clone, Copy, Debug)]
+enum KeepKind {
+    Gcra,
+    Fixed,
+    Log,
+    Wheel,
+}
+
+fn keep_quota(limit: u64, burst: u64, period: u64) -> Quota {
+    Quota::new(limit, Duration::from_nanos(period))
+        .and_then(|q| q.with_burst(burst))
+        .unwrap()
+}
+
+/// Runs `steps` on one key of a keyed limiter on a frozen clock, against the
+/// reference: the permits taken since the start, which no change gives
+/// back. A request of `cost` is admitted iff `taken + cost ≤ capacity`, and
+/// every decision reports `capacity − taken` (at least 0) remaining.
+fn keep_against_reference<A: Algorithm>(
+    make: impl Fn(u64, u64, u64, u32) -> A,
+    start: u64,
+    steps: &[KeepStep],
+) -> Result<(), TestCaseError> {
+    let clock = ManualClock::starting_at(Nanos::new(start));
+    let first = make(10, 10, SEC, 4);
+    let limiter: KeyedLimiter<u8, A> = KeyedLimiter::builder(first.clone())
+        .clock(clock)
+        .sweep_every(None)
+        .build();
+    let key = 7u8;
+    let mut capacity = first.capacity();
+    let (mut default, mut overridden) = (capacity, None);
+    let mut taken = 0u64;
+    for (i, step) in steps.iter().enumerate() {
+        match *step {
+            KeepStep::Take(r) => {
+                let cost = r % (capacity + 1);
+                let d = limiter.check_n(&key, cost).unwrap();
+                let fits = taken + cost <= capacity;
+                prop_assert_eq!(
+                    d.is_allowed(),
+                    fits,
+                    "step {}: {} of {} taken, cost {}: {}",
+                    i,
+                    taken,
+                    capacity,
+                    cost,
+                    d
+                );
+                if fits {
+                    taken += cost;
+                }
+            }
+            KeepStep::Change {
+                limit,
+                burst,
+                period,
+                slots,
+                through_override,
+            } => {
+                let next = make(limit, burst, period, slots);
+                // The key runs its override once it has one, whatever the
+                // default.
+                if through_override {
+                    overridden = Some(next.capacity());
+                    limiter.set_override(key, next, Carry::Keep);
+                } else {
+                    default = next.capacity();
+                    limiter.set_default(next, Carry::Keep);
+                }
+                capacity = overridden.unwrap_or(default);
+            }
+        }
+        let d = limiter.peek_n(&key, 0).unwrap();
+        prop_assert_eq!(
+            d.remaining(),
+            capacity.saturating_sub(taken),
+            "step {} ({:?}): {} of {} taken: {}",
+            i,
+            step,
+            taken,
+            capacity,
+            d
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(2048))]
+
+    /// Regression (issue 18, core 4): a quota lowered then raised with
+    /// `Carry::Keep` gave back the permits the lower quota could not hold
+    /// (GCRA 20/s: 20 taken, 10 with Keep, 20 with Keep: 10 more admitted at
+    /// the same instant).
+    #[test]
+    fn keep_never_gives_back_what_was_taken(
+        kind in prop::sample::select(vec![KeepKind::Gcra, KeepKind::Fixed, KeepKind::Log, KeepKind::Wheel]),
+        // Within the 36 years every algorithm promises to run.
+        start in 0..=(30 * YEAR),
+        steps in keep_steps(),
+    ) {
+        match kind {
+            KeepKind::Gcra => keep_against_reference(
+                |l, b, p, _| Gcra::new(keep_quota(l, b, p)).unwrap(), start, &steps)?,
+            KeepKind::Fixed => keep_against_reference(
+                |l, b, p, _| FixedWindow::new(keep_quota(l, b, p)).unwrap(), start, &steps)?,
+            KeepKind::Log => keep_against_reference(
+                |l, b, p, _| SlidingLog::new(keep_quota(l, b, p)).unwrap(), start, &steps)?,
+            KeepKind::Wheel => keep_against_reference(
+                |l, b, p, n| SlidingWindow::new(keep_quota(l, b, p), n).unwrap(), start, &steps)?,
+        }
+    }
 }

@@ -106,8 +106,8 @@ fn app(clock: ClockSource) -> Result<Router, Box<dyn std::error::Error>> {
         .layer(
             RateLimitLayer::builder(account.or(PeerIp::new()), per_client)
                 .headers_on_success(true)
-                .policy_name("api")?
-                .build(),
+                .policy_name("api")
+                .build()?,
         );
     Ok(public.merge(api))
 }

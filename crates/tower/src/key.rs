@@ -32,8 +32,8 @@ use http::{HeaderName, StatusCode};
 ///
 /// Implemented by the built-ins ([`Global`], [`PeerIp`](crate::PeerIp),
 /// [`ClientIp`](crate::ClientIp), [`HeaderKey`], `MethodRoute` (with the
-/// `axum` feature), [`KeyFn`]) and by [`Or`], which tries one and then
-/// another.
+/// `axum` feature), [`KeyFn`]), by [`Or`], which tries one and then
+/// another, and by pairs `(A, B)`, which key by both (route and client).
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key: what the backend counts by.
     type Key: Clone + Send + Sync + 'static;
@@ -301,6 +301,37 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
             }
             Err(error) => Err(error),
         }
+    }
+}
+
+/// Two keys at once: a request counts in the bucket of the pair, such as
+/// (route, client) for a quota per client on each endpoint. Both must be
+/// found; the first error is the answer.
+///
+/// # Examples
+///
+/// ```
+/// use axum::{Router, routing::{get, post}};
+/// use tollgate::{Gcra, KeyedLimiter, Quota};
+/// use tollgate_tower::{MethodRoute, PeerIp, RateLimitLayer};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 5 per second per client on each endpoint: a client busy on
+/// // `POST /upload` still has its whole quota on `GET /items`.
+/// let per_route_and_client = KeyedLimiter::new(Gcra::new(Quota::per_second(5)?)?);
+/// let app: Router = Router::new()
+///     .route("/items", get(|| async { "[]" }))
+///     .route("/upload", post(|| async { "ok" }))
+///     .layer(RateLimitLayer::new((MethodRoute, PeerIp::new()), per_route_and_client));
+/// # drop(app);
+/// # Ok(())
+/// # }
+/// ```
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for (A, B) {
+    type Key = (A::Key, B::Key);
+
+    fn extract(&self, request: &Parts) -> Result<Self::Key, KeyError> {
+        Ok((self.0.extract(request)?, self.1.extract(request)?))
     }
 }
 

@@ -11,25 +11,34 @@
 //!   ([`OnMissingKey::Reject`]), RateLimit headers on rejections only, gRPC
 //!   answers for gRPC requests, the policy named `"default"` without a
 //!   window.
-//! - Settings that can be invalid (the policy name) are checked when set and
-//!   return an error, never at request time.
+//! - Every setter is infallible, so that a configuration reads as one
+//!   chain; what can be invalid (the policy name, the advertised quota's
+//!   window) is checked once by [`Builder::build`], which returns a
+//!   [`BuildError`], never at request time.
+//! - Every method is charged by default, `OPTIONS` and `HEAD` included: a
+//!   limit that some requests skip unasked is a limit that fails open.
+//!   [`Builder::skip_methods`] exempts the ones a service answers cheaply
+//!   (CORS preflights, typically), by name, so that a method nobody listed
+//!   (`PROPFIND`, a made-up one) is still charged.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Response;
 use http::request::Parts;
+use http::{Method, Response};
 use http_body_util::Full;
 use tower_layer::Layer;
 
 use crate::backend::{Backend, Charge};
 use crate::cost::CostFn;
+use crate::error::BuildError;
 use crate::key::KeyExtractor;
 use crate::response::{HeaderPolicy, Rejection, RejectionFn, sf_string};
 use crate::service::RateLimitService;
 use crate::settle::SettleFn;
+use tollgate::Quota;
 
 /// What to do with a request whose key cannot be extracted.
 #[derive(Clone, Debug, Default)]
@@ -68,6 +77,8 @@ pub(crate) struct Config<E: KeyExtractor, L> {
     pub(crate) policy: Arc<HeaderPolicy>,
     pub(crate) on_rejection: Option<RejectionFn>,
     pub(crate) settle: Option<Settler<E::Key, L>>,
+    /// Methods passed on uncharged.
+    pub(crate) skip_methods: Vec<Method>,
 }
 
 /// Settle mode: what a response cost, and how to charge the backend.
@@ -81,7 +92,11 @@ impl<E: KeyExtractor, L: Backend<E::Key>> RateLimitLayer<E, L> {
     /// Limits requests by `extractor`'s key with `backend`, every other
     /// setting at its default.
     pub fn new(extractor: E, backend: L) -> RateLimitLayer<E, L> {
-        RateLimitLayer::builder(extractor, backend).build()
+        let builder = RateLimitLayer::builder(extractor, backend);
+        RateLimitLayer {
+            // The defaults are valid: nothing to check.
+            config: Arc::new(builder.config),
+        }
     }
 
     /// Starts building a layer that limits requests by `extractor`'s key
@@ -98,11 +113,14 @@ impl<E: KeyExtractor, L: Backend<E::Key>> RateLimitLayer<E, L> {
                 grpc: true,
                 policy: Arc::new(HeaderPolicy {
                     name: "\"default\"".to_owned(),
-                    window_secs: None,
+                    quota: None,
                 }),
                 on_rejection: None,
                 settle: None,
+                skip_methods: Vec::new(),
             },
+            policy_name: None,
+            policy_quota: None,
         }
     }
 
@@ -135,28 +153,14 @@ impl<S, E: KeyExtractor, L> Layer<S> for RateLimitLayer<E, L> {
     }
 }
 
-/// Builds a [`RateLimitLayer`]; every setting has a default.
+/// Builds a [`RateLimitLayer`]; every setting has a default, and
+/// [`build`](Builder::build) checks them all at once.
 pub struct Builder<E: KeyExtractor, L> {
     config: Config<E, L>,
+    /// As given, checked by `build`.
+    policy_name: Option<String>,
+    policy_quota: Option<Quota>,
 }
-
-/// A policy name that a structured-field string cannot carry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyNameError {
-    name: String,
-}
-
-impl fmt::Display for PolicyNameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "policy name {:?} must be printable ASCII to be sent in RateLimit headers",
-            self.name
-        )
-    }
-}
-
-impl std::error::Error for PolicyNameError {}
 
 impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     /// What a request costs, in permits, from its parts (see
@@ -198,29 +202,41 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
         self
     }
 
-    /// The name of the policy in the RateLimit headers. By default,
-    /// `"default"`.
-    ///
-    /// # Errors
-    ///
-    /// [`PolicyNameError`] for a name with characters outside printable
-    /// ASCII.
-    pub fn policy_name(mut self, name: &str) -> Result<Self, PolicyNameError> {
-        let quoted = sf_string(name).ok_or_else(|| PolicyNameError {
-            name: name.to_owned(),
-        })?;
-        self.policy_mut().name = quoted;
-        Ok(self)
+    /// The name of the policy in the RateLimit headers: give stacked
+    /// layers different names, so that a client can tell their items
+    /// apart. Printable ASCII ([`build`](Self::build) refuses anything else
+    /// with [`BuildError::PolicyName`]). By default, `"default"`.
+    pub fn policy_name(mut self, name: impl Into<String>) -> Self {
+        self.policy_name = Some(name.into());
+        self
     }
 
-    /// The policy's window, sent as `w` in `RateLimit-Policy` (whole
-    /// seconds, rounded up). With an [`AllOf`](tollgate::AllOf) backend the
-    /// headers describe whichever limit decided (see
-    /// [`response`](crate::response)): set this only if all its limits
-    /// share one window. By default, none: `w` is left out, since a
-    /// decision does not carry its quota's period.
-    pub fn policy_window(mut self, window: Duration) -> Self {
-        self.policy_mut().window_secs = Some(crate::response::whole_seconds(window));
+    /// The quota `RateLimit-Policy` advertises: `q` its limit and `w` its
+    /// period in seconds, a quota a client pacing itself to it can use
+    /// (draft -11 §3.1). Give the quota the backend runs, burst aside:
+    /// `Quota::per_second(10)?.with_burst(20)?` advertises `q=10;w=1`, never
+    /// `q=20;w=1`, since only 10 per second are sustained. With per-key
+    /// overrides or several limits ([`AllOf`](tollgate::AllOf)), give the
+    /// one every client can count on (or leave it unset).
+    ///
+    /// The period must be a whole number of seconds, at least one (the
+    /// draft's `w` is an integer of seconds, never 0):
+    /// [`build`](Self::build) refuses others with
+    /// [`BuildError::PolicyWindow`]. By default, none: the policy item is
+    /// `q` = the decision's `limit` (the most permits at once) without `w`,
+    /// since a decision does not carry its quota's period.
+    pub fn policy_quota(mut self, quota: Quota) -> Self {
+        self.policy_quota = Some(quota);
+        self
+    }
+
+    /// Methods passed on without being limited or charged, and without
+    /// RateLimit headers: for example `[Method::OPTIONS]` for CORS
+    /// preflights a service answers without work. By default, none: every
+    /// method is charged, `OPTIONS` and `HEAD` included (see
+    /// [Methods](crate#methods)).
+    pub fn skip_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.config.skip_methods = methods.into_iter().collect();
         self
     }
 
@@ -232,13 +248,45 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     }
 
     /// Builds the answer to rejected (non-gRPC) requests; `Retry-After` and
-    /// the RateLimit headers are added unless the response has them. By
-    /// default, a plain-text body with the rejection's status.
-    pub fn on_rejection(
+    /// the RateLimit headers are added unless the response has them. The
+    /// body is anything that converts into bytes (`String`, `&'static str`,
+    /// `Vec<u8>`, [`Bytes`]), so no body crate is needed. By default, a
+    /// plain-text body with the rejection's status.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use axum::http::{Response, header};
+    /// use tollgate::{Gcra, KeyedLimiter, Quota};
+    /// use tollgate_tower::{PeerIp, RateLimitLayer, Rejection};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_ip = KeyedLimiter::new(Gcra::new(Quota::per_second(10)?)?);
+    /// let layer = RateLimitLayer::builder(PeerIp::new(), per_ip)
+    ///     .on_rejection(|rejection: &Rejection| {
+    ///         let mut response = Response::new(format!("{{\"error\":\"{rejection}\"}}\n"));
+    ///         *response.status_mut() = rejection.status();
+    ///         response.headers_mut().insert(
+    ///             header::CONTENT_TYPE,
+    ///             header::HeaderValue::from_static("application/json"),
+    ///         );
+    ///         response
+    ///     })
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_rejection<B>(
         mut self,
-        hook: impl Fn(&Rejection) -> Response<Full<Bytes>> + Send + Sync + 'static,
-    ) -> Self {
-        self.config.on_rejection = Some(Box::new(hook));
+        hook: impl Fn(&Rejection) -> Response<B> + Send + Sync + 'static,
+    ) -> Self
+    where
+        B: Into<Bytes>,
+    {
+        self.config.on_rejection = Some(Box::new(move |rejection| {
+            hook(rejection).map(|body| Full::new(body.into()))
+        }));
         self
     }
 
@@ -263,10 +311,28 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     }
 
     /// The layer.
-    pub fn build(self) -> RateLimitLayer<E, L> {
-        RateLimitLayer {
-            config: Arc::new(self.config),
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::PolicyName`] for a [`policy_name`](Self::policy_name)
+    /// outside printable ASCII, [`BuildError::PolicyWindow`] for a
+    /// [`policy_quota`](Self::policy_quota) whose period is not a whole
+    /// number of seconds.
+    pub fn build(mut self) -> Result<RateLimitLayer<E, L>, BuildError> {
+        if let Some(name) = self.policy_name.take() {
+            let quoted = sf_string(&name).ok_or(BuildError::PolicyName { name })?;
+            self.policy_mut().name = quoted;
         }
+        if let Some(quota) = self.policy_quota.take() {
+            let period = quota.period();
+            if period.subsec_nanos() != 0 || period.as_secs() == 0 {
+                return Err(BuildError::PolicyWindow { period });
+            }
+            self.policy_mut().quota = Some((quota.limit(), period.as_secs()));
+        }
+        Ok(RateLimitLayer {
+            config: Arc::new(self.config),
+        })
     }
 
     fn policy_mut(&mut self) -> &mut HeaderPolicy {

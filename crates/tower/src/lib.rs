@@ -96,14 +96,81 @@
 //! # Responses
 //!
 //! See [`response`] for the exact headers (`Retry-After`, and
-//! `RateLimit-Policy` / `RateLimit` per draft-ietf-httpapi-ratelimit-headers-11)
-//! and the gRPC answer (`RESOURCE_EXHAUSTED` with `retry-after` and
+//! `RateLimit-Policy` / `RateLimit` per draft-ietf-httpapi-ratelimit-headers-11,
+//! the latest revision, appended so that stacked layers all reach the
+//! client) and the gRPC answer (`RESOURCE_EXHAUSTED` with `retry-after` and
 //! `grpc-retry-pushback-ms` metadata).
+//!
+//! # Methods
+//!
+//! Every method is charged by default, `OPTIONS` and `HEAD` included: a
+//! limit that some requests skip unasked is a limit that fails open (a
+//! `HEAD` runs the same handler as a `GET` in axum and hyper). Exempt by
+//! name with [`Builder::skip_methods`], typically `[Method::OPTIONS]` for
+//! CORS preflights answered by a CORS layer: an exempt request is passed on
+//! uncharged and without RateLimit headers, and any method not listed
+//! (`PROPFIND`, one made up) is still charged.
+//!
+//! # The handler sees its decision
+//!
+//! An admitted request carries its [`tollgate::Decision`] in its extensions
+//! (with stacked layers, the innermost layer's): an axum handler reads it
+//! with `Extension<Decision>`, to show a client what it has left or to
+//! degrade gracefully when it runs low.
+//!
+//! # Configuration
+//!
+//! Every [`Builder`] setter is infallible; [`Builder::build`] checks the
+//! whole configuration and returns a [`BuildError`]. This example limits
+//! each client on each endpoint (a pair of keys), advertises the quota
+//! clients can pace themselves to, exempts CORS preflights, answers `429`s
+//! in JSON, and shows the handler its decision:
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::http::{Method, Response, header};
+//! use axum::{Extension, Router, routing::get};
+//! use tollgate::{Decision, Gcra, KeyedLimiter, Quota};
+//! use tollgate_tower::{MethodRoute, PeerIp, RateLimitLayer, Rejection};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let quota = Quota::per_second(10)?.with_burst(20)?;
+//! // One bucket per (endpoint, client address).
+//! let limiter = KeyedLimiter::new(Gcra::new(quota)?);
+//! let layer = RateLimitLayer::builder((MethodRoute, PeerIp::new()), limiter)
+//!     .policy_name("per-endpoint")
+//!     // `q=10;w=1`: the burst of 20 is not a rate a client can keep.
+//!     .policy_quota(quota)
+//!     .skip_methods([Method::OPTIONS])
+//!     .headers_on_success(true)
+//!     .on_rejection(|rejection: &Rejection| {
+//!         let mut response = Response::new(format!("{{\"error\":\"{rejection}\"}}\n"));
+//!         *response.status_mut() = rejection.status();
+//!         response.headers_mut().insert(
+//!             header::CONTENT_TYPE,
+//!             header::HeaderValue::from_static("application/json"),
+//!         );
+//!         response
+//!     })
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     .route(
+//!         "/items",
+//!         get(|Extension(decision): Extension<Decision>| async move {
+//!             format!("{} requests left\n", decision.remaining())
+//!         }),
+//!     )
+//!     .layer(layer);
+//! let _service = app.into_make_service_with_connect_info::<SocketAddr>();
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 
 mod backend;
 pub mod cost;
+mod error;
 mod future;
 pub mod ip;
 pub mod key;
@@ -115,6 +182,7 @@ mod service;
 pub mod settle;
 
 pub use backend::{Backend, BackendError, BoxError, Charge, Decided, DecisionFuture};
+pub use error::BuildError;
 pub use future::{ResponseBody, ResponseFuture};
 pub use ip::{
     ClientIp, ConnectionAddr, DefaultConnectionAddr, PeerIp, PrefixError, ProxyHeader, Unvouched,
@@ -122,7 +190,7 @@ pub use ip::{
 pub use key::{Global, HeaderKey, KeyError, KeyErrorKind, KeyExtractor, KeyFn, Or, OrKey};
 #[cfg(feature = "axum")]
 pub use key::{MethodRoute, RouteKey};
-pub use layer::{Builder, OnMissingKey, PolicyNameError, RateLimitLayer};
+pub use layer::{Builder, OnMissingKey, RateLimitLayer};
 #[cfg(feature = "redis")]
 pub use redis::RedisKey;
 pub use response::Rejection;

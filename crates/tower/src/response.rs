@@ -6,33 +6,49 @@
 //! - **`Retry-After`** is the decision's `retry_after` in whole seconds,
 //!   rounded up, and at least 1 on a denial: a client told `0` retries at
 //!   once and is denied again.
-//! - **`RateLimit-Policy` and `RateLimit`** follow the syntax of
-//!   draft-ietf-httpapi-ratelimit-headers-11 (May 2026; the same as -08 to
-//!   -10): structured-field lists with one item per policy,
+//! - **`RateLimit-Policy` and `RateLimit`** follow
+//!   draft-ietf-httpapi-ratelimit-headers-11 (23 May 2026, the latest
+//!   revision): structured-field lists of one item per policy (§3, §4),
 //!   `RateLimit-Policy: "default";q=100;w=60` and
-//!   `RateLimit: "default";r=50;t=30`. `q` is the decision's `limit`,
-//!   `r` its `remaining` (an unsigned count, never negative), `t` its
-//!   `reset_after` rounded up to whole seconds (when the quota is full
-//!   again); `w` is sent only when the window is configured
-//!   ([`policy_window`](crate::Builder::policy_window)), because a keyed
-//!   limiter's decision does not carry its quota's period. The partition
-//!   key `pk` is never sent: it would echo the client's key (an API key)
-//!   into logs and caches.
-//! - **One policy item, the limit that decided.** The syntax allows one
-//!   item per policy, but a backend answers with one
-//!   [`Decision`], and for an
-//!   [`AllOf`](tollgate::AllOf) the core's decision is that of the limit
-//!   that bound: on a denial the denying limit with the longest wait, on an
-//!   admission the limit with the fewest permits left. The other limits'
-//!   counts are not in the decision (and reading them would be a second
-//!   look at the state, not the one the request was decided on), so the
-//!   headers describe that one limit under the one policy name: `q` and
-//!   `r` (and `t`) can switch from one limit to another between responses,
-//!   as "10 per second AND 1,000 per day" runs low on its day. `r` is then
-//!   always the fewest requests left under any of the limits, which is
-//!   what a client pacing itself needs. Set
-//!   [`policy_window`](crate::Builder::policy_window) only when every limit
-//!   has the same window, or `w` is wrong for the others.
+//!   `RateLimit: "default";r=0;t=30`. Each parameter as -11 defines it:
+//!   - `q` (§3.1.1), the quota: the
+//!     [`policy_quota`](crate::Builder::policy_quota)'s limit when one is
+//!     set, else the decision's `limit` (the most permits at once);
+//!   - `w` (§3.1.3), the quota's window in whole seconds, never 0: sent only
+//!     with a [`policy_quota`](crate::Builder::policy_quota), whose period
+//!     must be whole seconds (checked at build), because a decision does not
+//!     carry its quota's period. `q` and `w` together are then a quota a
+//!     client can use: 10 per second with a burst of 20 is `q=10;w=1`;
+//!   - `r` (§4.1.1), the available quota: the decision's `remaining`;
+//!   - `t` (§4.1.2), the *effective window*: the seconds within which the
+//!     client can use no more than `r`. Sent where a decision states it
+//!     exactly: on a denial with nothing left, the decision's `retry_after`
+//!     rounded up, so never later than `Retry-After` (§6: `Retry-After`
+//!     must not point earlier than the end of the effective window). It is
+//!     not the time until the quota is full again (a daily limit's `t` on a
+//!     `429` is the wait for the next permit, not for the whole day), and it
+//!     is left out (it is optional) on admissions and on denials of a
+//!     request that cost more than remained: there no decision says when the
+//!     next permit frees up (a token bucket refills continuously);
+//!   - `qu` (§3.1.2) is not sent: the unit is the default, requests, or
+//!     whatever the layer's [`cost`](crate::Builder::cost) counts;
+//!   - `pk` (§3.1.4, §4.1.3) is never sent: it would echo the client's key
+//!     (an API key) into logs and caches.
+//! - **Appended, never replaced.** Each layer appends its item to the
+//!   fields already in the response (a list may be split over several field
+//!   lines, §3 and §4), so that stacked layers (an outer per-client limit, an
+//!   inner global one) all reach the client, and the `429` of an inner layer
+//!   keeps the item of the policy that denied it. Give stacked layers
+//!   different [`policy_name`](crate::Builder::policy_name)s.
+//! - **One policy item per layer, the limit that decided.** A backend
+//!   answers with one [`Decision`], and for an [`AllOf`](tollgate::AllOf)
+//!   the core's decision is that of the limit that bound: on a denial the
+//!   denying limit with the longest wait, on an admission the limit with the
+//!   fewest permits left. The other limits' counts are not in the decision,
+//!   so `r` (and `t`, and `q` without a `policy_quota`) can switch from one
+//!   limit to another between responses, as "10 per second AND 1,000 per
+//!   day" runs low on its day. `r` is then always the fewest requests left
+//!   under any of the limits, which is what a client pacing itself needs.
 //! - They are sent on every denial and, if
 //!   [`headers_on_success`](crate::Builder::headers_on_success), on every
 //!   admission (off by default: formatting them costs a few tens of
@@ -144,7 +160,7 @@ impl fmt::Display for Rejection {
     }
 }
 
-/// A custom answer to a rejection.
+/// A custom answer to a rejection, its body already made [`Bytes`].
 pub(crate) type RejectionFn = Box<dyn Fn(&Rejection) -> Response<Full<Bytes>> + Send + Sync>;
 
 /// How the RateLimit headers name and describe the policy.
@@ -152,34 +168,49 @@ pub(crate) type RejectionFn = Box<dyn Fn(&Rejection) -> Response<Full<Bytes>> + 
 pub(crate) struct HeaderPolicy {
     /// The policy name as a structured-field string, quotes included.
     pub(crate) name: String,
-    /// The window in whole seconds, when known.
-    pub(crate) window_secs: Option<u64>,
+    /// The advertised quota, `(q, w)`: permits per window of whole seconds.
+    pub(crate) quota: Option<(u64, u64)>,
 }
 
 impl HeaderPolicy {
-    /// Writes `RateLimit-Policy` and `RateLimit` for `decision`.
+    /// Appends this policy's items to `RateLimit-Policy` and `RateLimit` for
+    /// `decision`: appended, never replacing, so that the items of stacked
+    /// layers all reach the client.
     pub(crate) fn write(&self, decision: &Decision, headers: &mut HeaderMap) {
         let mut policy = String::with_capacity(self.name.len() + 24);
-        let _ = write!(policy, "{};q={}", self.name, decision.limit());
-        if let Some(window) = self.window_secs {
-            let _ = write!(policy, ";w={window}");
+        match self.quota {
+            Some((q, w)) => {
+                let _ = write!(policy, "{};q={q};w={w}", self.name);
+            }
+            None => {
+                let _ = write!(policy, "{};q={}", self.name, decision.limit());
+            }
         }
         let mut current = String::with_capacity(self.name.len() + 24);
-        let _ = write!(
-            current,
-            "{};r={};t={}",
-            self.name,
-            decision.remaining(),
-            whole_seconds(decision.reset_after())
-        );
-        // Both are ASCII by construction (the name was checked when set).
+        let _ = write!(current, "{};r={}", self.name, decision.remaining());
+        if let Some(t) = effective_window_secs(decision) {
+            let _ = write!(current, ";t={t}");
+        }
+        // Both are ASCII by construction (the name was checked at build).
         if let Ok(value) = HeaderValue::try_from(policy) {
-            headers.insert(RATELIMIT_POLICY, value);
+            headers.append(RATELIMIT_POLICY, value);
         }
         if let Ok(value) = HeaderValue::try_from(current) {
-            headers.insert(RATELIMIT, value);
+            headers.append(RATELIMIT, value);
         }
     }
+}
+
+/// The `t` of a decision (draft -11 §4.1.2): the seconds within which the
+/// client can use no more than `r`, when the decision says it exactly. A
+/// denial with nothing left: no request fits before its `retry_after`
+/// (whole seconds, rounded up, so never later than `Retry-After`). Otherwise
+/// `None`: a decision does not say when its next permit frees up (a token
+/// bucket refills continuously), and its time back to full would claim the
+/// client can use no more than `r` for a time in which it can.
+pub(crate) fn effective_window_secs(decision: &Decision) -> Option<u64> {
+    (decision.is_denied() && decision.remaining() == 0)
+        .then(|| whole_seconds(decision.retry_after()))
 }
 
 /// `name` as a structured-field string (RFC 9651 §3.3.3), or `None` if it

@@ -81,7 +81,14 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let RateLimitService { inner, config } = self;
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
+        if config.skip_methods.contains(&parts.method) {
+            return ResponseFuture::called(
+                inner.call(Request::from_parts(parts, body)),
+                None,
+                None,
+            );
+        }
         let key = match config.extractor.extract(&parts) {
             Ok(key) => key,
             Err(error) => match &config.on_missing_key {
@@ -119,6 +126,8 @@ where
                 policy: Arc::clone(&config.policy),
             });
             let settlement = settlement(config, key, cost);
+            // The handler can read it (axum: `Extension<Decision>`).
+            parts.extensions.insert(decision);
             return ResponseFuture::called(
                 inner.call(Request::from_parts(parts, body)),
                 success,
@@ -232,7 +241,7 @@ where
     let deadline = config
         .max_delay
         .and_then(|max_delay| Instant::now().checked_add(max_delay));
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     loop {
         let result = match decided {
             Decided::Now(result) => result,
@@ -251,6 +260,7 @@ where
                 policy: Arc::clone(&config.policy),
             });
             let settlement = settlement(&config, key, cost);
+            parts.extensions.insert(decision);
             // `inner` was ready when it was taken: it must accept this call.
             let response = inner.call(Request::from_parts(parts, body)).await?;
             return Ok(admitted(response, success, settlement));

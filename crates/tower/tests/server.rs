@@ -54,8 +54,9 @@ async fn a_real_server_answers_429_with_exact_headers() {
     let limiter = limiter(Quota::per_minute(2).unwrap(), &clock);
     let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
         .headers_on_success(true)
-        .policy_window(Duration::from_secs(60))
-        .build();
+        .policy_quota(Quota::per_minute(2).unwrap())
+        .build()
+        .unwrap();
     let app = Router::new()
         .route("/hello", get(|| async { "hello" }))
         .layer(layer);
@@ -85,14 +86,16 @@ async fn a_real_server_answers_429_with_exact_headers() {
     let (status, headers, body) = get().await;
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"hello"[..]));
     assert_eq!(text(&headers, "ratelimit-policy"), "\"default\";q=2;w=60");
-    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=1;t=30");
+    // Admissions: no `t` (no decision says when the next permit frees up).
+    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=1");
     let (status, headers, _) = get().await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=0;t=60");
+    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=0");
     let (status, headers, body) = get().await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(text(&headers, "retry-after"), "30");
-    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=0;t=60");
+    // `t`, the effective window, is the wait for the next permit.
+    assert_eq!(text(&headers, "ratelimit"), "\"default\";r=0;t=30");
     assert_eq!(&body[..], b"too many requests: retry after 30 s\n");
     // The client was keyed by its loopback address.
     assert_eq!(limiter.len(), 1);
@@ -241,7 +244,8 @@ async fn a_real_server_settles_the_bytes_each_response_sent() {
         .settle(tollgate_tower::settle::by_body_bytes(
             std::num::NonZeroU64::new(1024).unwrap(),
         ))
-        .build();
+        .build()
+        .unwrap();
     let app = Router::new()
         .route("/file", get(|| async { vec![b'x'; 10 * 1024] }))
         .layer(layer);

@@ -13,14 +13,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
-use http_body_util::Full;
 use support::{TokioClock, body, from_peer, header, ok_service, send};
 use tollgate::{AllOf, Decision, Gcra, KeyedLimiter, Limiter, ManualClock, Quota};
 use tollgate_tower::cost::by_content_length;
 use tollgate_tower::response::retry_after_secs;
 use tollgate_tower::{
-    Global, HeaderKey, KeyError, KeyExtractor, KeyFn, OnMissingKey, OrKey, PeerIp, RateLimitLayer,
-    Rejection, settle,
+    BuildError, Global, HeaderKey, KeyError, KeyExtractor, KeyFn, OnMissingKey, OrKey, PeerIp,
+    RateLimitLayer, Rejection, settle,
 };
 use tower::{Layer, Service, ServiceExt};
 
@@ -89,7 +88,7 @@ fn expected(decision: &Decision, window: u64) -> (String, String, String) {
         format!(
             "\"default\";r={};t={}",
             decision.remaining(),
-            secs_up(decision.reset_after())
+            secs_up(decision.retry_after())
         ),
     )
 }
@@ -101,8 +100,9 @@ async fn denial_headers_are_exactly_the_decision() {
     let limiter = per_ip(Quota::per_minute(2).unwrap(), &clock);
     let twin = limiter.clone();
     let layer = RateLimitLayer::builder(PeerIp::new(), limiter)
-        .policy_window(Duration::from_secs(60))
-        .build();
+        .policy_quota(Quota::per_minute(2).unwrap())
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     let request = || from_peer("192.0.2.1").body(String::new()).unwrap();
     for _ in 0..2 {
@@ -134,9 +134,9 @@ async fn denial_headers_are_exactly_the_decision() {
     assert_eq!(
         seen,
         [
-            ("30", "\"default\";r=0;t=60"),
-            ("18", "\"default\";r=0;t=48"),
-            ("1", "\"default\";r=0;t=31"),
+            ("30", "\"default\";r=0;t=30"),
+            ("18", "\"default\";r=0;t=18"),
+            ("1", "\"default\";r=0;t=1"),
         ]
     );
     clock.advance(Duration::from_nanos(1));
@@ -153,7 +153,8 @@ async fn a_sub_second_wait_is_one_second_and_remaining_never_negative() {
     );
     let layer = RateLimitLayer::builder(PeerIp::new(), limiter)
         .headers_on_success(true)
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     let mut remaining = Vec::new();
     for _ in 0..5 {
@@ -173,9 +174,9 @@ async fn a_sub_second_wait_is_one_second_and_remaining_never_negative() {
     assert_eq!(
         remaining,
         [
-            (200, "\"default\";r=2;t=1".to_owned()),
-            (200, "\"default\";r=1;t=1".to_owned()),
-            (200, "\"default\";r=0;t=1".to_owned()),
+            (200, "\"default\";r=2".to_owned()),
+            (200, "\"default\";r=1".to_owned()),
+            (200, "\"default\";r=0".to_owned()),
             (429, "\"default\";r=0;t=1".to_owned()),
             (429, "\"default\";r=0;t=1".to_owned()),
         ]
@@ -289,7 +290,8 @@ async fn a_missing_key_is_answered_as_configured() {
     let limiter = keyed();
     let layer = RateLimitLayer::builder(api_key(), limiter.clone())
         .on_missing_key(OnMissingKey::Use("anonymous".to_owned()))
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     assert_eq!(
         send(&mut service, Request::new(String::new()))
@@ -316,7 +318,8 @@ async fn a_missing_key_is_answered_as_configured() {
     // Explicitly unlimited.
     let layer = RateLimitLayer::builder(api_key(), keyed())
         .on_missing_key(OnMissingKey::Allow)
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     for _ in 0..3 {
         assert_eq!(
@@ -377,7 +380,8 @@ async fn costs_come_from_the_request() {
     let limiter = Limiter::with_clock(gcra(Quota::per_minute(10).unwrap()), clock);
     let layer = RateLimitLayer::builder(Global, limiter)
         .cost(by_content_length(NonZeroU64::new(100).unwrap(), 10))
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     let post = |length: &str| {
         Request::post("/")
@@ -396,7 +400,9 @@ async fn costs_come_from_the_request() {
     );
     let denied = send(&mut service, post("200")).await;
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(header(&denied, "ratelimit"), "\"default\";r=1;t=54");
+    // One left, the request cost two: no `t` (the next permit's time is
+    // not in the decision; `retry_after` is when both fit).
+    assert_eq!(header(&denied, "ratelimit"), "\"default\";r=1");
     // Above the quota's capacity: never admissible.
     let too_big = send(&mut service, post("5000")).await;
     assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
@@ -405,7 +411,8 @@ async fn costs_come_from_the_request() {
     let limiter = Limiter::with_clock(gcra(Quota::per_minute(10).unwrap()), ManualClock::new());
     let layer = RateLimitLayer::builder(Global, limiter)
         .cost(|parts: &http::request::Parts| if parts.uri.path() == "/search" { 4 } else { 1 })
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     let mut admitted = 0;
     for _ in 0..5 {
@@ -426,7 +433,6 @@ async fn a_custom_rejection_keeps_the_rate_limit_headers() {
     let limiter = Limiter::with_clock(gcra(Quota::per_minute(1).unwrap()), ManualClock::new());
     let layer = RateLimitLayer::builder(Global, limiter)
         .policy_name("api")
-        .unwrap()
         .on_rejection(|rejection: &Rejection| {
             let retry = rejection
                 .decision()
@@ -434,10 +440,11 @@ async fn a_custom_rejection_keeps_the_rate_limit_headers() {
             Response::builder()
                 .status(rejection.status())
                 .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(format!("{{\"retry_ms\":{retry}}}"))))
+                .body(format!("{{\"retry_ms\":{retry}}}"))
                 .unwrap()
         })
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     let _ = send(&mut service, Request::new(String::new())).await;
     let denied = send(&mut service, Request::new(String::new())).await;
@@ -452,7 +459,8 @@ async fn a_custom_rejection_keeps_the_rate_limit_headers() {
     assert!(
         RateLimitLayer::builder(Global, Limiter::new(gcra(Quota::per_minute(1).unwrap())))
             .policy_name("caf\u{e9}")
-            .is_err()
+            .build()
+            .is_err_and(|error| matches!(error, BuildError::PolicyName { .. }))
     );
 }
 
@@ -498,7 +506,8 @@ async fn waiting_admits_within_the_budget_and_rejects_beyond_it() {
     let limiter = Limiter::with_clock(gcra(Quota::per_second(1).unwrap()), TokioClock::new());
     let layer = RateLimitLayer::builder(Global, limiter.clone())
         .max_delay(Duration::from_millis(1_500))
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     let start = tokio::time::Instant::now();
     assert_eq!(
@@ -533,7 +542,8 @@ async fn waiting_admits_within_the_budget_and_rejects_beyond_it() {
     // A wait longer than the whole budget is rejected at once.
     let short = RateLimitLayer::builder(Global, limiter)
         .max_delay(Duration::from_millis(500))
-        .build();
+        .build()
+        .unwrap();
     let mut service = short.layer(ok_service());
     let before = tokio::time::Instant::now();
     let denied = send(&mut service, Request::new(String::new())).await;
@@ -700,13 +710,14 @@ async fn an_async_backend_decides_later_and_its_failure_is_503() {
     };
     let layer = RateLimitLayer::builder(PeerIp::new(), remote)
         .headers_on_success(true)
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(gated.clone());
     let request = || from_peer("192.0.2.1").body(String::new()).unwrap();
     let start = tokio::time::Instant::now();
     let admitted = send(&mut service, request()).await;
     assert_eq!(admitted.status(), StatusCode::OK);
-    assert_eq!(header(&admitted, "ratelimit"), "\"default\";r=0;t=60");
+    assert_eq!(header(&admitted, "ratelimit"), "\"default\";r=0");
     assert_eq!(start.elapsed(), Duration::from_millis(3));
     let denied = send(&mut service, request()).await;
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -745,7 +756,8 @@ impl tollgate_tower::Backend<()> for DeniesWithoutWait {
 async fn a_denial_without_a_wait_does_not_spin_the_wait_mode() {
     let layer = RateLimitLayer::builder(Global, DeniesWithoutWait)
         .max_delay(Duration::from_millis(10))
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(ok_service());
     let start = tokio::time::Instant::now();
     let denied = send(&mut service, Request::new(String::new())).await;
@@ -764,7 +776,8 @@ async fn a_shaper_backend_releases_requests_in_order_and_refuses_past_max_delay(
         .unwrap();
     let layer = RateLimitLayer::builder(Global, shaper.clone())
         .headers_on_success(true)
-        .build();
+        .build()
+        .unwrap();
     let service = layer.layer(ok_service());
     let start = tokio::time::Instant::now();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -813,6 +826,7 @@ async fn a_request_dropped_while_shaped_gives_its_slot_back() {
         .unwrap();
     let service = RateLimitLayer::builder(Global, shaper.clone())
         .build()
+        .unwrap()
         .layer(ok_service());
     let start = tokio::time::Instant::now();
     let mut first = service.clone();
@@ -884,7 +898,8 @@ fn settled_per_kib(
     );
     let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
         .settle(settle::by_body_bytes(NonZeroU64::new(1024).unwrap()))
-        .build();
+        .build()
+        .unwrap();
     (limiter, layer)
 }
 
@@ -968,7 +983,8 @@ async fn a_body_dropped_unfinished_pays_for_what_was_sent_and_a_rejection_for_no
     let empty = per_ip(Quota::per_second(1).unwrap(), &clock);
     let layer = RateLimitLayer::builder(PeerIp::new(), empty.clone())
         .settle(|_: &http::response::Parts, _: u64| panic!("a rejection was settled"))
-        .build();
+        .build()
+        .unwrap();
     let mut service = layer.layer(sized_service(0, 0));
     assert!(empty.check(&peer).is_allowed());
     let rejected = from_client(&mut service).await;
@@ -984,7 +1000,8 @@ async fn settle_charges_what_the_handler_reports_spent() {
     let layer = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
         .cost(|_: &http::request::Parts| 10)
         .settle(settle::spent())
-        .build();
+        .build()
+        .unwrap();
     let peer = ip("192.0.2.9");
     // The handler generated 250 tokens: 240 above the 10 reserved.
     let mut service = layer.clone().layer(sized_service(0, 250));
@@ -1025,6 +1042,7 @@ async fn all_of_headers_describe_the_limit_that_decided() {
     let mut service = RateLimitLayer::builder(PeerIp::new(), limiter)
         .headers_on_success(true)
         .build()
+        .unwrap()
         .layer(ok_service());
     let mut seen = Vec::new();
     for second in 0..2 {
@@ -1101,6 +1119,7 @@ async fn wait_mode_is_per_key_and_a_shaper_is_one_queue_for_all_keys() {
     let waiting = RateLimitLayer::builder(PeerIp::new(), keyed)
         .max_delay(Duration::from_millis(1_500))
         .build()
+        .unwrap()
         .layer(ok_service());
     let shaped = RateLimitLayer::new(PeerIp::new(), shaper).layer(ok_service());
     let elapsed = [two_clients(waiting).await, two_clients(shaped).await];

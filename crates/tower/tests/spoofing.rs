@@ -459,6 +459,7 @@ async fn unvouched_requests_are_answered_as_missing_keys() {
     let mut allowing = RateLimitLayer::builder(strict, limiter.clone())
         .on_missing_key(OnMissingKey::Allow)
         .build()
+        .unwrap()
         .layer(support::ok_service());
     let request = |forwarded: &str| {
         from_peer("10.0.0.1")

@@ -5,10 +5,18 @@
 //!
 //! A request is admitted iff every limit admits it, and then it is taken from
 //! every limit; a denial by any one takes from none. Each limit keeps its own
-//! guarantee. The decision is the one of the limit that bound: for a denial,
-//! the denying limit with the longest `retry_after` (which is then exact for
-//! the whole set, since each limit frees up on its own schedule); for an
-//! admission, the limit with the fewest permits remaining.
+//! guarantee.
+//!
+//! # The decision
+//!
+//! `limit`, `remaining` and `retry_after` are those of the limit that bound:
+//! for a denial, the denying limit with the longest `retry_after` (which is
+//! then exact for the whole set, since each limit frees up on its own
+//! schedule); for an admission, the limit with the fewest permits remaining.
+//! `reset_after` is the whole set's: the longest of every limit's time back
+//! to full ([`Decision::reset_after`]), so that 10 per second and 100 per day
+//! report, after one request, the 864 s the day limit needs, not the second's
+//! 100 ms. A `RateLimit-Reset` built from it never understates.
 //!
 //! # State and linearizability
 //!
@@ -95,7 +103,8 @@ impl<A: Algorithm> AllOf<A> {
         &self.limits
     }
 
-    /// Decides every limit without recording; `Err` carries the binding denial.
+    /// Decides every limit without recording; `Err` carries the binding
+    /// denial. Either way `reset_after` is the set's (see the module docs).
     fn peek_all(
         &self,
         cell: &AllCell<A::Cell>,
@@ -107,16 +116,36 @@ impl<A: Algorithm> AllOf<A> {
             .iter()
             .zip(cell.cells.iter())
             .map(|(limit, cell)| limit.peek_cell(cell, now, cost));
-        binding(decisions)
+        binding(decisions).map_err(|denial| denial.with_reset_after(self.full_in(cell, now)))
+    }
+
+    /// The time until every limit is full, with nothing taken: the longest
+    /// of their `reset_after` for a peek of cost 0.
+    fn full_in(&self, cell: &AllCell<A::Cell>, now: Nanos) -> u64 {
+        self.limits
+            .iter()
+            .zip(cell.cells.iter())
+            .map(|(limit, cell)| nanos(limit.peek_cell(cell, now, 0).reset_after()))
+            .max()
+            .unwrap_or(0)
     }
 }
 
+fn nanos(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// The decision that binds: the denial with the longest wait, or else the
-/// admission with the fewest permits left (the first on ties).
+/// admission with the fewest permits left (the first on ties) with the
+/// longest `reset_after` of all (each then counts the permits taken). A
+/// denial's `reset_after` is left to the caller, since the admissions beside
+/// it count permits that were not taken.
 fn binding(decisions: impl Iterator<Item = Decision>) -> Result<Decision, Decision> {
     let mut denial: Option<Decision> = None;
     let mut tightest: Option<Decision> = None;
+    let mut reset = 0;
     for decision in decisions {
+        reset = reset.max(nanos(decision.reset_after()));
         if decision.is_denied() {
             if denial.is_none_or(|d| decision.retry_after() > d.retry_after()) {
                 denial = Some(decision);
@@ -127,7 +156,7 @@ fn binding(decisions: impl Iterator<Item = Decision>) -> Result<Decision, Decisi
     }
     match (denial, tightest) {
         (Some(denial), _) => Err(denial),
-        (None, Some(tightest)) => Ok(tightest),
+        (None, Some(tightest)) => Ok(tightest.with_reset_after(reset)),
         (None, None) => unreachable!("all of: no limits"),
     }
 }

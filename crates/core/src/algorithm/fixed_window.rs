@@ -10,15 +10,32 @@
 //!
 //! # State: one `u64`
 //!
-//! The window index in the high bits and the count in the low
-//! `bits(limit)` bits, so that admission is one compare-and-swap. A count
-//! from an earlier window reads as zero; a fresh state is window 0, count 0.
-//! Memory per limiter: 8 bytes.
+//! The window index in the high bits and the count in the low `c` bits, so
+//! that admission is one compare-and-swap. A count from an earlier window
+//! reads as zero; a fresh state is window 0, count 0. Memory per limiter: 8
+//! bytes.
 //!
-//! The index has `64 − bits(limit)` bits; [`FixedWindow::new`] refuses a
-//! quota whose windows would run out of index before 2^60 ns (36 years) of
-//! clock time ([`QuotaError::Overflow`]: only for more than ~10⁹ permits per
-//! second in one window). Past the last window the limiter fails closed.
+//! The count field is `c = max(bits(limit), 64 − bits(⌊(2^64 − 1) / T⌋))`
+//! bits wide: the index keeps only the bits of the last window a `u64` clock
+//! can reach (so the limiter lasts the clock's whole range whenever the
+//! limit leaves room for that), and the count takes the rest. A quota change
+//! with [`Carry::Keep`] can leave more permits taken in the window than the
+//! new limit, and the field holds them exactly up to `2^c − 1` (536,870,911
+//! for 1 s windows, 524,287 for 1 ms, 511 for 1 µs; beyond that the excess
+//! over `2^c − 1` would be given back when the limit is raised again).
+//! [`FixedWindow::new`] refuses a quota whose windows would run out of index
+//! before 2^60 ns (36 years) of clock time ([`QuotaError::Overflow`]: only
+//! for more than ~10⁹ permits per second in one window). Past the last
+//! window the limiter fails closed.
+//!
+//! # The end of the clock
+//!
+//! When the next window would start after the last instant a [`Nanos`] can
+//! name, or past the last index, a denial waits "never" (`retry_after` of
+//! `u64::MAX` ns, as [`Decision`] defines it) and `reset_after` is "never"
+//! while the window holds anything: no finite wait points past the end. Past
+//! the last window the limiter is closed: denied, `remaining` 0, `retry_after`
+//! and `reset_after` "never".
 //!
 //! # Clock going backwards
 //!
@@ -55,25 +72,35 @@ impl FixedWindow {
     /// [`QuotaError::Overflow`] when the window index and the count do not fit
     /// together in 64 bits for 36 years of windows.
     pub fn new(quota: Quota) -> Result<FixedWindow, QuotaError> {
-        let count_bits = u64::BITS - quota.limit().leading_zeros();
+        let limit_bits = u64::BITS - quota.limit().leading_zeros();
         let overflow = QuotaError::Overflow {
             algorithm: NAME,
             what: "the window index beside the count",
         };
-        if count_bits >= u64::BITS {
+        if limit_bits >= u64::BITS {
             return Err(overflow);
         }
-        let windows = 1u128 << (u64::BITS - count_bits);
+        let windows = 1u128 << (u64::BITS - limit_bits);
         if windows * u128::from(quota.period_nanos()) < MIN_LIFETIME_NS {
             return Err(overflow);
         }
+        // The index needs only the bits of the last window a `u64` clock can
+        // reach; the count takes every other bit.
+        let index_bits = u64::BITS - (u64::MAX / quota.period_nanos()).leading_zeros();
+        let count_bits = limit_bits.max(u64::BITS - index_bits);
         Ok(FixedWindow { quota, count_bits })
+    }
+
+    /// The most permits the count field holds (at least the limit).
+    #[inline]
+    fn max_count(&self) -> u64 {
+        (1u64 << self.count_bits) - 1
     }
 
     #[inline]
     fn pack(&self, index: u64, count: u64) -> u64 {
         debug_assert!(
-            count <= self.quota.limit() && index <= self.last_index(),
+            count <= self.max_count() && index <= self.last_index(),
             "fixed window: packing index {index} count {count} with {} count bits",
             self.count_bits
         );
@@ -110,22 +137,29 @@ impl FixedWindow {
         let window_end = (u128::from(window) + 1) * period;
         let until_next = sat_u64(window_end - u128::from(now.as_u64()).min(window_end));
         let past_the_end = window > self.last_index();
-        // `cost ≤ limit − count`, not `count + cost ≤ limit`: the sum overflows
-        // for costs near `u64::MAX` (and `count ≤ limit` always).
-        if cost <= limit - count && !past_the_end {
+        // No next window: it would start past the last instant a `Nanos`
+        // names, or past the last index.
+        let no_next = window >= self.last_index() || window_end > u128::from(u64::MAX);
+        let until_next = if no_next { u64::MAX } else { until_next };
+        if past_the_end {
+            // Closed for ever.
+            let never = u64::MAX;
+            return (Decision::deny(limit, 0, never, never), None);
+        }
+        // `count` may exceed the limit after a quota change (see the module
+        // docs); `cost ≤ limit − count` without overflow for costs near
+        // `u64::MAX`.
+        if count <= limit && cost <= limit - count {
             let used = count + cost;
             let reset_after = if used > 0 { until_next } else { 0 };
             let decision = Decision::allow(limit, limit - used, reset_after);
             let next = (cost > 0).then(|| self.pack(window, used));
             (decision, next)
         } else {
-            let retry_after = if cost > limit || past_the_end || window == self.last_index() {
-                u64::MAX
-            } else {
-                until_next
-            };
+            let retry_after = if cost > limit { u64::MAX } else { until_next };
             let reset_after = if count > 0 { until_next } else { 0 };
-            let decision = Decision::deny(limit, limit - count, retry_after, reset_after);
+            let decision =
+                Decision::deny(limit, limit.saturating_sub(count), retry_after, reset_after);
             (decision, None)
         }
     }
@@ -191,15 +225,18 @@ impl Algorithm for FixedWindow {
             count
         };
         let limit = self.quota.limit();
+        // Not capped at the new limit (a count above it is denied until the
+        // window ends), only at what the count field holds.
         let used = match carry {
             Carry::Reset => 0,
-            Carry::Keep => used.min(limit),
+            Carry::Keep => used,
             Carry::Proportional => {
                 let scaled = (u128::from(used) * u128::from(limit))
                     .div_ceil(u128::from(previous.quota.limit()));
-                sat_u64(scaled).min(limit)
+                sat_u64(scaled)
             }
-        };
+        }
+        .min(self.max_count());
         let index = now.as_u64() / self.quota.period_nanos();
         // The permits taken count in the window now current under the new period.
         let state = if used == 0 || index > self.last_index() {

@@ -39,6 +39,18 @@
 //! of ticks lasts `584 / scale` years of clock time less `burst·T` (at least
 //! 36); past that the limiter fails closed, it never admits everything.
 //!
+//! # The end of the ticks
+//!
+//! Near that end, `remaining` counts only the permits that still end before
+//! the last tick. Once not one more permit can (`max(tat, now) + T` past
+//! `u64::MAX` ticks, which only moves later), the limiter is *closed*: every
+//! request of cost ≥ 1 is denied with `remaining` 0 and `retry_after` and
+//! `reset_after` both `u64::MAX` ns ("never", as [`Decision`] defines it).
+//! Once a whole burst no longer fits before the last tick (the clock past
+//! `(u64::MAX − burst·T) / scale` ns) the limiter can never be full again,
+//! and every decision whose state would be full only by then reports
+//! `reset_after` "never" too. A closed limiter never reads as full.
+//!
 //! # Clock going backwards
 //!
 //! `max(tat, now)` never moves the TAT back, so an earlier reading only makes
@@ -154,10 +166,25 @@ impl Gcra {
         match wanted {
             Some(wanted) if wanted - now_ticks <= self.capacity => {
                 let after = wanted - now_ticks;
-                let headroom = self.capacity - after;
+                // What could be taken next: the bucket's room, and no more
+                // than still ends before the last tick.
+                let headroom = (self.capacity - after).min(u64::MAX - wanted);
+                let reset = if self.never_full_again(wanted) {
+                    u64::MAX
+                } else {
+                    after
+                };
                 let decision =
-                    Decision::in_ticks(true, burst, headroom, self.interval, 0, after, scale);
+                    Decision::in_ticks(true, burst, headroom, self.interval, 0, reset, scale);
                 (decision, (cost > 0).then_some(wanted))
+            }
+            _ if u64::MAX - base < self.interval => {
+                // Closed: not one permit fits before the last tick, and
+                // `base` only moves later. Nothing remains, and neither a
+                // retry nor a reset ever comes.
+                let never = u64::MAX;
+                let decision = Decision::in_ticks(false, burst, 0, 1, never, never, scale);
+                (decision, None)
             }
             _ => {
                 let retry = match wanted {
@@ -169,9 +196,14 @@ impl Gcra {
                     }
                     _ => u64::MAX,
                 };
-                let headroom = self.capacity.saturating_sub(debt);
+                let headroom = self.capacity.saturating_sub(debt).min(u64::MAX - base);
+                let reset = if self.never_full_again(base) {
+                    u64::MAX
+                } else {
+                    debt
+                };
                 let decision =
-                    Decision::in_ticks(false, burst, headroom, self.interval, retry, debt, scale);
+                    Decision::in_ticks(false, burst, headroom, self.interval, retry, reset, scale);
                 (decision, None)
             }
         }
@@ -206,6 +238,22 @@ impl Gcra {
         tat.max(earliest_ticks)
             .checked_add(cost * self.interval)
             .is_some()
+    }
+
+    /// Whether a state whose TAT is `tat` ticks can never be full again: at
+    /// the first whole nanosecond `t ≥ tat / scale`, a whole burst no longer
+    /// ends before the last tick (`t · scale + burst · T > u64::MAX`), and
+    /// later instants only leave less room. Then `reset_after` is "never".
+    #[inline]
+    fn never_full_again(&self, tat: u64) -> bool {
+        // Far from the end (every limiter for 36 years): one comparison.
+        if tat <= u64::MAX - self.capacity - self.scale {
+            return false;
+        }
+        let full = tat.div_ceil(self.scale);
+        full.checked_mul(self.scale)
+            .and_then(|ticks| ticks.checked_add(self.capacity))
+            .is_none()
     }
 
     /// `now` in ticks, saturating at the last representable tick.
@@ -275,11 +323,14 @@ impl Algorithm for Gcra {
         u128::from(store::word_load(cell)) <= self.now_ticks(now)
     }
 
+    /// The debt (the TAT ahead of now) is rescaled to this quota's ticks,
+    /// rounded up so that nothing taken is given back, and **not capped** at
+    /// the new burst: a debt beyond it is waited out as a charge's is, so
+    /// lowering and then raising a quota gives nothing back.
     fn carry_cell(&self, previous: &Gcra, cell: &AtomicU64, now: Nanos, carry: Carry) -> AtomicU64 {
         let tat = u128::from(store::word_load(cell));
         let debt = tat.saturating_sub(previous.now_ticks(now));
-        // Debt in permits is debt / T: rescale it to this quota's ticks,
-        // rounding up so that nothing taken is given back.
+        // Debt in permits is debt / T: rescale it to this quota's ticks.
         let debt = match carry {
             Carry::Reset => 0,
             Carry::Keep => {
@@ -288,11 +339,14 @@ impl Algorithm for Gcra {
             Carry::Proportional => {
                 (debt * u128::from(self.capacity)).div_ceil(u128::from(previous.capacity))
             }
-        }
-        .min(u128::from(self.capacity));
+        };
         let tat = if debt == 0 {
             0
+        } else if tat == u128::from(u64::MAX) && carry != Carry::Reset {
+            // Saturated: closed, whatever the new ticks.
+            u64::MAX
         } else {
+            // Saturating: a debt past the last tick closes the limiter.
             sat_u64(self.now_ticks(now) + debt)
         };
         AtomicU64::new(tat)

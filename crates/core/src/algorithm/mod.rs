@@ -112,18 +112,27 @@ pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static 
 #[non_exhaustive]
 pub enum Carry {
     /// Permits already taken stay taken, counted in permits: a key that used
-    /// 7 of 10 has 3 left under a new limit of 10, and 13 under 20 (never
-    /// fewer than 0). The sliding log keeps its admission times (the oldest
-    /// dropped beyond the new limit); a wheel with another slot count moves
-    /// what it holds into its newest slot, so it frees no earlier.
+    /// 7 of 10 has 3 left under a new limit of 10, and 13 under 20. A key
+    /// that used more than a new, lower limit allows has none left, and keeps
+    /// what it took beyond it too: lowered from 20 to 10 after taking 20 it
+    /// waits for 10 of them to free up under the new quota, and raised back
+    /// to 20 at once it has still none left. This holds across any sequence
+    /// of changes: a change never gives back a permit already taken. The
+    /// GCRA carries its debt in permits (rounded up); the fixed window its
+    /// count in the window current under the new period (exactly up to the
+    /// width of its count field: see [`FixedWindow`]); the sliding log keeps
+    /// every admission time still inside the new period; a wheel with the
+    /// same geometry keeps its slots, one with another slot count or period
+    /// moves what still counts into its newest slot, so it frees no earlier.
     /// The default.
     #[default]
     Keep,
     /// The key starts afresh under the new quota.
     Reset,
-    /// The fraction taken stays taken: 7 of 10 becomes 14 of 20. Where the
-    /// state is not a single count (sliding log, sliding window) this is
-    /// [`Carry::Keep`].
+    /// The fraction taken stays taken: 7 of 10 becomes 14 of 20 (rounded up,
+    /// never capped: a fraction above one, left by a charge or by an earlier
+    /// `Keep`, stays above one). Where the state is not a single count
+    /// (sliding log, sliding window) this is [`Carry::Keep`].
     Proportional,
 }
 

@@ -14,7 +14,9 @@
 //! request of cost `n` is one entry, not `n`. Expired runs are dropped when a
 //! request is admitted; a denial reads and never writes. Memory: a mutex, a
 //! `VecDeque` header and at most `limit` runs of 16 bytes; with requests of
-//! cost 1 at distinct instants that is `16 · limit` bytes, so
+//! cost 1 at distinct instants that is `16 · limit` bytes (after a quota
+//! change with [`Carry::Keep`], up to the previous limit's until they age
+//! out), so
 //! [`SlidingLog::new`] refuses limits above 2^20 ([`QuotaError::TooLarge`];
 //! a 16 MiB limiter is a configuration mistake: use the sliding window
 //! counter for large limits).
@@ -132,15 +134,20 @@ impl SlidingLog {
         let limit = self.quota.limit();
         let now = now.as_u64();
         let live = self.live(state, now);
-        let reset_after = match state.runs.back() {
-            Some(&(newest, _)) if live > 0 => self.expiry_or_end(newest).saturating_sub(now),
+        // When the log would be empty if its newest permit were taken at
+        // `newest`: "never" if that permit counts past the end of the clock.
+        let full_after = |newest: u64| self.expiry(newest).map_or(u64::MAX, |at| at - now);
+        let newest = state.runs.back().map(|&(newest, _)| newest);
+        let reset_after = match newest {
+            Some(newest) if live > 0 => full_after(newest),
             _ => 0,
         };
-        // `cost ≤ limit − live`, not `live + cost ≤ limit`: the sum overflows
-        // for costs near `u64::MAX` (and `live ≤ limit` always).
-        if cost <= limit - live {
+        // `live` may exceed the limit after a quota change (see
+        // `carry_cell`); `cost ≤ limit − live`, not `live + cost ≤ limit`:
+        // the sum overflows for costs near `u64::MAX`.
+        if live <= limit && cost <= limit - live {
             let reset_after = if cost > 0 {
-                reset_after.max(self.period())
+                full_after(newest.map_or(now, |newest| newest.max(now)))
             } else {
                 reset_after
             };
@@ -156,7 +163,7 @@ impl SlidingLog {
             self.expiry(Self::kth_oldest(state, must_expire))
                 .map_or(u64::MAX, |at| at - now)
         };
-        Decision::deny(limit, limit - live, retry_after, reset_after)
+        Decision::deny(limit, limit.saturating_sub(live), retry_after, reset_after)
     }
 
     /// Records `cost` permits admitted at `now`; call only after
@@ -191,19 +198,25 @@ impl SlidingLog {
     }
 
     /// What a request of cost 1 can be denied from, after an admission.
+    ///
+    /// No hint (`denied_until` 0: the locked path answers) while the newest
+    /// permit counts past the end of the clock, whose `reset_after` is
+    /// "never", not a wait until the last instant.
     pub fn hint(&self, state: &LogState) -> DenyHint {
-        let full_at = state.runs.back().map_or(0, |&(t, _)| self.expiry_or_end(t));
-        if state.total < self.quota.limit() {
+        let limit = self.quota.limit();
+        let Some(full_at) = state.runs.back().map_or(Some(0), |&(t, _)| self.expiry(t)) else {
+            return DenyHint::default();
+        };
+        if state.total < limit {
             return DenyHint {
                 denied_until: 0,
                 full_at,
             };
         }
+        // Cost 1 fits once the oldest `total + 1 − limit` have aged out.
+        let oldest = Self::kth_oldest(state, state.total - (limit - 1));
         DenyHint {
-            denied_until: state
-                .runs
-                .front()
-                .map_or(0, |&(t, _)| self.expiry_or_end(t)),
+            denied_until: self.expiry_or_end(oldest),
             full_at,
         }
     }
@@ -277,26 +290,17 @@ impl Algorithm for SlidingLog {
             return self.new_cell();
         }
         // Keep (and Proportional, which a log cannot express): the admission
-        // times stay; those expired under the new period go, and the oldest
-        // go beyond the new limit.
+        // times stay, all of them, even beyond the new limit (so that raising
+        // it again gives none back); only those expired under the new period
+        // go. The log is then at most the previous limit long.
         let mut state = cell.lock().clone();
         let now = now.as_u64();
         while let Some(&(time, count)) = state.runs.front() {
-            let excess = state.total.saturating_sub(self.quota.limit());
-            if self.is_live(time, now) && excess == 0 {
+            if self.is_live(time, now) {
                 break;
             }
-            let dropped = if self.is_live(time, now) {
-                excess.min(count)
-            } else {
-                count
-            };
-            state.total -= dropped;
-            if dropped == count {
-                state.runs.pop_front();
-            } else if let Some(front) = state.runs.front_mut() {
-                front.1 -= dropped;
-            }
+            state.total -= count;
+            state.runs.pop_front();
         }
         let hint = self.hint(&state);
         Locked::with_hint(state, hint)

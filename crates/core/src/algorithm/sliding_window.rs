@@ -186,13 +186,19 @@ impl SlidingWindow {
         let now_ns = now.as_u64();
         let current = self.epoch(now_ns).max(state.head);
         let live = self.live(state, current);
+        // The wheel is empty once slot `newest` has left the window: "never"
+        // if that is past the end of the clock.
         let full_at = |newest: u64| {
-            self.slot_start(newest.saturating_add(n))
-                .saturating_sub(now_ns)
+            newest
+                .checked_add(n)
+                .and_then(|epoch| self.checked_slot_start(epoch))
+                .map_or(u64::MAX, |at| at.saturating_sub(now_ns))
         };
-        // `cost ≤ limit − live`, not `live + cost ≤ limit`: the sum can overflow
-        // for limits above 2^63 (live ≤ limit always).
-        if cost <= limit - live {
+        // `live` may exceed the limit after a quota change (see
+        // `carry_cell`); `cost ≤ limit − live`, not `live + cost ≤ limit`:
+        // the sum can overflow for limits above 2^63.
+        let fits = |live: u64| live <= limit && cost <= limit - live;
+        if fits(live) {
             let reset_after = if cost > 0 {
                 full_at(current)
             } else {
@@ -207,7 +213,7 @@ impl SlidingWindow {
             // Move the window forward one slot at a time until enough has left.
             let mut still = live;
             let mut epoch = current;
-            while cost > limit - still && epoch < u64::MAX {
+            while !fits(still) && epoch < u64::MAX {
                 epoch += 1;
                 // The epoch leaving the window that now ends at `epoch`.
                 if let Some(leaving) = epoch.checked_sub(n) {
@@ -216,14 +222,14 @@ impl SlidingWindow {
                     }
                 }
             }
-            if cost > limit - still {
-                u64::MAX // the end of representable time
-            } else {
+            if fits(still) {
                 self.checked_slot_start(epoch)
                     .map_or(u64::MAX, |at| at - now_ns)
+            } else {
+                u64::MAX // the end of representable time
             }
         };
-        Decision::deny(limit, limit - live, retry_after, reset_after)
+        Decision::deny(limit, limit.saturating_sub(live), retry_after, reset_after)
     }
 
     /// The newest epoch with permits still counting at `current`, if any.
@@ -263,23 +269,40 @@ impl SlidingWindow {
     }
 
     /// What a request of cost 1 can be denied from, after an admission.
+    ///
+    /// No hint (`denied_until` 0: the locked path answers) while the wheel
+    /// would be empty only past the end of the clock, whose `reset_after` is
+    /// "never", not a wait until the last instant.
     pub fn hint(&self, state: &WheelState) -> DenyHint {
         let n = self.n();
-        let full_at = self
-            .newest_live(state, state.head)
-            .map_or(0, |e| self.slot_start(e.saturating_add(n)));
-        if state.total < self.quota.limit() {
+        let limit = self.quota.limit();
+        let full_at = match self.newest_live(state, state.head) {
+            None => 0,
+            Some(e) => match e.checked_add(n).and_then(|e| self.checked_slot_start(e)) {
+                Some(at) => at,
+                None => return DenyHint::default(),
+            },
+        };
+        if state.total < limit {
             return DenyHint {
                 denied_until: 0,
                 full_at,
             };
         }
-        // Full: cost 1 fits once the oldest non-empty slot leaves the window.
-        let oldest = (state.head.saturating_sub(n - 1)..=state.head)
-            .find(|&e| self.count(state, e) > 0)
-            .unwrap_or(state.head);
+        // Full (or above the limit after a quota change): cost 1 fits once
+        // the oldest slots holding `total + 1 − limit` permits have left.
+        let mut must_leave = state.total - (limit - 1);
+        let mut last = state.head;
+        for epoch in state.head.saturating_sub(n - 1)..=state.head {
+            let count = self.count(state, epoch);
+            if count >= must_leave {
+                last = epoch;
+                break;
+            }
+            must_leave -= count;
+        }
         DenyHint {
-            denied_until: self.slot_start(oldest.saturating_add(n)),
+            denied_until: self.slot_start(last.saturating_add(n)),
             full_at,
         }
     }
@@ -353,27 +376,19 @@ impl Algorithm for SlidingWindow {
         carry: Carry,
     ) -> Locked<WheelState> {
         let old = cell.lock();
-        let limit = self.quota.limit();
         let mut state = self.new_state();
         if carry != Carry::Reset {
+            // Nothing is dropped beyond the new limit (a wheel above it is
+            // denied until enough leaves), so that raising it again gives
+            // none back.
             if previous.slots == self.slots && previous.quota.period() == self.quota.period() {
-                // Same geometry: the slots stay; the oldest give way beyond
-                // the new limit.
+                // Same geometry: the slots stay.
                 state = old.clone();
-                let n = self.n();
-                let mut epoch = state.head.saturating_sub(n - 1);
-                while state.total > limit {
-                    let slot = (epoch % n) as usize;
-                    let dropped = (state.total - limit).min(state.counts[slot]);
-                    state.counts[slot] -= dropped;
-                    state.total -= dropped;
-                    epoch += 1;
-                }
             } else {
                 // Another geometry: what still counts moves into the newest
                 // slot, so it leaves the window no earlier than it would have.
                 let current = previous.epoch(now.as_u64()).max(old.head);
-                let live = previous.live(&old, current).min(limit);
+                let live = previous.live(&old, current);
                 let head = self.epoch(now.as_u64());
                 state.head = head;
                 state.counts[(head % self.n()) as usize] = live;

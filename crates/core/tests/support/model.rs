@@ -271,19 +271,40 @@ impl GcraModel {
         level + poured <= self.size() && (cost == 0 || now + level + poured <= U64_MAX)
     }
 
+    /// From the docs ("The end of the ticks"): whether a bucket empty at
+    /// tick `tat` can never be full again: at the first whole nanosecond `t`
+    /// at or after it, `t·scale + burst·T` is past `u64::MAX` ticks.
+    fn never_full_again(&self, tat: i128) -> bool {
+        ceil_div(tat, self.scale) * self.scale + self.size() > U64_MAX
+    }
+
     fn decide(&self, meter: Meter, now_ns: u64, cost: u64) -> Expected {
         let now_ns = i128::from(now_ns);
         let cost = i128::from(cost);
         let now = now_ns * self.scale;
         let level = GcraModel::level_at(meter, now);
         let poured = cost * self.interval;
-        // After a charge the level may be above the size (a debt): none left.
-        let remaining_at = |level: i128| ((self.size() - level) / self.interval).max(0);
-        // Whole nanoseconds, rounded up, until `level` ticks have drained.
-        let drained_in = |level: i128| ceil_div(level, self.scale);
+        // What could be taken after `level`: the bucket's room, and no more
+        // than ends before the last tick. After a charge the level may be
+        // above the size (a debt): none left.
+        let remaining_at =
+            |level: i128| (self.size() - level).min(U64_MAX - now - level).max(0) / self.interval;
+        // Whole nanoseconds, rounded up, until `level` ticks have drained;
+        // "never" if the limiter can never be full again by then.
+        let drained_in = |level: i128| {
+            if self.never_full_again(now + level) {
+                U64_MAX
+            } else {
+                ceil_div(level, self.scale)
+            }
+        };
         if self.fits(meter, now_ns, cost) {
             let after = level + poured;
             return Expected::allow(self.burst, remaining_at(after), drained_in(after));
+        }
+        if now + level + self.interval > U64_MAX {
+            // Closed: not one permit fits before the last tick, ever again.
+            return Expected::deny(self.burst, 0, U64_MAX, U64_MAX);
         }
         let retry_after = if cost > self.burst {
             U64_MAX
@@ -362,9 +383,10 @@ impl Model for GcraModel {
 ///
 /// From the docs: "the index has `64 − bits(limit)` bits ... past the last
 /// window the limiter fails closed". Here: in a window past the last index
-/// everything is denied, even cost 0 (implementation), with
-/// `retry_after = u64::MAX`; a denial in the last window also waits forever,
-/// since no next window exists.
+/// everything is denied, even cost 0 (implementation), with `remaining` 0 and
+/// `retry_after = reset_after = u64::MAX`; in the last window, or in one
+/// whose successor would start after the last instant a `u64` names, every
+/// wait for the next window is "never" (docs: "The end of the clock").
 #[derive(Debug)]
 pub struct FixedWindowModel {
     limit: i128,
@@ -384,14 +406,17 @@ impl FixedWindowModel {
         }
     }
 
+    /// From the docs: `max(bits(limit), 64 − bits(⌊(2^64 − 1) / T⌋))`.
     fn count_bits(quota: Quota) -> u32 {
-        u64::BITS - quota.limit().leading_zeros()
+        let limit_bits = u64::BITS - quota.limit().leading_zeros();
+        let index_bits = u64::BITS - (u64::MAX / quota.period_nanos()).leading_zeros();
+        limit_bits.max(u64::BITS - index_bits)
     }
 
     /// Whether `FixedWindow::new` should accept the quota: the index beside a
     /// count of `bits(limit)` bits must cover 2^60 ns of windows.
     pub fn accepts(quota: Quota) -> bool {
-        let bits = FixedWindowModel::count_bits(quota);
+        let bits = u64::BITS - quota.limit().leading_zeros();
         bits < 64 && (1i128 << (64 - bits)) * i128::from(quota.period_nanos()) >= 1i128 << 60
     }
 
@@ -399,15 +424,25 @@ impl FixedWindowModel {
         let now = i128::from(now);
         let cost = i128::from(cost);
         let index = now / self.period;
+        if index > self.last_index {
+            // Past the last window: closed.
+            return Expected::deny(self.limit, 0, U64_MAX, U64_MAX);
+        }
         let count = counts.get(&index).copied().unwrap_or(0);
-        let until_next = (index + 1) * self.period - now;
-        let past_the_end = index > self.last_index;
-        if count + cost <= self.limit && !past_the_end {
+        // "Never" when no next window exists: past the last index, or
+        // starting after the last instant a `u64` names.
+        let next_start = (index + 1) * self.period;
+        let until_next = if index >= self.last_index || next_start > U64_MAX {
+            U64_MAX
+        } else {
+            next_start - now
+        };
+        if count + cost <= self.limit {
             let used = count + cost;
             let reset_after = if used > 0 { until_next } else { 0 };
             return Expected::allow(self.limit, self.limit - used, reset_after);
         }
-        let retry_after = if cost > self.limit || index >= self.last_index {
+        let retry_after = if cost > self.limit {
             U64_MAX
         } else {
             until_next

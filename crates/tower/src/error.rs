@@ -1,0 +1,46 @@
+//! [`BuildError`]: a layer configuration that cannot be served.
+//!
+//! Every setter of the [`Builder`](crate::Builder) is infallible, so that a
+//! configuration reads as one chain; what can be invalid is checked once,
+//! by [`Builder::build`](crate::Builder::build), never at request time.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why [`Builder::build`](crate::Builder::build) refused a configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The policy name has a character outside printable ASCII: a
+    /// structured-field string (RFC 9651 §3.3.3) cannot carry it in the
+    /// RateLimit headers.
+    PolicyName {
+        /// The name as given.
+        name: String,
+    },
+    /// The advertised quota's period is not a whole number of seconds (at
+    /// least one): the draft's `w` is an integer of seconds, non-zero, with
+    /// no sub-second precision, and rounding it would advertise a quota the
+    /// client cannot use.
+    PolicyWindow {
+        /// The quota's period.
+        period: Duration,
+    },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::PolicyName { name } => write!(
+                f,
+                "policy name {name:?} must be printable ASCII to be sent in RateLimit headers"
+            ),
+            BuildError::PolicyWindow { period } => write!(
+                f,
+                "the advertised quota's period ({period:?}) must be a whole number of seconds, at least 1, to be sent as `w` in RateLimit-Policy"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
