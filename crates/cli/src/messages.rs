@@ -6,13 +6,14 @@
 //! [`UsageError`] (exit 2, as clap's own): the command line asks for
 //! something that cannot be run; anything else (exit 1): the run failed (a
 //! file cannot be written, the target cannot be reached).
+//!
+//! This module takes plain values (names, numbers, the library's errors) and
+//! imports nothing of its callers, so that no module cycle runs through it.
 
 use std::fmt;
 use std::path::Path;
 
 use tollgate::QuotaError;
-
-use crate::cli::AlgorithmName;
 
 /// Exit code of a usage error, the same as clap's.
 pub const USAGE_EXIT_CODE: u8 = 2;
@@ -37,8 +38,8 @@ pub enum UsageError {
     },
     /// An algorithm cannot run this quota.
     Quota {
-        /// The algorithm.
-        algorithm: AlgorithmName,
+        /// The algorithm, as named on the command line.
+        algorithm: &'static str,
         /// Why, from the library.
         error: QuotaError,
     },
@@ -85,11 +86,7 @@ impl fmt::Display for UsageError {
             }
             UsageError::ZeroDuration { what } => write!(f, "{what} must be longer than zero"),
             UsageError::Quota { algorithm, error } => {
-                write!(
-                    f,
-                    "the {} algorithm cannot run this quota: {error}",
-                    crate::simulate::algorithm_key(*algorithm)
-                )
+                write!(f, "the {algorithm} algorithm cannot run this quota: {error}")
             }
             UsageError::BadQuota(error) => write!(f, "invalid quota: {error}"),
             UsageError::TooManyArrivals { expected, max } => write!(

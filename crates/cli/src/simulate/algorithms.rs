@@ -40,7 +40,7 @@ impl Built {
     /// Builds `name` for `quota` (`slots` for the sliding window).
     pub fn new(name: AlgorithmName, quota: Quota, slots: u32) -> Result<Built, UsageError> {
         let refused = |error| UsageError::Quota {
-            algorithm: name,
+            algorithm: key(name),
             error,
         };
         Ok(match name {
@@ -170,7 +170,7 @@ mod tests {
         assert!(matches!(
             Built::new(AlgorithmName::SlidingWindow, quota, 0),
             Err(UsageError::Quota {
-                algorithm: AlgorithmName::SlidingWindow,
+                algorithm: "sliding-window",
                 ..
             })
         ));

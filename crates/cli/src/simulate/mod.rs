@@ -43,11 +43,6 @@ use pattern::Synthetic;
 /// The most arrivals a simulation holds.
 const MAX_ARRIVALS: u64 = 5_000_000;
 
-/// The algorithm's name on the command line and in JSON.
-pub fn algorithm_key(name: AlgorithmName) -> &'static str {
-    algorithms::key(name)
-}
-
 /// Where the arrivals come from.
 #[derive(Debug)]
 enum Source {

@@ -100,7 +100,7 @@ pub fn json(
         algorithms: outcomes
             .iter()
             .map(|outcome| AlgorithmJson {
-                algorithm: super::algorithm_key(outcome.name),
+                algorithm: super::algorithms::key(outcome.name),
                 title: &outcome.title,
                 offered: arrivals.len(),
                 admitted: outcome.admitted.len(),
