@@ -270,3 +270,88 @@ fn a_bad_csv_names_its_line() {
     run.assert_refused(2, "line 3: \"later\" is not a timestamp");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Regression: `--rate 1e-12` never finished and grew ~1.7 GB/s (the
+/// spacing of evenly spaced arrivals, saturated to `u64::MAX` ns, wrapped
+/// when added to the start). A short deadline: the run must answer at once.
+#[test]
+fn a_tiny_rate_finishes_at_once() {
+    let run = tollgate(
+        &["simulate", "--rate", "1e-12", "--json"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    // The spike pattern: the steady arrival at 0 s and the spike's first at
+    // 2.5 s; the next of each is 10¹² s later.
+    assert_eq!(run.json()["offered"], 2);
+}
+
+/// Regressions: the longest duration looped without end; a burst's partial
+/// cycle slipped past the 5-million cap (20 M arrivals); a 1 ms run at
+/// 10⁸/s holding 1 M was refused.
+#[test]
+fn the_arrival_cap_is_exact() {
+    let short = Duration::from_secs(20);
+    tollgate(&["simulate", "--duration", "18446744073709551615s"], short)
+        .assert_refused(2, "--duration must be at most 584 years");
+    tollgate(
+        &["simulate", "--duration", "585y", "--rate", "1e-12"],
+        short,
+    )
+    .assert_refused(2, "--duration must be at most 584 years");
+    for args in [
+        &["simulate", "--duration", "500y"][..],
+        &[
+            "simulate",
+            "--pattern",
+            "burst",
+            "--period",
+            "1ns",
+            "--duration",
+            "1h",
+        ],
+        &[
+            "simulate",
+            "--pattern",
+            "burst",
+            "--period",
+            "4s",
+            "--duration",
+            "1s",
+            "--rate",
+            "4999999",
+            "--limit",
+            "100",
+        ],
+    ] {
+        tollgate(args, short).assert_refused(2, "more than the 5000000 arrivals");
+    }
+    let run = tollgate(
+        &[
+            "simulate",
+            "--rate",
+            "100000000",
+            "--duration",
+            "1ms",
+            "--limit",
+            "1",
+            "--algorithm",
+            "fixed-window",
+            "--json",
+        ],
+        DEADLINE,
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.json()["offered"], 1_000_000);
+}
+
+/// Regression: `--duration -1s` got clap's tip "to pass '-1' as a value,
+/// use '-- -1'", which does not work either.
+#[test]
+fn a_negative_duration_gets_a_sentence() {
+    for option in ["--duration", "--period"] {
+        let run = tollgate(&["simulate", option, "-1s"], DEADLINE);
+        run.assert_refused(2, "\"-1s\" is negative");
+        assert!(!run.stderr.contains("-- -1"), "{}", run.stderr);
+    }
+}
