@@ -41,6 +41,21 @@ pub struct ServeArgs {
     /// The rules and settings (envoyproxy/ratelimit's YAML, extended).
     #[arg(long)]
     pub config: PathBuf,
+    /// How logs are written to stderr: `text` for people (coloured only on
+    /// a terminal), `json` for log shippers (one object per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The formats of `serve`'s logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One line per event, for people; ANSI colours only when stderr is a
+    /// terminal.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`,
+    /// `span`, `spans`), for log shippers; never coloured.
+    Json,
 }
 
 /// `tollgate simulate`.
