@@ -274,7 +274,16 @@ pub fn unfinished(count: u64) -> String {
 }
 
 /// What the "bound" column means, under the simulate table.
-pub const BOUND_NOTE: &str = "max/T: the most admitted in any window of one period, at any start; bound: what the algorithm promises there (GCRA burst + limit; fixed and sliding window 2·limit, limit on aligned windows; sliding log limit); aligned: the most in an aligned window (fixed: [kT, (k+1)T), sliding window: T from a slot boundary)";
+pub const BOUND_NOTE: &str = "max/T: the most admitted in any half-open window [t, t+T) of one period, at any start; bound: what the algorithm promises (fixed and sliding window 2·limit over [t, t+T), limit on aligned windows; sliding log limit over [t, t+T); GCRA burst + limit over closed windows [t, t+T], marked *: the burst at t and the permit earned exactly at t+T, one more than a half-open window can hold); aligned: the most in an aligned window (fixed: [kT, (k+1)T), sliding window: T from a slot boundary)";
+
+/// How a bound's windows are written beside it.
+pub fn bound_windows(closed: bool) -> &'static str {
+    if closed {
+        "closed windows [t, t+T]"
+    } else {
+        "windows [t, t+T)"
+    }
+}
 
 /// The server is up.
 pub fn serving(grpc: std::net::SocketAddr, http: std::net::SocketAddr) -> String {

@@ -30,6 +30,11 @@ pub enum Built {
 pub struct Bounds {
     /// The most admissions in any window of `T`, at any start.
     pub any_window: u64,
+    /// Whether `any_window` is promised over closed windows `[t, t + T]`
+    /// (GCRA: the burst at `t` and the permit earned exactly at `t + T`)
+    /// rather than the half-open `[t, t + T)` the simulation measures; over
+    /// those the maximum can fall short of it by one.
+    pub closed: bool,
     /// The most in an aligned window (fixed window: `[kT, (k+1)T)`; sliding
     /// window: `T` starting at a slot boundary), where the algorithm
     /// promises something tighter there.
@@ -66,14 +71,17 @@ impl Built {
         match self {
             Built::Gcra(_) => Bounds {
                 any_window: quota.burst().saturating_add(limit),
+                closed: true,
                 aligned_window: None,
             },
             Built::FixedWindow(_) | Built::SlidingWindow(_) => Bounds {
                 any_window: limit.saturating_mul(2),
+                closed: false,
                 aligned_window: Some(limit),
             },
             Built::SlidingLog(_) => Bounds {
                 any_window: limit,
+                closed: false,
                 aligned_window: None,
             },
         }
