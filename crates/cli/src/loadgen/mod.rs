@@ -79,6 +79,7 @@ pub struct Config {
     max_connections: usize,
     streams: u64,
     max_send_lag: Duration,
+    quantum: Duration,
     timeout: Duration,
     json: bool,
     hgrm: Option<PathBuf>,
@@ -149,6 +150,7 @@ impl Config {
         for (what, value) in [
             ("--timeout", args.timeout),
             ("--max-send-lag", args.max_send_lag),
+            ("--quantum", args.quantum),
         ] {
             if value > MAX_WAIT {
                 return Err(UsageError::out_of_range(
@@ -173,6 +175,7 @@ impl Config {
             max_connections,
             streams,
             max_send_lag: args.max_send_lag,
+            quantum: args.quantum,
             timeout: args.timeout,
             json: args.json,
             hgrm: args.hgrm,
