@@ -41,6 +41,21 @@ pub struct ServeArgs {
     /// The rules and settings (envoyproxy/ratelimit's YAML, extended).
     #[arg(long)]
     pub config: PathBuf,
+    /// How logs are written to stderr: `text` for people (coloured only on
+    /// a terminal), `json` for log shippers (one object per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The formats of `serve`'s logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One line per event, for people; ANSI colours only when stderr is a
+    /// terminal.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`,
+    /// `span`, `spans`), for log shippers; never coloured.
+    Json,
 }
 
 /// `tollgate simulate`.
@@ -54,7 +69,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 10)]
     pub limit: i64,
     /// The quota's period (e.g. 1s, 500ms, 1m).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub period: Duration,
     /// Burst of the token bucket (GCRA). By default, the limit.
     #[arg(long)]
@@ -71,7 +86,7 @@ pub struct SimulateArgs {
     pub rate: Option<f64>,
     /// How long to simulate. By default, 6 periods (with --csv: up to the
     /// last timestamp).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Seed of the Poisson pattern.
     #[arg(long, default_value_t = 1)]
@@ -129,7 +144,7 @@ pub struct LoadgenArgs {
     #[arg(long)]
     pub rate: f64,
     /// How long to send (e.g. 30s).
-    #[arg(long, value_parser = parse_duration, required_unless_present = "requests", conflicts_with = "requests")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, required_unless_present = "requests", conflicts_with = "requests")]
     pub duration: Option<Duration>,
     /// How many requests to send.
     #[arg(long)]
@@ -160,10 +175,16 @@ pub struct LoadgenArgs {
     /// How long after its intended time a request may wait for a free
     /// connection when the cap is reached; past that it is dropped. By
     /// default 0: dropped at once, as k6 drops iterations.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub max_send_lag: Duration,
+    /// The pacer sleeps at least this long between two wakes; requests due
+    /// meanwhile leave together at the next wake, at most this late (and
+    /// measured from their intended time all the same). Fewer wakes cost
+    /// less CPU per request at high rates; 0 wakes for every request.
+    #[arg(long, default_value = "200us", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub quantum: Duration,
     /// A request unanswered after this long is counted as a timeout error.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub timeout: Duration,
     /// Print the result as JSON instead of a table.
     #[arg(long)]
@@ -175,8 +196,14 @@ pub struct LoadgenArgs {
     pub hgrm: Option<PathBuf>,
 }
 
-/// Durations as people write them: `30s`, `500ms`, `1m 30s`, `2h`.
+/// Durations as people write them: `30s`, `500ms`, `1m 30s`, `2h`; a
+/// negative one is refused with its own sentence (the duration options take
+/// values starting with `-`, so that clap does not read `-1s` as a flag and
+/// suggest `-- -1`).
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|error| crate::messages::bad_duration(text, &error))
+    let text = text.trim();
+    if text.starts_with('-') {
+        return Err(crate::messages::negative_duration(text));
+    }
+    humantime::parse_duration(text).map_err(|error| crate::messages::bad_duration(text, &error))
 }

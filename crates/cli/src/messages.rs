@@ -6,13 +6,14 @@
 //! [`UsageError`] (exit 2, as clap's own): the command line asks for
 //! something that cannot be run; anything else (exit 1): the run failed (a
 //! file cannot be written, the target cannot be reached).
+//!
+//! This module takes plain values (names, numbers, the library's errors) and
+//! imports nothing of its callers, so that no module cycle runs through it.
 
 use std::fmt;
 use std::path::Path;
 
 use tollgate::QuotaError;
-
-use crate::cli::AlgorithmName;
 
 /// Exit code of a usage error, the same as clap's.
 pub const USAGE_EXIT_CODE: u8 = 2;
@@ -37,8 +38,8 @@ pub enum UsageError {
     },
     /// An algorithm cannot run this quota.
     Quota {
-        /// The algorithm.
-        algorithm: AlgorithmName,
+        /// The algorithm, as named on the command line.
+        algorithm: &'static str,
         /// Why, from the library.
         error: QuotaError,
     },
@@ -46,8 +47,6 @@ pub enum UsageError {
     BadQuota(QuotaError),
     /// The run would hold too many arrivals in memory.
     TooManyArrivals {
-        /// How many it would hold (about).
-        expected: f64,
         /// The most allowed.
         max: u64,
     },
@@ -87,14 +86,13 @@ impl fmt::Display for UsageError {
             UsageError::Quota { algorithm, error } => {
                 write!(
                     f,
-                    "the {} algorithm cannot run this quota: {error}",
-                    crate::simulate::algorithm_key(*algorithm)
+                    "the {algorithm} algorithm cannot run this quota: {error}"
                 )
             }
             UsageError::BadQuota(error) => write!(f, "invalid quota: {error}"),
-            UsageError::TooManyArrivals { expected, max } => write!(
+            UsageError::TooManyArrivals { max } => write!(
                 f,
-                "the pattern would hold about {expected:.0} arrivals, more than the {max} a simulation keeps in memory: lower --rate or --duration"
+                "the pattern would hold more than the {max} arrivals a simulation keeps in memory: lower --rate or --duration (or lengthen --period for the burst and sawtooth)"
             ),
             UsageError::Csv { path, error } => write!(f, "cannot use {path}: {error}"),
             UsageError::BadUrl { url, reason } => write!(f, "cannot load {url:?}: {reason}"),
@@ -171,6 +169,11 @@ pub fn bad_duration(text: &str, error: &humantime::DurationError) -> String {
     format!("{text:?} is not a duration such as 30s, 500ms or 1m ({error})")
 }
 
+/// clap's message for a duration written negative.
+pub fn negative_duration(text: &str) -> String {
+    format!("{text:?} is negative: a duration is zero or more, such as 30s or 500ms")
+}
+
 /// A file could not be read.
 pub fn cannot_read(path: &Path) -> String {
     format!("cannot read {}", path.display())
@@ -205,6 +208,55 @@ pub fn csv_beyond_duration(left_out: usize) -> String {
     format!("note: {left_out} timestamps at or after --duration were left out")
 }
 
+/// A connect given up after `--timeout`.
+pub fn connect_timed_out(timeout: std::time::Duration) -> String {
+    format!(
+        "connect: timed out after {} (--timeout)",
+        humantime::format_duration(timeout)
+    )
+}
+
+/// No request of the run succeeded: the run failed.
+pub fn nothing_succeeded(statuses: &[(u16, u64)], errors: &[(&str, u64)]) -> String {
+    let mut seen: Vec<String> = statuses
+        .iter()
+        .map(|(status, count)| format!("{count} answered {status}"))
+        .collect();
+    seen.extend(errors.iter().map(|(kind, count)| format!("{count} {kind}")));
+    if seen.is_empty() {
+        seen.push("no request was sent".to_owned());
+    }
+    format!(
+        "error: no request succeeded (no answer with a status below 400): {}",
+        seen.join(", ")
+    )
+}
+
+/// Timed-out requests are in the percentiles at the timeout.
+pub fn timeouts_counted(count: u64, timeout: std::time::Duration) -> String {
+    format!(
+        "warning: {count} requests timed out; they count in the percentiles at the timeout ({}), a lower bound of their latency",
+        humantime::format_duration(timeout)
+    )
+}
+
+/// Failed requests without a latency, left out of the percentiles.
+pub fn failures_left_out(count: u64) -> String {
+    format!(
+        "warning: {count} requests failed without an answer (see errors): they are not in the percentiles"
+    )
+}
+
+/// Sends after the schedule's end, not counted in the rate.
+pub fn sent_after_schedule(count: u64) -> String {
+    format!(
+        "note: {count} requests were sent after the schedule's end (they waited for a connection): not counted in the achieved rate"
+    )
+}
+
+/// The percentiles have nothing to show.
+pub const NO_DATA: &str = "no data";
+
 /// The run was interrupted by Ctrl-C: the figures cover what was sent.
 pub const INTERRUPTED: &str =
     "interrupted by Ctrl-C: the figures cover only the requests due before it";
@@ -222,7 +274,16 @@ pub fn unfinished(count: u64) -> String {
 }
 
 /// What the "bound" column means, under the simulate table.
-pub const BOUND_NOTE: &str = "max/T: the most admitted in any window of one period, at any start; bound: what the algorithm promises there (GCRA burst + limit; fixed and sliding window 2·limit, limit on aligned windows; sliding log limit); aligned: the most in an aligned window (fixed: [kT, (k+1)T), sliding window: T from a slot boundary)";
+pub const BOUND_NOTE: &str = "max/T: the most admitted in any half-open window [t, t+T) of one period, at any start; bound: what the algorithm promises (fixed and sliding window 2·limit over [t, t+T), limit on aligned windows; sliding log limit over [t, t+T); GCRA burst + limit over closed windows [t, t+T], marked *: the burst at t and the permit earned exactly at t+T, one more than a half-open window can hold); aligned: the most in an aligned window (fixed: [kT, (k+1)T), sliding window: T from a slot boundary)";
+
+/// How a bound's windows are written beside it.
+pub fn bound_windows(closed: bool) -> &'static str {
+    if closed {
+        "closed windows [t, t+T]"
+    } else {
+        "windows [t, t+T)"
+    }
+}
 
 /// The server is up.
 pub fn serving(grpc: std::net::SocketAddr, http: std::net::SocketAddr) -> String {

@@ -349,3 +349,259 @@ fn an_unreachable_target_fails_before_the_run() {
     )
     .assert_refused(1, "cannot reach 127.0.0.1");
 }
+
+/// A listener whose accept queue is full: the kernel drops further SYNs,
+/// so a connect to it hangs (for minutes, by the kernel's retries). The
+/// queue is filled by connecting until a connect times out; the streams
+/// are returned to be held open.
+fn never_accepting() -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    while let Ok(stream) =
+        std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200))
+    {
+        held.push(stream);
+        assert!(held.len() < 10_000, "the accept queue never filled");
+    }
+    (listener, held)
+}
+
+/// Answers every request on every connection with `404 Not Found`, from a
+/// thread per connection, until the process ends.
+fn not_found_server() -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut buffer = Vec::new();
+                let mut chunk = [0_u8; 4096];
+                while let Ok(read) = stream.read(&mut chunk) {
+                    if read == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..read]);
+                    // Requests without a body: each ends with an empty line.
+                    while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buffer.drain(..end + 4);
+                        let answer = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n";
+                        if stream.write_all(answer).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// Regression: `http://127.0.0.1:99999/` loaded port 80 (`port_u16()` is
+/// `None` for a port out of range, and it defaulted to 80).
+#[test]
+fn an_invalid_port_is_refused() {
+    for url in ["http://127.0.0.1:99999/", "http://127.0.0.1:0/"] {
+        tollgate(
+            &["loadgen", url, "--rate", "10", "--requests", "5"],
+            DEADLINE,
+        )
+        .assert_refused(2, "invalid port");
+    }
+}
+
+/// Regression: a listener that never accepts held the run for 40 s and
+/// more with `--timeout 1s` (the warm connects had no timeout).
+#[test]
+fn connecting_obeys_the_timeout() {
+    let _one = exclusive();
+    let (listener, _held) = never_accepting();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tollgate(
+        &[
+            "loadgen",
+            &url,
+            "--rate",
+            "10",
+            "--requests",
+            "5",
+            "--timeout",
+            "1s",
+        ],
+        Duration::from_secs(15),
+    )
+    .assert_refused(1, "connect: timed out after 1s");
+}
+
+/// Regression: Ctrl-C while the warm connections were being opened exited
+/// 130 printing nothing; the report (empty: "no data") is printed now.
+#[test]
+fn ctrl_c_during_the_warm_up_prints_the_empty_report() {
+    let _one = exclusive();
+    let (listener, _held) = never_accepting();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["loadgen", &url, "--rate", "10", "--requests", "5"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the tollgate binary starts");
+    std::thread::sleep(Duration::from_millis(1_000));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT is sent");
+    let (done, waited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    let output = waited
+        .recv_timeout(Duration::from_secs(20))
+        .expect("exits soon after Ctrl-C")
+        .expect("output");
+    assert_eq!(output.status.code(), Some(130));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("0 due"), "{stdout}");
+    assert!(
+        stdout.contains("latency (from intended send)         no data"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("interrupted by Ctrl-C"), "{stderr}");
+}
+
+/// Regression: every request answered 404 exited 0 without a word, with
+/// every percentile 0.000 when nothing was answered at all.
+#[test]
+fn a_run_where_nothing_succeeded_fails() {
+    let _one = exclusive();
+    let url = format!("http://{}/", not_found_server());
+    let run = tollgate(
+        &[
+            "loadgen",
+            &url,
+            "--rate",
+            "100",
+            "--requests",
+            "20",
+            "--json",
+        ],
+        DEADLINE,
+    );
+    run.assert_refused(1, "no request succeeded");
+    assert!(run.stderr.contains("20 answered 404"), "{}", run.stderr);
+    let json = run.json();
+    assert_eq!(number(&json, "/succeeded"), 0.0, "{json}");
+    assert_eq!(number(&json, "/status_codes/404"), 20.0, "{json}");
+}
+
+/// Regression: timed-out requests were left out of the percentiles (10 %
+/// timeouts: p99 460 ms against a truth of at least 950 ms). They count at
+/// the timeout now. And with every request timed out, the run fails.
+#[test]
+fn timeouts_count_in_the_percentiles_at_the_timeout() {
+    let _one = exclusive();
+    let server = server(Some(Stall {
+        after: Duration::ZERO,
+        length: Duration::from_secs(60),
+    }));
+    let run = tollgate(
+        &[
+            "loadgen",
+            &url(&server),
+            "--rate",
+            "50",
+            "--requests",
+            "10",
+            "--timeout",
+            "300ms",
+            "--json",
+        ],
+        DEADLINE,
+    );
+    run.assert_refused(1, "no request succeeded");
+    assert!(
+        run.stderr.contains(
+            "10 requests timed out; they count in the percentiles at the timeout (300ms)"
+        ),
+        "{}",
+        run.stderr
+    );
+    let json = run.json();
+    assert_eq!(number(&json, "/timed_out"), 10.0, "{json}");
+    assert!(number(&json, "/latency_ms/p50") >= 299.0, "{json}");
+    assert!(number(&json, "/service_time_ms/p50") >= 299.0, "{json}");
+}
+
+/// Regression: the achieved rate was `sent / (last send + interval)`: a run
+/// whose sends stopped early read as on target. It is over the schedule now.
+#[test]
+fn the_achieved_rate_is_over_the_schedule() {
+    let _one = exclusive();
+    // From 0.5 s on, both connections are stuck until the end of the run:
+    // every later request is dropped.
+    let server = server(Some(Stall {
+        after: Duration::from_millis(500),
+        length: Duration::from_secs(60),
+    }));
+    let run = tollgate(
+        &[
+            "loadgen",
+            &url(&server),
+            "--rate",
+            "200",
+            "--duration",
+            "2s",
+            "--connections",
+            "2",
+            "--max-connections",
+            "2",
+            "--timeout",
+            "3s",
+            "--json",
+        ],
+        DEADLINE,
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let json = run.json();
+    assert_eq!(number(&json, "/schedule_s"), 2.0, "{json}");
+    let sent = number(&json, "/sent") - number(&json, "/sent_after_schedule");
+    let achieved = number(&json, "/achieved_rate");
+    assert!((achieved - sent / 2.0).abs() < 1e-9, "{json}");
+    // About 100 sent in the first half second, of 400.
+    assert!(achieved < 100.0, "{json}");
+    assert!(number(&json, "/rate_error") < -0.5, "{json}");
+}
+
+/// Regression: `--timeout 18446744073709551615s` and `--max-send-lag` the
+/// same panicked (exit 101) on unchecked additions.
+#[test]
+fn huge_durations_are_refused_without_a_panic() {
+    for option in ["--timeout", "--max-send-lag"] {
+        tollgate(
+            &[
+                "loadgen",
+                "http://127.0.0.1:9/",
+                "--rate",
+                "10",
+                "--requests",
+                "5",
+                option,
+                "18446744073709551615s",
+            ],
+            DEADLINE,
+        )
+        .assert_refused(2, &format!("{option} must be at most 1h"));
+    }
+    let run = tollgate(
+        &[
+            "loadgen",
+            "http://127.0.0.1:9/",
+            "--rate",
+            "10",
+            "--duration",
+            "-1s",
+        ],
+        DEADLINE,
+    );
+    run.assert_refused(2, "\"-1s\" is negative");
+}

@@ -43,13 +43,56 @@ fn check(addr: SocketAddr) -> String {
 
 #[test]
 fn serve_answers_on_loopback_and_stops_on_sigterm() {
-    let dir = std::env::temp_dir().join(format!("tollgate-serve-{}", std::process::id()));
+    let stderr = serve_until_sigterm("plain", &[]);
+    // Piped: the logs are there, without a single ANSI escape.
+    assert!(
+        stderr
+            .iter()
+            .any(|line| line.contains("tollgate server stopped")),
+        "{stderr:?}"
+    );
+    assert!(
+        !stderr.iter().any(|line| line.contains('\u{1b}')),
+        "ANSI codes in logs written to a pipe: {stderr:?}"
+    );
+}
+
+/// `--log-format json`: every log line is one JSON object, as log shippers
+/// read them; only the "serving on" line (the command's output) is text.
+#[test]
+fn json_logs_on_request() {
+    let stderr = serve_until_sigterm("json", &["--log-format", "json"]);
+    let events: Vec<serde_json::Value> = stderr
+        .iter()
+        .filter(|line| !line.starts_with("tollgate: serving"))
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{line:?}: {error}")))
+        .collect();
+    let stopped = events
+        .iter()
+        .find(|event| event["fields"]["message"] == "tollgate server stopped")
+        .unwrap_or_else(|| panic!("no 'stopped' event in {stderr:?}"));
+    assert_eq!(stopped["level"], "INFO");
+    assert_eq!(stopped["target"], "tollgate_server::server");
+    assert!(stopped["timestamp"].is_string(), "{stopped}");
+    assert!(
+        events.len() >= 2,
+        "the drain and the stop are logged: {stderr:?}"
+    );
+    assert!(!stderr.iter().any(|line| line.contains('\u{1b}')));
+}
+
+/// Runs `tollgate serve` with `args`, checks it answers and stops on
+/// SIGTERM; its whole stderr, line by line.
+fn serve_until_sigterm(name: &str, args: &[&str]) -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!("tollgate-serve-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("rules.yaml");
     std::fs::write(&config, RULES).expect("config written");
     let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(["serve", "--config"])
         .arg(&config)
+        .args(args)
+        .env_remove("RUST_LOG")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -58,18 +101,20 @@ fn serve_answers_on_loopback_and_stops_on_sigterm() {
     // the test.
     let stderr = child.stderr.take().expect("stderr piped");
     let (lines, received) = mpsc::channel();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if lines.send(line).is_err() {
                 break;
             }
         }
     });
+    let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     let http_addr: SocketAddr = loop {
         let line = received
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .expect("the server says where it listens");
+        seen.push(line.clone());
         if let Some(rest) = line.split("the HTTP API on ").nth(1) {
             break rest
                 .split(';')
@@ -110,6 +155,9 @@ fn serve_answers_on_loopback_and_stops_on_sigterm() {
     };
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
+    reader.join().expect("the stderr reader");
+    seen.extend(received.try_iter());
+    seen
 }
 
 #[test]

@@ -16,12 +16,29 @@
 //! - **Warm connections**: `--connections` are opened before the clock
 //!   starts, so the first requests do not pay the TCP handshake; if one
 //!   cannot be opened the run stops before it starts (exit 1).
+//! - **Connecting obeys `--timeout`**: the name lookup and every connect
+//!   (the warm ones too) are given up after it, so a listener that never
+//!   accepts ends the run in `--timeout`, not in the kernel's minutes.
 //! - **Figures**: latency from the intended send time (corrected) beside
 //!   the service time from the actual send, p50 to p99.99 and max; send-lag
-//!   p50/p99/max; the achieved rate over the run is
-//!   `sent / (last send + one interval)` (exactly the target rate when every
-//!   request leaves on time) and, per 100 ms window, the relative error of
-//!   the sends counted against the schedule's.
+//!   p50/p99/max. A timed-out request counts in both distributions at its
+//!   timeout (a lower bound, said on stderr); failures without an answer
+//!   are counted by kind and said to be left out. With nothing to show,
+//!   the percentiles read "no data" (`null` in JSON), never zero.
+//! - **The achieved rate is over the schedule**: the requests sent before
+//!   the schedule's end (`floor(n·10⁹ / rate)` ns for the `n` requests due)
+//!   divided by that span, so a run whose server died early reports what it
+//!   sent, and the rate is exact when every request leaves on time. Requests
+//!   sent after the end (they waited for a connection) are counted apart.
+//!   Per 100 ms window, the relative error of the sends counted against the
+//!   schedule's.
+//! - **Exit codes**: 0 when at least one request succeeded (answered with a
+//!   status below 400); 1 when none did (the report is still printed, and a
+//!   line on stderr says what happened instead) or the run could not start;
+//!   2 for a command line that cannot run; 130 after Ctrl-C, with the
+//!   report of what was due before it (also during the warm-up).
+//! - `--timeout` and `--max-send-lag` are at most an hour (the histograms'
+//!   range); every sum of durations saturates, none can panic.
 
 mod pacer;
 mod report;
@@ -47,6 +64,9 @@ use target::Target;
 const MAX_RATE: u64 = 10_000_000;
 /// Exit code after Ctrl-C (128 + SIGINT), as shells report it.
 const INTERRUPTED_EXIT_CODE: u8 = 130;
+/// The longest `--timeout` and `--max-send-lag`: the distributions record
+/// up to an hour.
+const MAX_WAIT: Duration = Duration::from_secs(3_600);
 
 /// A validated load run.
 #[derive(Debug)]
@@ -59,6 +79,7 @@ pub struct Config {
     max_connections: usize,
     streams: u64,
     max_send_lag: Duration,
+    quantum: Duration,
     timeout: Duration,
     json: bool,
     hgrm: Option<PathBuf>,
@@ -126,6 +147,19 @@ impl Config {
         if args.timeout.is_zero() {
             return Err(UsageError::ZeroDuration { what: "--timeout" });
         }
+        for (what, value) in [
+            ("--timeout", args.timeout),
+            ("--max-send-lag", args.max_send_lag),
+            ("--quantum", args.quantum),
+        ] {
+            if value > MAX_WAIT {
+                return Err(UsageError::out_of_range(
+                    what,
+                    "at most 1h (latencies are recorded up to an hour)",
+                    humantime::format_duration(value),
+                ));
+            }
+        }
         let target = Target::new(
             &args.url,
             &args.method,
@@ -141,6 +175,7 @@ impl Config {
             max_connections,
             streams,
             max_send_lag: args.max_send_lag,
+            quantum: args.quantum,
             timeout: args.timeout,
             json: args.json,
             hgrm: args.hgrm,
@@ -168,9 +203,14 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<ExitCode> {
         bar
     };
     let outcome = local.block_on(&runtime, async {
-        let address = tokio::net::lookup_host(&config.target.authority)
+        let lookup = tokio::time::timeout(
+            config.timeout,
+            tokio::net::lookup_host(&config.target.authority),
+        );
+        let address = lookup
             .await
             .ok()
+            .and_then(Result::ok)
             .and_then(|mut addresses| addresses.next())
             .with_context(|| messages::cannot_reach(&config.target.authority))?;
         config.target.address = Some(address);
@@ -196,6 +236,11 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(if outcome.interrupted {
         ExitCode::from(INTERRUPTED_EXIT_CODE)
+    } else if outcome.recorder.succeeded() == 0 {
+        let statuses: Vec<(u16, u64)> = outcome.recorder.statuses.clone().into_iter().collect();
+        let errors: Vec<(&str, u64)> = outcome.recorder.errors.clone().into_iter().collect();
+        eprintln!("{}", messages::nothing_succeeded(&statuses, &errors));
+        ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })

@@ -25,9 +25,13 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(histogram: &Histogram<u64>) -> Percentiles {
+    /// `None` for an empty distribution: "no data", never zeros.
+    fn of(histogram: &Histogram<u64>) -> Option<Percentiles> {
+        if histogram.is_empty() {
+            return None;
+        }
         let ms = |nanos: u64| nanos as f64 / 1e6;
-        Percentiles {
+        Some(Percentiles {
             p50: ms(histogram.value_at_quantile(0.5)),
             p90: ms(histogram.value_at_quantile(0.9)),
             p99: ms(histogram.value_at_quantile(0.99)),
@@ -35,7 +39,7 @@ impl Percentiles {
             p99_99: ms(histogram.value_at_quantile(0.9999)),
             max: ms(histogram.max()),
             mean: histogram.mean() / 1e6,
-        }
+        })
     }
 }
 
@@ -73,21 +77,33 @@ pub struct Summary {
     failed: u64,
     unfinished: u64,
     interrupted: bool,
-    /// sent / (last send + one interval), per second.
+    /// The schedule's span: from the start to the intended time of the
+    /// first request not due, in seconds.
+    schedule_s: f64,
+    /// Requests sent before the schedule's end, per second of it.
     achieved_rate: f64,
     /// achieved / target − 1.
     rate_error: f64,
+    /// Requests sent after the schedule's end (not in the rate).
+    sent_after_schedule: u64,
+    /// Requests answered with a status below 400.
+    succeeded: u64,
+    /// Requests given up after `--timeout` (in `failed` and in the
+    /// percentiles at the timeout).
+    timed_out: u64,
     window_ms: u64,
     window_rate_error: WindowError,
-    latency_ms: Percentiles,
-    service_time_ms: Percentiles,
-    send_lag_us: Lag,
+    latency_ms: Option<Percentiles>,
+    service_time_ms: Option<Percentiles>,
+    send_lag_us: Option<Lag>,
     status_codes: BTreeMap<u16, u64>,
     errors: BTreeMap<&'static str, u64>,
     connections_opened: u64,
     connections_peak: usize,
     #[serde(skip)]
     max_connections: usize,
+    #[serde(skip)]
+    timeout: std::time::Duration,
 }
 
 impl Summary {
@@ -95,11 +111,14 @@ impl Summary {
     pub fn new(config: &Config, outcome: &Outcome) -> Summary {
         let recorder = &outcome.recorder;
         let rate = config.schedule.rate();
-        let interval = 1.0 / rate as f64;
-        let achieved_rate = if recorder.sent == 0 {
+        let schedule_end = recorder
+            .schedule_end
+            .min(config.schedule.offset(outcome.due));
+        let on_schedule = recorder.sent - recorder.sent_after_end;
+        let achieved_rate = if schedule_end.is_zero() {
             0.0
         } else {
-            recorder.sent as f64 / (recorder.last_send.as_secs_f64() + interval)
+            on_schedule as f64 / schedule_end.as_secs_f64()
         };
         let lag_us = |quantile: f64| recorder.send_lag.value_at_quantile(quantile) as f64 / 1e3;
         Summary {
@@ -119,22 +138,27 @@ impl Summary {
             failed: recorder.error_count(),
             unfinished: outcome.unfinished,
             interrupted: outcome.interrupted,
+            schedule_s: schedule_end.as_secs_f64(),
             achieved_rate,
             rate_error: achieved_rate / rate as f64 - 1.0,
+            sent_after_schedule: recorder.sent_after_end,
+            succeeded: recorder.succeeded(),
+            timed_out: recorder.timeouts,
             window_ms: WINDOW.as_millis() as u64,
             window_rate_error: window_error(config, outcome),
             latency_ms: Percentiles::of(&recorder.latency),
             service_time_ms: Percentiles::of(&recorder.service),
-            send_lag_us: Lag {
+            send_lag_us: (!recorder.send_lag.is_empty()).then(|| Lag {
                 p50: lag_us(0.5),
                 p99: lag_us(0.99),
                 max: recorder.send_lag.max() as f64 / 1e3,
-            },
+            }),
             status_codes: recorder.statuses.clone(),
             errors: recorder.errors.clone(),
             connections_opened: recorder.connections_opened,
             connections_peak: outcome.peak_connections,
             max_connections: config.max_connections,
+            timeout: config.timeout,
         }
     }
 
@@ -153,24 +177,39 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "sent {}, dropped {}, answered {}, failed {}, unfinished {}",
-            self.sent, self.dropped, self.answered, self.failed, self.unfinished
+            "sent {} ({} after the schedule's end), dropped {}, answered {} ({} below 400), failed {} ({} timed out), unfinished {}",
+            self.sent,
+            self.sent_after_schedule,
+            self.dropped,
+            self.answered,
+            self.succeeded,
+            self.failed,
+            self.timed_out,
+            self.unfinished
         );
         let _ = writeln!(
             out,
-            "achieved rate {:.2}/s ({:+.4} %); per {} ms window: mean |error| {:.3} %, max |error| {:.3} % over {} windows",
+            "achieved rate {:.2}/s ({:+.4} %) over the {:.3} s schedule; per {} ms window: mean |error| {:.3} %, max |error| {:.3} % over {} windows",
             self.achieved_rate,
             self.rate_error * 100.0,
+            self.schedule_s,
             self.window_ms,
             self.window_rate_error.mean_abs * 100.0,
             self.window_rate_error.max_abs * 100.0,
             self.window_rate_error.windows
         );
-        let _ = writeln!(
-            out,
-            "send lag: p50 {:.1} us, p99 {:.1} us, max {:.1} us",
-            self.send_lag_us.p50, self.send_lag_us.p99, self.send_lag_us.max
-        );
+        match &self.send_lag_us {
+            Some(lag) => {
+                let _ = writeln!(
+                    out,
+                    "send lag: p50 {:.1} us, p99 {:.1} us, max {:.1} us",
+                    lag.p50, lag.p99, lag.max
+                );
+            }
+            None => {
+                let _ = writeln!(out, "send lag: {}", messages::NO_DATA);
+            }
+        }
         let _ = writeln!(
             out,
             "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -180,11 +219,18 @@ impl Summary {
             ("latency (from intended send)", &self.latency_ms),
             ("service time (from actual send)", &self.service_time_ms),
         ] {
-            let _ = writeln!(
-                out,
-                "{name:<34} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-                p.p50, p.p90, p.p99, p.p99_9, p.p99_99, p.max
-            );
+            match p {
+                Some(p) => {
+                    let _ = writeln!(
+                        out,
+                        "{name:<34} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                        p.p50, p.p90, p.p99, p.p99_9, p.p99_99, p.max
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "{name:<34} {:>9}", messages::NO_DATA);
+                }
+            }
         }
         let codes: Vec<String> = self
             .status_codes
@@ -233,6 +279,16 @@ impl Summary {
         }
         if self.unfinished > 0 {
             warnings.push(messages::unfinished(self.unfinished));
+        }
+        if self.timed_out > 0 {
+            warnings.push(messages::timeouts_counted(self.timed_out, self.timeout));
+        }
+        let without_answer = self.failed - self.timed_out;
+        if without_answer > 0 {
+            warnings.push(messages::failures_left_out(without_answer));
+        }
+        if self.sent_after_schedule > 0 {
+            warnings.push(messages::sent_after_schedule(self.sent_after_schedule));
         }
         warnings
     }

@@ -76,7 +76,20 @@ impl Target {
             return Err(bad_url("no host"));
         };
         let host = host.to_owned();
-        let port = uri.port_u16().unwrap_or(80);
+        // A port written but not a valid one (`:99999`, `:0`) is refused, not
+        // replaced by 80.
+        let port = match written_port(uri.authority().map_or("", |a| a.as_str())) {
+            None => 80,
+            Some(written) => written
+                .parse::<u16>()
+                .ok()
+                .filter(|&port| port > 0)
+                .ok_or_else(|| {
+                    bad_url(&format!(
+                        "invalid port {written:?}: a port is a number from 1 to 65535"
+                    ))
+                })?,
+        };
         let authority = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]:{port}")
         } else {
@@ -163,6 +176,19 @@ impl Target {
     }
 }
 
+/// The port as written in an authority (`user@host:port`, `[::1]:port`),
+/// whether or not it is a valid one (`http` reads `:99999` as no port).
+fn written_port(authority: &str) -> Option<&str> {
+    let host_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, rest)| rest);
+    let after_host = match host_port.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map_or("", |(_, rest)| rest),
+        None => host_port,
+    };
+    after_host.rsplit_once(':').map(|(_, port)| port)
+}
+
 /// The port as written in the URL, if any (for the `Host` header).
 fn uri_port(url: &str) -> Option<u16> {
     url.parse::<Uri>().ok()?.port_u16()
@@ -233,6 +259,33 @@ mod tests {
         assert_eq!(request.method(), Method::POST);
         assert_eq!(request.headers()[HOST], "example.test:8080");
         assert_eq!(request.headers()["x-id"], "7");
+    }
+
+    /// Regression: `http://127.0.0.1:99999/` loaded port 80.
+    #[test]
+    fn a_port_written_invalid_is_refused_not_replaced_by_80() {
+        for url in [
+            "http://127.0.0.1:99999/",
+            "http://127.0.0.1:0/",
+            "http://[::1]:65536/",
+            "http://user@example.test:70000/",
+        ] {
+            assert!(
+                matches!(
+                    Target::new(url, "GET", &[], None, false),
+                    Err(UsageError::BadUrl { .. })
+                ),
+                "{url}"
+            );
+        }
+        for (url, authority) in [
+            ("http://[::1]:8080/", "[::1]:8080"),
+            ("http://[::1]/", "[::1]:80"),
+            ("http://example.test:65535/", "example.test:65535"),
+        ] {
+            let target = Target::new(url, "GET", &[], None, false).unwrap();
+            assert_eq!(target.authority, authority, "{url}");
+        }
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub enum Built {
 pub struct Bounds {
     /// The most admissions in any window of `T`, at any start.
     pub any_window: u64,
+    /// Whether `any_window` is promised over closed windows `[t, t + T]`
+    /// (GCRA: the burst at `t` and the permit earned exactly at `t + T`)
+    /// rather than the half-open `[t, t + T)` the simulation measures; over
+    /// those the maximum can fall short of it by one.
+    pub closed: bool,
     /// The most in an aligned window (fixed window: `[kT, (k+1)T)`; sliding
     /// window: `T` starting at a slot boundary), where the algorithm
     /// promises something tighter there.
@@ -40,7 +45,7 @@ impl Built {
     /// Builds `name` for `quota` (`slots` for the sliding window).
     pub fn new(name: AlgorithmName, quota: Quota, slots: u32) -> Result<Built, UsageError> {
         let refused = |error| UsageError::Quota {
-            algorithm: name,
+            algorithm: key(name),
             error,
         };
         Ok(match name {
@@ -66,14 +71,17 @@ impl Built {
         match self {
             Built::Gcra(_) => Bounds {
                 any_window: quota.burst().saturating_add(limit),
+                closed: true,
                 aligned_window: None,
             },
             Built::FixedWindow(_) | Built::SlidingWindow(_) => Bounds {
                 any_window: limit.saturating_mul(2),
+                closed: false,
                 aligned_window: Some(limit),
             },
             Built::SlidingLog(_) => Bounds {
                 any_window: limit,
+                closed: false,
                 aligned_window: None,
             },
         }
@@ -170,7 +178,7 @@ mod tests {
         assert!(matches!(
             Built::new(AlgorithmName::SlidingWindow, quota, 0),
             Err(UsageError::Quota {
-                algorithm: AlgorithmName::SlidingWindow,
+                algorithm: "sliding-window",
                 ..
             })
         ));

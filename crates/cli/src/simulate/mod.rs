@@ -19,7 +19,13 @@
 //!   sliding log never more than its limit, the token bucket its burst and
 //!   then its rate).
 //! - A simulation keeps its arrivals in memory: more than 5 million is
-//!   refused with a message rather than allowed to exhaust it.
+//!   refused with a message rather than allowed to exhaust it. The count is
+//!   exact for every pattern and computed before anything is generated
+//!   (checked arithmetic, in time bounded by the cap), so a tiny rate, a
+//!   partial burst cycle or the longest duration can neither slip past the
+//!   cap nor be refused while under it.
+//! - Durations are whole nanoseconds in a `u64`: `--period` and
+//!   `--duration` above 584 years are refused, never saturated.
 
 mod algorithms;
 mod pattern;
@@ -43,16 +49,18 @@ use pattern::Synthetic;
 /// The most arrivals a simulation holds.
 const MAX_ARRIVALS: u64 = 5_000_000;
 
-/// The algorithm's name on the command line and in JSON.
-pub fn algorithm_key(name: AlgorithmName) -> &'static str {
-    algorithms::key(name)
-}
-
 /// Where the arrivals come from.
 #[derive(Debug)]
 enum Source {
-    Synthetic(Synthetic),
-    Csv { path: PathBuf, times: Vec<u64> },
+    /// A pattern, and exactly how many arrivals it holds.
+    Synthetic {
+        synthetic: Synthetic,
+        count: u64,
+    },
+    Csv {
+        path: PathBuf,
+        times: Vec<u64>,
+    },
 }
 
 /// A validated simulation.
@@ -84,6 +92,7 @@ impl Config {
                     args.slots,
                 )
             })?;
+        duration_nanos(args.period, "--period")?;
         if args.period.is_zero() {
             return Err(UsageError::ZeroDuration { what: "--period" }.into());
         }
@@ -112,7 +121,10 @@ impl Config {
         if args.duration.is_some_and(|duration| duration.is_zero()) {
             return Err(UsageError::ZeroDuration { what: "--duration" }.into());
         }
-        let duration = args.duration.map(duration_nanos);
+        let duration = args
+            .duration
+            .map(|duration| duration_nanos(duration, "--duration"))
+            .transpose()?;
         let (source, duration) = match args.csv {
             Some(path) => {
                 let text =
@@ -147,15 +159,10 @@ impl Config {
                     seed: args.seed,
                 };
                 let duration = duration.unwrap_or_else(|| period.saturating_mul(6));
-                let expected = synthetic.expected_count(duration);
-                if expected > MAX_ARRIVALS as f64 {
-                    return Err(UsageError::TooManyArrivals {
-                        expected,
-                        max: MAX_ARRIVALS,
-                    }
-                    .into());
-                }
-                (Source::Synthetic(synthetic), duration)
+                let count = synthetic
+                    .count(duration, MAX_ARRIVALS)
+                    .ok_or(UsageError::TooManyArrivals { max: MAX_ARRIVALS })?;
+                (Source::Synthetic { synthetic, count }, duration)
             }
         };
         Ok(Config {
@@ -173,7 +180,9 @@ impl Config {
     /// timestamps were left out beyond it.
     fn arrivals(&self) -> (Vec<u64>, usize) {
         match &self.source {
-            Source::Synthetic(synthetic) => (synthetic.arrivals(self.duration), 0),
+            Source::Synthetic { synthetic, count } => {
+                (synthetic.arrivals(self.duration, *count), 0)
+            }
             Source::Csv { times, .. } => {
                 let kept = times.partition_point(|&t| t < self.duration);
                 (times[..kept].to_vec(), times.len() - kept)
@@ -183,7 +192,7 @@ impl Config {
 
     fn pattern_label(&self) -> String {
         match &self.source {
-            Source::Synthetic(synthetic) => {
+            Source::Synthetic { synthetic, .. } => {
                 format!("{:?} at {} /s", synthetic.name, synthetic.rate).to_lowercase()
             }
             Source::Csv { path, .. } => format!("csv {}", path.display()),
@@ -244,8 +253,16 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn duration_nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+/// A duration in whole nanoseconds, refused above `u64::MAX` ns (584 years)
+/// rather than saturated.
+fn duration_nanos(duration: Duration, what: &'static str) -> Result<u64, UsageError> {
+    u64::try_from(duration.as_nanos()).map_err(|_| {
+        UsageError::out_of_range(
+            what,
+            "at most 584 years (18446744073709551615 ns)",
+            humantime::format_duration(duration),
+        )
+    })
 }
 
 fn positive(value: i64, what: &'static str) -> Result<u64, UsageError> {

@@ -10,6 +10,14 @@
 //! that never crosses the limit, and the token bucket's burst as a peak of
 //! `burst` above the rate.
 //!
+//! Decisions: the time axis is in the largest unit (s, ms, µs, ns) in
+//! which the run lasts at least 1, with ticks of up to 3 decimals; the y
+//! labels get the width their widest number needs; when the offered load
+//! is far above every bound, its area is clipped at the top and the legend
+//! says so with its peak; each bound names the windows it is over (GCRA's
+//! `burst + limit` is over closed windows `[t, t+T]`, one more than the
+//! half-open windows measured can hold).
+//!
 //! Text is drawn with DejaVu Sans embedded from the `dejavu` crate through
 //! plotters' `ab_glyph` renderer, so the PNG needs no system font (a fresh
 //! Debian has none that plotters' `font-kit` would find without
@@ -85,16 +93,67 @@ fn register_font() -> anyhow::Result<()> {
 /// What every panel needs, computed once for both backends.
 struct Picture {
     header: String,
-    seconds: f64,
-    period_seconds: f64,
+    /// The run's length in `unit`s.
+    length: f64,
+    /// The period in `unit`s.
+    period: f64,
+    /// The time axis' unit: s, ms, µs or ns, the largest in which the run
+    /// lasts at least 1 (at `--period 1ns` every tick read 0.0 in seconds).
+    unit: TimeUnit,
     limit: u64,
     offered: Vec<(f64, f64)>,
+    /// The highest offered count, when above the scale (then clipped, and
+    /// said in the legend).
+    offered_clipped: Option<u64>,
     panels: Vec<Panel>,
     y_max: f64,
 }
 
+/// A unit of the time axis.
+#[derive(Clone, Copy, Debug)]
+struct TimeUnit {
+    name: &'static str,
+    nanos: f64,
+}
+
+impl TimeUnit {
+    fn for_length(nanos: u64) -> TimeUnit {
+        let (name, nanos_per) = match nanos {
+            1_000_000_000.. => ("s", 1e9),
+            1_000_000.. => ("ms", 1e6),
+            1_000.. => ("µs", 1e3),
+            _ => ("ns", 1.0),
+        };
+        TimeUnit {
+            name,
+            nanos: nanos_per,
+        }
+    }
+}
+
+/// A tick label: at most 3 decimals, without trailing zeros.
+fn tick(value: f64) -> String {
+    let text = format!("{value:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+/// Pixels for the y labels and the axis title beside them: the widest
+/// label (`digits` digits at about 7 px each in 12 px DejaVu Sans), the
+/// title's line and margins, so that neither is cut nor overlaps.
+fn y_label_area(y_max: f64) -> u32 {
+    let digits = format!("{}", y_max.ceil() as u64).len() as u32;
+    7 * digits + 30
+}
+
 struct Panel {
     title: String,
+    /// The legend's label of the bound line.
+    bound_label: String,
     admitted: Vec<(f64, f64)>,
     bound: u64,
 }
@@ -102,29 +161,39 @@ struct Panel {
 impl Picture {
     fn new(config: &Config, arrivals: &[u64], outcomes: &[Outcome]) -> Picture {
         let period = config.quota.period_nanos();
-        let seconds = config.duration as f64 / 1e9;
-        let offered = step_points(&window::trailing_counts(arrivals, period), config.duration);
+        let unit = TimeUnit::for_length(config.duration);
+        let offered = step_points(
+            &window::trailing_counts(arrivals, period),
+            config.duration,
+            unit,
+        );
         let panels: Vec<Panel> = outcomes
             .iter()
-            .map(|outcome| Panel {
-                title: format!(
-                    "{}: admitted {} of {}, at most {} in any {:?} (bound {})",
-                    outcome.title,
-                    outcome.admitted.len(),
-                    arrivals.len(),
-                    outcome.max_any_window,
-                    config.quota.period(),
-                    outcome.bounds.any_window
-                ),
-                admitted: step_points(
-                    &window::trailing_counts(&outcome.admitted, period),
-                    config.duration,
-                ),
-                bound: outcome.bounds.any_window,
+            .map(|outcome| {
+                let over = messages::bound_windows(outcome.bounds.closed);
+                Panel {
+                    title: format!(
+                        "{}: admitted {} of {}, at most {} in any [t, t+{:?}) (bound {} over {over})",
+                        outcome.title,
+                        outcome.admitted.len(),
+                        arrivals.len(),
+                        outcome.max_any_window,
+                        config.quota.period(),
+                        outcome.bounds.any_window
+                    ),
+                    bound_label: format!("bound {} over {over}", outcome.bounds.any_window),
+                    admitted: step_points(
+                        &window::trailing_counts(&outcome.admitted, period),
+                        config.duration,
+                        unit,
+                    ),
+                    bound: outcome.bounds.any_window,
+                }
             })
             .collect();
         // The same scale on every panel, so that they compare at a glance;
-        // the offered load is clipped if it is far above every bound.
+        // the offered load is clipped if it is far above every bound, and
+        // the legend says so with its peak.
         let highest_bound = panels.iter().map(|panel| panel.bound).max().unwrap_or(0);
         let highest_offered = offered.iter().map(|&(_, y)| y).fold(0.0, f64::max);
         let y_max = highest_offered
@@ -141,9 +210,11 @@ impl Picture {
                 config.pattern_label(),
                 config.quota.period()
             ),
-            seconds,
-            period_seconds: period as f64 / 1e9,
+            length: config.duration as f64 / unit.nanos,
+            period: period as f64 / unit.nanos,
+            unit,
             limit: config.quota.limit(),
+            offered_clipped: (highest_offered > y_max).then_some(highest_offered as u64),
             offered,
             panels,
             y_max,
@@ -177,14 +248,17 @@ impl Picture {
             .caption(panel.title.as_str(), (FONT, 16))
             .margin(8)
             .x_label_area_size(28)
-            .y_label_area_size(44)
-            .build_cartesian_2d(0.0..self.seconds, 0.0..self.y_max)?;
-        let periods = (self.seconds / self.period_seconds).round() as usize;
+            .y_label_area_size(y_label_area(self.y_max))
+            .build_cartesian_2d(0.0..self.length, 0.0..self.y_max)?;
+        let periods = (self.length / self.period).round() as usize;
+        let x_desc = format!("time ({})", self.unit.name);
         chart
             .configure_mesh()
             .x_labels(if periods <= 20 { periods + 1 } else { 11 })
             .y_labels(6)
-            .x_desc("time (s)")
+            .x_label_formatter(&|x| tick(*x))
+            .y_label_formatter(&|y| tick(*y))
+            .x_desc(x_desc.as_str())
             .y_desc("requests")
             .label_style((FONT, 12))
             .axis_desc_style((FONT, 12))
@@ -194,7 +268,10 @@ impl Picture {
         let clipped = self.offered.iter().map(|&(x, y)| (x, y.min(self.y_max)));
         chart
             .draw_series(AreaSeries::new(clipped, 0.0, OFFERED.mix(0.35)).border_style(OFFERED))?
-            .label("offered")
+            .label(match self.offered_clipped {
+                Some(peak) => format!("offered (clipped at the top: peaks at {peak})"),
+                None => "offered".to_owned(),
+            })
             .legend(|(x, y)| {
                 Rectangle::new([(x, y - 5), (x + 16, y + 5)], OFFERED.mix(0.35).filled())
             });
@@ -208,7 +285,7 @@ impl Picture {
         let limit = self.limit as f64;
         chart
             .draw_series(LineSeries::new(
-                [(0.0, limit), (self.seconds, limit)],
+                [(0.0, limit), (self.length, limit)],
                 LIMIT.stroke_width(1),
             ))?
             .label(format!("limit {}", self.limit))
@@ -216,12 +293,12 @@ impl Picture {
         let bound = panel.bound as f64;
         chart
             .draw_series(DashedLineSeries::new(
-                [(0.0, bound), (self.seconds, bound)],
+                [(0.0, bound), (self.length, bound)],
                 6,
                 4,
                 BOUND.stroke_width(1),
             ))?
-            .label(format!("bound {}", panel.bound))
+            .label(panel.bound_label.as_str())
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BOUND));
         chart
             .configure_series_labels()
@@ -234,11 +311,11 @@ impl Picture {
     }
 }
 
-/// A step function `(instant ns, count)` as line points in seconds, up to
+/// A step function `(instant ns, count)` as line points in `unit`s, up to
 /// `end`; reduced to the highest count per column of pixels when it has
 /// more steps than a picture can show.
-fn step_points(steps: &[(u64, u64)], end: u64) -> Vec<(f64, f64)> {
-    let seconds = |ns: u64| ns as f64 / 1e9;
+fn step_points(steps: &[(u64, u64)], end: u64, unit: TimeUnit) -> Vec<(f64, f64)> {
+    let seconds = |ns: u64| ns as f64 / unit.nanos;
     if steps.len() > MAX_STEPS {
         let columns = u64::from(WIDTH);
         let mut highest = vec![0_u64; columns as usize];
@@ -260,7 +337,7 @@ fn step_points(steps: &[(u64, u64)], end: u64) -> Vec<(f64, f64)> {
         return highest
             .iter()
             .enumerate()
-            .map(|(column, &count)| (seconds(0) + column as f64 * width / 1e9, count as f64))
+            .map(|(column, &count)| (column as f64 * width / unit.nanos, count as f64))
             .collect();
     }
     let mut points = Vec::with_capacity(2 * steps.len() + 1);

@@ -40,7 +40,11 @@ pub fn table(config: &Config, arrivals: &[u64], outcomes: &[Outcome]) -> String 
             admitted,
             arrivals.len() - admitted,
             outcome.max_any_window,
-            outcome.bounds.any_window,
+            if outcome.bounds.closed {
+                format!("{}*", outcome.bounds.any_window)
+            } else {
+                outcome.bounds.any_window.to_string()
+            },
             aligned,
             aligned_bound,
         );
@@ -76,6 +80,8 @@ struct AlgorithmJson<'a> {
     denied: usize,
     max_in_any_window: u64,
     bound_any_window: u64,
+    /// The windows `bound_any_window` is over: `"[t, t+T)"` or `"[t, t+T]"`.
+    bound_any_window_over: &'static str,
     max_in_aligned_window: Option<u64>,
     bound_aligned_window: Option<u64>,
 }
@@ -100,13 +106,18 @@ pub fn json(
         algorithms: outcomes
             .iter()
             .map(|outcome| AlgorithmJson {
-                algorithm: super::algorithm_key(outcome.name),
+                algorithm: super::algorithms::key(outcome.name),
                 title: &outcome.title,
                 offered: arrivals.len(),
                 admitted: outcome.admitted.len(),
                 denied: arrivals.len() - outcome.admitted.len(),
                 max_in_any_window: outcome.max_any_window,
                 bound_any_window: outcome.bounds.any_window,
+                bound_any_window_over: if outcome.bounds.closed {
+                    "[t, t+T]"
+                } else {
+                    "[t, t+T)"
+                },
                 max_in_aligned_window: outcome.max_aligned_window,
                 bound_aligned_window: outcome.bounds.aligned_window,
             })
