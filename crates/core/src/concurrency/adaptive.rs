@@ -242,6 +242,12 @@ impl fmt::Debug for Adaptive {
     }
 }
 
+// A panic while the state's mutex is held leaves a valid state (each update
+// is computed, then written), and the lock recovers from poisoning; the clock
+// is only read. So a limiter stays usable across `catch_unwind`.
+impl std::panic::UnwindSafe for Adaptive {}
+impl std::panic::RefUnwindSafe for Adaptive {}
+
 impl Adaptive {
     pub(crate) fn new(vegas: &Vegas, clock: StdArc<dyn Clock>) -> Adaptive {
         Adaptive {

@@ -51,14 +51,17 @@ impl Priority {
 ///
 /// ```text
 /// threshold(Critical)  = limit
-/// threshold(Default)   = max(1, ⌊limit · default / 100⌋)
-/// threshold(Sheddable) = max(1, ⌊limit · sheddable / 100⌋)
+/// threshold(Default)   = ⌈limit · default / 100⌉
+/// threshold(Sheddable) = ⌈limit · sheddable / 100⌉
 /// ```
 ///
 /// So, at any instant, the last `limit − threshold(Default)` slots can only
 /// be taken by critical requests, and the last `limit − threshold(Sheddable)`
-/// only by default or critical ones. The `max(1, …)` keeps every priority
-/// able to run alone at tiny limits (a limit of 1 reserves nothing).
+/// only by default or critical ones. The reserve is whole slots, rounded
+/// down: at small limits it reserves nothing until it is worth a slot (a
+/// limit of 2 reserves nothing from default work, a limit of 10 one slot),
+/// so that `ConcurrencyLimiter::new(n)` admits `n` requests of the default
+/// priority whenever `n < 10` with the default shares.
 ///
 /// By default, sheddable work may use up to 50 % of the limit and default
 /// work up to 90 % (Stripe's "reserve capacity for critical requests").
@@ -115,8 +118,7 @@ impl Shares {
         if percent == 100 || limit == 0 {
             return limit;
         }
-        let share = (limit as u64 * percent / 100) as u32;
-        if share == 0 { 1 } else { share }
+        (limit as u64 * percent).div_ceil(100) as u32
     }
 }
 
@@ -265,11 +267,12 @@ mod tests {
         assert_eq!(shares.threshold(10, Priority::Default), 9);
         assert_eq!(shares.threshold(10, Priority::Sheddable), 5);
         assert_eq!(shares.threshold(1, Priority::Sheddable), 1);
-        assert_eq!(shares.threshold(3, Priority::Sheddable), 1);
-        assert_eq!(shares.threshold(3, Priority::Default), 2);
+        assert_eq!(shares.threshold(3, Priority::Sheddable), 2);
+        assert_eq!(shares.threshold(3, Priority::Default), 3);
+        assert_eq!(shares.threshold(20, Priority::Default), 18);
         assert_eq!(
             shares.threshold(MAX_LIMIT, Priority::Default),
-            1_932_735_282
+            1_932_735_283
         );
     }
 

@@ -34,6 +34,7 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -102,13 +103,22 @@ struct Shard<K> {
 }
 
 /// Builds a [`KeyedConcurrencyLimiter`]; see [`KeyedConcurrencyLimiter::builder`].
-#[derive(Debug)]
-pub struct KeyedConcurrencyBuilder {
+pub struct KeyedConcurrencyBuilder<K> {
     settings: Settings,
     max_keys: usize,
+    key: PhantomData<fn() -> K>,
 }
 
-impl KeyedConcurrencyBuilder {
+impl<K> fmt::Debug for KeyedConcurrencyBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedConcurrencyBuilder")
+            .field("settings", &self.settings)
+            .field("max_keys", &self.max_keys)
+            .finish()
+    }
+}
+
+impl<K: Hash + Eq> KeyedConcurrencyBuilder<K> {
     settings_setters!();
 
     /// The most keys held at once; a new key beyond it is refused with
@@ -125,7 +135,7 @@ impl KeyedConcurrencyBuilder {
     ///
     /// [`ConfigError`] for a bad limit, bad adaptive bounds or
     /// `max_keys` of 0.
-    pub fn build<K: Hash + Eq>(self) -> Result<KeyedConcurrencyLimiter<K>, ConfigError> {
+    pub fn build(self) -> Result<KeyedConcurrencyLimiter<K>, ConfigError> {
         let limit = self.settings.check()?;
         if self.max_keys == 0 {
             return Err(ConfigError::MaxKeys);
@@ -172,12 +182,13 @@ impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
     }
 }
 
-impl KeyedConcurrencyLimiter<()> {
+impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
     /// Starts building a limiter of `limit` slots per key.
-    pub fn builder(limit: u64) -> KeyedConcurrencyBuilder {
+    pub fn builder(limit: u64) -> KeyedConcurrencyBuilder<K> {
         KeyedConcurrencyBuilder {
             settings: Settings::new(limit),
             max_keys: DEFAULT_MAX_KEYS,
+            key: PhantomData,
         }
     }
 }

@@ -35,7 +35,8 @@
 //! A request of priority `p` is admitted only while the slots in use, its
 //! own included, stay within `p`'s threshold: the whole limit for
 //! [`Priority::Critical`], 90 % for [`Priority::Default`], 50 % for
-//! [`Priority::Sheddable`] by default (rounded down, at least 1); see
+//! [`Priority::Sheddable`] by default (rounded up: the reserve is whole
+//! slots); see
 //! [`Shares`] for the exact rule. So sheddable work is refused first as the
 //! limit nears, and the last slots are kept for critical work.
 //!
