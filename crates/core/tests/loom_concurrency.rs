@@ -93,17 +93,17 @@ fn explore(name: &str, model: impl Fn() + Sync + Send + 'static) {
 /// overrides it). The three-thread models take minutes unbounded: every
 /// `Arc` clone and drop of the limiter is a loom operation too.
 fn explore_bounded(name: &str, bound: Option<usize>, model: impl Fn() + Sync + Send + 'static) {
-    static EXECUTIONS: AtomicUsize = AtomicUsize::new(0);
-    EXECUTIONS.store(0, Ordering::Relaxed);
+    let executions = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = executions.clone();
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = bound;
     }
     builder.check(move || {
-        EXECUTIONS.fetch_add(1, Ordering::Relaxed);
+        counter.fetch_add(1, Ordering::Relaxed);
         model();
     });
-    println!("{name}: {} executions", EXECUTIONS.load(Ordering::Relaxed));
+    println!("{name}: {} executions", executions.load(Ordering::Relaxed));
 }
 
 fn limiter(limit: u64) -> ConcurrencyLimiter {

@@ -103,6 +103,7 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+pub mod concurrency;
 pub mod cost;
 mod future;
 pub mod ip;
