@@ -161,7 +161,10 @@ impl<E: KeyExtractor> ConcurrencyBuilder<E> {
 
     /// The priority of each request, from its parts (a header, the route).
     /// By default, every request is [`Priority::Default`].
-    pub fn priority(mut self, priority: impl Fn(&Parts) -> Priority + Send + Sync + 'static) -> Self {
+    pub fn priority(
+        mut self,
+        priority: impl Fn(&Parts) -> Priority + Send + Sync + 'static,
+    ) -> Self {
         self.config.priority = Some(Box::new(priority));
         self
     }

@@ -34,10 +34,7 @@ pub(crate) fn refused(refusal: Refusal, grpc: bool) -> Response<Full<Bytes>> {
         Refusal::TooManyRequests { retry_after } => Some(retry_after),
     };
     if grpc {
-        let mut response = grpc_answer(
-            GRPC_RESOURCE_EXHAUSTED,
-            "concurrency limit reached",
-        );
+        let mut response = grpc_answer(GRPC_RESOURCE_EXHAUSTED, "concurrency limit reached");
         if let Some(hint) = hint {
             let headers = response.headers_mut();
             headers.insert(RETRY_AFTER, HeaderValue::from(seconds(hint)));
@@ -55,7 +52,10 @@ pub(crate) fn refused(refusal: Refusal, grpc: bool) -> Response<Full<Bytes>> {
     )));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     if let Some(hint) = hint {
         headers.insert(RETRY_AFTER, HeaderValue::from(seconds(hint)));
     }

@@ -177,11 +177,9 @@ where
                         .expect("ConcurrencyFuture polled after completion");
                     // An error drops the permit here; a response hands it
                     // to its body.
-                    return Poll::Ready(
-                        response.map(|response| {
-                            response.map(|body| ConcurrencyBody::admitted(body, permit))
-                        }),
-                    );
+                    return Poll::Ready(response.map(|response| {
+                        response.map(|body| ConcurrencyBody::admitted(body, permit))
+                    }));
                 }
                 StateProj::Waiting {
                     wait,
