@@ -3,7 +3,11 @@
 //!
 //! - `direct/*`: [`ConcurrencyLimiter::try_acquire`] and dropping the
 //!   permit, against `tokio::sync::Semaphore::try_acquire` and dropping its
-//!   permit (the semaphore every tower/tokio user already has).
+//!   permit (the semaphore every tower/tokio user already has), and
+//!   `try_acquire_owned` on an `Arc<Semaphore>` (`tokio_semaphore_owned`:
+//!   a permit that owns a reference to its semaphore, as tollgate's
+//!   [`Permit`](tollgate::concurrency::Permit) does, so that it can outlive
+//!   the caller's borrow: what a tower layer needs).
 //! - `keyed/*`: [`KeyedConcurrencyLimiter::try_acquire`] over 1,000 keys,
 //!   against a `DashMap<u64, Arc<Semaphore>>` (foldhash, the keys inserted
 //!   beforehand): a lookup, an `Arc` clone and `try_acquire_owned`, as a
@@ -71,6 +75,7 @@ fn direct(c: &mut Criterion) {
         .build()
         .unwrap();
     let semaphore = Semaphore::new(LIMIT as usize);
+    let owned = Arc::new(Semaphore::new(LIMIT as usize));
     for threads in [1, 2] {
         group.bench_function(format!("tollgate/{threads}t"), |b| {
             b.iter_custom(|iters| {
@@ -83,6 +88,14 @@ fn direct(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, |_| {
                     black_box(semaphore.try_acquire().expect("below the limit"));
+                })
+            })
+        });
+        group.bench_function(format!("tokio_semaphore_owned/{threads}t"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(threads, iters, |_| {
+                    let owned = owned.clone().try_acquire_owned();
+                    black_box(owned.expect("below the limit"));
                 })
             })
         });
