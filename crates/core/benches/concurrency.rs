@@ -80,14 +80,14 @@ fn direct(c: &mut Criterion) {
         group.bench_function(format!("tollgate/{threads}t"), |b| {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, |_| {
-                    black_box(tollgate.try_acquire(1).expect("below the limit"));
+                    drop(black_box(tollgate.try_acquire(1).expect("below the limit")));
                 })
             })
         });
         group.bench_function(format!("tokio_semaphore/{threads}t"), |b| {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, |_| {
-                    black_box(semaphore.try_acquire().expect("below the limit"));
+                    drop(black_box(semaphore.try_acquire().expect("below the limit")));
                 })
             })
         });
@@ -95,7 +95,7 @@ fn direct(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, |_| {
                     let owned = owned.clone().try_acquire_owned();
-                    black_box(owned.expect("below the limit"));
+                    drop(black_box(owned.expect("below the limit")));
                 })
             })
         });
@@ -120,7 +120,9 @@ fn keyed(c: &mut Criterion) {
         group.bench_function(format!("tollgate/{threads}t"), |b| {
             b.iter_custom(|iters| {
                 on_threads(threads, iters, |i| {
-                    black_box(tollgate.try_acquire(&key(i), 1).expect("below the limit"));
+                    drop(black_box(
+                        tollgate.try_acquire(&key(i), 1).expect("below the limit"),
+                    ));
                 })
             })
         });
@@ -129,7 +131,9 @@ fn keyed(c: &mut Criterion) {
                 on_threads(threads, iters, |i| {
                     let semaphore = dashmap.get(&key(i)).map(|s| s.value().clone());
                     let semaphore = semaphore.expect("inserted beforehand");
-                    black_box(semaphore.try_acquire_owned().expect("below the limit"));
+                    drop(black_box(
+                        semaphore.try_acquire_owned().expect("below the limit"),
+                    ));
                 })
             })
         });

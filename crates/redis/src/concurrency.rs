@@ -243,7 +243,7 @@ impl RedisConcurrencyBuilder {
         let invalid = ConfigError::Invalid;
         let limit = u32::try_from(self.limit)
             .ok()
-            .filter(|&l| l >= 1 && l <= tollgate::concurrency::MAX_LIMIT)
+            .filter(|l| (1..=tollgate::concurrency::MAX_LIMIT).contains(l))
             .ok_or(invalid("the concurrency limit must be 1 to 2^31 - 1"))?;
         if self.ttl < Duration::from_millis(1) || self.deadline.is_zero() {
             return Err(invalid(

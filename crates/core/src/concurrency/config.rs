@@ -251,7 +251,7 @@ impl std::error::Error for ConfigError {}
 /// Checks a limit from user input.
 pub(crate) fn checked_limit(limit: u64) -> Result<u32, ConfigError> {
     match u32::try_from(limit) {
-        Ok(limit) if limit >= 1 && limit <= MAX_LIMIT => Ok(limit),
+        Ok(limit) if (1..=MAX_LIMIT).contains(&limit) => Ok(limit),
         _ => Err(ConfigError::Limit(limit)),
     }
 }

@@ -154,7 +154,7 @@ impl Slots {
         adaptive: Option<Box<Adaptive>>,
     ) -> Slots {
         debug_assert!(
-            limit >= 1 && limit <= super::config::MAX_LIMIT,
+            (1..=super::config::MAX_LIMIT).contains(&limit),
             "limit {limit}"
         );
         Slots {
@@ -433,7 +433,7 @@ impl Slots {
 
     /// Sets the limit in force and grants waiters it makes room for.
     pub(crate) fn set_limit(&self, new: u32) {
-        debug_assert!(new >= 1 && new <= super::config::MAX_LIMIT, "limit {new}");
+        debug_assert!((1..=super::config::MAX_LIMIT).contains(&new), "limit {new}");
         // Relaxed: the limit bits carry no other data; admissions check
         // them on the same word they update.
         let before = self
