@@ -3,7 +3,7 @@
 //! # Memory
 //!
 //! Keys live in shards, each a read/write lock around a `hashbrown` map
-//! from key to its [`Slots`], hashed with a per-limiter random seed
+//! from key to its slots (one state word and a lazily allocated queue), hashed with a per-limiter random seed
 //! (foldhash) so that an attacker choosing keys cannot aim at one shard or
 //! one bucket chain.
 //!

@@ -77,7 +77,7 @@ impl Settings {
 macro_rules! settings_setters {
     () => {
         /// The share of the limit each priority may use. By default,
-        /// [`Shares::default`]: sheddable 50 %, default 90 %, critical 100 %.
+        /// [`Shares::default`]($crate::concurrency::Shares::default): sheddable 50 %, default 90 %, critical 100 %.
         pub fn shares(mut self, shares: $crate::concurrency::Shares) -> Self {
             self.settings.shares = shares;
             self
