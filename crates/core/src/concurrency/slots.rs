@@ -387,8 +387,10 @@ impl Slots {
     pub(crate) fn claim(&self, id: u64, priority: Priority, waker: &Waker) -> Claim {
         let mut guard = lock(&self.queue);
         let Some(queue) = guard.as_mut() else {
+            // Unreachable (a queued ticket allocated the queue); never
+            // hand out slots that were not granted: the waiter times out.
             debug_assert!(false, "a ticket without a queue");
-            return Claim::Granted;
+            return Claim::Waiting;
         };
         if let Some(at) = queue.granted.iter().position(|&(g, _)| g == id) {
             queue.granted.swap_remove(at);
