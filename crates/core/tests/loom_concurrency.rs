@@ -21,6 +21,19 @@
 //! came back and no waiter is left. Where the outcome set is known, each
 //! model also asserts that every admissible outcome was explored, so that a
 //! model cannot pass by never trying the racing order.
+//!
+//! # The models can fail
+//!
+//! With the enqueuer's `fetch_or(QUEUED)` moved after its admission check
+//! (the order `src/concurrency/slots.rs` explains is needed), the hand-off
+//! model fails at once: loom finds the interleaving where the release's
+//! `fetch_sub` falls between the check and the flag, nobody serves the
+//! queue, and the waiter deadlocks (checked by hand on 2026-11-24).
+//!
+//! Executions explored (`--test-threads=1 --nocapture`): two acquirers 92,
+//! three acquirers with costs 8,896 (preemption bound 3), hand-off with a
+//! barging newcomer 5,349 (bound 3), cancelled waiter 79, `set_limit` 7,
+//! keyed sweep 364.
 
 #![cfg(loom)]
 
