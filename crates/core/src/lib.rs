@@ -70,6 +70,7 @@
 
 pub mod algorithm;
 pub mod clock;
+pub mod concurrency;
 pub mod decision;
 pub mod keyed;
 mod keymap;

@@ -42,6 +42,7 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod concurrency;
 pub mod deny_cache;
 pub mod key;
 pub mod lease;

@@ -169,6 +169,7 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+pub mod concurrency;
 pub mod cost;
 mod error;
 mod future;

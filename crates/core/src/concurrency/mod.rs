@@ -1,0 +1,82 @@
+//! Concurrency limits: at most `limit` requests *in flight* at once, per
+//! limiter or per key, beside the rate limits that bound how many *start*
+//! per unit of time (nginx's `limit_conn` beside `limit_req`, Stripe's
+//! concurrent-requests limiter beside its rate limiter).
+//!
+//! # Glossary
+//!
+//! - **slot**: the unit a concurrency limit counts; a request may take
+//!   several (its *cost*).
+//! - **[`Permit`]**: slots taken; dropping it gives them back.
+//! - **[`Ticket`]**: a place in the waiting queue, a future of a permit.
+//! - **[`Priority`]** and **[`Shares`]**: critical, default and sheddable
+//!   requests, each allowed a share of the limit.
+//! - **[`Vegas`]**: the optional adaptive limit, following latency.
+//!
+//! # Guarantee
+//!
+//! **At no instant do the live permits of a limit (of a key) hold more
+//! slots than its limit.** Every acquisition is one compare-and-swap on a
+//! word that holds both the slots in use and the limit, and it raises the
+//! count only if the result stays within the limit read in that same word;
+//! a permit gives its slots back in its `Drop`, which runs exactly once,
+//! on unwinding too. Decisions are linearizable: each takes effect at its
+//! compare-and-swap. When the limit is lowered (by
+//! [`ConcurrencyLimiter::set_limit`] or the adaptive controller), permits
+//! already held are not revoked; no slot is granted until the count is
+//! back under the new limit. Proven by the loom models in
+//! `tests/loom_concurrency.rs` (acquire/release, the queue's hand-off and
+//! cancellation), a hammer of many threads checked by an independent
+//! in-flight counter, and a property test against a reference model
+//! (`tests/concurrency_limit*.rs`).
+//!
+//! # Priorities
+//!
+//! A request of priority `p` is admitted only while the slots in use, its
+//! own included, stay within `p`'s threshold: the whole limit for
+//! [`Priority::Critical`], 90 % for [`Priority::Default`], 50 % for
+//! [`Priority::Sheddable`] by default (rounded up: the reserve is whole
+//! slots); see
+//! [`Shares`] for the exact rule. So sheddable work is refused first as the
+//! limit nears, and the last slots are kept for critical work.
+//!
+//! # Waiting
+//!
+//! [`ConcurrencyLimiter::try_acquire`] answers at once.
+//! [`ConcurrencyLimiter::enqueue`] returns a [`Ticket`] (runtime-agnostic),
+//! and `acquire().await` (feature `tokio`) waits on it for at most
+//! `max_delay`. The queue is FIFO within a priority; a released slot goes to
+//! the highest-priority waiter first, and a newcomer never overtakes a
+//! queued waiter of its own or a higher priority (no barging), though it
+//! may overtake lower ones. A head that does not fit blocks those behind
+//! it and every lower priority (no starvation of large requests). At most
+//! `max_waiters` wait per limit (per key); beyond, refused at once.
+//!
+//! # Decisions where the issue is silent
+//!
+//! - A refusal is an `Err(`[`Denied`]`)` (like tokio's `try_acquire`), not a
+//!   decision value: the success case must carry the permit. It says why,
+//!   and the limit, the slots in use and what remains for the priority.
+//! - A cost above the limit is refused with [`Reason::Cost`], at once,
+//!   even by `acquire`.
+//! - `max_delay` defaults to 1 s and `max_waiters` to 1,024: a bounded
+//!   wait, not tower's unbounded one.
+//! - Keyed limits drop idle keys and refuse new keys when full of busy
+//!   ones; see [`keyed`].
+
+pub mod adaptive;
+mod config;
+pub mod keyed;
+mod limiter;
+mod permit;
+mod settings;
+mod slots;
+#[cfg(feature = "tokio")]
+mod wait;
+
+pub use adaptive::{Vegas, VegasState};
+pub use config::{ConfigError, Denied, MAX_LIMIT, Priority, Reason, Shares};
+pub use keyed::{DEFAULT_MAX_KEYS, KeyedConcurrencyBuilder, KeyedConcurrencyLimiter};
+pub use limiter::{ConcurrencyBuilder, ConcurrencyLimiter};
+pub use permit::{Permit, Ticket};
+pub use settings::{DEFAULT_MAX_DELAY, DEFAULT_MAX_WAITERS};

@@ -1,0 +1,134 @@
+//! The adaptive limit in a deterministic simulation: a closed loop of
+//! clients against a queueing service whose latency grows once more than
+//! `knee` requests are in it, on a manual clock, through a real
+//! `ConcurrencyLimiter` with the Vegas controller.
+//!
+//! # The service model
+//!
+//! `knee` servers: a request that starts with `c` requests in service (its
+//! own included) takes `base · max(1, c / knee)`: flat below the knee, then
+//! growing linearly with the queue, as a processor-sharing server. Each of
+//! `CLIENTS` clients sends its next request as soon as the last one
+//! completes, and retries after `base / 4` when refused. Time only moves
+//! from event to event.
+//!
+//! # What is shown
+//!
+//! - from the initial limit (20) the limit climbs to the knee and settles
+//!   just past it: the controller aims at `alpha..beta` (3..6 at these
+//!   limits) requests queued in the service;
+//! - when the service slows (its knee halves), the limit backs off to the
+//!   new knee.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Duration;
+
+use tollgate::concurrency::{ConcurrencyLimiter, Permit, Priority, Vegas};
+use tollgate::{Clock, ManualClock, Nanos};
+
+const CLIENTS: u64 = 1_000;
+const BASE_NS: u64 = 10_000_000;
+
+struct Sim {
+    clock: ManualClock,
+    limiter: ConcurrencyLimiter,
+    knee: u64,
+    /// (time, sequence, client): a completion if the sequence has a permit.
+    events: BinaryHeap<Reverse<(u64, u64, u64)>>,
+    permits: HashMap<u64, Permit>,
+    seq: u64,
+    in_service: u64,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        let clock = ManualClock::new();
+        let limiter = ConcurrencyLimiter::builder(1)
+            .adaptive(Vegas::new())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let mut sim = Sim {
+            clock,
+            limiter,
+            knee: 0,
+            events: BinaryHeap::new(),
+            permits: HashMap::new(),
+            seq: 0,
+            in_service: 0,
+        };
+        for client in 0..CLIENTS {
+            sim.push(client, client, None);
+        }
+        sim
+    }
+
+    fn push(&mut self, at: u64, client: u64, permit: Option<Permit>) {
+        self.seq += 1;
+        if let Some(permit) = permit {
+            self.permits.insert(self.seq, permit);
+        }
+        self.events.push(Reverse((at, self.seq, client)));
+    }
+
+    /// Runs until `completions` requests completed; returns the limit after each.
+    fn run(&mut self, completions: usize) -> Vec<u32> {
+        let mut limits = Vec::with_capacity(completions);
+        while limits.len() < completions {
+            let Reverse((at, seq, client)) = self.events.pop().expect("clients never stop");
+            self.clock.set(Nanos::new(at));
+            if let Some(permit) = self.permits.remove(&seq) {
+                drop(permit);
+                self.in_service -= 1;
+                limits.push(self.limiter.limit());
+                self.push(at, client, None);
+                continue;
+            }
+            match self.limiter.try_acquire_as(1, Priority::Critical) {
+                Ok(permit) => {
+                    self.in_service += 1;
+                    let latency = BASE_NS * self.in_service.max(self.knee) / self.knee;
+                    self.push(at + latency, client, Some(permit));
+                }
+                Err(_) => self.push(at + BASE_NS / 4, client, None),
+            }
+        }
+        limits
+    }
+}
+
+fn summary(limits: &[u32]) -> (u32, u32, f64) {
+    let min = *limits.iter().min().unwrap();
+    let max = *limits.iter().max().unwrap();
+    let mean = limits.iter().map(|&l| l as f64).sum::<f64>() / limits.len() as f64;
+    (min, max, mean)
+}
+
+#[test]
+fn vegas_finds_the_knee_and_backs_off_when_the_service_slows() {
+    let mut sim = Sim::new();
+    sim.knee = 60;
+    let climb = sim.run(20_000);
+    let (_, _, settled) = summary(&climb[10_000..]);
+    let (low, high, _) = summary(&climb[10_000..]);
+    println!("knee 60: limit {low}..{high}, mean {settled:.1} over the last 10,000 samples");
+
+    sim.knee = 30;
+    let slow = sim.run(20_000);
+    let (low2, high2, settled2) = summary(&slow[10_000..]);
+    println!("knee 30: limit {low2}..{high2}, mean {settled2:.1} over the last 10,000 samples");
+    println!(
+        "elapsed (simulated): {:?}",
+        Duration::from_nanos(sim.clock.now().as_u64())
+    );
+
+    assert!(
+        (60.0..=75.0).contains(&settled),
+        "settles just past the knee of 60, not {settled:.1}"
+    );
+    assert!(
+        (30.0..=45.0).contains(&settled2),
+        "backs off to the new knee of 30, not {settled2:.1}"
+    );
+}

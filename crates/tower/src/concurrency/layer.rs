@@ -1,0 +1,186 @@
+//! [`ConcurrencyLimitLayer`], its builder and configuration.
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use tollgate::concurrency::{KeyedConcurrencyLimiter, Priority};
+use tower_layer::Layer;
+
+use super::service::ConcurrencyLimitService;
+use crate::KeyExtractor;
+
+/// How a request that finds no slot is answered (gRPC requests get
+/// `RESOURCE_EXHAUSTED` either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// `503 Service Unavailable`, with `Retry-After` if a hint is given.
+    ServiceUnavailable {
+        /// The `Retry-After` hint, if any.
+        retry_after: Option<Duration>,
+    },
+    /// `429 Too Many Requests` with `Retry-After`.
+    TooManyRequests {
+        /// The `Retry-After` hint (whole seconds, rounded up, at least 1).
+        retry_after: Duration,
+    },
+}
+
+type PriorityFn = dyn Fn(&Parts) -> Priority + Send + Sync;
+
+/// What every clone of the layer and its services share.
+pub(crate) struct Config<E: KeyExtractor> {
+    pub(crate) extractor: E,
+    pub(crate) limiter: KeyedConcurrencyLimiter<E::Key>,
+    pub(crate) refusal: Refusal,
+    pub(crate) priority: Option<Box<PriorityFn>>,
+    pub(crate) wait: bool,
+}
+
+impl<E: KeyExtractor> Config<E> {
+    pub(crate) fn priority(&self, parts: &Parts) -> Priority {
+        self.priority
+            .as_ref()
+            .map_or(Priority::Default, |priority| priority(parts))
+    }
+}
+
+/// Holds a slot of a concurrency limit for each request, for the life of
+/// its response; see the [module docs](super).
+///
+/// # Examples
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use tollgate::concurrency::KeyedConcurrencyLimiter;
+/// use tollgate_tower::Global;
+/// use tollgate_tower::concurrency::ConcurrencyLimitLayer;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // At most 100 requests in flight through this router.
+/// let limiter = KeyedConcurrencyLimiter::new(100)?;
+/// let app: Router = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(ConcurrencyLimitLayer::new(Global, limiter));
+/// # Ok(())
+/// # }
+/// ```
+pub struct ConcurrencyLimitLayer<E: KeyExtractor> {
+    config: Arc<Config<E>>,
+}
+
+impl<E: KeyExtractor> Clone for ConcurrencyLimitLayer<E> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimitLayer {
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<E: KeyExtractor> fmt::Debug for ConcurrencyLimitLayer<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimitLayer")
+            .field("refusal", &self.config.refusal)
+            .field("wait", &self.config.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E> ConcurrencyLimitLayer<E>
+where
+    E: KeyExtractor,
+    E::Key: Hash + Eq,
+{
+    /// A layer limiting each key of `extractor` with `limiter`, with the
+    /// default answers (`503`, no waiting).
+    pub fn new(extractor: E, limiter: KeyedConcurrencyLimiter<E::Key>) -> Self {
+        ConcurrencyLimitLayer::builder(extractor, limiter).build()
+    }
+
+    /// Starts configuring a layer.
+    pub fn builder(
+        extractor: E,
+        limiter: KeyedConcurrencyLimiter<E::Key>,
+    ) -> ConcurrencyBuilder<E> {
+        ConcurrencyBuilder {
+            config: Config {
+                extractor,
+                limiter,
+                refusal: Refusal::ServiceUnavailable { retry_after: None },
+                priority: None,
+                wait: false,
+            },
+        }
+    }
+
+    /// The limiter, shared with the layer.
+    pub fn limiter(&self) -> &KeyedConcurrencyLimiter<E::Key> {
+        &self.config.limiter
+    }
+}
+
+impl<S, E: KeyExtractor> Layer<S> for ConcurrencyLimitLayer<E> {
+    type Service = ConcurrencyLimitService<S, E>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ConcurrencyLimitService::new(inner, self.config.clone())
+    }
+}
+
+/// Configures a [`ConcurrencyLimitLayer`].
+pub struct ConcurrencyBuilder<E: KeyExtractor> {
+    config: Config<E>,
+}
+
+impl<E: KeyExtractor> fmt::Debug for ConcurrencyBuilder<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyBuilder")
+            .field("refusal", &self.config.refusal)
+            .field("wait", &self.config.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: KeyExtractor> ConcurrencyBuilder<E> {
+    /// Answers `503 Service Unavailable`, with `Retry-After: hint` if
+    /// given. By default, `503` without `Retry-After`.
+    pub fn service_unavailable(mut self, retry_after: Option<Duration>) -> Self {
+        self.config.refusal = Refusal::ServiceUnavailable { retry_after };
+        self
+    }
+
+    /// Answers `429 Too Many Requests` with `Retry-After: hint` (whole
+    /// seconds, rounded up, at least 1). By default, `503`.
+    pub fn too_many_requests(mut self, retry_after: Duration) -> Self {
+        self.config.refusal = Refusal::TooManyRequests { retry_after };
+        self
+    }
+
+    /// The priority of each request, from its parts (a header, the route).
+    /// By default, every request is [`Priority::Default`].
+    pub fn priority(
+        mut self,
+        priority: impl Fn(&Parts) -> Priority + Send + Sync + 'static,
+    ) -> Self {
+        self.config.priority = Some(Box::new(priority));
+        self
+    }
+
+    /// Whether a request that finds no slot waits for one (FIFO by
+    /// priority, at most the limiter's `max_delay`). By default, `false`:
+    /// answered at once.
+    pub fn wait(mut self, wait: bool) -> Self {
+        self.config.wait = wait;
+        self
+    }
+
+    /// The layer.
+    pub fn build(self) -> ConcurrencyLimitLayer<E> {
+        ConcurrencyLimitLayer {
+            config: Arc::new(self.config),
+        }
+    }
+}
