@@ -24,7 +24,10 @@
 //! quotas with [`Carry::Keep`]: permits already taken stay taken, so a
 //! reload can never hand out a fresh burst (nor lower a key below zero). If
 //! its algorithm changes, its buckets start afresh (state cannot be carried
-//! between algorithms). A removed rule's buckets are dropped. A request that
+//! between algorithms). A removed rule's buckets are kept aside until the
+//! sweeper finds every one of them fresh (a fresh bucket holds nothing to
+//! remember), so that a rule that comes back (a file restored after a bad
+//! edit) resumes its counts instead of handing out a fresh burst. A request that
 //! raced a reload and names a rule the backend no longer has is decided on
 //! a fresh state, as a new bucket would be.
 
@@ -187,6 +190,15 @@ impl RuleLimiter {
             RuleLimiter::SlidingWindow(l) => l.sweep(),
         };
     }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            RuleLimiter::Gcra(l) => l.is_empty(),
+            RuleLimiter::FixedWindow(l) => l.is_empty(),
+            RuleLimiter::SlidingLog(l) => l.is_empty(),
+            RuleLimiter::SlidingWindow(l) => l.is_empty(),
+        }
+    }
 }
 
 struct Installed {
@@ -198,8 +210,10 @@ struct Installed {
 pub struct MemoryBackend {
     clock: ClockSource,
     limiters: ArcSwap<HashMap<Arc<str>, Arc<Installed>>>,
-    /// Serialises installs (reloads are rare; decisions never take it).
-    installing: std::sync::Mutex<()>,
+    /// Removed rules' buckets, by rule path, until they are all fresh (see
+    /// the module docs). The lock serialises installs too (reloads are
+    /// rare; decisions never take it).
+    retired: std::sync::Mutex<HashMap<Arc<str>, Arc<Installed>>>,
 }
 
 impl MemoryBackend {
@@ -208,7 +222,7 @@ impl MemoryBackend {
         MemoryBackend {
             clock: clock.into(),
             limiters: ArcSwap::from_pointee(HashMap::new()),
-            installing: std::sync::Mutex::new(()),
+            retired: std::sync::Mutex::new(HashMap::new()),
         }
     }
 }
@@ -223,15 +237,18 @@ impl fmt::Debug for MemoryBackend {
 
 impl Backend for MemoryBackend {
     fn install(&self, rules: &RuleSet) -> Result<(), BackendError> {
-        let _one_at_a_time = self
-            .installing
+        let mut retired = self
+            .retired
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.limiters.load_full();
+        for (id, installed) in old.iter() {
+            retired.insert(Arc::clone(id), Arc::clone(installed));
+        }
         let mut new = HashMap::with_capacity(rules.rules().len());
         for rule in rules.rules() {
             let Some(limits) = &rule.limits else { continue };
-            let kept = old.get(&rule.id).and_then(|installed| {
+            let kept = retired.remove(&rule.id).as_ref().and_then(|installed| {
                 if installed.algorithm == limits.algorithm {
                     return Some(Arc::clone(installed));
                 }
@@ -288,6 +305,14 @@ impl Backend for MemoryBackend {
         for installed in self.limiters.load().values() {
             installed.limiter.sweep();
         }
+        let mut retired = self
+            .retired
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        retired.retain(|_, installed| {
+            installed.limiter.sweep();
+            !installed.limiter.is_empty()
+        });
     }
 }
 

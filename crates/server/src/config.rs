@@ -41,6 +41,11 @@
 //!   core's `AllOf` runs one algorithm type), and a file mixing them is
 //!   refused.
 //! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit.
+//! - A file must name at least one domain: an empty file (blank, or only
+//!   comments), a file with only `server:` / `backend:`, and `domains: []`
+//!   are refused (envoyproxy/ratelimit refuses a file without a domain
+//!   too). A truncated file is the common way to get one, and loading it
+//!   would turn every limit off.
 //! - Unknown keys are errors, and every error names the file, the line and
 //!   the field (`descriptors[1].rate_limit.unit`).
 //! - The `server` and `backend` sections are read at start only; a reload
@@ -152,6 +157,16 @@ impl Config {
     ///
     /// [`ConfigError`] naming the file, the line and the field.
     pub fn from_yaml(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        if is_blank(text) {
+            return Err(ConfigError {
+                file: path.to_owned(),
+                line: None,
+                column: None,
+                message:
+                    "the file is empty (no domain): refused, a file must name the domain it limits"
+                        .into(),
+            });
+        }
         // A first look at `backend:` alone, so that a rule Redis cannot run
         // is refused at its own line during the full read. If the section
         // is bad, the full read reports it.
@@ -174,6 +189,15 @@ impl Config {
             message,
         })
     }
+}
+
+/// Whether `text` holds no YAML content at all: nothing but blank lines,
+/// comments and document markers (a file truncated, or not yet written).
+fn is_blank(text: &str) -> bool {
+    text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---" || line == "..."
+    })
 }
 
 /// The `backend:` section alone (every other key ignored).
@@ -1300,7 +1324,14 @@ impl FileYaml {
                 if self.descriptors.is_some() {
                     return Err("domain: config file cannot have empty domain".into());
                 }
+                return Err(
+                    "domain: missing: a file must name the domain it limits (domain: NAME, or a list under domains:)"
+                        .into(),
+                );
             }
+        }
+        if domains.is_empty() {
+            return Err("domains: needs at least one domain".into());
         }
         // Empty and duplicate domains, duplicate descriptors, sliding_log
         // under Redis and token conflicts were refused as they were read,
