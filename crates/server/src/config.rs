@@ -717,6 +717,8 @@ pub enum Unit {
     Hour,
     /// 86,400 s.
     Day,
+    /// 7 days.
+    Week,
     /// 30 days.
     Month,
     /// 365 days.
@@ -724,15 +726,30 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn parse(text: &str) -> Option<Unit> {
+    /// The unit named `text`, in any case (`second` … `year`).
+    pub fn parse(text: &str) -> Option<Unit> {
         match text.to_ascii_lowercase().as_str() {
             "second" => Some(Unit::Second),
             "minute" => Some(Unit::Minute),
             "hour" => Some(Unit::Hour),
             "day" => Some(Unit::Day),
+            "week" => Some(Unit::Week),
             "month" => Some(Unit::Month),
             "year" => Some(Unit::Year),
             _ => None,
+        }
+    }
+
+    /// The unit's name in the file (lower case).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
         }
     }
 
@@ -743,6 +760,7 @@ impl Unit {
             Unit::Minute => 60,
             Unit::Hour => 3_600,
             Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
             Unit::Month => 30 * 86_400,
             Unit::Year => 365 * 86_400,
         })
@@ -755,6 +773,7 @@ impl Unit {
             Unit::Minute,
             Unit::Hour,
             Unit::Day,
+            Unit::Week,
             Unit::Month,
             Unit::Year,
         ]
@@ -771,6 +790,22 @@ pub struct Limits {
     pub quotas: Vec<QuotaConfig>,
     /// The algorithm, built.
     pub algorithm: BuiltAlgorithm,
+}
+
+impl Limits {
+    /// Builds `kind` over `quotas` (what a rule of the file does; the
+    /// service builds a descriptor's `limit` override with it).
+    ///
+    /// # Errors
+    ///
+    /// A quota the core refuses (a limit of 0, an empty list).
+    pub fn new(
+        kind: AlgorithmKind,
+        quotas: Vec<QuotaConfig>,
+    ) -> Result<Limits, tollgate::QuotaError> {
+        let algorithm = build_algorithm(kind, &quotas)?;
+        Ok(Limits { quotas, algorithm })
+    }
 }
 
 impl fmt::Debug for Limits {
@@ -1104,7 +1139,7 @@ impl QuotaYaml {
             (Some(unit), None) => {
                 let unit = Unit::parse(unit).ok_or_else(|| {
                     format!(
-                        "unit: invalid rate limit unit '{unit}' (second, minute, hour, day, month, year)"
+                        "unit: invalid rate limit unit '{unit}' (second, minute, hour, day, week, month, year)"
                     )
                 })?;
                 (unit.period(), Some(unit))

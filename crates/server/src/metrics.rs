@@ -49,6 +49,9 @@ pub enum Api {
 pub enum Refusal {
     /// Bad input: 400 / `INVALID_ARGUMENT`.
     Invalid,
+    /// One descriptor that cannot be decided as sent: answered OVER_LIMIT,
+    /// the call's other descriptors decided (counted per descriptor).
+    InvalidDescriptor,
     /// Missing or wrong token.
     Unauthenticated,
     /// Too many requests in flight: 503 / `RESOURCE_EXHAUSTED`.

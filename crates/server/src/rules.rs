@@ -45,6 +45,10 @@ pub struct Rule {
     pub shadow_mode: bool,
     /// `None` for `unlimited`.
     pub limits: Option<Limits>,
+    /// A request's `limit` override, not a rule of the file (see
+    /// [`crate::service`]): backends keep its buckets apart from the
+    /// installed rules'.
+    pub dynamic: bool,
 }
 
 impl Rule {
@@ -169,6 +173,7 @@ fn insert(
             name,
             shadow_mode: descriptor.shadow_mode,
             limits,
+            dynamic: false,
         });
         rules.push(Arc::clone(&rule));
         node.rule = Some(rule);

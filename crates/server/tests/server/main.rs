@@ -5,6 +5,7 @@ mod auth;
 mod backend_errors;
 mod bad_input;
 mod conformance;
+mod descriptors;
 mod envoy_types;
 mod http_api;
 mod redis_backend;
