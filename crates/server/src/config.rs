@@ -268,6 +268,12 @@ pub struct ServerSettings {
     /// How often the file is read for changes, in milliseconds; 0 turns
     /// hot reload off. By default, 1,000.
     pub reload_interval_ms: u64,
+    /// A connection that sends nothing for this long, in milliseconds, is
+    /// closed (a silent client, headers that never end, an idle keep-alive
+    /// connection, a peer gone); gRPC peers are pinged every half of it,
+    /// so a live one is never cut (see [`crate::listen`]). By default,
+    /// 30,000.
+    pub idle_timeout_ms: u64,
     /// TLS on the gRPC listener. By default, none (plain HTTP/2).
     pub grpc_tls: Option<TlsSettings>,
     /// TLS on the HTTP listener. By default, none (plain HTTP).
@@ -618,6 +624,7 @@ impl Default for ServerSettings {
             max_concurrent_requests: 1024,
             response_headers: false,
             reload_interval_ms: 1000,
+            idle_timeout_ms: 30_000,
             grpc_tls: None,
             http_tls: None,
         }
@@ -892,6 +899,9 @@ impl TryFrom<ServerSettings> for ServerSection {
         }
         if settings.bearer_token.as_deref() == Some("") {
             return Err("bearer_token: must not be empty".into());
+        }
+        if settings.idle_timeout_ms == 0 {
+            return Err("idle_timeout_ms: must be at least 1".into());
         }
         Ok(ServerSection(settings))
     }

@@ -14,7 +14,9 @@
 //! its leases back).
 //!
 //! Either listener serves TLS when the file gives it a certificate
-//! ([`crate::tls`]).
+//! ([`crate::tls`]). Both accept through [`crate::listen`]: accept errors
+//! (out of descriptors) are waited out with a back-off and logged, and a
+//! connection that sends nothing for `idle_timeout_ms` is closed.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,12 +26,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::ClockSource;
 
 use crate::backend::{Backend, MemoryBackend, SWEEP_EVERY};
 use crate::config::{BackendSettings, Config, ConfigError};
 use crate::grpc::{self, RlsService};
+use crate::listen::Acceptor;
 use crate::metrics::Metrics;
 use crate::redis_backend::RedisBackend;
 use crate::reload::Reloader;
@@ -301,7 +303,11 @@ impl BoundServer {
             }
         };
 
-        let mut grpc = tonic::transport::Server::builder();
+        let idle = Duration::from_millis(self.settings.idle_timeout_ms);
+        // Pings keep a live peer's connection read-active (crate::listen).
+        let mut grpc = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(idle / 2))
+            .http2_keepalive_timeout(Some(idle / 2));
         if let Some(identity) = &self.grpc_tls {
             grpc = grpc
                 .tls_config(identity.tonic_config())
@@ -313,7 +319,10 @@ impl BoundServer {
                 self.token.clone(),
                 self.settings.max_request_bytes,
             ))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), stopped());
+            .serve_with_incoming_shutdown(
+                Acceptor::new(self.grpc_listener, idle).into_stream(),
+                stopped(),
+            );
         let router = crate::http::router(
             Arc::clone(&self.service),
             self.token.clone(),
@@ -324,13 +333,17 @@ impl BoundServer {
         let http = async move {
             match &self.http_tls {
                 None => {
-                    axum::serve(self.http_listener, router)
+                    axum::serve(Acceptor::new(self.http_listener, idle), router)
                         .with_graceful_shutdown(http_stopped)
                         .await
                 }
                 Some(identity) => {
                     let acceptor = identity.acceptor().map_err(std::io::Error::other)?;
-                    let listener = TlsListener::new(self.http_listener, acceptor, self.http_addr);
+                    let listener = TlsListener::new(
+                        Acceptor::new(self.http_listener, idle),
+                        acceptor,
+                        self.http_addr,
+                    );
                     axum::serve(listener, router)
                         .with_graceful_shutdown(http_stopped)
                         .await
