@@ -10,7 +10,8 @@
 //! less than 20% of the limit left), `_within_limit`, `_shadow_mode`
 //! (denials answered OK). Also the decision latency per API, requests
 //! refused before a decision (by reason), configuration loads by result, and
-//! backend errors.
+//! backend errors. Label values are lower case (`api="grpc"`), as
+//! envoyproxy/ratelimit's and Prometheus' conventions have them.
 //!
 //! `tollgate_backend_errors` counts requests answered 503 / `UNAVAILABLE`
 //! because the backend returned an error instead of decisions. Neither
@@ -27,7 +28,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -35,8 +38,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate::Decision;
 
-/// Which API a request came through.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+/// Which API a request came through (label value `grpc` or `http`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Api {
     /// Envoy RLS over gRPC.
     Grpc,
@@ -44,8 +47,10 @@ pub enum Api {
     Http,
 }
 
-/// Why a request was refused before any decision.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+/// Why a request was refused before any decision (label values in
+/// snake case: `invalid`, `invalid_descriptor`, `unauthenticated`,
+/// `overloaded`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Refusal {
     /// Bad input: 400 / `INVALID_ARGUMENT`.
     Invalid,
@@ -56,6 +61,26 @@ pub enum Refusal {
     Unauthenticated,
     /// Too many requests in flight: 503 / `RESOURCE_EXHAUSTED`.
     Overloaded,
+}
+
+impl EncodeLabelValue for Api {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Api::Grpc => "grpc",
+            Api::Http => "http",
+        })
+    }
+}
+
+impl EncodeLabelValue for Refusal {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Refusal::Invalid => "invalid",
+            Refusal::InvalidDescriptor => "invalid_descriptor",
+            Refusal::Unauthenticated => "unauthenticated",
+            Refusal::Overloaded => "overloaded",
+        })
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -6,6 +6,11 @@
 //! the shutdown future resolves, then stops accepting, lets requests in
 //! flight finish, and returns. [`Server::run`] does both.
 //!
+//! The gRPC listener also serves `grpc.health.v1.Health` (no token
+//! needed, as `/healthz`): `SERVING` for `""` and
+//! `envoy.service.ratelimit.v3.RateLimitService` while the server takes
+//! traffic, `NOT_SERVING` from the first moment of shutdown.
+//!
 //! On shutdown `/readyz` answers 503 from the first moment (to requests on
 //! connections still open while the others drain), both listeners stop
 //! accepting, requests in flight are answered, and `run` returns when both
@@ -240,6 +245,9 @@ fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, Se
         .map_err(|error| ServeError::Bind { addr, error })
 }
 
+/// The rate limit service's gRPC name, as health checks ask for it.
+pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
 /// A server with both listeners bound.
 pub struct BoundServer {
     grpc_listener: TcpListener,
@@ -313,7 +321,14 @@ impl BoundServer {
                 .tls_config(identity.tonic_config())
                 .map_err(ServeError::Grpc)?;
         }
+        // grpc.health.v1 (Kubernetes' and Envoy's gRPC health checks): the
+        // server ("") and the rate limit service serve until shutdown.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<RlsService>>()
+            .await;
         let grpc = grpc
+            .add_service(health_service)
             .add_service(grpc::server(
                 RlsService::new(Arc::clone(&self.service), self.settings.response_headers),
                 self.token.clone(),
@@ -371,6 +386,11 @@ impl BoundServer {
             shutdown.await;
             // Relaxed: the flag is read on its own by /readyz.
             ready.store(false, Ordering::Relaxed);
+            for service in ["", RLS_SERVICE] {
+                health
+                    .set_service_status(service, tonic_health::ServingStatus::NotServing)
+                    .await;
+            }
             tracing::info!("shutting down: draining requests in flight");
             let _ = stop_tx.send(true);
         });

@@ -149,7 +149,7 @@ async fn http_bad_input_matrix() {
     assert!(
         metric(
             &text,
-            "tollgate_requests_refused_total{api=\"Http\",reason=\"Invalid\"}"
+            "tollgate_requests_refused_total{api=\"http\",reason=\"invalid\"}"
         ) >= 12.0,
         "{text}"
     );
@@ -277,11 +277,11 @@ async fn grpc_bad_input_matrix() {
     assert!(
         metric(
             &text,
-            "tollgate_requests_refused_total{api=\"Grpc\",reason=\"Invalid\"}"
+            "tollgate_requests_refused_total{api=\"grpc\",reason=\"invalid\"}"
         ) == 14.0
             && metric(
                 &text,
-                "tollgate_requests_refused_total{api=\"Grpc\",reason=\"InvalidDescriptor\"}"
+                "tollgate_requests_refused_total{api=\"grpc\",reason=\"invalid_descriptor\"}"
             ) == 7.0,
         "{text}"
     );

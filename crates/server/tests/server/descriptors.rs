@@ -133,7 +133,7 @@ async fn an_oversize_value_beside_a_limited_address_is_over_limit() {
     assert_eq!(
         metric(
             &text,
-            "tollgate_requests_refused_total{api=\"Grpc\",reason=\"InvalidDescriptor\"}"
+            "tollgate_requests_refused_total{api=\"grpc\",reason=\"invalid_descriptor\"}"
         ),
         9.0,
         "{text}"

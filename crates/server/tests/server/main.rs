@@ -8,6 +8,7 @@ mod bad_input;
 mod conformance;
 mod descriptors;
 mod envoy_types;
+mod health;
 mod http_api;
 mod redis_backend;
 mod reload;
