@@ -29,9 +29,12 @@
 //! # Decisions
 //!
 //! - Every envoyproxy/ratelimit key is read with its meaning (`unit` is
-//!   case-insensitive, `unlimited` forbids a unit); `replaces` and
-//!   `detailed_metric` are not supported and are refused rather than
-//!   silently ignored: a file that relies on them would not do what it says.
+//!   case-insensitive, `unlimited` forbids a unit). `replaces`,
+//!   `detailed_metric: true`, `value_to_metric: true` and
+//!   `share_threshold: true` are not supported and are refused, at their
+//!   line and with why, rather than silently ignored: a file that relies on
+//!   them would not do what it says (`false` is accepted: it is the
+//!   default meaning).
 //! - Extensions, all inside `rate_limit`: `algorithm` (`gcra`, the
 //!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
 //!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
@@ -40,7 +43,11 @@
 //!   descriptor, decided all-or-nothing; they share one algorithm (the
 //!   core's `AllOf` runs one algorithm type), and a file mixing them is
 //!   refused.
-//! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit.
+//! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit;
+//!   `week` is 7 days.
+//! - `requests_per_unit: 0` in a `rate_limit:` block is envoyproxy/ratelimit's
+//!   block list: every request matching it is over the limit (answered with
+//!   that limit, nothing counted). In a `rate_limits:` list it is refused.
 //! - A file must name at least one domain: an empty file (blank, or only
 //!   comments), a file with only `server:` / `backend:`, and `domains: []`
 //!   are refused (envoyproxy/ratelimit refuses a file without a domain
@@ -663,6 +670,14 @@ pub enum LimitConfig {
         /// The limit's name, reported in responses.
         name: Option<String>,
     },
+    /// `requests_per_unit: 0`: every request over the limit
+    /// (envoyproxy/ratelimit's way to block a value).
+    Blocked {
+        /// The limit's name, reported in responses.
+        name: Option<String>,
+        /// The quota as written (0 per unit).
+        quota: QuotaConfig,
+    },
     /// Limited by one or several quotas, all-or-nothing.
     Limited {
         /// The limit's name, reported in responses.
@@ -1070,6 +1085,12 @@ struct RawDescriptor {
     rate_limits: Option<Vec<QuotaYaml>>,
     #[serde(default)]
     shadow_mode: bool,
+    #[serde(default)]
+    detailed_metric: bool,
+    #[serde(default)]
+    value_to_metric: bool,
+    #[serde(default)]
+    share_threshold: bool,
     #[serde(default, deserialize_with = "unique_descriptors")]
     descriptors: Vec<DescriptorYaml>,
 }
@@ -1079,6 +1100,9 @@ struct RawDescriptor {
 struct LimitYaml {
     #[serde(default)]
     unlimited: bool,
+    /// envoyproxy/ratelimit's `replaces`: refused (see [`limit_of`]).
+    #[serde(default)]
+    replaces: Option<serde_yaml_ng::Value>,
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
@@ -1096,7 +1120,13 @@ struct LimitYaml {
 }
 
 impl LimitYaml {
-    fn split(self) -> (bool, Option<String>, QuotaYaml) {
+    fn split(self) -> Result<(bool, Option<String>, QuotaYaml), String> {
+        if self.replaces.is_some() {
+            return Err(
+                "rate_limit.replaces: not supported: every matching descriptor's limit applies here (all of them must admit); remove it"
+                    .into(),
+            );
+        }
         let quota = QuotaYaml {
             unit: self.unit,
             requests_per_unit: self.requests_per_unit,
@@ -1105,7 +1135,7 @@ impl LimitYaml {
             burst: self.burst,
             slots: self.slots,
         };
-        (self.unlimited, self.name, quota)
+        Ok((self.unlimited, self.name, quota))
     }
 }
 
@@ -1260,13 +1290,34 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
         if raw.key.is_empty() {
             return Err("key: descriptor has empty key".into());
         }
+        // envoyproxy/ratelimit keys whose meaning this server does not
+        // give: refused, never accepted and ignored (`false` is the
+        // default meaning, and is accepted).
+        if raw.detailed_metric {
+            return Err(
+                "detailed_metric: not supported: tollgate's metrics are per rule (label rule), never per request value; remove it"
+                    .into(),
+            );
+        }
+        if raw.value_to_metric {
+            return Err(
+                "value_to_metric: not supported: tollgate's metrics are per rule (label rule), never per request value; remove it"
+                    .into(),
+            );
+        }
+        if raw.share_threshold {
+            return Err(
+                "share_threshold: not supported yet: every value matching a wildcard has its own bucket here; remove it or list the values"
+                    .into(),
+            );
+        }
         let value = raw.value.filter(|v| !v.is_empty());
         let limit = match (raw.rate_limit, raw.rate_limits) {
             (Some(_), Some(_)) => {
                 return Err("give either rate_limit or rate_limits, not both".into());
             }
             (None, None) => None,
-            (Some(limit), None) => limit_of(limit.split())?,
+            (Some(limit), None) => limit_of(limit.split()?)?,
             (None, Some(list)) => {
                 if list.is_empty() {
                     return Err("rate_limits: needs at least one limit".into());
@@ -1317,6 +1368,20 @@ fn limit_of(
             );
         }
         return Ok(Some(LimitConfig::Unlimited { name }));
+    }
+    if quota.requests_per_unit == Some(0) {
+        // envoyproxy/ratelimit's "block list" entry: always over the limit.
+        let (_, mut blocked) = QuotaYaml {
+            requests_per_unit: Some(1),
+            ..quota
+        }
+        .validate()
+        .map_err(|error| format!("rate_limit.{error}"))?;
+        blocked.requests_per_unit = 0;
+        return Ok(Some(LimitConfig::Blocked {
+            name,
+            quota: blocked,
+        }));
     }
     let (kind, quota) = quota
         .validate()
@@ -1521,7 +1586,7 @@ mod tests {
                 "when unlimited",
             ),
             (
-                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 0}\n",
                 "at least 1",
             ),
             (

@@ -418,7 +418,7 @@ async fn rules(State(state): State<AppState>) -> Response {
                 .collect(),
             name: rule.name.clone(),
             shadow_mode: rule.shadow_mode,
-            unlimited: rule.limits.is_none(),
+            unlimited: rule.limits.is_none() && rule.blocked.is_none(),
             limits: rule.limits.as_ref().map_or_else(Vec::new, |limits| {
                 let kind = limits.algorithm.kind();
                 limits

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::config::{Config, DescriptorConfig, LimitConfig, Limits};
+use crate::config::{Config, DescriptorConfig, LimitConfig, Limits, QuotaConfig};
 
 /// One configured limit, at one node of a domain's tree.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,8 +46,11 @@ pub struct Rule {
     pub name: Option<String>,
     /// Decide and count, but answer OK.
     pub shadow_mode: bool,
-    /// `None` for `unlimited`.
+    /// `None` for `unlimited`, and for `blocked`.
     pub limits: Option<Limits>,
+    /// `requests_per_unit: 0`: every request over this limit, nothing
+    /// counted.
+    pub blocked: Option<QuotaConfig>,
     /// A request's `limit` override, not a rule of the file (see
     /// [`crate::service`]): backends keep its buckets apart from the
     /// installed rules'.
@@ -163,9 +166,10 @@ fn insert(
         Some(value) => branch.exact.entry(value.clone()).or_default(),
     };
     if let Some(limit) = &descriptor.limit {
-        let (name, limits) = match limit {
-            LimitConfig::Unlimited { name } => (name.clone(), None),
-            LimitConfig::Limited { name, limits } => (name.clone(), Some(limits.clone())),
+        let (name, limits, blocked) = match limit {
+            LimitConfig::Unlimited { name } => (name.clone(), None, None),
+            LimitConfig::Blocked { name, quota } => (name.clone(), None, Some(*quota)),
+            LimitConfig::Limited { name, limits } => (name.clone(), Some(limits.clone()), None),
         };
         let rule = Arc::new(Rule {
             id: rule_id(domain, path).into(),
@@ -174,6 +178,7 @@ fn insert(
             name,
             shadow_mode: descriptor.shadow_mode,
             limits,
+            blocked,
             dynamic: false,
         });
         rules.push(Arc::clone(&rule));

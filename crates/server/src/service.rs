@@ -36,6 +36,10 @@
 //! - a `limit` override with `requests_per_unit: 0` (a limit of nothing,
 //!   as in envoyproxy/ratelimit) or an `UNKNOWN` unit.
 //!
+//! A rule of the file with `requests_per_unit: 0` answers the same way
+//! (OVER_LIMIT with its limit, nothing counted), as envoyproxy/ratelimit's
+//! block list does; it is not counted as bad input.
+//!
 //! # Limit overrides (Envoy's dynamic limits)
 //!
 //! A descriptor's `limit` (`requests_per_unit` per `unit`, set by Envoy's
@@ -150,6 +154,8 @@ enum Plan {
         rule: Option<Arc<Rule>>,
         quota: Option<QuotaConfig>,
         reason: String,
+        /// Bad input (counted as such), not a rule that blocks.
+        invalid: bool,
     },
 }
 
@@ -326,7 +332,12 @@ impl Service {
             .enumerate()
             .map(|(i, descriptor)| {
                 let plan = self.plan(&rules, &request.domain, request.cost, descriptor);
-                if let Plan::Refused { reason, .. } = &plan {
+                if let Plan::Refused {
+                    reason,
+                    invalid: true,
+                    ..
+                } = &plan
+                {
                     self.metrics.refused(api, Refusal::InvalidDescriptor);
                     tracing::debug!(?api, domain = %request.domain, "descriptors[{i}]: {reason}: OVER_LIMIT");
                 }
@@ -371,6 +382,7 @@ impl Service {
                     rule,
                     quota,
                     reason,
+                    ..
                 } => Status::Refused {
                     rule,
                     quota,
@@ -419,6 +431,7 @@ impl Service {
                 rule: rule.cloned(),
                 quota,
                 reason,
+                invalid: true,
             };
         if let Err(reason) = self.validate_entries(descriptor) {
             return refused(None, None, reason);
@@ -442,6 +455,14 @@ impl Service {
                 Some(rule) => rule,
             },
         };
+        if let Some(quota) = rule.blocked {
+            return Plan::Refused {
+                rule: Some(Arc::clone(rule)),
+                quota: Some(quota),
+                reason: "the rule admits nothing (requests_per_unit: 0)".into(),
+                invalid: false,
+            };
+        }
         let Some(limits) = &rule.limits else {
             return Plan::Unlimited(Arc::clone(rule));
         };
@@ -557,6 +578,7 @@ fn dynamic_rule(
         name: None,
         shadow_mode: false,
         limits: Some(limits),
+        blocked: None,
         dynamic: true,
     }))
 }

@@ -10,6 +10,7 @@ mod descriptors;
 mod envoy_types;
 mod health;
 mod http_api;
+mod lyft;
 mod redis_backend;
 mod reload;
 mod support;
