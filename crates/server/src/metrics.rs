@@ -8,7 +8,11 @@
 //! request values), counted in permits as envoyproxy/ratelimit does:
 //! `tollgate_rule_total_hits`, `_over_limit`, `_near_limit` (admitted with
 //! less than 20% of the limit left), `_within_limit`, `_shadow_mode`
-//! (denials answered OK). Also the decision latency per API, requests
+//! (denials answered OK); the same counts under envoyproxy/ratelimit's
+//! Prometheus names, `ratelimit_service_rate_limit_{total_hits,over_limit,
+//! near_limit,within_limit,shadow_mode}{domain,key1,key2}`, and
+//! `ratelimit_service_config_load_{success,error}`, so that its dashboards
+//! keep working. Also the decision latency per API, requests
 //! refused before a decision (by reason), configuration loads by result, and
 //! backend errors. Label values are lower case (`api="grpc"`), as
 //! envoyproxy/ratelimit's and Prometheus' conventions have them.
@@ -37,6 +41,17 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate::Decision;
+
+use crate::rules::Rule;
+
+/// envoyproxy/ratelimit's per-rule stats, in [`RuleCounters`]' order.
+const LYFT_RULE_NAMES: [&str; 5] = [
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+];
 
 /// Which API a request came through (label value `grpc` or `http`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -88,6 +103,17 @@ struct RuleLabel {
     rule: String,
 }
 
+/// envoyproxy/ratelimit's labels, as its Prometheus mapping
+/// (`src/stats/prom/default_mapper.yaml`) names them: the domain and the
+/// first two entries of the rule's path (`key_value`, or `key` without a
+/// value); `key2` is empty (to Prometheus: absent) for a one-entry rule.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LyftLabel {
+    domain: String,
+    key1: String,
+    key2: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabel {
     api: Api,
@@ -104,30 +130,37 @@ struct ResultLabel {
     result: &'static str,
 }
 
-/// One rule's counters (clones of the registered ones).
+/// One rule's counters (clones of the registered ones): tollgate's and
+/// envoyproxy/ratelimit's names, counted together.
 #[derive(Clone, Debug, Default)]
 pub struct RuleCounters {
-    total_hits: Counter,
-    over_limit: Counter,
-    near_limit: Counter,
-    within_limit: Counter,
-    shadow_mode: Counter,
+    total_hits: [Counter; 2],
+    over_limit: [Counter; 2],
+    near_limit: [Counter; 2],
+    within_limit: [Counter; 2],
+    shadow_mode: [Counter; 2],
+}
+
+fn inc_by(counters: &[Counter; 2], n: u64) {
+    for counter in counters {
+        counter.inc_by(n);
+    }
 }
 
 impl RuleCounters {
     /// Counts one decision of `cost`; `shadow` if the rule is in shadow mode.
     pub fn decided(&self, cost: u64, decision: &Decision, shadow: bool) {
-        self.total_hits.inc_by(cost);
+        inc_by(&self.total_hits, cost);
         if decision.is_allowed() {
-            self.within_limit.inc_by(cost);
+            inc_by(&self.within_limit, cost);
             // Less than 20% left (in 128 bits: no overflow).
             if u128::from(decision.remaining()) * 5 < u128::from(decision.limit()) {
-                self.near_limit.inc_by(cost);
+                inc_by(&self.near_limit, cost);
             }
         } else {
-            self.over_limit.inc_by(cost);
+            inc_by(&self.over_limit, cost);
             if shadow {
-                self.shadow_mode.inc_by(cost);
+                inc_by(&self.shadow_mode, cost);
             }
         }
     }
@@ -141,6 +174,11 @@ pub struct Metrics {
     near_limit: Family<RuleLabel, Counter>,
     within_limit: Family<RuleLabel, Counter>,
     shadow_mode: Family<RuleLabel, Counter>,
+    /// envoyproxy/ratelimit's names (`ratelimit_service_rate_limit_*`),
+    /// in a registry without tollgate's prefix.
+    lyft: Registry,
+    lyft_rule: [Family<LyftLabel, Counter>; 5],
+    lyft_config: [Counter; 2],
     latency: Family<ApiLabel, Histogram>,
     refused: Family<RefusalLabel, Counter>,
     config_loads: Family<ResultLabel, Counter>,
@@ -229,8 +267,31 @@ impl Metrics {
             "Requests the backend could not decide",
             backend_errors.clone(),
         );
+        let mut lyft = Registry::default();
+        let lyft_rule: [Family<LyftLabel, Counter>; 5] = Default::default();
+        for (family, name) in lyft_rule.iter().zip(LYFT_RULE_NAMES) {
+            lyft.register(
+                format!("ratelimit_service_rate_limit_{name}"),
+                format!("envoyproxy/ratelimit's {name}, per domain, key1, key2"),
+                family.clone(),
+            );
+        }
+        let lyft_config: [Counter; 2] = Default::default();
+        lyft.register(
+            "ratelimit_service_config_load_success",
+            "envoyproxy/ratelimit's configuration loads that succeeded",
+            lyft_config[0].clone(),
+        );
+        lyft.register(
+            "ratelimit_service_config_load_error",
+            "envoyproxy/ratelimit's configuration loads that failed",
+            lyft_config[1].clone(),
+        );
         Metrics {
             registry,
+            lyft,
+            lyft_rule,
+            lyft_config,
             total_hits,
             over_limit,
             near_limit,
@@ -247,16 +308,35 @@ impl Metrics {
 
     /// The counters of `rule`, looked up once so that counting a decision
     /// allocates nothing.
-    pub fn rule(&self, rule: &str) -> RuleCounters {
+    pub fn rule(&self, rule: &Rule) -> RuleCounters {
         let label = RuleLabel {
-            rule: rule.to_owned(),
+            rule: rule.id.to_string(),
+        };
+        let entry = |i: usize| {
+            rule.path
+                .get(i)
+                .map_or_else(String::new, |(key, value)| match value {
+                    Some(value) => format!("{key}_{value}"),
+                    None => key.clone(),
+                })
+        };
+        let lyft = LyftLabel {
+            domain: rule.domain.clone(),
+            key1: entry(0),
+            key2: entry(1),
+        };
+        let both = |ours: &Family<RuleLabel, Counter>, theirs: &Family<LyftLabel, Counter>| {
+            [
+                ours.get_or_create(&label).clone(),
+                theirs.get_or_create(&lyft).clone(),
+            ]
         };
         RuleCounters {
-            total_hits: self.total_hits.get_or_create(&label).clone(),
-            over_limit: self.over_limit.get_or_create(&label).clone(),
-            near_limit: self.near_limit.get_or_create(&label).clone(),
-            within_limit: self.within_limit.get_or_create(&label).clone(),
-            shadow_mode: self.shadow_mode.get_or_create(&label).clone(),
+            total_hits: both(&self.total_hits, &self.lyft_rule[0]),
+            over_limit: both(&self.over_limit, &self.lyft_rule[1]),
+            near_limit: both(&self.near_limit, &self.lyft_rule[2]),
+            within_limit: both(&self.within_limit, &self.lyft_rule[3]),
+            shadow_mode: both(&self.shadow_mode, &self.lyft_rule[4]),
         }
     }
 
@@ -281,6 +361,7 @@ impl Metrics {
             .get_or_create(&ResultLabel { result })
             .inc();
         self.config_ok.set(i64::from(ok));
+        self.lyft_config[usize::from(!ok)].inc();
     }
 
     /// The registry, to add a backend's metrics before serving.
@@ -301,7 +382,10 @@ impl Metrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut text = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut text, &self.registry);
+        let _ = prometheus_client::encoding::text::encode_registry(&mut text, &self.lyft);
+        let _ = prometheus_client::encoding::text::encode_eof(&mut text);
         text
     }
 }

@@ -394,11 +394,10 @@ impl Service {
                     };
                     match counters.get(&rule.id) {
                         Some(counters) => counters.decided(cost, &decision, rule.shadow_mode),
-                        None => {
-                            self.metrics
-                                .rule(&rule.id)
-                                .decided(cost, &decision, rule.shadow_mode)
-                        }
+                        None => self
+                            .metrics
+                            .rule(&rule)
+                            .decided(cost, &decision, rule.shadow_mode),
                     }
                     let quota = rule.limits.as_ref().and_then(|limits| {
                         binding_quota(limits.algorithm.kind(), &limits.quotas, &decision)
@@ -587,7 +586,7 @@ fn counters(metrics: &Metrics, rules: &RuleSet) -> HashMap<Arc<str>, RuleCounter
     rules
         .rules()
         .iter()
-        .map(|rule| (Arc::clone(&rule.id), metrics.rule(&rule.id)))
+        .map(|rule| (Arc::clone(&rule.id), metrics.rule(rule)))
         .collect()
 }
 

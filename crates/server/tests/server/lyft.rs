@@ -138,6 +138,38 @@ async fn readme_examples_answer_as_documented() {
             let codes: Vec<Code> = response.statuses.iter().map(|s| s.code()).collect();
             assert_eq!(codes, *expected, "{}: call {i} {entries:?}", example.name);
         }
+        if domain == "weekly" {
+            // envoyproxy/ratelimit's metric names and labels, beside ours.
+            let text = server.metrics().await;
+            for (name, value) in [
+                ("total_hits", 3.0),
+                ("over_limit", 1.0),
+                ("within_limit", 2.0),
+            ] {
+                assert_eq!(
+                    metric(
+                        &text,
+                        &format!(
+                            "ratelimit_service_rate_limit_{name}_total{{domain=\"weekly\",key1=\"user\",key2=\"\"}}"
+                        )
+                    ),
+                    value,
+                    "{name}: {text}"
+                );
+            }
+            assert_eq!(
+                metric(
+                    &text,
+                    "tollgate_rule_total_hits_total{rule=\"weekly.user\"}"
+                ),
+                3.0
+            );
+            assert_eq!(
+                metric(&text, "ratelimit_service_config_load_success_total"),
+                1.0,
+                "{text}"
+            );
+        }
         server.stop().await;
     }
 }
