@@ -79,6 +79,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow};
 
+pub use crate::tls::TlsSettings;
+use crate::yaml::{CheckedSeed, checked_mapping};
+
 /// Why a configuration file was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -104,8 +107,8 @@ impl ConfigError {
         &self.message
     }
 
-    /// The backend refused the file's rules.
-    pub(crate) fn rules(file: &Path, error: &crate::backend::BackendError) -> ConfigError {
+    /// The backend refused the file's rules (the backend's error, shown).
+    pub(crate) fn rules(file: &Path, error: &dyn fmt::Display) -> ConfigError {
         ConfigError {
             file: file.to_owned(),
             line: None,
@@ -287,41 +290,6 @@ pub struct ServerSettings {
     pub http_tls: Option<TlsSettings>,
 }
 
-/// A listener's certificate and key, checked when the file is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsSettings {
-    /// The certificate chain, PEM, leaf first.
-    pub cert: PathBuf,
-    /// The private key, PEM (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TlsYaml {
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-impl<'de> Deserialize<'de> for TlsSettings {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        checked_mapping::<D, TlsYaml, TlsSettings>(d)
-    }
-}
-
-impl TryFrom<TlsYaml> for TlsSettings {
-    type Error = String;
-
-    fn try_from(yaml: TlsYaml) -> Result<TlsSettings, String> {
-        let settings = TlsSettings {
-            cert: yaml.cert,
-            key: yaml.key,
-        };
-        crate::tls::Identity::load(&settings)?;
-        Ok(settings)
-    }
-}
-
 /// Where the counts live.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum BackendSettings {
@@ -460,20 +428,6 @@ impl<'de> Deserialize<'de> for BackendSection {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         checked_mapping::<D, BackendYaml, BackendSection>(d)
     }
-}
-
-/// Reads a mapping as `Y`, then validates it into `T` *within* the
-/// mapping, so that serde_yaml_ng gives a validation error the mapping's
-/// line and path (`#[serde(try_from)]` validates after the mapping is done,
-/// and the error takes the line of whatever encloses it).
-fn checked_mapping<'de, D, Y, T>(d: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    Y: Deserialize<'de>,
-    T: TryFrom<Y, Error = String>,
-{
-    use serde::de::DeserializeSeed as _;
-    CheckedSeed(T::try_from, std::marker::PhantomData).deserialize(d)
 }
 
 fn duration_of(field: &str, text: Option<&String>, default: Duration) -> Result<Duration, String> {
@@ -957,40 +911,6 @@ where
         }
     }
     d.deserialize_seq(Seq(check, std::marker::PhantomData))
-}
-
-/// A mapping read as `Y`, then turned into a `T` by a check run within the
-/// mapping, so that its error has the mapping's line (see
-/// [`checked_mapping`]).
-struct CheckedSeed<Y, F>(F, std::marker::PhantomData<Y>);
-
-impl<'de, Y, T, F> serde::de::DeserializeSeed<'de> for CheckedSeed<Y, F>
-where
-    Y: Deserialize<'de>,
-    F: FnOnce(Y) -> Result<T, String>,
-{
-    type Value = T;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        struct Checked<Y, F>(F, std::marker::PhantomData<Y>);
-        impl<'de, Y, T, F> serde::de::Visitor<'de> for Checked<Y, F>
-        where
-            Y: Deserialize<'de>,
-            F: FnOnce(Y) -> Result<T, String>,
-        {
-            type Value = T;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping")
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                let yaml = Y::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                (self.0)(yaml).map_err(serde::de::Error::custom)
-            }
-        }
-        d.deserialize_map(Checked(self.0, std::marker::PhantomData))
-    }
 }
 
 /// `domain:`, not empty (refused within the scalar: the error has its line).

@@ -46,6 +46,7 @@ pub mod rules;
 pub mod server;
 pub mod service;
 pub mod tls;
+mod yaml;
 
 pub use backend::{Backend, BackendError, Hit, MemoryBackend};
 pub use config::{Config, ConfigError};

@@ -27,18 +27,20 @@
 //!   reload warns that the `server` section changed).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
 
-use crate::config::TlsSettings;
 use crate::listen::{Acceptor, IdleTimeout};
+use crate::yaml::checked_mapping;
 
 /// An accepted TCP connection, closed when idle ([`crate::listen`]).
 type Connection = IdleTimeout<tokio::net::TcpStream>;
@@ -205,5 +207,40 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+/// A listener's certificate and key, checked when the file is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// The certificate chain, PEM, leaf first.
+    pub cert: PathBuf,
+    /// The private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsYaml {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl<'de> Deserialize<'de> for TlsSettings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        checked_mapping::<D, TlsYaml, TlsSettings>(d)
+    }
+}
+
+impl TryFrom<TlsYaml> for TlsSettings {
+    type Error = String;
+
+    fn try_from(yaml: TlsYaml) -> Result<TlsSettings, String> {
+        let settings = TlsSettings {
+            cert: yaml.cert,
+            key: yaml.key,
+        };
+        Identity::load(&settings)?;
+        Ok(settings)
     }
 }
