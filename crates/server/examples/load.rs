@@ -5,7 +5,9 @@
 //! cargo run --release -p tollgate-server --example load -- [SECONDS] [CONCURRENCY] [BACKEND]
 //! ```
 //!
-//! BACKEND is `memory` (the default), `redis` (a `redis-server` started by
+//! BACKEND is `floor` (no rate-limit server: a bare tonic server answering
+//! a constant `OK`, gRPC only, the transport's cost alone, to compare the
+//! server against), `memory` (the default), `redis` (a `redis-server` started by
 //! this program on a free loopback port, no persistence, stopped at the
 //! end) or a `redis://` URL (an existing server). With Redis, the backend
 //! section sets a deadline of 20 ms and `fail_open`, and the decisions
@@ -29,7 +31,14 @@ use tollgate_server::Server;
 use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitResponse;
+use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus,
+};
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 
 const SERVER: &str = "
 server:
@@ -197,12 +206,62 @@ fn counter_sum(metrics: &str, name: &str, label: &str) -> f64 {
         .sum()
 }
 
+/// The floor: a bare tonic server whose `ShouldRateLimit` answers a
+/// constant `OK` (one status, as the server's answer has), with no
+/// decision, metrics or checks: what the transport alone costs.
+#[derive(Clone, Copy)]
+struct Floor;
+
+#[tonic::async_trait]
+impl RateLimitService for Floor {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let statuses = request
+            .into_inner()
+            .descriptors
+            .iter()
+            .map(|_| DescriptorStatus {
+                code: Code::Ok as i32,
+                limit_remaining: 1,
+                ..DescriptorStatus::default()
+            })
+            .collect();
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses,
+            ..RateLimitResponse::default()
+        }))
+    }
+}
+
+/// Starts [`Floor`] on a free loopback port.
+async fn floor() -> Result<std::net::SocketAddr, Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(Floor))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    Ok(addr)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let seconds: u64 = args.next().map_or(Ok(5), |s| s.parse())?;
     let workers: usize = args.next().map_or(Ok(32), |s| s.parse())?;
     let backend = args.next().unwrap_or_else(|| "memory".into());
+    if backend == "floor" {
+        let addr = floor().await?;
+        println!(
+            "{seconds} s, {workers} concurrent clients, loopback, the floor (a constant answer)"
+        );
+        run_grpc(addr, workers, seconds).await.print("grpc");
+        return Ok(());
+    }
     let (_own, redis_url) = match backend.as_str() {
         "memory" => (None, None),
         "redis" => {

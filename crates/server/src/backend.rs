@@ -24,7 +24,14 @@
 //! quotas with [`Carry::Keep`]: permits already taken stay taken, so a
 //! reload can never hand out a fresh burst (nor lower a key below zero). If
 //! its algorithm changes, its buckets start afresh (state cannot be carried
-//! between algorithms). A removed rule's buckets are dropped. A request that
+//! between algorithms). A request's `limit` override ([`Rule::dynamic`])
+//! is decided by a limiter of its own per override rule, made on first
+//! use and dropped by the sweeper once all its buckets are fresh; at most
+//! [`MAX_DYNAMIC_RULES`] exist at once, and a further one is answered as a
+//! denial (never as "no limit"). A removed rule's buckets are kept aside until the
+//! sweeper finds every one of them fresh (a fresh bucket holds nothing to
+//! remember), so that a rule that comes back (a file restored after a bad
+//! edit) resumes its counts instead of handing out a fresh burst. A request that
 //! raced a reload and names a rule the backend no longer has is decided on
 //! a fresh state, as a new bucket would be.
 
@@ -187,6 +194,15 @@ impl RuleLimiter {
             RuleLimiter::SlidingWindow(l) => l.sweep(),
         };
     }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            RuleLimiter::Gcra(l) => l.is_empty(),
+            RuleLimiter::FixedWindow(l) => l.is_empty(),
+            RuleLimiter::SlidingLog(l) => l.is_empty(),
+            RuleLimiter::SlidingWindow(l) => l.is_empty(),
+        }
+    }
 }
 
 struct Installed {
@@ -198,8 +214,22 @@ struct Installed {
 pub struct MemoryBackend {
     clock: ClockSource,
     limiters: ArcSwap<HashMap<Arc<str>, Arc<Installed>>>,
-    /// Serialises installs (reloads are rare; decisions never take it).
-    installing: std::sync::Mutex<()>,
+    /// Removed rules' buckets, by rule path, until they are all fresh (see
+    /// the module docs). The lock serialises installs too (reloads are
+    /// rare; decisions never take it).
+    retired: std::sync::Mutex<HashMap<Arc<str>, Arc<Installed>>>,
+    /// The limiters of `limit` overrides, by rule path (see the module
+    /// docs).
+    dynamic: std::sync::Mutex<HashMap<Arc<str>, RuleLimiter>>,
+}
+
+/// The most override rules (distinct keys and limits) held at once by the
+/// in-memory backend.
+pub const MAX_DYNAMIC_RULES: usize = 10_000;
+
+/// A denial that no wait turns into an admission.
+fn never(capacity: u64) -> Decision {
+    Decision::from_parts(false, capacity, 0, Duration::MAX, Duration::ZERO)
 }
 
 impl MemoryBackend {
@@ -208,7 +238,8 @@ impl MemoryBackend {
         MemoryBackend {
             clock: clock.into(),
             limiters: ArcSwap::from_pointee(HashMap::new()),
-            installing: std::sync::Mutex::new(()),
+            retired: std::sync::Mutex::new(HashMap::new()),
+            dynamic: std::sync::Mutex::new(HashMap::new()),
         }
     }
 }
@@ -221,17 +252,48 @@ impl fmt::Debug for MemoryBackend {
     }
 }
 
+impl MemoryBackend {
+    /// Decides a `limit` override's hit on its own limiter.
+    fn decide_dynamic(
+        &self,
+        hit: &Hit<'_>,
+        limits: &crate::config::Limits,
+    ) -> Result<Decision, tollgate::CostError> {
+        let limiter = {
+            let mut dynamic = self
+                .dynamic
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match dynamic.get(&hit.rule.id) {
+                Some(limiter) => limiter.clone(),
+                None if dynamic.len() >= MAX_DYNAMIC_RULES => {
+                    return Ok(never(limits.algorithm.capacity()));
+                }
+                None => {
+                    let limiter = RuleLimiter::new(&limits.algorithm, &self.clock);
+                    dynamic.insert(Arc::clone(&hit.rule.id), limiter.clone());
+                    limiter
+                }
+            }
+        };
+        limiter.decide(hit.key, hit.cost)
+    }
+}
+
 impl Backend for MemoryBackend {
     fn install(&self, rules: &RuleSet) -> Result<(), BackendError> {
-        let _one_at_a_time = self
-            .installing
+        let mut retired = self
+            .retired
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.limiters.load_full();
+        for (id, installed) in old.iter() {
+            retired.insert(Arc::clone(id), Arc::clone(installed));
+        }
         let mut new = HashMap::with_capacity(rules.rules().len());
         for rule in rules.rules() {
             let Some(limits) = &rule.limits else { continue };
-            let kept = old.get(&rule.id).and_then(|installed| {
+            let kept = retired.remove(&rule.id).as_ref().and_then(|installed| {
                 if installed.algorithm == limits.algorithm {
                     return Some(Arc::clone(installed));
                 }
@@ -256,31 +318,29 @@ impl Backend for MemoryBackend {
 
     fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a> {
         let limiters = self.limiters.load();
-        let decisions = hits
-            .iter()
-            .map(|hit| {
-                let decision = match (limiters.get(&hit.rule.id), &hit.rule.limits) {
-                    (Some(installed), _) => installed.limiter.decide(hit.key, hit.cost),
-                    // Raced a reload: decided as a fresh bucket.
-                    (None, Some(limits)) => {
-                        RuleLimiter::new(&limits.algorithm, &self.clock).decide(hit.key, hit.cost)
-                    }
-                    // Unlimited rules never reach a backend; if one did, it is unlimited.
-                    (None, None) => Ok(Decision::from_parts(
-                        true,
-                        u64::MAX,
-                        u64::MAX,
-                        Duration::ZERO,
-                        Duration::ZERO,
-                    )),
-                };
-                // The server checks costs first; only a reload that lowered
-                // the capacity in between lands here: a denial, never to fit.
-                decision.unwrap_or_else(|error| {
-                    Decision::from_parts(false, error.capacity(), 0, Duration::MAX, Duration::ZERO)
+        let decisions =
+            hits.iter()
+                .map(|hit| {
+                    let decision = match (limiters.get(&hit.rule.id), &hit.rule.limits) {
+                        (_, Some(limits)) if hit.rule.dynamic => self.decide_dynamic(hit, limits),
+                        (Some(installed), _) => installed.limiter.decide(hit.key, hit.cost),
+                        // Raced a reload: decided as a fresh bucket.
+                        (None, Some(limits)) => RuleLimiter::new(&limits.algorithm, &self.clock)
+                            .decide(hit.key, hit.cost),
+                        // Unlimited rules never reach a backend; if one did, it is unlimited.
+                        (None, None) => Ok(Decision::from_parts(
+                            true,
+                            u64::MAX,
+                            u64::MAX,
+                            Duration::ZERO,
+                            Duration::ZERO,
+                        )),
+                    };
+                    // The server checks costs first; only a reload that lowered
+                    // the capacity in between lands here: a denial, never to fit.
+                    decision.unwrap_or_else(|error| never(error.capacity()))
                 })
-            })
-            .collect();
+                .collect();
         Box::pin(std::future::ready(Ok(decisions)))
     }
 
@@ -288,6 +348,22 @@ impl Backend for MemoryBackend {
         for installed in self.limiters.load().values() {
             installed.limiter.sweep();
         }
+        let mut retired = self
+            .retired
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        retired.retain(|_, installed| {
+            installed.limiter.sweep();
+            !installed.limiter.is_empty()
+        });
+        drop(retired);
+        self.dynamic
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|_, limiter| {
+                limiter.sweep();
+                !limiter.is_empty()
+            });
     }
 }
 

@@ -11,7 +11,9 @@
 //! `POST /v1/check` takes
 //! `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "alice"}], "cost": 2}], "cost": 1, "dry_run": false}`
 //! (`cost`, per request and per descriptor, defaults to 1; `dry_run: true`
-//! looks without taking) and answers 200 with `overall_code` (`OK` or
+//! looks without taking; a descriptor's `"limit": {"requests_per_unit": 10,
+//! "unit": "minute"}` is Envoy's limit override, see [`crate::service`])
+//! and answers 200 with `overall_code` (`OK` or
 //! `OVER_LIMIT`) and one status per descriptor: the decision is the body,
 //! not the HTTP status, so that 4xx always means a bad request.
 //!
@@ -19,6 +21,10 @@
 //!
 //! - A cost of 0 is refused (400): "look without taking" is said with
 //!   `dry_run`, so that a client computing a cost of 0 by mistake learns.
+//! - A descriptor that cannot be decided as sent (an oversize key or
+//!   value, a cost above its rule's capacity, a limit of 0) is
+//!   `OVER_LIMIT` with a `refused` reason, the other descriptors decided:
+//!   see [`crate::service`]. Only a body that is not a request is 400.
 //! - Every bad input is 400 with `{"error": "..."}` (also a JSON type error,
 //!   where axum's `Json` would say 422), a body above `max_request_bytes`
 //!   413, a missing or wrong token 401, overload 503 at once, a backend
@@ -36,9 +42,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
-use crate::config::QuotaConfig;
+use crate::config::{QuotaConfig, Unit};
 use crate::metrics::{Api, Refusal};
-use crate::service::{CheckError, CheckRequest, Descriptor, Service, Status};
+use crate::service::{CheckError, CheckRequest, Descriptor, LimitOverride, Service, Status};
 
 #[derive(Clone)]
 struct AppState {
@@ -143,6 +149,16 @@ struct DescriptorBody {
     entries: Vec<EntryBody>,
     #[serde(default)]
     cost: Option<u64>,
+    #[serde(default)]
+    limit: Option<LimitBody>,
+}
+
+/// `{"requests_per_unit": 10, "unit": "minute"}`: Envoy's limit override.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitBody {
+    requests_per_unit: u64,
+    unit: String,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -164,9 +180,22 @@ impl CheckBody {
             if d.cost == Some(0) {
                 return Err(format!("descriptors[{i}].{zero}"));
             }
+            let limit = match d.limit {
+                None => None,
+                Some(limit) => Some(LimitOverride {
+                    requests_per_unit: limit.requests_per_unit,
+                    unit: Some(Unit::parse(&limit.unit).ok_or_else(|| {
+                        format!(
+                            "descriptors[{i}].limit.unit: invalid rate limit unit '{}' (second, minute, hour, day, week, month, year)",
+                            limit.unit
+                        )
+                    })?),
+                }),
+            };
             descriptors.push(Descriptor {
                 entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                 cost: if self.dry_run { Some(0) } else { d.cost },
+                limit,
             });
         }
         Ok(CheckRequest {
@@ -203,6 +232,10 @@ struct StatusAnswer {
     /// `null` when the request could never be admitted.
     retry_after_ms: Option<u64>,
     reset_after_ms: Option<u64>,
+    /// Why the descriptor could not be decided as sent (it is then
+    /// `OVER_LIMIT`, nothing counted); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refused: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -248,6 +281,7 @@ fn status_answer(status: &Status) -> StatusAnswer {
             remaining: None,
             retry_after_ms: None,
             reset_after_ms: None,
+            refused: None,
         },
         Status::Unlimited { rule } => StatusAnswer {
             code,
@@ -260,6 +294,7 @@ fn status_answer(status: &Status) -> StatusAnswer {
             remaining: None,
             retry_after_ms: None,
             reset_after_ms: None,
+            refused: None,
         },
         Status::Decided {
             rule,
@@ -278,6 +313,32 @@ fn status_answer(status: &Status) -> StatusAnswer {
             remaining: Some(decision.remaining()),
             retry_after_ms: millis(decision.retry_after()),
             reset_after_ms: millis(decision.reset_after()),
+            refused: None,
+        },
+        Status::Refused {
+            rule,
+            quota,
+            reason,
+        } => StatusAnswer {
+            code,
+            rule: rule.as_ref().map(|rule| rule.id.to_string()),
+            name: rule.as_ref().and_then(|rule| rule.name.clone()),
+            unlimited: false,
+            shadow_mode: rule.as_ref().is_some_and(|rule| rule.shadow_mode),
+            allowed: false,
+            limit: quota.as_ref().map(|quota| {
+                let (algorithm, capacity) = rule
+                    .as_ref()
+                    .and_then(|rule| rule.limits.as_ref())
+                    .map_or(("fixed_window", quota.requests_per_unit), |limits| {
+                        (limits.algorithm.kind().name(), limits.algorithm.capacity())
+                    });
+                limit_answer(algorithm, capacity, quota)
+            }),
+            remaining: Some(0),
+            retry_after_ms: None,
+            reset_after_ms: None,
+            refused: Some(reason.clone()),
         },
     }
 }
@@ -357,7 +418,7 @@ async fn rules(State(state): State<AppState>) -> Response {
                 .collect(),
             name: rule.name.clone(),
             shadow_mode: rule.shadow_mode,
-            unlimited: rule.limits.is_none(),
+            unlimited: rule.limits.is_none() && rule.blocked.is_none(),
             limits: rule.limits.as_ref().map_or_else(Vec::new, |limits| {
                 let kind = limits.algorithm.kind();
                 limits

@@ -28,7 +28,7 @@
 //!
 //! [`config`] (the YAML), [`rules`] (matching), [`backend`] (state),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
-//! [`http`] (JSON API), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
+//! [`http`] (JSON API), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
 //! [`auth`], [`server`].
 
 #![forbid(unsafe_code)]
@@ -38,6 +38,7 @@ pub mod backend;
 pub mod config;
 pub mod grpc;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod redis_backend;
 pub mod reload;
@@ -45,6 +46,7 @@ pub mod rules;
 pub mod server;
 pub mod service;
 pub mod tls;
+mod yaml;
 
 pub use backend::{Backend, BackendError, Hit, MemoryBackend};
 pub use config::{Config, ConfigError};

@@ -8,9 +8,14 @@
 //! request values), counted in permits as envoyproxy/ratelimit does:
 //! `tollgate_rule_total_hits`, `_over_limit`, `_near_limit` (admitted with
 //! less than 20% of the limit left), `_within_limit`, `_shadow_mode`
-//! (denials answered OK). Also the decision latency per API, requests
+//! (denials answered OK); the same counts under envoyproxy/ratelimit's
+//! Prometheus names, `ratelimit_service_rate_limit_{total_hits,over_limit,
+//! near_limit,within_limit,shadow_mode}{domain,key1,key2}`, and
+//! `ratelimit_service_config_load_{success,error}`, so that its dashboards
+//! keep working. Also the decision latency per API, requests
 //! refused before a decision (by reason), configuration loads by result, and
-//! backend errors.
+//! backend errors. Label values are lower case (`api="grpc"`), as
+//! envoyproxy/ratelimit's and Prometheus' conventions have them.
 //!
 //! `tollgate_backend_errors` counts requests answered 503 / `UNAVAILABLE`
 //! because the backend returned an error instead of decisions. Neither
@@ -27,7 +32,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -35,8 +42,19 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate::Decision;
 
-/// Which API a request came through.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+use crate::rules::Rule;
+
+/// envoyproxy/ratelimit's per-rule stats, in [`RuleCounters`]' order.
+const LYFT_RULE_NAMES: [&str; 5] = [
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+];
+
+/// Which API a request came through (label value `grpc` or `http`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Api {
     /// Envoy RLS over gRPC.
     Grpc,
@@ -44,20 +62,56 @@ pub enum Api {
     Http,
 }
 
-/// Why a request was refused before any decision.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+/// Why a request was refused before any decision (label values in
+/// snake case: `invalid`, `invalid_descriptor`, `unauthenticated`,
+/// `overloaded`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Refusal {
     /// Bad input: 400 / `INVALID_ARGUMENT`.
     Invalid,
+    /// One descriptor that cannot be decided as sent: answered OVER_LIMIT,
+    /// the call's other descriptors decided (counted per descriptor).
+    InvalidDescriptor,
     /// Missing or wrong token.
     Unauthenticated,
     /// Too many requests in flight: 503 / `RESOURCE_EXHAUSTED`.
     Overloaded,
 }
 
+impl EncodeLabelValue for Api {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Api::Grpc => "grpc",
+            Api::Http => "http",
+        })
+    }
+}
+
+impl EncodeLabelValue for Refusal {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Refusal::Invalid => "invalid",
+            Refusal::InvalidDescriptor => "invalid_descriptor",
+            Refusal::Unauthenticated => "unauthenticated",
+            Refusal::Overloaded => "overloaded",
+        })
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RuleLabel {
     rule: String,
+}
+
+/// envoyproxy/ratelimit's labels, as its Prometheus mapping
+/// (`src/stats/prom/default_mapper.yaml`) names them: the domain and the
+/// first two entries of the rule's path (`key_value`, or `key` without a
+/// value); `key2` is empty (to Prometheus: absent) for a one-entry rule.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LyftLabel {
+    domain: String,
+    key1: String,
+    key2: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -76,30 +130,37 @@ struct ResultLabel {
     result: &'static str,
 }
 
-/// One rule's counters (clones of the registered ones).
+/// One rule's counters (clones of the registered ones): tollgate's and
+/// envoyproxy/ratelimit's names, counted together.
 #[derive(Clone, Debug, Default)]
 pub struct RuleCounters {
-    total_hits: Counter,
-    over_limit: Counter,
-    near_limit: Counter,
-    within_limit: Counter,
-    shadow_mode: Counter,
+    total_hits: [Counter; 2],
+    over_limit: [Counter; 2],
+    near_limit: [Counter; 2],
+    within_limit: [Counter; 2],
+    shadow_mode: [Counter; 2],
+}
+
+fn inc_by(counters: &[Counter; 2], n: u64) {
+    for counter in counters {
+        counter.inc_by(n);
+    }
 }
 
 impl RuleCounters {
     /// Counts one decision of `cost`; `shadow` if the rule is in shadow mode.
     pub fn decided(&self, cost: u64, decision: &Decision, shadow: bool) {
-        self.total_hits.inc_by(cost);
+        inc_by(&self.total_hits, cost);
         if decision.is_allowed() {
-            self.within_limit.inc_by(cost);
+            inc_by(&self.within_limit, cost);
             // Less than 20% left (in 128 bits: no overflow).
             if u128::from(decision.remaining()) * 5 < u128::from(decision.limit()) {
-                self.near_limit.inc_by(cost);
+                inc_by(&self.near_limit, cost);
             }
         } else {
-            self.over_limit.inc_by(cost);
+            inc_by(&self.over_limit, cost);
             if shadow {
-                self.shadow_mode.inc_by(cost);
+                inc_by(&self.shadow_mode, cost);
             }
         }
     }
@@ -113,6 +174,11 @@ pub struct Metrics {
     near_limit: Family<RuleLabel, Counter>,
     within_limit: Family<RuleLabel, Counter>,
     shadow_mode: Family<RuleLabel, Counter>,
+    /// envoyproxy/ratelimit's names (`ratelimit_service_rate_limit_*`),
+    /// in a registry without tollgate's prefix.
+    lyft: Registry,
+    lyft_rule: [Family<LyftLabel, Counter>; 5],
+    lyft_config: [Counter; 2],
     latency: Family<ApiLabel, Histogram>,
     refused: Family<RefusalLabel, Counter>,
     config_loads: Family<ResultLabel, Counter>,
@@ -201,8 +267,31 @@ impl Metrics {
             "Requests the backend could not decide",
             backend_errors.clone(),
         );
+        let mut lyft = Registry::default();
+        let lyft_rule: [Family<LyftLabel, Counter>; 5] = Default::default();
+        for (family, name) in lyft_rule.iter().zip(LYFT_RULE_NAMES) {
+            lyft.register(
+                format!("ratelimit_service_rate_limit_{name}"),
+                format!("envoyproxy/ratelimit's {name}, per domain, key1, key2"),
+                family.clone(),
+            );
+        }
+        let lyft_config: [Counter; 2] = Default::default();
+        lyft.register(
+            "ratelimit_service_config_load_success",
+            "envoyproxy/ratelimit's configuration loads that succeeded",
+            lyft_config[0].clone(),
+        );
+        lyft.register(
+            "ratelimit_service_config_load_error",
+            "envoyproxy/ratelimit's configuration loads that failed",
+            lyft_config[1].clone(),
+        );
         Metrics {
             registry,
+            lyft,
+            lyft_rule,
+            lyft_config,
             total_hits,
             over_limit,
             near_limit,
@@ -219,16 +308,35 @@ impl Metrics {
 
     /// The counters of `rule`, looked up once so that counting a decision
     /// allocates nothing.
-    pub fn rule(&self, rule: &str) -> RuleCounters {
+    pub fn rule(&self, rule: &Rule) -> RuleCounters {
         let label = RuleLabel {
-            rule: rule.to_owned(),
+            rule: rule.id.to_string(),
+        };
+        let entry = |i: usize| {
+            rule.path
+                .get(i)
+                .map_or_else(String::new, |(key, value)| match value {
+                    Some(value) => format!("{key}_{value}"),
+                    None => key.clone(),
+                })
+        };
+        let lyft = LyftLabel {
+            domain: rule.domain.clone(),
+            key1: entry(0),
+            key2: entry(1),
+        };
+        let both = |ours: &Family<RuleLabel, Counter>, theirs: &Family<LyftLabel, Counter>| {
+            [
+                ours.get_or_create(&label).clone(),
+                theirs.get_or_create(&lyft).clone(),
+            ]
         };
         RuleCounters {
-            total_hits: self.total_hits.get_or_create(&label).clone(),
-            over_limit: self.over_limit.get_or_create(&label).clone(),
-            near_limit: self.near_limit.get_or_create(&label).clone(),
-            within_limit: self.within_limit.get_or_create(&label).clone(),
-            shadow_mode: self.shadow_mode.get_or_create(&label).clone(),
+            total_hits: both(&self.total_hits, &self.lyft_rule[0]),
+            over_limit: both(&self.over_limit, &self.lyft_rule[1]),
+            near_limit: both(&self.near_limit, &self.lyft_rule[2]),
+            within_limit: both(&self.within_limit, &self.lyft_rule[3]),
+            shadow_mode: both(&self.shadow_mode, &self.lyft_rule[4]),
         }
     }
 
@@ -253,6 +361,7 @@ impl Metrics {
             .get_or_create(&ResultLabel { result })
             .inc();
         self.config_ok.set(i64::from(ok));
+        self.lyft_config[usize::from(!ok)].inc();
     }
 
     /// The registry, to add a backend's metrics before serving.
@@ -273,7 +382,10 @@ impl Metrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut text = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut text, &self.registry);
+        let _ = prometheus_client::encoding::text::encode_registry(&mut text, &self.lyft);
+        let _ = prometheus_client::encoding::text::encode_eof(&mut text);
         text
     }
 }

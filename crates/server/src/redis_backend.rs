@@ -267,12 +267,20 @@ impl Backend for RedisBackend {
                         (Some(installed), _) => {
                             decide_one(&installed.limiter, hit.key, hit.cost).await
                         }
-                        // Raced a reload that removed the rule: decided by a
-                        // limiter of its own, on the rule's keys, as it was.
+                        // A `limit` override, or raced a reload that removed
+                        // the rule: decided by a limiter of its own, on the
+                        // rule's keys (which name the limits).
                         (None, Some(limits)) => {
                             match self.build(hit.rule, &limits.algorithm, false) {
                                 Ok(limiter) => decide_one(&limiter, hit.key, hit.cost).await,
-                                Err(_) => unlimited(),
+                                // Never "no limit" for a limit Redis cannot hold.
+                                Err(_) => Decision::from_parts(
+                                    false,
+                                    limits.algorithm.capacity(),
+                                    0,
+                                    Duration::MAX,
+                                    Duration::ZERO,
+                                ),
                             }
                         }
                         // Unlimited rules never reach a backend.

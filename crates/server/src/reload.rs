@@ -1,5 +1,28 @@
 //! Hot reload: the file is read every `reload_interval_ms` and, when its
-//! bytes changed, its rules replace the old ones.
+//! bytes changed and then stayed still, its rules replace the old ones.
+//!
+//! # Guarantees
+//!
+//! A reload never turns a limit off by accident:
+//!
+//! - The file is read whole, in one read, and checked whole before anything
+//!   changes; an empty file, a file naming no domain, and a file that does
+//!   not parse or validate are refused (see [`crate::config`]).
+//! - The watcher ([`Reloader::poll`]) loads a change only once it has read
+//!   the *same* bytes at two consecutive polls: a file being rewritten in
+//!   place (truncated, then written in chunks) is held until it is still
+//!   for one interval, so a prefix that happens to parse (a list of
+//!   descriptors cut short) is never loaded while it is written. A writer
+//!   that stops for longer than one interval midway still defeats this:
+//!   deploy by writing a new file and renaming it over the old one (as
+//!   editors, `kubectl` ConfigMaps and `install` do), which is atomic.
+//! - A refused file leaves the old rules in force: the error (file, line,
+//!   field) is logged once per distinct content,
+//!   `tollgate_config_loads{result="error"}` counts it and
+//!   `tollgate_config_last_load_ok` drops to 0 until a good file comes.
+//! - A rule that did not change keeps its counts across a reload, and so
+//!   does a rule removed and later restored (see [`crate::backend`]): a
+//!   reload can never hand out a fresh burst.
 //!
 //! # Decisions
 //!
@@ -8,13 +31,11 @@
 //!   (editors that write a new file and rename it, Kubernetes ConfigMaps
 //!   that swap a symlink, network file systems without events, an mtime
 //!   that does not move within its granularity), where events miss some.
-//! - A file that does not parse or validate leaves the old rules running:
-//!   the error (file, line, field) is logged, `tollgate_config_loads{result="error"}`
-//!   counts it and `tollgate_config_last_load_ok` drops to 0 until a good
-//!   file comes.
+//!   A change therefore takes effect one to two intervals after it is made.
+//! - [`Reloader::reload`] is the explicit "load it now" (tests, an
+//!   operator's signal): it skips the stillness check, not the validation.
 //! - The new rules go live atomically (`arc-swap`): a request is decided
-//!   wholly under the old rules or wholly under the new. What happens to
-//!   the buckets is the backend's: see [`crate::backend`].
+//!   wholly under the old rules or wholly under the new.
 //! - The `server` and `backend` sections are not reloaded (listeners stay
 //!   bound, the Redis connection stays); a change is logged as needing a
 //!   restart.
@@ -37,8 +58,18 @@ pub struct Reloader {
     service: Arc<Service>,
     settings: ServerSettings,
     backend: BackendSettings,
-    /// The bytes last seen, good or bad, so that a bad file is reported once.
-    last_seen: Mutex<Vec<u8>>,
+    state: Mutex<Seen>,
+}
+
+/// What the reloader has read.
+#[derive(Debug)]
+struct Seen {
+    /// The bytes last loaded or refused, so that a bad file is reported
+    /// once.
+    last: Vec<u8>,
+    /// Bytes read at the previous poll that differ from `last`: loaded
+    /// when the next poll reads them again.
+    pending: Option<Vec<u8>>,
 }
 
 /// What a reload did.
@@ -46,6 +77,9 @@ pub struct Reloader {
 pub enum Reloaded {
     /// The file has not changed since it was last read.
     Unchanged,
+    /// The file changed since the previous poll: it is loaded once a poll
+    /// reads the same bytes again (it may be being written).
+    Settling,
     /// New rules are in force.
     Applied {
         /// How many rules.
@@ -62,31 +96,67 @@ impl Reloader {
             service,
             settings: config.server.clone(),
             backend: config.backend.clone(),
-            last_seen: Mutex::new(loaded),
+            state: Mutex::new(Seen {
+                last: loaded,
+                pending: None,
+            }),
         }
     }
 
-    /// Reads the file and applies it if it changed.
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn read(&self) -> Result<Vec<u8>, ConfigError> {
+        std::fs::read(&self.path).map_err(|error| self.failed(ConfigError::io(&self.path, &error)))
+    }
+
+    /// One step of the watcher: reads the file and loads it if it changed
+    /// and the previous poll read the same bytes (see the module docs).
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read, or it is still and invalid: the old rules
+    /// stay in force.
+    pub fn poll(&self) -> Result<Reloaded, ConfigError> {
+        let bytes = self.read()?;
+        {
+            let mut seen = self.seen();
+            if seen.last == bytes {
+                seen.pending = None;
+                return Ok(Reloaded::Unchanged);
+            }
+            if seen.pending.as_ref() != Some(&bytes) {
+                seen.pending = Some(bytes);
+                return Ok(Reloaded::Settling);
+            }
+            seen.pending = None;
+            seen.last.clone_from(&bytes);
+        }
+        self.apply(&bytes)
+    }
+
+    /// Reads the file and applies it now if it changed (no stillness
+    /// check: see the module docs).
     ///
     /// # Errors
     ///
     /// The file cannot be read or is invalid: the old rules stay in force.
     pub fn reload(&self) -> Result<Reloaded, ConfigError> {
-        let bytes = match std::fs::read(&self.path) {
-            Ok(bytes) => bytes,
-            Err(error) => return Err(self.failed(ConfigError::io(&self.path, &error))),
-        };
+        let bytes = self.read()?;
         {
-            let mut last = self
-                .last_seen
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if *last == bytes {
+            let mut seen = self.seen();
+            seen.pending = None;
+            if seen.last == bytes {
                 return Ok(Reloaded::Unchanged);
             }
-            last.clone_from(&bytes);
+            seen.last.clone_from(&bytes);
         }
-        let text = String::from_utf8_lossy(&bytes);
+        self.apply(&bytes)
+    }
+
+    fn apply(&self, bytes: &[u8]) -> Result<Reloaded, ConfigError> {
+        let text = String::from_utf8_lossy(bytes);
         let config = Config::from_yaml(&self.path, &text).map_err(|error| self.failed(error))?;
         if config.server != self.settings {
             tracing::warn!(
@@ -126,7 +196,7 @@ impl Reloader {
             ticks.tick().await;
             let reloader = Arc::clone(&self);
             // File reads and parsing are blocking work.
-            let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
+            let _ = tokio::task::spawn_blocking(move || reloader.poll()).await;
         }
     }
 }

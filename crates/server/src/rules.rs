@@ -4,8 +4,11 @@
 //!
 //! A request descriptor `[(k1, v1), (k2, v2), …]` walks its domain's tree
 //! one entry at a time. At each level the node for `(k, v)` is taken if the
-//! file has one; else the first node whose value ends in `*` and is a
-//! prefix of `v` (in file order); else the value-less node for `k`. There is
+//! file has one; else the first node whose value holds a `*` and matches
+//! `v` (in file order; each `*` matches any run of characters, empty
+//! included, anywhere in the value: `value*`, `/api/*/action`,
+//! `/api/*/resource/*/action`, as envoyproxy/ratelimit); else the
+//! value-less node for `k`. There is
 //! no backtracking. The descriptor's rule is the limit of the node reached by
 //! its *last* entry: a descriptor shorter or longer than the path to a limit
 //! has no limit, and neither has an unknown domain (envoyproxy/ratelimit's
@@ -28,7 +31,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::config::{Config, DescriptorConfig, LimitConfig, Limits};
+use crate::config::{Config, DescriptorConfig, LimitConfig, Limits, QuotaConfig};
 
 /// One configured limit, at one node of a domain's tree.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,8 +46,15 @@ pub struct Rule {
     pub name: Option<String>,
     /// Decide and count, but answer OK.
     pub shadow_mode: bool,
-    /// `None` for `unlimited`.
+    /// `None` for `unlimited`, and for `blocked`.
     pub limits: Option<Limits>,
+    /// `requests_per_unit: 0`: every request over this limit, nothing
+    /// counted.
+    pub blocked: Option<QuotaConfig>,
+    /// A request's `limit` override, not a rule of the file (see
+    /// [`crate::service`]): backends keep its buckets apart from the
+    /// installed rules'.
+    pub dynamic: bool,
 }
 
 impl Rule {
@@ -67,7 +77,7 @@ struct Node {
 #[derive(Default, Debug)]
 struct Branch {
     exact: HashMap<String, Node>,
-    /// `(prefix, node)` for values ending in `*`, in file order.
+    /// `(pattern, node)` for values holding a `*`, in file order.
     wildcards: Vec<(String, Node)>,
     any: Option<Box<Node>>,
 }
@@ -80,7 +90,7 @@ impl Branch {
         if let Some((_, node)) = self
             .wildcards
             .iter()
-            .find(|(prefix, _)| value.starts_with(prefix.as_str()))
+            .find(|(pattern, _)| glob_matches(pattern, value))
         {
             return Some(node);
         }
@@ -148,19 +158,18 @@ fn insert(
     let branch = parent.children.entry(descriptor.key.clone()).or_default();
     let node = match &descriptor.value {
         None => branch.any.get_or_insert_with(Box::default).as_mut(),
-        Some(value) => match value.strip_suffix('*') {
-            Some(prefix) => {
-                branch.wildcards.push((prefix.to_owned(), Node::default()));
-                let last = branch.wildcards.len() - 1;
-                &mut branch.wildcards[last].1
-            }
-            None => branch.exact.entry(value.clone()).or_default(),
-        },
+        Some(value) if value.contains('*') => {
+            branch.wildcards.push((value.clone(), Node::default()));
+            let last = branch.wildcards.len() - 1;
+            &mut branch.wildcards[last].1
+        }
+        Some(value) => branch.exact.entry(value.clone()).or_default(),
     };
     if let Some(limit) = &descriptor.limit {
-        let (name, limits) = match limit {
-            LimitConfig::Unlimited { name } => (name.clone(), None),
-            LimitConfig::Limited { name, limits } => (name.clone(), Some(limits.clone())),
+        let (name, limits, blocked) = match limit {
+            LimitConfig::Unlimited { name } => (name.clone(), None, None),
+            LimitConfig::Blocked { name, quota } => (name.clone(), None, Some(*quota)),
+            LimitConfig::Limited { name, limits } => (name.clone(), Some(limits.clone()), None),
         };
         let rule = Arc::new(Rule {
             id: rule_id(domain, path).into(),
@@ -169,6 +178,8 @@ fn insert(
             name,
             shadow_mode: descriptor.shadow_mode,
             limits,
+            blocked,
+            dynamic: false,
         });
         rules.push(Arc::clone(&rule));
         node.rule = Some(rule);
@@ -177,6 +188,37 @@ fn insert(
         insert(node, domain, path, child, rules);
     }
     path.pop();
+}
+
+/// Whether `value` matches `pattern`, where each `*` matches any run of
+/// characters (empty included) and everything else matches itself.
+///
+/// Greedy with one back-track point (the last `*`): linear in practice and
+/// at most `pattern.len() * value.len()` steps, both bounded by
+/// `max_key_bytes` and the file.
+pub fn glob_matches(pattern: &str, value: &str) -> bool {
+    let (p, v) = (pattern.as_bytes(), value.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    // After the last `*` seen: where in the pattern, and the value position
+    // it is currently taken to end at.
+    let mut star: Option<(usize, usize)> = None;
+    while j < v.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i + 1, j));
+            i += 1;
+        } else if i < p.len() && p[i] == v[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((after, taken)) = star {
+            // Let the last `*` take one more byte.
+            star = Some((after, taken + 1));
+            i = after;
+            j = taken + 1;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&b| b == b'*')
 }
 
 fn rule_id(domain: &str, path: &[(String, Option<String>)]) -> String {
@@ -275,6 +317,56 @@ descriptors:
         assert_eq!(find(&s, "other", &[("k1", "v1")]), None);
         assert_eq!(find(&s, "d", &[]), None);
         assert_eq!(s.rules().len(), 6);
+    }
+
+    /// Regression (issue 15): `/api/*/action` (envoyproxy/ratelimit's
+    /// Examples 9b and 9c) loaded and never matched.
+    #[test]
+    fn wildcards_anywhere_in_the_value() {
+        for (pattern, value, matches) in [
+            ("value*", "value", true),
+            ("value*", "valueXYZ", true),
+            ("value*", "valu", false),
+            ("/api/*/action", "/api/123/action", true),
+            ("/api/*/action", "/api//action", true),
+            ("/api/*/action", "/api/123/other", false),
+            ("/api/*/action", "/api/1/action/x", false),
+            (
+                "/api/*/resource/*/action",
+                "/api/v1/resource/123/action",
+                true,
+            ),
+            (
+                "/api/*/resource/*/action",
+                "/api/v1/resource/123/other",
+                false,
+            ),
+            ("*", "", true),
+            ("a*b*c", "aXbYbZc", true),
+            ("a*b*c", "aXbYcZ", false),
+            ("*.pdf", "a.b.pdf", true),
+        ] {
+            assert_eq!(glob_matches(pattern, value), matches, "{pattern} ~ {value}");
+        }
+        let s = set("
+domain: d
+descriptors:
+  - key: path
+    value: /api/*/action
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: route
+    value: /api/*/resource/*/action
+    rate_limit: {unit: minute, requests_per_unit: 20}
+");
+        assert_eq!(
+            find(&s, "d", &[("path", "/api/123/action")]),
+            Some("d.path_/api/*/action")
+        );
+        assert_eq!(find(&s, "d", &[("path", "/api/123/other")]), None);
+        assert_eq!(
+            find(&s, "d", &[("route", "/api/v2/resource/456/action")]),
+            Some("d.route_/api/*/resource/*/action")
+        );
     }
 
     #[test]

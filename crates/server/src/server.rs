@@ -6,6 +6,11 @@
 //! the shutdown future resolves, then stops accepting, lets requests in
 //! flight finish, and returns. [`Server::run`] does both.
 //!
+//! The gRPC listener also serves `grpc.health.v1.Health` (no token
+//! needed, as `/healthz`): `SERVING` for `""` and
+//! `envoy.service.ratelimit.v3.RateLimitService` while the server takes
+//! traffic, `NOT_SERVING` from the first moment of shutdown.
+//!
 //! On shutdown `/readyz` answers 503 from the first moment (to requests on
 //! connections still open while the others drain), both listeners stop
 //! accepting, requests in flight are answered, and `run` returns when both
@@ -14,7 +19,9 @@
 //! its leases back).
 //!
 //! Either listener serves TLS when the file gives it a certificate
-//! ([`crate::tls`]).
+//! ([`crate::tls`]). Both accept through [`crate::listen`]: accept errors
+//! (out of descriptors) are waited out with a back-off and logged, and a
+//! connection that sends nothing for `idle_timeout_ms` is closed.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,12 +31,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::ClockSource;
 
 use crate::backend::{Backend, MemoryBackend, SWEEP_EVERY};
 use crate::config::{BackendSettings, Config, ConfigError};
 use crate::grpc::{self, RlsService};
+use crate::listen::Acceptor;
 use crate::metrics::Metrics;
 use crate::redis_backend::RedisBackend;
 use crate::reload::Reloader;
@@ -238,6 +245,9 @@ fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, Se
         .map_err(|error| ServeError::Bind { addr, error })
 }
 
+/// The rate limit service's gRPC name, as health checks ask for it.
+pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
 /// A server with both listeners bound.
 pub struct BoundServer {
     grpc_listener: TcpListener,
@@ -301,19 +311,33 @@ impl BoundServer {
             }
         };
 
-        let mut grpc = tonic::transport::Server::builder();
+        let idle = Duration::from_millis(self.settings.idle_timeout_ms);
+        // Pings keep a live peer's connection read-active (crate::listen).
+        let mut grpc = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(idle / 2))
+            .http2_keepalive_timeout(Some(idle / 2));
         if let Some(identity) = &self.grpc_tls {
             grpc = grpc
                 .tls_config(identity.tonic_config())
                 .map_err(ServeError::Grpc)?;
         }
+        // grpc.health.v1 (Kubernetes' and Envoy's gRPC health checks): the
+        // server ("") and the rate limit service serve until shutdown.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<RlsService>>()
+            .await;
         let grpc = grpc
+            .add_service(health_service)
             .add_service(grpc::server(
                 RlsService::new(Arc::clone(&self.service), self.settings.response_headers),
                 self.token.clone(),
                 self.settings.max_request_bytes,
             ))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), stopped());
+            .serve_with_incoming_shutdown(
+                Acceptor::new(self.grpc_listener, idle).into_stream(),
+                stopped(),
+            );
         let router = crate::http::router(
             Arc::clone(&self.service),
             self.token.clone(),
@@ -324,13 +348,17 @@ impl BoundServer {
         let http = async move {
             match &self.http_tls {
                 None => {
-                    axum::serve(self.http_listener, router)
+                    axum::serve(Acceptor::new(self.http_listener, idle), router)
                         .with_graceful_shutdown(http_stopped)
                         .await
                 }
                 Some(identity) => {
                     let acceptor = identity.acceptor().map_err(std::io::Error::other)?;
-                    let listener = TlsListener::new(self.http_listener, acceptor, self.http_addr);
+                    let listener = TlsListener::new(
+                        Acceptor::new(self.http_listener, idle),
+                        acceptor,
+                        self.http_addr,
+                    );
                     axum::serve(listener, router)
                         .with_graceful_shutdown(http_stopped)
                         .await
@@ -358,6 +386,11 @@ impl BoundServer {
             shutdown.await;
             // Relaxed: the flag is read on its own by /readyz.
             ready.store(false, Ordering::Relaxed);
+            for service in ["", RLS_SERVICE] {
+                health
+                    .set_service_status(service, tonic_health::ServingStatus::NotServing)
+                    .await;
+            }
             tracing::info!("shutting down: draining requests in flight");
             let _ = stop_tx.send(true);
         });

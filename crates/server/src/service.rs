@@ -10,11 +10,47 @@
 //!   matched key). The overall answer is OVER_LIMIT if any is.
 //! - `shadow_mode`: the bucket is decided and counted as usual, but a
 //!   denial is answered OK (and counted in `rule_shadow_mode`).
-//! - Costs: a cost of 0 only looks. A cost above what the rule can ever
-//!   admit (its capacity: the burst for GCRA, the limit for windows) is bad
-//!   input, refused before anything is decided.
-//! - Bad input of any kind changes no state: everything is checked before
-//!   the backend is asked.
+//! - Costs: a cost of 0 only looks.
+//!
+//! # A bad descriptor never fails the call (decision)
+//!
+//! Envoy's default (`failure_mode_deny: false`) lets a request through when
+//! the call fails, so an error for the whole call is an "allow" for every
+//! descriptor in it, and a client choosing one header could bypass every
+//! limit of the call. So only what Envoy's own configuration sets can fail
+//! the call with `INVALID_ARGUMENT` / 400: an empty or oversize domain, no
+//! descriptors, more than `max_descriptors`. Everything a client's request
+//! can shape is decided per descriptor, and a descriptor that cannot be
+//! decided as sent is answered **OVER_LIMIT** ([`Status::Refused`], as
+//! envoyproxy/ratelimit answers a descriptor it cannot count), with
+//! nothing counted for it, while the other descriptors are decided
+//! normally. That rule can never admit more than a valid request would.
+//! The cases:
+//!
+//! - an empty entry list, more than `max_entries` entries, an empty key, a
+//!   key or value longer than `max_key_bytes`;
+//! - a cost above what the rule can ever admit (its capacity: the burst
+//!   for GCRA, the limit for windows), unless the rule is in
+//!   `shadow_mode` (which never denies: answered OK, counted as a shadow
+//!   denial);
+//! - a `limit` override with `requests_per_unit: 0` (a limit of nothing,
+//!   as in envoyproxy/ratelimit) or an `UNKNOWN` unit.
+//!
+//! A rule of the file with `requests_per_unit: 0` answers the same way
+//! (OVER_LIMIT with its limit, nothing counted), as envoyproxy/ratelimit's
+//! block list does; it is not counted as bad input.
+//!
+//! # Limit overrides (Envoy's dynamic limits)
+//!
+//! A descriptor's `limit` (`requests_per_unit` per `unit`, set by Envoy's
+//! route `rate_limits[].limit` from dynamic metadata) replaces the rule,
+//! as in envoyproxy/ratelimit: the descriptor is decided under that limit
+//! even when no rule of the file matches, never in shadow mode, as a
+//! fixed window (envoyproxy/ratelimit's algorithm). Its buckets belong to a
+//! rule named `domain.key1.key2|N/unit` (the entries' keys, not their
+//! values, so that metrics stay bounded; the limit in the name, so that two
+//! routes asking different limits for the same keys count apart), one
+//! bucket per list of values.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +61,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tollgate::Decision;
 
 use crate::backend::{Backend, BackendError, Hit};
-use crate::config::{AlgorithmKind, QuotaConfig, ServerSettings};
+use std::fmt::Write as _;
+
+use crate::config::{AlgorithmKind, Limits, QuotaConfig, ServerSettings, Unit};
 use crate::metrics::{Api, Metrics, Refusal, RuleCounters};
 use crate::rules::{Rule, RuleSet, bucket_key};
 
@@ -36,6 +74,18 @@ pub struct Descriptor {
     pub entries: Vec<(String, String)>,
     /// This descriptor's cost; `None` takes the request's.
     pub cost: Option<u64>,
+    /// Envoy's `limit` override: decided under this limit instead of the
+    /// rules' (see the module docs).
+    pub limit: Option<LimitOverride>,
+}
+
+/// A limit a request asks for (Envoy's `RateLimitOverride`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// Requests per unit; 0 admits nothing.
+    pub requests_per_unit: u64,
+    /// The unit; `None` for Envoy's `UNKNOWN` (refused: OVER_LIMIT).
+    pub unit: Option<Unit>,
 }
 
 /// A request, as either API decodes it.
@@ -68,6 +118,16 @@ pub enum Status {
         /// The quota that bound the decision (see [`binding_quota`]).
         quota: QuotaConfig,
     },
+    /// The descriptor cannot be decided as sent (see the module docs):
+    /// OVER_LIMIT, nothing counted.
+    Refused {
+        /// The rule it matched, if it got that far.
+        rule: Option<Arc<Rule>>,
+        /// The limit it would have been decided under, if known.
+        quota: Option<QuotaConfig>,
+        /// Why, for logs and the HTTP API.
+        reason: String,
+    },
 }
 
 impl Status {
@@ -75,7 +135,8 @@ impl Status {
     pub fn is_over_limit(&self) -> bool {
         match self {
             Status::Decided { rule, decision, .. } => decision.is_denied() && !rule.shadow_mode,
-            _ => false,
+            Status::Refused { rule, .. } => !rule.as_ref().is_some_and(|rule| rule.shadow_mode),
+            Status::NoRule | Status::Unlimited { .. } => false,
         }
     }
 }
@@ -88,6 +149,13 @@ enum Plan {
         rule: Arc<Rule>,
         key: String,
         cost: u64,
+    },
+    Refused {
+        rule: Option<Arc<Rule>>,
+        quota: Option<QuotaConfig>,
+        reason: String,
+        /// Bad input (counted as such), not a rule that blocks.
+        invalid: bool,
     },
 }
 
@@ -236,7 +304,7 @@ impl Service {
     /// [`CheckError::Backend`] if the backend failed.
     pub async fn check(&self, api: Api, request: &CheckRequest) -> Result<Outcome, CheckError> {
         let started = Instant::now();
-        let result = self.decide(request).await;
+        let result = self.decide(api, request).await;
         match &result {
             Ok(outcome) => {
                 self.metrics.latency(api, started.elapsed());
@@ -254,36 +322,28 @@ impl Service {
         result
     }
 
-    async fn decide(&self, request: &CheckRequest) -> Result<Outcome, CheckError> {
-        self.validate_shape(request)?;
+    async fn decide(&self, api: Api, request: &CheckRequest) -> Result<Outcome, CheckError> {
+        self.validate_call(request)?;
         let rules = self.rules.load_full();
-        // Match every descriptor and check every cost before deciding any.
-        let mut plans = Vec::with_capacity(request.descriptors.len());
-        for (i, descriptor) in request.descriptors.iter().enumerate() {
-            let entries = descriptor
-                .entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()));
-            let cost = descriptor.cost.unwrap_or(request.cost);
-            plans.push(match rules.find(&request.domain, entries.clone()) {
-                None => Plan::NoRule,
-                Some(rule) if rule.limits.is_none() => Plan::Unlimited(Arc::clone(rule)),
-                Some(rule) => {
-                    let capacity = rule.capacity();
-                    if cost > capacity {
-                        return Err(CheckError::Invalid(format!(
-                            "descriptors[{i}]: a cost of {cost} can never be admitted under rule {} (at most {capacity} at once)",
-                            rule.id
-                        )));
-                    }
-                    Plan::Limited {
-                        rule: Arc::clone(rule),
-                        key: bucket_key(entries),
-                        cost,
-                    }
+        // Plan every descriptor before deciding any.
+        let plans: Vec<Plan> = request
+            .descriptors
+            .iter()
+            .enumerate()
+            .map(|(i, descriptor)| {
+                let plan = self.plan(&rules, &request.domain, request.cost, descriptor);
+                if let Plan::Refused {
+                    reason,
+                    invalid: true,
+                    ..
+                } = &plan
+                {
+                    self.metrics.refused(api, Refusal::InvalidDescriptor);
+                    tracing::debug!(?api, domain = %request.domain, "descriptors[{i}]: {reason}: OVER_LIMIT");
                 }
-            });
-        }
+                plan
+            })
+            .collect();
         let hits: Vec<Hit<'_>> = plans
             .iter()
             .filter_map(|plan| match plan {
@@ -318,17 +378,26 @@ impl Service {
             statuses.push(match plan {
                 Plan::NoRule => Status::NoRule,
                 Plan::Unlimited(rule) => Status::Unlimited { rule },
+                Plan::Refused {
+                    rule,
+                    quota,
+                    reason,
+                    ..
+                } => Status::Refused {
+                    rule,
+                    quota,
+                    reason,
+                },
                 Plan::Limited { rule, cost, .. } => {
                     let Some(decision) = decisions.next() else {
                         return Err(CheckError::Backend(BackendError::new("too few decisions")));
                     };
                     match counters.get(&rule.id) {
                         Some(counters) => counters.decided(cost, &decision, rule.shadow_mode),
-                        None => {
-                            self.metrics
-                                .rule(&rule.id)
-                                .decided(cost, &decision, rule.shadow_mode)
-                        }
+                        None => self
+                            .metrics
+                            .rule(&rule)
+                            .decided(cost, &decision, rule.shadow_mode),
                     }
                     let quota = rule.limits.as_ref().and_then(|limits| {
                         binding_quota(limits.algorithm.kind(), &limits.quotas, &decision)
@@ -348,7 +417,72 @@ impl Service {
         Ok(Outcome { statuses })
     }
 
-    fn validate_shape(&self, request: &CheckRequest) -> Result<(), CheckError> {
+    /// What to do with one descriptor: never an error (see the module docs).
+    fn plan(
+        &self,
+        rules: &RuleSet,
+        domain: &str,
+        request_cost: u64,
+        descriptor: &Descriptor,
+    ) -> Plan {
+        let refused =
+            |rule: Option<&Arc<Rule>>, quota: Option<QuotaConfig>, reason: String| Plan::Refused {
+                rule: rule.cloned(),
+                quota,
+                reason,
+                invalid: true,
+            };
+        if let Err(reason) = self.validate_entries(descriptor) {
+            return refused(None, None, reason);
+        }
+        let entries = descriptor
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()));
+        let cost = descriptor.cost.unwrap_or(request_cost);
+        let dynamic;
+        let rule = match descriptor.limit {
+            Some(limit) => match dynamic_rule(domain, descriptor, limit) {
+                Ok(rule) => {
+                    dynamic = rule;
+                    &dynamic
+                }
+                Err((quota, reason)) => return refused(None, quota, reason),
+            },
+            None => match rules.find(domain, entries.clone()) {
+                None => return Plan::NoRule,
+                Some(rule) => rule,
+            },
+        };
+        if let Some(quota) = rule.blocked {
+            return Plan::Refused {
+                rule: Some(Arc::clone(rule)),
+                quota: Some(quota),
+                reason: "the rule admits nothing (requests_per_unit: 0)".into(),
+                invalid: false,
+            };
+        }
+        let Some(limits) = &rule.limits else {
+            return Plan::Unlimited(Arc::clone(rule));
+        };
+        let capacity = rule.capacity();
+        if cost > capacity {
+            let reason = format!(
+                "a cost of {cost} can never be admitted under rule {} (at most {capacity} at once)",
+                rule.id
+            );
+            return refused(Some(rule), limits.quotas.first().copied(), reason);
+        }
+        Plan::Limited {
+            rule: Arc::clone(rule),
+            key: bucket_key(entries),
+            cost,
+        }
+    }
+
+    /// The checks on the call itself: what Envoy's configuration sets, not
+    /// a client (see the module docs).
+    fn validate_call(&self, request: &CheckRequest) -> Result<(), CheckError> {
         let limits = &self.limits;
         let invalid = |message: String| Err(CheckError::Invalid(message));
         if request.domain.is_empty() {
@@ -370,40 +504,89 @@ impl Service {
                 limits.max_descriptors
             ));
         }
-        for (i, descriptor) in request.descriptors.iter().enumerate() {
-            if descriptor.entries.is_empty() {
-                return invalid(format!("descriptors[{i}].entries: must not be empty"));
+        Ok(())
+    }
+
+    /// The checks on one descriptor's entries.
+    fn validate_entries(&self, descriptor: &Descriptor) -> Result<(), String> {
+        let limits = &self.limits;
+        if descriptor.entries.is_empty() {
+            return Err("entries: must not be empty".into());
+        }
+        if descriptor.entries.len() > limits.max_entries {
+            return Err(format!(
+                "entries: {} entries, at most {} allowed",
+                descriptor.entries.len(),
+                limits.max_entries
+            ));
+        }
+        for (j, (key, value)) in descriptor.entries.iter().enumerate() {
+            if key.is_empty() {
+                return Err(format!("entries[{j}].key: must not be empty"));
             }
-            if descriptor.entries.len() > limits.max_entries {
-                return invalid(format!(
-                    "descriptors[{i}].entries: {} entries, at most {} allowed",
-                    descriptor.entries.len(),
-                    limits.max_entries
+            if key.len() > limits.max_key_bytes || value.len() > limits.max_key_bytes {
+                return Err(format!(
+                    "entries[{j}]: key or value longer than {} bytes",
+                    limits.max_key_bytes
                 ));
-            }
-            for (j, (key, value)) in descriptor.entries.iter().enumerate() {
-                if key.is_empty() {
-                    return invalid(format!(
-                        "descriptors[{i}].entries[{j}].key: must not be empty"
-                    ));
-                }
-                if key.len() > limits.max_key_bytes || value.len() > limits.max_key_bytes {
-                    return invalid(format!(
-                        "descriptors[{i}].entries[{j}]: key or value longer than {} bytes",
-                        limits.max_key_bytes
-                    ));
-                }
             }
         }
         Ok(())
     }
 }
 
+/// The rule a `limit` override stands for (see the module docs), or why
+/// it cannot be decided (with the limit asked, when it has a unit).
+fn dynamic_rule(
+    domain: &str,
+    descriptor: &Descriptor,
+    limit: LimitOverride,
+) -> Result<Arc<Rule>, (Option<QuotaConfig>, String)> {
+    let Some(unit) = limit.unit else {
+        return Err((None, "limit.unit: UNKNOWN is no unit".into()));
+    };
+    let quota = QuotaConfig {
+        requests_per_unit: limit.requests_per_unit,
+        period: unit.period(),
+        unit: Some(unit),
+        burst: None,
+        slots: None,
+    };
+    if limit.requests_per_unit == 0 {
+        return Err((
+            Some(quota),
+            "limit.requests_per_unit: 0 admits nothing".into(),
+        ));
+    }
+    let limits = Limits::new(AlgorithmKind::FixedWindow, vec![quota])
+        .map_err(|error| (Some(quota), format!("limit: {error}")))?;
+    let mut id = domain.to_owned();
+    for (key, _) in &descriptor.entries {
+        id.push('.');
+        id.push_str(key);
+    }
+    let _ = write!(id, "|{}/{}", limit.requests_per_unit, unit.name());
+    Ok(Arc::new(Rule {
+        id: id.into(),
+        domain: domain.to_owned(),
+        path: descriptor
+            .entries
+            .iter()
+            .map(|(key, _)| (key.clone(), None))
+            .collect(),
+        name: None,
+        shadow_mode: false,
+        limits: Some(limits),
+        blocked: None,
+        dynamic: true,
+    }))
+}
+
 fn counters(metrics: &Metrics, rules: &RuleSet) -> HashMap<Arc<str>, RuleCounters> {
     rules
         .rules()
         .iter()
-        .map(|rule| (Arc::clone(&rule.id), metrics.rule(&rule.id)))
+        .map(|rule| (Arc::clone(&rule.id), metrics.rule(rule)))
         .collect()
 }
 

@@ -27,18 +27,23 @@
 //!   reload warns that the `server` section changed).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::TcpListener;
+use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
 
-use crate::config::TlsSettings;
+use crate::listen::{Acceptor, IdleTimeout};
+use crate::yaml::checked_mapping;
+
+/// An accepted TCP connection, closed when idle ([`crate::listen`]).
+type Connection = IdleTimeout<tokio::net::TcpStream>;
 
 /// How long a client has to finish the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -142,26 +147,19 @@ impl Identity {
 /// `axum::serve` (see the [module docs](self)).
 #[derive(Debug)]
 pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<tokio::net::TcpStream>, SocketAddr)>,
+    ready: mpsc::Receiver<(TlsStream<Connection>, SocketAddr)>,
     local: SocketAddr,
     accepting: tokio::task::JoinHandle<()>,
 }
 
 impl TlsListener {
     /// Starts accepting on `listener` (within a tokio runtime).
-    pub fn new(listener: TcpListener, acceptor: TlsAcceptor, local: SocketAddr) -> TlsListener {
+    pub fn new(mut listener: Acceptor, acceptor: TlsAcceptor, local: SocketAddr) -> TlsListener {
         let (tx, ready) = mpsc::channel(READY_QUEUE);
         let accepting = tokio::spawn(async move {
             loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        // As axum does: resource errors (EMFILE) pass after a pause.
-                        tracing::debug!(%error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
+                // Accept errors are waited out by the listener itself.
+                let (tcp, peer) = listener.accept().await;
                 if tx.is_closed() {
                     return;
                 }
@@ -195,7 +193,7 @@ impl Drop for TlsListener {
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<tokio::net::TcpStream>;
+    type Io = TlsStream<Connection>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -209,5 +207,40 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+/// A listener's certificate and key, checked when the file is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// The certificate chain, PEM, leaf first.
+    pub cert: PathBuf,
+    /// The private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsYaml {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl<'de> Deserialize<'de> for TlsSettings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        checked_mapping::<D, TlsYaml, TlsSettings>(d)
+    }
+}
+
+impl TryFrom<TlsYaml> for TlsSettings {
+    type Error = String;
+
+    fn try_from(yaml: TlsYaml) -> Result<TlsSettings, String> {
+        let settings = TlsSettings {
+            cert: yaml.cert,
+            key: yaml.key,
+        };
+        Identity::load(&settings)?;
+        Ok(settings)
     }
 }

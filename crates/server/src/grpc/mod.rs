@@ -21,16 +21,16 @@
 //!   admitted (a fixed window's end, the GCRA's next free permit).
 //! - `response_headers: true` adds `x-ratelimit-limit`, `-remaining` and
 //!   `-reset` for the decided descriptor with the fewest permits left.
-//! - A descriptor's `limit` override is refused with `INVALID_ARGUMENT`
-//!   (nothing counted). Envoy sends it only when its route sets
-//!   `rate_limits[].limit` (dynamic metadata); envoyproxy/ratelimit then
-//!   decides the descriptor under that limit instead of its rule's, in a
-//!   bucket of the domain and entries. This server's limits live in its
-//!   file (validated, reloaded, per-algorithm, capacity-checked); a limit
-//!   chosen per request would need buckets no rule describes. Ignoring the
-//!   override would answer under a limit the caller did not ask for, so it
-//!   is refused loudly instead.
-//! - Bad input is `INVALID_ARGUMENT`, overload `RESOURCE_EXHAUSTED`, a
+//! - A descriptor's `limit` override (Envoy's dynamic limits) is decided
+//!   as envoyproxy/ratelimit does, under the limit the request gives: see
+//!   [`crate::service`].
+//! - A descriptor that cannot be decided as sent (a key or value above
+//!   `max_key_bytes`, a cost above its rule's capacity, a `limit` of 0) is
+//!   answered `OVER_LIMIT` for that descriptor alone, never
+//!   `INVALID_ARGUMENT` for the call, which Envoy's default
+//!   `failure_mode_deny: false` would let through ([`crate::service`]).
+//! - Bad input to the call itself (an empty domain, no descriptors, more
+//!   than `max_descriptors`) is `INVALID_ARGUMENT`, overload `RESOURCE_EXHAUSTED`, a
 //!   missing or wrong token `UNAUTHENTICATED` (metadata `authorization:
 //!   Bearer <token>`; Envoy sends it from `grpc_service.initial_metadata`),
 //!   a backend failure `UNAVAILABLE`. Bad input includes bad gRPC framing
@@ -50,7 +50,9 @@ use tonic::{Request, Response, Status};
 
 use crate::config::Unit;
 use crate::metrics::{Api, Refusal};
-use crate::service::{CheckError, CheckRequest, Descriptor, Service, Status as DescriptorOutcome};
+use crate::service::{
+    CheckError, CheckRequest, Descriptor, LimitOverride, Service, Status as DescriptorOutcome,
+};
 
 /// The generated protobuf types and gRPC stubs.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -183,16 +185,6 @@ impl RateLimitService for RlsService {
             ));
         };
         let request = request.into_inner();
-        if let Some(i) = request
-            .descriptors
-            .iter()
-            .position(|descriptor| descriptor.limit.is_some())
-        {
-            self.service.metrics().refused(Api::Grpc, Refusal::Invalid);
-            return Err(Status::invalid_argument(format!(
-                "descriptors[{i}].limit: limit overrides are not supported; the configured rules decide"
-            )));
-        }
         let check = CheckRequest {
             domain: request.domain,
             cost: u64::from(request.hits_addend.max(1)),
@@ -206,6 +198,10 @@ impl RateLimitService for RlsService {
                         .map(|entry| (entry.key, entry.value))
                         .collect(),
                     cost: descriptor.hits_addend,
+                    limit: descriptor.limit.map(|limit| LimitOverride {
+                        requests_per_unit: u64::from(limit.requests_per_unit),
+                        unit: override_unit(limit.unit),
+                    }),
                 })
                 .collect(),
         };
@@ -259,8 +255,25 @@ fn proto_unit(unit: Option<Unit>) -> ProtoUnit {
         Some(Unit::Minute) => ProtoUnit::Minute,
         Some(Unit::Hour) => ProtoUnit::Hour,
         Some(Unit::Day) => ProtoUnit::Day,
+        Some(Unit::Week) => ProtoUnit::Week,
         Some(Unit::Month) => ProtoUnit::Month,
         Some(Unit::Year) => ProtoUnit::Year,
+    }
+}
+
+/// The unit of a `limit` override; `None` for `UNKNOWN` and values this
+/// server does not know.
+fn override_unit(unit: i32) -> Option<Unit> {
+    use proto::envoy::r#type::v3::RateLimitUnit;
+    match RateLimitUnit::try_from(unit).ok()? {
+        RateLimitUnit::Unknown => None,
+        RateLimitUnit::Second => Some(Unit::Second),
+        RateLimitUnit::Minute => Some(Unit::Minute),
+        RateLimitUnit::Hour => Some(Unit::Hour),
+        RateLimitUnit::Day => Some(Unit::Day),
+        RateLimitUnit::Week => Some(Unit::Week),
+        RateLimitUnit::Month => Some(Unit::Month),
+        RateLimitUnit::Year => Some(Unit::Year),
     }
 }
 
@@ -274,6 +287,23 @@ fn descriptor_status(outcome: &DescriptorOutcome) -> DescriptorStatus {
             code: Code::Ok as i32,
             limit_remaining: u32::MAX,
             ..DescriptorStatus::default()
+        },
+        DescriptorOutcome::Refused { rule, quota, .. } => DescriptorStatus {
+            code: if outcome.is_over_limit() {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
+            current_limit: quota.map(|quota| RateLimit {
+                name: rule
+                    .as_ref()
+                    .map(|rule| rule.name.clone().unwrap_or_else(|| rule.id.to_string()))
+                    .unwrap_or_default(),
+                requests_per_unit: saturate(quota.requests_per_unit),
+                unit: proto_unit(quota.unit) as i32,
+            }),
+            limit_remaining: 0,
+            duration_until_reset: None,
         },
         DescriptorOutcome::Decided {
             rule,

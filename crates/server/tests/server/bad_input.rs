@@ -1,5 +1,6 @@
-//! The bad input matrix: every answer a 4xx / INVALID_ARGUMENT, never a 5xx,
-//! and no state changed.
+//! The bad input matrix: a bad call is a 4xx / INVALID_ARGUMENT, a bad
+//! descriptor is OVER_LIMIT (issue 15, bug 2), never a 5xx, and no state
+//! changed.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
@@ -7,6 +8,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use serde_json::{Value, json};
 use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 use crate::support::*;
 
@@ -49,28 +51,74 @@ async fn http_bad_input_matrix() {
     let many: Vec<Value> = (0..10_000)
         .map(|i| json!({"entries": [{"key": "user", "value": format!("v{i}")}]}))
         .collect();
+    // Descriptors that cannot be decided as sent: OVER_LIMIT, nothing counted.
+    let alone = |cost: &str| {
+        format!(
+            r#"{{"domain":"rl","descriptors":[{{"entries":[{{"key":"odd","value":"victim"}}],"cost":{cost}}}]}}"#
+        )
+    };
+    let over_limit: Vec<(&str, String)> = vec![
+        ("burst + 1", alone("6")),
+        ("2^32", alone("4294967296")),
+        ("2^64 - 1", alone("18446744073709551615")),
+        ("empty entries", r#"{"domain":"rl","descriptors":[{"entries":[]}]}"#.to_owned()),
+        ("empty key", r#"{"domain":"rl","descriptors":[{"entries":[{"key":"","value":"v"}]}]}"#.to_owned()),
+        ("1 MiB key", json!({"domain": "rl", "descriptors": [{"entries": [{"key": long_key, "value": "v"}]}]}).to_string()),
+        ("1 MiB value", json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": long_key}]}]}).to_string()),
+    ];
+    for (name, body) in over_limit {
+        let response = within(
+            http_client()
+                .post(server.url("/v1/check"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send(),
+        )
+        .await
+        .expect(name);
+        assert_eq!(response.status().as_u16(), 200, "{name}");
+        let answer: Value = response.json().await.expect(name);
+        assert_eq!(answer["overall_code"], "OVER_LIMIT", "{name}: {answer}");
+        assert!(
+            answer["statuses"][0]["refused"].is_string(),
+            "{name}: {answer}"
+        );
+        assert_eq!(remaining(&server).await, before, "{name} changed the state");
+    }
     let cases: Vec<(&str, String)> = vec![
         ("cost 0", victim("0")),
-        ("burst + 1", victim("6")),
-        ("2^32", victim("4294967296")),
-        ("2^64 - 1", victim("18446744073709551615")),
         ("2^64", victim("18446744073709551616")),
         ("negative", victim("-1")),
         ("fraction", victim("1.5")),
         ("non-numeric", victim("\"ten\"")),
-        ("null domain", r#"{"domain":null,"descriptors":[]}"#.to_owned()),
-        ("empty domain", r#"{"domain":"","descriptors":[{"entries":[{"key":"user","value":"victim"}]}]}"#.to_owned()),
-        ("no descriptors", r#"{"domain":"rl","descriptors":[]}"#.to_owned()),
-        ("empty entries", r#"{"domain":"rl","descriptors":[{"entries":[]}]}"#.to_owned()),
-        ("empty key", r#"{"domain":"rl","descriptors":[{"entries":[{"key":"","value":"v"}]}]}"#.to_owned()),
-        ("unknown field", r#"{"domain":"rl","descriptors":[],"costs":1}"#.to_owned()),
+        (
+            "null domain",
+            r#"{"domain":null,"descriptors":[]}"#.to_owned(),
+        ),
+        (
+            "empty domain",
+            r#"{"domain":"","descriptors":[{"entries":[{"key":"user","value":"victim"}]}]}"#
+                .to_owned(),
+        ),
+        (
+            "no descriptors",
+            r#"{"domain":"rl","descriptors":[]}"#.to_owned(),
+        ),
+        (
+            "unknown field",
+            r#"{"domain":"rl","descriptors":[],"costs":1}"#.to_owned(),
+        ),
         ("not json", "{domain: rl".to_owned()),
         ("not an object", "[1,2,3]".to_owned()),
         ("empty body", String::new()),
-        ("10,000 descriptors", json!({"domain": "rl", "descriptors": many}).to_string()),
-        ("1 MiB key", json!({"domain": "rl", "descriptors": [{"entries": [{"key": long_key, "value": "v"}]}]}).to_string()),
-        ("1 MiB value", json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": long_key}]}]}).to_string()),
-        ("3 MiB body", format!(r#"{{"domain":"{}","descriptors":[]}}"#, "d".repeat(3 * MIB))),
+        (
+            "10,000 descriptors",
+            json!({"domain": "rl", "descriptors": many}).to_string(),
+        ),
+        (
+            "3 MiB body",
+            format!(r#"{{"domain":"{}","descriptors":[]}}"#, "d".repeat(3 * MIB)),
+        ),
     ];
     for (name, body) in cases {
         let response = within(
@@ -101,8 +149,8 @@ async fn http_bad_input_matrix() {
     assert!(
         metric(
             &text,
-            "tollgate_requests_refused_total{api=\"Http\",reason=\"Invalid\"}"
-        ) >= 19.0,
+            "tollgate_requests_refused_total{api=\"http\",reason=\"invalid\"}"
+        ) >= 12.0,
         "{text}"
     );
     server.stop().await;
@@ -123,41 +171,27 @@ async fn grpc_bad_input_matrix() {
     let many: Vec<RateLimitDescriptor> = (0..10_000)
         .map(|i| descriptor(&[("user", &format!("v{i}"))]))
         .collect();
+    // Descriptors that cannot be decided as sent: OVER_LIMIT, nothing counted.
+    for (name, bad) in [
+        ("burst + 1", with_cost(6)),
+        ("2^32", with_cost(1 << 32)),
+        ("2^64 - 1", with_cost(u64::MAX)),
+        ("empty entries", descriptor(&[])),
+        ("empty key", descriptor(&[("", "v")])),
+        ("1 MiB key", descriptor(&[(long.as_str(), "v")])),
+        ("1 MiB value", descriptor(&[("user", long.as_str())])),
+    ] {
+        let response = within(client.should_rate_limit(request("rl", vec![bad])))
+            .await
+            .unwrap_or_else(|error| panic!("{name}: {error}"))
+            .into_inner();
+        assert_eq!(response.overall_code(), Code::OverLimit, "{name}");
+        assert_eq!(remaining(&server).await, before, "{name} changed the state");
+    }
     let cases = vec![
-        ("burst + 1", request("rl", vec![good.clone(), with_cost(6)])),
-        (
-            "2^32",
-            request("rl", vec![good.clone(), with_cost(1 << 32)]),
-        ),
-        (
-            "2^64 - 1",
-            request("rl", vec![good.clone(), with_cost(u64::MAX)]),
-        ),
         ("empty domain", request("", vec![good.clone()])),
         ("no descriptors", request("rl", vec![])),
-        (
-            "empty entries",
-            request("rl", vec![good.clone(), descriptor(&[])]),
-        ),
-        (
-            "empty key",
-            request("rl", vec![good.clone(), descriptor(&[("", "v")])]),
-        ),
         ("10,000 descriptors", request("rl", many)),
-        (
-            "1 MiB key",
-            request(
-                "rl",
-                vec![good.clone(), descriptor(&[(long.as_str(), "v")])],
-            ),
-        ),
-        (
-            "1 MiB value",
-            request(
-                "rl",
-                vec![good.clone(), descriptor(&[("user", long.as_str())])],
-            ),
-        ),
         ("1 MiB domain", request(&long, vec![good.clone()])),
     ];
     for (name, req) in cases {
@@ -243,8 +277,12 @@ async fn grpc_bad_input_matrix() {
     assert!(
         metric(
             &text,
-            "tollgate_requests_refused_total{api=\"Grpc\",reason=\"Invalid\"}"
-        ) == 21.0,
+            "tollgate_requests_refused_total{api=\"grpc\",reason=\"invalid\"}"
+        ) == 14.0
+            && metric(
+                &text,
+                "tollgate_requests_refused_total{api=\"grpc\",reason=\"invalid_descriptor\"}"
+            ) == 7.0,
         "{text}"
     );
     server.stop().await;

@@ -154,21 +154,26 @@ async fn upstream_envoy_client_talks_to_the_server() {
         ]
     );
 
-    // A route's limit override is refused, and nothing is counted.
+    // A route's limit override decides the descriptor, in its own bucket.
     let mut overridden = costing("odd", "erin", 1);
     overridden.limit = Some(RateLimitOverride {
         requests_per_unit: 100,
         unit: RateLimitUnit::Second as i32,
     });
-    let error = within(client.should_rate_limit(envoy_request(0, vec![overridden])))
+    let answer = within(client.should_rate_limit(envoy_request(0, vec![overridden])))
         .await
-        .expect_err("override refused");
-    assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
+        .expect("override decided")
+        .into_inner();
+    assert_eq!(answer.overall_code(), Code::Ok);
+    assert_eq!(answer.statuses[0].limit_remaining, 99);
     let look = within(client.should_rate_limit(envoy_request(0, vec![costing("odd", "erin", 0)])))
         .await
         .expect("grpc ok")
         .into_inner();
-    assert_eq!(look.statuses[0].limit_remaining, 2, "the override counted");
+    assert_eq!(
+        look.statuses[0].limit_remaining, 2,
+        "the rule's bucket is not the override's"
+    );
 
     server.stop().await;
 }

@@ -223,3 +223,169 @@ async fn reload_by_polling_under_traffic() {
     assert!(answered.load(Ordering::Relaxed) > 0);
     server.stop().await;
 }
+
+/// The remaining permits of `user`/`value`, and the rule that decided it.
+async fn remaining(server: &TestServer, value: &str) -> (Value, Value) {
+    let answer = check(server, "user", value).await;
+    (
+        answer["statuses"][0]["remaining"].clone(),
+        answer["statuses"][0]["rule"].clone(),
+    )
+}
+
+/// Regression (issue 15, bug 1): truncating the file reloaded it as "no
+/// rules" (every request OK, `/v1/rules` empty, `last_load_ok` still 1),
+/// and when the file came back the counts restarted.
+#[tokio::test]
+async fn truncate_then_restore_keeps_the_rules_and_the_counts() {
+    let server = start(V1).await;
+    let original = std::fs::read(&server.path).expect("read");
+    for _ in 0..4 {
+        check(&server, "user", "alice").await;
+    }
+    assert_eq!(remaining(&server, "alice").await.0, 5);
+
+    std::fs::write(&server.path, "").expect("truncate");
+    let error = server.reloader.reload().expect_err("an empty file");
+    assert!(error.message().contains("empty"), "{error}");
+    let text = server.metrics().await;
+    assert_eq!(metric(&text, "tollgate_config_last_load_ok"), 0.0);
+    // Still limited, same counts.
+    assert_eq!(
+        remaining(&server, "alice").await,
+        (json!(4), json!("rl.user"))
+    );
+    let rules: Value = within(http_client().get(server.url("/v1/rules")).send())
+        .await
+        .expect("rules")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(rules["rules"].as_array().map(Vec::len), Some(1));
+
+    std::fs::write(&server.path, &original).expect("restore");
+    server.reloader.reload().expect("the file is back");
+    assert_eq!(
+        metric(&server.metrics().await, "tollgate_config_last_load_ok"),
+        1.0
+    );
+    // The counts went on: 3 left, not a fresh 9.
+    assert_eq!(
+        remaining(&server, "alice").await,
+        (json!(3), json!("rl.user"))
+    );
+    server.stop().await;
+}
+
+/// Regression (issue 15, bug 1): files that name no domain loaded as "no
+/// rules". Each is refused, the old rules stay, `last_load_ok` drops to 0.
+#[tokio::test]
+async fn files_without_a_domain_are_refused() {
+    let server = start(V1).await;
+    for text in [
+        "",
+        "\n\n   \n",
+        "# only a comment\n",
+        "server:\n  reload_interval_ms: 0\n",
+        "domains: []\n",
+        "---\n",
+    ] {
+        std::fs::write(&server.path, text).expect("write");
+        let error = server.reloader.reload().expect_err(text);
+        assert!(
+            error.message().contains("empty") || error.message().contains("domain"),
+            "{text:?}: {error}"
+        );
+        assert_eq!(
+            metric(&server.metrics().await, "tollgate_config_last_load_ok"),
+            0.0,
+            "{text:?}"
+        );
+        assert_eq!(
+            remaining(&server, "bob").await.1,
+            json!("rl.user"),
+            "{text:?}"
+        );
+    }
+    server.stop().await;
+}
+
+/// Regression (issue 15, bug 1): a file rewritten in place, slowly (the
+/// way `>` in a shell or a plain `write` does it: truncate, then the bytes
+/// in chunks), was loaded half-written: a prefix that parses but lacks
+/// the limits answered "no limit". The watcher loads only bytes that
+/// stayed the same across two polls, so each state below is refused or
+/// held; the new file goes live once it is still.
+#[tokio::test]
+async fn slow_rewrite_in_place_is_never_loaded_half_written() {
+    use std::io::Write as _;
+
+    let server = start(V1).await;
+    for _ in 0..2 {
+        check(&server, "user", "alice").await;
+    }
+    let head = "server:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n  reload_interval_ms: 0\n\ndomain: rl\ndescriptors:\n";
+    let new = format!(
+        "{head}  - key: user\n    rate_limit: {{unit: minute, requests_per_unit: 10}}\n  - key: team\n    rate_limit: {{unit: minute, requests_per_unit: 1}}\n"
+    );
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&server.path)
+        .expect("open");
+    let mut written = 0;
+    // Every state the reader may see: empty, then each chunk boundary.
+    for end in [
+        0,
+        20,
+        head.len() - 12,
+        head.len(),
+        head.len() + 16,
+        new.len(),
+    ] {
+        file.write_all(&new.as_bytes()[written..end])
+            .expect("write");
+        file.flush().expect("flush");
+        written = end;
+        let _ = server.reloader.poll();
+        let (left, rule) = remaining(&server, "alice").await;
+        assert_eq!(rule, json!("rl.user"), "after {end} bytes");
+        assert!(left.as_u64().is_some(), "after {end} bytes: {left}");
+    }
+    drop(file);
+    // Still for one poll: now it loads, counts kept (10 - 2 - 6 probes - 1).
+    assert_eq!(server.reloader.poll(), Ok(Reloaded::Applied { rules: 2 }));
+    assert_eq!(
+        remaining(&server, "alice").await,
+        (json!(1), json!("rl.user"))
+    );
+    assert_eq!(
+        check(&server, "team", "t").await["statuses"][0]["rule"],
+        "rl.team"
+    );
+    assert_eq!(server.reloader.poll(), Ok(Reloaded::Unchanged));
+    server.stop().await;
+}
+
+/// A rule removed by a reload and restored by the next resumes its counts
+/// (issue 15, bug 1: "when the file comes back the counts restart").
+#[tokio::test]
+async fn a_rule_removed_then_restored_resumes_its_counts() {
+    let server = start(V1).await;
+    for _ in 0..4 {
+        check(&server, "user", "alice").await;
+    }
+    server.write_config(
+        "  reload_interval_ms: 0\n",
+        "domain: rl\ndescriptors:\n  - key: team\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+    );
+    assert_eq!(server.reloader.reload(), Ok(Reloaded::Applied { rules: 1 }));
+    assert_eq!(remaining(&server, "alice").await.1, Value::Null);
+    server.write_config("  reload_interval_ms: 0\n", V1);
+    assert_eq!(server.reloader.reload(), Ok(Reloaded::Applied { rules: 1 }));
+    assert_eq!(
+        remaining(&server, "alice").await,
+        (json!(5), json!("rl.user"))
+    );
+    server.stop().await;
+}

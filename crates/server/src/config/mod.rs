@@ -1,0 +1,887 @@
+//! The configuration file: envoyproxy/ratelimit's YAML, extended.
+//!
+//! A file is either one domain exactly as envoyproxy/ratelimit reads it
+//! (`domain:` and `descriptors:` at the top), or a list of them under
+//! `domains:`, with an optional `server:` section either way:
+//!
+//! ```yaml
+//! server:
+//!   grpc_listen: 127.0.0.1:8081      # the default; say 0.0.0.0:8081 to open it up
+//!   http_listen: 127.0.0.1:8080
+//! domain: api
+//! descriptors:
+//!   - key: remote_address            # no value: one bucket per address
+//!     rate_limit: {unit: second, requests_per_unit: 10}
+//!   - key: path
+//!     value: /login
+//!     rate_limits:                   # several limits, all-or-nothing
+//!       - {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
+//!       - {unit: day, requests_per_unit: 100, algorithm: sliding_log}
+//!   - key: plan
+//!     value: free
+//!     shadow_mode: true              # decide and count, but answer OK
+//!     rate_limit: {period: 10s, requests_per_unit: 20, burst: 5}
+//!   - key: plan
+//!     value: internal
+//!     rate_limit: {unlimited: true}
+//! ```
+//!
+//! # Layout
+//!
+//! The path a file takes: this module reads the file ([`Config::from_yaml`]:
+//! blank files refused, then the raw YAML structs, each validated inside
+//! its own mapping so that errors keep their line) and turns it into the
+//! checked rules of [`checked`] (domains, descriptor trees, limits with the
+//! core's algorithm built), which [`crate::rules`] and the backends are
+//! built from. The `backend:` section is read by `backend`, the TLS
+//! identities by [`crate::tls`]; the serde plumbing that keeps error lines
+//! is shared with it.
+//!
+//! # Decisions
+//!
+//! - Every envoyproxy/ratelimit key is read with its meaning (`unit` is
+//!   case-insensitive, `unlimited` forbids a unit). `replaces`,
+//!   `detailed_metric: true`, `value_to_metric: true` and
+//!   `share_threshold: true` are not supported and are refused, at their
+//!   line and with why, rather than silently ignored: a file that relies on
+//!   them would not do what it says (`false` is accepted: it is the
+//!   default meaning).
+//! - Extensions, all inside `rate_limit`: `algorithm` (`gcra`, the
+//!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
+//!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
+//!   by default the limit), `period` (`500ms`, `10s`, `5m`, `2h`, `1d`)
+//!   instead of `unit`. `rate_limits:` holds several limits for one
+//!   descriptor, decided all-or-nothing; they share one algorithm (the
+//!   core's `AllOf` runs one algorithm type), and a file mixing them is
+//!   refused.
+//! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit;
+//!   `week` is 7 days.
+//! - `requests_per_unit: 0` in a `rate_limit:` block is envoyproxy/ratelimit's
+//!   block list: every request matching it is over the limit (answered with
+//!   that limit, nothing counted). In a `rate_limits:` list it is refused.
+//! - A file must name at least one domain: an empty file (blank, or only
+//!   comments), a file with only `server:` / `backend:`, and `domains: []`
+//!   are refused (envoyproxy/ratelimit refuses a file without a domain
+//!   too). A truncated file is the common way to get one, and loading it
+//!   would turn every limit off.
+//! - Unknown keys are errors, and every error names the file, the line and
+//!   the field (`descriptors[1].rate_limit.unit`).
+//! - The `server` and `backend` sections are read at start only; a reload
+//!   takes the rules and warns if either changed.
+//! - `server.grpc_tls` / `server.http_tls` (`{cert: PEM path, key: PEM
+//!   path}`) turn TLS on for one listener; the files are read and checked
+//!   (certificate chain, private key, and that they form a usable rustls
+//!   identity) while the file is validated, so that a bad path or a key that
+//!   is no key is an error naming the file's line, not a failure at the
+//!   first connection. Paths are relative to the working directory, as
+//!   `bearer_token_file`.
+//! - `backend:` (absent: in memory) puts the counts in Redis (`redis: URL`)
+//!   or Redis Cluster (`cluster: [URL, …]`), with the Redis limiter's
+//!   failure policy, deadline, breaker, deny cache and leases; see
+//!   [`RedisSettings`] for every key and [`crate::redis_backend`] for the
+//!   decisions. Redis does not run `sliding_log` (see `tollgate-redis`): a
+//!   file naming it under a Redis backend is refused.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow};
+
+mod backend;
+pub mod checked;
+
+pub use crate::tls::TlsSettings;
+use crate::yaml::{CheckedSeed, checked_mapping};
+use backend::BackendSection;
+pub use backend::{BackendSettings, RedisSettings, RedisTarget, redact_url};
+pub use checked::{
+    AlgorithmKind, BuiltAlgorithm, DescriptorConfig, DomainConfig, LimitConfig, Limits,
+    QuotaConfig, Unit,
+};
+
+/// Why a configuration file was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    file: PathBuf,
+    line: Option<usize>,
+    column: Option<usize>,
+    message: String,
+}
+
+impl ConfigError {
+    /// The file.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The line (from 1), when the error has a place in the file.
+    pub fn line(&self) -> Option<usize> {
+        self.line
+    }
+
+    /// What is wrong, starting with the field's path.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The backend refused the file's rules (the backend's error, shown).
+    pub(crate) fn rules(file: &Path, error: &dyn fmt::Display) -> ConfigError {
+        ConfigError {
+            file: file.to_owned(),
+            line: None,
+            column: None,
+            message: error.to_string(),
+        }
+    }
+
+    pub(crate) fn io(file: &Path, error: &std::io::Error) -> ConfigError {
+        ConfigError {
+            file: file.to_owned(),
+            line: None,
+            column: None,
+            message: format!("cannot read the file: {error}"),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let (Some(line), Some(column)) = (self.line, self.column) {
+            write!(f, ":{line}:{column}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A parsed, validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Listeners, limits and auth: read at start.
+    pub server: ServerSettings,
+    /// Where the counts live: read at start.
+    pub backend: BackendSettings,
+    /// The rules, one tree per domain.
+    pub domains: Vec<DomainConfig>,
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file, the line and the field.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::io(path, &error))?;
+        Config::from_yaml(path, &text)
+    }
+
+    /// Validates `text`, read from `path` (named in errors).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file, the line and the field.
+    pub fn from_yaml(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        if is_blank(text) {
+            return Err(ConfigError {
+                file: path.to_owned(),
+                line: None,
+                column: None,
+                message:
+                    "the file is empty (no domain): refused, a file must name the domain it limits"
+                        .into(),
+            });
+        }
+        // A first look at `backend:` alone, so that a rule Redis cannot run
+        // is refused at its own line during the full read. If the section
+        // is bad, the full read reports it.
+        let redis = serde_yaml_ng::from_str::<BackendOnly>(text)
+            .is_ok_and(|only| matches!(only.backend.0, BackendSettings::Redis(_)));
+        let _redis = RedisRules::set(redis);
+        let file: FileYaml = serde_yaml_ng::from_str(text).map_err(|error| {
+            let location = error.location();
+            ConfigError {
+                file: path.to_owned(),
+                line: location.as_ref().map(|l| l.line()),
+                column: location.as_ref().map(|l| l.column()),
+                message: strip_location(&error.to_string()),
+            }
+        })?;
+        file.into_config().map_err(|message| ConfigError {
+            file: path.to_owned(),
+            line: None,
+            column: None,
+            message,
+        })
+    }
+}
+
+/// Whether `text` holds no YAML content at all: nothing but blank lines,
+/// comments and document markers (a file truncated, or not yet written).
+fn is_blank(text: &str) -> bool {
+    text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---" || line == "..."
+    })
+}
+
+/// The `backend:` section alone (every other key ignored).
+#[derive(Deserialize)]
+struct BackendOnly {
+    #[serde(default)]
+    backend: BackendSection,
+}
+
+thread_local! {
+    /// Whether the file being read puts its rules on Redis: serde gives a
+    /// descriptor no context, and the check belongs at the descriptor's
+    /// line. Set by [`Config::from_yaml`] for the duration of one read.
+    static REDIS_RULES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sets [`REDIS_RULES`] until dropped (restoring the previous value).
+struct RedisRules(bool);
+
+impl RedisRules {
+    fn set(redis: bool) -> RedisRules {
+        RedisRules(REDIS_RULES.with(|flag| flag.replace(redis)))
+    }
+}
+
+impl Drop for RedisRules {
+    fn drop(&mut self) {
+        REDIS_RULES.with(|flag| flag.set(self.0));
+    }
+}
+
+/// serde_yaml_ng appends " at line L column C"; we print the place first.
+fn strip_location(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// Listeners, request limits and auth.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Where the Envoy RLS gRPC API listens. By default, `127.0.0.1:8081`.
+    pub grpc_listen: SocketAddr,
+    /// Where the HTTP JSON API listens. By default, `127.0.0.1:8080`.
+    pub http_listen: SocketAddr,
+    /// A bearer token required on both APIs (except `/healthz`, `/readyz`).
+    /// By default, none.
+    pub bearer_token: Option<String>,
+    /// A file holding the bearer token (trailing whitespace trimmed), so
+    /// that the token need not be in the configuration. By default, none.
+    pub bearer_token_file: Option<PathBuf>,
+    /// The largest request body or gRPC message. By default, 2 MiB.
+    pub max_request_bytes: usize,
+    /// The most descriptors in one request. By default, 64.
+    pub max_descriptors: usize,
+    /// The most entries in one descriptor. By default, 32.
+    pub max_entries: usize,
+    /// The longest descriptor key, value or domain, in bytes. By default, 1,024.
+    pub max_key_bytes: usize,
+    /// Requests decided at once over both APIs; more are refused at once
+    /// with 503 / `RESOURCE_EXHAUSTED`. By default, 1,024.
+    pub max_concurrent_requests: usize,
+    /// Add `x-ratelimit-limit`, `-remaining` and `-reset` to gRPC responses
+    /// (`response_headers_to_add`). By default, off.
+    pub response_headers: bool,
+    /// How often the file is read for changes, in milliseconds; 0 turns
+    /// hot reload off. By default, 1,000.
+    pub reload_interval_ms: u64,
+    /// A connection that sends nothing for this long, in milliseconds, is
+    /// closed (a silent client, headers that never end, an idle keep-alive
+    /// connection, a peer gone); gRPC peers are pinged every half of it,
+    /// so a live one is never cut (see [`crate::listen`]). By default,
+    /// 30,000.
+    pub idle_timeout_ms: u64,
+    /// TLS on the gRPC listener. By default, none (plain HTTP/2).
+    pub grpc_tls: Option<TlsSettings>,
+    /// TLS on the HTTP listener. By default, none (plain HTTP).
+    pub http_tls: Option<TlsSettings>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> ServerSettings {
+        ServerSettings {
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            bearer_token: None,
+            bearer_token_file: None,
+            max_request_bytes: 2 << 20,
+            max_descriptors: 64,
+            max_entries: 32,
+            max_key_bytes: 1024,
+            max_concurrent_requests: 1024,
+            response_headers: false,
+            reload_interval_ms: 1000,
+            idle_timeout_ms: 30_000,
+            grpc_tls: None,
+            http_tls: None,
+        }
+    }
+}
+
+// ---- the file as written ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileYaml {
+    #[serde(default)]
+    server: ServerSection,
+    #[serde(default)]
+    backend: BackendSection,
+    #[serde(default, deserialize_with = "unique_domains")]
+    domains: Option<Vec<DomainYaml>>,
+    #[serde(default, deserialize_with = "non_empty_domain")]
+    domain: Option<String>,
+    #[serde(default, deserialize_with = "some_unique_descriptors")]
+    descriptors: Option<Vec<DescriptorYaml>>,
+}
+
+/// The `server:` section, its tokens checked within the mapping (so that
+/// an error has the section's line).
+#[derive(Default)]
+struct ServerSection(ServerSettings);
+
+impl<'de> Deserialize<'de> for ServerSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        checked_mapping::<D, ServerSettings, ServerSection>(d)
+    }
+}
+
+impl TryFrom<ServerSettings> for ServerSection {
+    type Error = String;
+
+    fn try_from(settings: ServerSettings) -> Result<ServerSection, String> {
+        if settings.bearer_token.is_some() && settings.bearer_token_file.is_some() {
+            return Err(
+                "bearer_token: give either bearer_token or bearer_token_file, not both".into(),
+            );
+        }
+        if settings.bearer_token.as_deref() == Some("") {
+            return Err("bearer_token: must not be empty".into());
+        }
+        if settings.idle_timeout_ms == 0 {
+            return Err("idle_timeout_ms: must be at least 1".into());
+        }
+        Ok(ServerSection(settings))
+    }
+}
+
+/// A sequence of mappings, each read as `Y` and then turned into a `T` by
+/// `check` (given the elements before) *within* its mapping: an error
+/// raised there has the element's line and path (`descriptors[1]`), not
+/// the sequence's.
+fn seq_checked<'de, D, Y, T, F>(d: D, check: F) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    Y: Deserialize<'de>,
+    F: Fn(&[T], Y) -> Result<T, String>,
+{
+    struct Seq<F, Y, T>(F, std::marker::PhantomData<(Y, T)>);
+    impl<'de, F, Y, T> serde::de::Visitor<'de> for Seq<F, Y, T>
+    where
+        Y: Deserialize<'de>,
+        F: Fn(&[T], Y) -> Result<T, String>,
+    {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a sequence")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::new();
+            loop {
+                let before = &out;
+                let seed = CheckedSeed(|yaml: Y| (self.0)(before, yaml), std::marker::PhantomData);
+                match seq.next_element_seed(seed)? {
+                    Some(item) => out.push(item),
+                    None => return Ok(out),
+                }
+            }
+        }
+    }
+    d.deserialize_seq(Seq(check, std::marker::PhantomData))
+}
+
+/// `domain:`, not empty (refused within the scalar: the error has its line).
+fn non_empty_domain<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct NonEmpty;
+    impl serde::de::Visitor<'_> for NonEmpty {
+        type Value = String;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a domain name")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            if v.is_empty() {
+                Err(E::custom("config file cannot have empty domain"))
+            } else {
+                Ok(v.to_owned())
+            }
+        }
+    }
+    d.deserialize_str(NonEmpty).map(Some)
+}
+
+/// `domains:`, each name non-empty and given once.
+fn unique_domains<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<DomainYaml>>, D::Error> {
+    seq_checked(d, |before: &[DomainYaml], domain: DomainYaml| {
+        if domain.domain.is_empty() {
+            return Err("domain: config file cannot have empty domain".to_owned());
+        }
+        if before.iter().any(|d| d.domain == domain.domain) {
+            return Err(format!("domain: duplicate domain '{}'", domain.domain));
+        }
+        Ok(domain)
+    })
+    .map(Some)
+}
+
+/// A `descriptors:` list, each `(key, value)` given once; under a Redis
+/// backend, no `sliding_log`.
+fn unique_descriptors<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<DescriptorYaml>, D::Error> {
+    seq_checked(d, |before: &[DescriptorYaml], raw: RawDescriptor| {
+        // Built first: `descriptor()` owns the rule that an empty value is
+        // no value, which the duplicate check compares by.
+        let descriptor = DescriptorYaml::try_from(raw)?;
+        let (key, value) = (&descriptor.0.key, descriptor.0.value.as_deref());
+        if before
+            .iter()
+            .any(|d| d.0.key == *key && d.0.value.as_deref() == value)
+        {
+            return Err(match value {
+                Some(value) => format!("duplicate descriptor key '{key}' value '{value}'"),
+                None => format!("duplicate descriptor key '{key}' without a value"),
+            });
+        }
+        if REDIS_RULES.with(std::cell::Cell::get) {
+            refuse_sliding_log(&descriptor.0)?;
+        }
+        Ok(descriptor)
+    })
+}
+
+fn some_unique_descriptors<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<DescriptorYaml>>, D::Error> {
+    unique_descriptors(d).map(Some)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DomainYaml {
+    domain: String,
+    #[serde(default, deserialize_with = "unique_descriptors")]
+    descriptors: Vec<DescriptorYaml>,
+}
+
+/// A descriptor, validated (read through [`unique_descriptors`]).
+struct DescriptorYaml(DescriptorConfig);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    rate_limit: Option<LimitYaml>,
+    #[serde(default)]
+    rate_limits: Option<Vec<QuotaYaml>>,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    detailed_metric: bool,
+    #[serde(default)]
+    value_to_metric: bool,
+    #[serde(default)]
+    share_threshold: bool,
+    #[serde(default, deserialize_with = "unique_descriptors")]
+    descriptors: Vec<DescriptorYaml>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitYaml {
+    #[serde(default)]
+    unlimited: bool,
+    /// envoyproxy/ratelimit's `replaces`: refused (see [`limit_of`]).
+    #[serde(default)]
+    replaces: Option<serde_yaml_ng::Value>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    unit: Option<String>,
+    #[serde(default)]
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    period: Option<String>,
+    #[serde(default)]
+    algorithm: Option<AlgorithmKind>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    slots: Option<u32>,
+}
+
+impl LimitYaml {
+    fn split(self) -> Result<(bool, Option<String>, QuotaYaml), String> {
+        if self.replaces.is_some() {
+            return Err(
+                "rate_limit.replaces: not supported: every matching descriptor's limit applies here (all of them must admit); remove it"
+                    .into(),
+            );
+        }
+        let quota = QuotaYaml {
+            unit: self.unit,
+            requests_per_unit: self.requests_per_unit,
+            period: self.period,
+            algorithm: self.algorithm,
+            burst: self.burst,
+            slots: self.slots,
+        };
+        Ok((self.unlimited, self.name, quota))
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct QuotaYaml {
+    #[serde(default)]
+    unit: Option<String>,
+    #[serde(default)]
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    period: Option<String>,
+    #[serde(default)]
+    algorithm: Option<AlgorithmKind>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    slots: Option<u32>,
+}
+
+impl QuotaYaml {
+    fn is_empty(&self) -> bool {
+        self.unit.is_none()
+            && self.requests_per_unit.is_none()
+            && self.period.is_none()
+            && self.algorithm.is_none()
+            && self.burst.is_none()
+            && self.slots.is_none()
+    }
+
+    fn validate(&self) -> Result<(AlgorithmKind, QuotaConfig), String> {
+        let algorithm = self.algorithm.unwrap_or(AlgorithmKind::Gcra);
+        let requests_per_unit = match self.requests_per_unit {
+            Some(0) => return Err("requests_per_unit: must be at least 1".into()),
+            Some(n) => n,
+            None => return Err("requests_per_unit: missing".into()),
+        };
+        let (period, unit) = match (&self.unit, &self.period) {
+            (Some(_), Some(_)) => return Err("give either unit or period, not both".into()),
+            (None, None) => return Err("unit: missing (or give a period)".into()),
+            (Some(unit), None) => {
+                let unit = Unit::parse(unit).ok_or_else(|| {
+                    format!(
+                        "unit: invalid rate limit unit '{unit}' (second, minute, hour, day, week, month, year)"
+                    )
+                })?;
+                (unit.period(), Some(unit))
+            }
+            (None, Some(period)) => {
+                let period = parse_period(period).map_err(|error| format!("period: {error}"))?;
+                (period, Unit::of_period(period))
+            }
+        };
+        if self.burst.is_some() && algorithm != AlgorithmKind::Gcra {
+            return Err(format!(
+                "burst: only the gcra algorithm has a burst, not {}",
+                algorithm.name()
+            ));
+        }
+        if self.slots.is_some() && algorithm != AlgorithmKind::SlidingWindow {
+            return Err(format!(
+                "slots: only the sliding_window algorithm has slots, not {}",
+                algorithm.name()
+            ));
+        }
+        let quota = QuotaConfig {
+            requests_per_unit,
+            period,
+            unit,
+            burst: self.burst,
+            slots: match algorithm {
+                AlgorithmKind::SlidingWindow => Some(self.slots.unwrap_or(DEFAULT_SLOTS)),
+                _ => None,
+            },
+        };
+        Ok((algorithm, quota))
+    }
+}
+
+/// The sliding window's slots when the file does not say.
+const DEFAULT_SLOTS: u32 = 10;
+
+/// `500ms`, `10s`, `5m`, `2h`, `1d`.
+pub(crate) fn parse_period(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("'{text}' has no unit (ms, s, m, h, d)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' does not start with a whole number"))?;
+    let millis_per_unit: u64 = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("unknown unit '{other}' (ms, s, m, h, d)")),
+    };
+    let millis = number
+        .checked_mul(millis_per_unit)
+        .ok_or_else(|| format!("'{text}' is too long"))?;
+    if millis == 0 {
+        return Err("must be longer than 0".into());
+    }
+    Ok(Duration::from_millis(millis))
+}
+
+pub(crate) fn build_algorithm(
+    kind: AlgorithmKind,
+    quotas: &[QuotaConfig],
+) -> Result<BuiltAlgorithm, tollgate::QuotaError> {
+    fn quota_of(q: &QuotaConfig) -> Result<Quota, tollgate::QuotaError> {
+        let quota = Quota::new(q.requests_per_unit, q.period)?;
+        match q.burst {
+            Some(burst) => quota.with_burst(burst),
+            None => Ok(quota),
+        }
+    }
+    fn all<A: tollgate::Algorithm>(
+        quotas: &[QuotaConfig],
+        build: impl Fn(&QuotaConfig) -> Result<A, tollgate::QuotaError>,
+    ) -> Result<AllOf<A>, tollgate::QuotaError> {
+        AllOf::new(quotas.iter().map(build).collect::<Result<Vec<_>, _>>()?)
+    }
+    Ok(match kind {
+        AlgorithmKind::Gcra => BuiltAlgorithm::Gcra(all(quotas, |q| Gcra::new(quota_of(q)?))?),
+        AlgorithmKind::FixedWindow => {
+            BuiltAlgorithm::FixedWindow(all(quotas, |q| FixedWindow::new(quota_of(q)?))?)
+        }
+        AlgorithmKind::SlidingLog => {
+            BuiltAlgorithm::SlidingLog(all(quotas, |q| SlidingLog::new(quota_of(q)?))?)
+        }
+        AlgorithmKind::SlidingWindow => BuiltAlgorithm::SlidingWindow(all(quotas, |q| {
+            SlidingWindow::new(quota_of(q)?, q.slots.unwrap_or(DEFAULT_SLOTS))
+        })?),
+    })
+}
+
+impl TryFrom<RawDescriptor> for DescriptorYaml {
+    type Error = String;
+
+    fn try_from(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
+        let key = raw.key.clone();
+        descriptor(raw).map_err(|error| format!("descriptor '{key}': {error}"))
+    }
+}
+
+fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
+    {
+        if raw.key.is_empty() {
+            return Err("key: descriptor has empty key".into());
+        }
+        // envoyproxy/ratelimit keys whose meaning this server does not
+        // give: refused, never accepted and ignored (`false` is the
+        // default meaning, and is accepted).
+        if raw.detailed_metric {
+            return Err(
+                "detailed_metric: not supported: tollgate's metrics are per rule (label rule), never per request value; remove it"
+                    .into(),
+            );
+        }
+        if raw.value_to_metric {
+            return Err(
+                "value_to_metric: not supported: tollgate's metrics are per rule (label rule), never per request value; remove it"
+                    .into(),
+            );
+        }
+        if raw.share_threshold {
+            return Err(
+                "share_threshold: not supported yet: every value matching a wildcard has its own bucket here; remove it or list the values"
+                    .into(),
+            );
+        }
+        let value = raw.value.filter(|v| !v.is_empty());
+        let limit = match (raw.rate_limit, raw.rate_limits) {
+            (Some(_), Some(_)) => {
+                return Err("give either rate_limit or rate_limits, not both".into());
+            }
+            (None, None) => None,
+            (Some(limit), None) => limit_of(limit.split()?)?,
+            (None, Some(list)) => {
+                if list.is_empty() {
+                    return Err("rate_limits: needs at least one limit".into());
+                }
+                let mut kind = None;
+                let mut quotas = Vec::with_capacity(list.len());
+                for (i, item) in list.iter().enumerate() {
+                    let (this, quota) = item
+                        .validate()
+                        .map_err(|error| format!("rate_limits[{i}].{error}"))?;
+                    if kind.is_some_and(|k| k != this) {
+                        return Err(format!(
+                            "rate_limits[{i}].algorithm: every limit of a descriptor runs the same algorithm"
+                        ));
+                    }
+                    kind = Some(this);
+                    quotas.push(quota);
+                }
+                let algorithm = build_algorithm(kind.unwrap_or(AlgorithmKind::Gcra), &quotas)
+                    .map_err(|error| format!("rate_limits: {error}"))?;
+                Some(LimitConfig::Limited {
+                    name: None,
+                    limits: Limits { quotas, algorithm },
+                })
+            }
+        };
+        // Duplicates were refused as they were read (`unique_descriptors`).
+        let descriptors: Vec<DescriptorConfig> = raw.descriptors.into_iter().map(|d| d.0).collect();
+        Ok(DescriptorYaml(DescriptorConfig {
+            key: raw.key,
+            value,
+            limit,
+            shadow_mode: raw.shadow_mode,
+            descriptors,
+        }))
+    }
+}
+
+/// The limit of a `rate_limit:` block.
+fn limit_of(
+    (unlimited, name, quota): (bool, Option<String>, QuotaYaml),
+) -> Result<Option<LimitConfig>, String> {
+    if unlimited {
+        if !quota.is_empty() {
+            return Err(
+                "rate_limit: should not specify a unit, period, requests_per_unit or algorithm when unlimited"
+                    .into(),
+            );
+        }
+        return Ok(Some(LimitConfig::Unlimited { name }));
+    }
+    if quota.requests_per_unit == Some(0) {
+        // envoyproxy/ratelimit's "block list" entry: always over the limit.
+        let (_, mut blocked) = QuotaYaml {
+            requests_per_unit: Some(1),
+            ..quota
+        }
+        .validate()
+        .map_err(|error| format!("rate_limit.{error}"))?;
+        blocked.requests_per_unit = 0;
+        return Ok(Some(LimitConfig::Blocked {
+            name,
+            quota: blocked,
+        }));
+    }
+    let (kind, quota) = quota
+        .validate()
+        .map_err(|error| format!("rate_limit.{error}"))?;
+    let algorithm =
+        build_algorithm(kind, &[quota]).map_err(|error| format!("rate_limit: {error}"))?;
+    Ok(Some(LimitConfig::Limited {
+        name,
+        limits: Limits {
+            quotas: vec![quota],
+            algorithm,
+        },
+    }))
+}
+
+/// Redis runs no sliding log (see `tollgate-redis`'s `limit` module).
+/// Nested descriptors are checked as they are read.
+fn refuse_sliding_log(d: &DescriptorConfig) -> Result<(), String> {
+    match &d.limit {
+        Some(LimitConfig::Limited { limits, .. })
+            if limits.algorithm.kind() == AlgorithmKind::SlidingLog =>
+        {
+            Err(format!(
+                "descriptor '{}': runs sliding_log, which the Redis backend does not offer (use sliding_window, exact to its slots)",
+                d.key
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl FileYaml {
+    fn into_config(self) -> Result<Config, String> {
+        let mut domains = Vec::new();
+        match (self.domain, self.domains) {
+            (Some(_), Some(_)) => {
+                return Err("give either domain (one domain) or domains (a list), not both".into());
+            }
+            (Some(domain), None) => domains.push(DomainYaml {
+                domain,
+                descriptors: self.descriptors.unwrap_or_default(),
+            }),
+            (None, Some(list)) => {
+                if self.descriptors.is_some() {
+                    return Err("descriptors: belong inside each entry of domains".into());
+                }
+                domains = list;
+            }
+            (None, None) => {
+                if self.descriptors.is_some() {
+                    return Err("domain: config file cannot have empty domain".into());
+                }
+                return Err(
+                    "domain: missing: a file must name the domain it limits (domain: NAME, or a list under domains:)"
+                        .into(),
+                );
+            }
+        }
+        if domains.is_empty() {
+            return Err("domains: needs at least one domain".into());
+        }
+        // Empty and duplicate domains, duplicate descriptors, sliding_log
+        // under Redis and token conflicts were refused as they were read,
+        // at their own lines.
+        let domains = domains
+            .into_iter()
+            .map(|d| DomainConfig {
+                domain: d.domain,
+                descriptors: d.descriptors.into_iter().map(|d| d.0).collect(),
+            })
+            .collect();
+        Ok(Config {
+            server: self.server.0,
+            backend: self.backend.0,
+            domains,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

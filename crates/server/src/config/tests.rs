@@ -1,0 +1,270 @@
+//! The file's parsing and validation, error places included.
+
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml(Path::new("rules.yaml"), text)
+}
+
+#[test]
+fn envoy_file_reads_as_is() {
+    let config = parse(
+        "domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit:\n      unit: SECOND\n      requests_per_unit: 500\n  - key: database\n    rate_limit: {unlimited: true}\n",
+    )
+    .unwrap();
+    assert_eq!(config.domains[0].domain, "mongo_cps");
+    assert_eq!(config.domains[0].descriptors.len(), 2);
+    assert_eq!(config.server, ServerSettings::default());
+}
+
+#[test]
+fn errors_name_file_line_and_field() {
+    let error = parse(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
+    )
+    .unwrap_err();
+    let text = error.to_string();
+    assert!(text.starts_with("rules.yaml:"), "{text}");
+    assert!(error.line().is_some(), "{text}");
+    assert_eq!(error.line(), Some(3), "{text}");
+    assert!(
+        text.contains("descriptors[0]: descriptor 'a': rate_limit.unit"),
+        "{text}"
+    );
+    assert!(
+        text.contains("unit: invalid rate limit unit 'fortnight'"),
+        "{text}"
+    );
+
+    let error = parse("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, bogus: 2}\n").unwrap_err();
+    assert!(error.to_string().contains("bogus"), "{error}");
+    assert_eq!(error.line(), Some(4), "{error}");
+}
+
+/// Regression: the checks that need more than one field (duplicates,
+/// sliding_log under Redis, token conflicts) ran after parsing and
+/// named no line.
+#[test]
+fn cross_field_errors_name_the_line_and_field() {
+    for (text, line, needle) in [
+        (
+            "domains:\n  - domain: a\n  - domain: b\n  - domain: a\n",
+            4,
+            "domains[2]: domain: duplicate domain 'a'",
+        ),
+        (
+            "domains:\n  - domain: ''\n",
+            2,
+            "domains[0]: domain: config file cannot have empty domain",
+        ),
+        (
+            "domain: ''\n",
+            1,
+            "domain: config file cannot have empty domain",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n  - key: b\n    value: x\n  - key: b\n    value: x\n",
+            6,
+            "descriptors[2]: duplicate descriptor key 'b' value 'x'",
+        ),
+        (
+            "domains:\n  - domain: d\n    descriptors:\n      - key: a\n      - key: a\n",
+            5,
+            "domains[0].descriptors[1]: duplicate descriptor key 'a' without a value",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: n\n      - key: n\n",
+            6,
+            "descriptors[0].descriptors[1]: duplicate descriptor key 'n'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_log}\nbackend:\n  redis: redis://localhost\n",
+            6,
+            "descriptors[1].descriptors[0]: descriptor 'c': runs sliding_log",
+        ),
+        (
+            "server:\n  grpc_listen: 127.0.0.1:0\n\n  bearer_token: t\n  bearer_token_file: /x\n",
+            2,
+            "server: bearer_token: give either bearer_token or bearer_token_file",
+        ),
+        (
+            "domain: d\nserver:\n  bearer_token: ''\n",
+            3,
+            "server: bearer_token: must not be empty",
+        ),
+    ] {
+        let error = parse(text).unwrap_err();
+        let shown = error.to_string();
+        assert_eq!(error.line(), Some(line), "{needle}: {shown}");
+        assert!(shown.starts_with(&format!("rules.yaml:{line}:")), "{shown}");
+        assert!(shown.contains(needle), "{needle}: {shown}");
+    }
+    // The same sliding_log rule is fine in memory.
+    assert!(parse("domain: d\ndescriptors:\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_log}\n").is_ok());
+}
+
+#[test]
+fn default_settings_listen_on_loopback_only() {
+    let settings = ServerSettings::default();
+    for addr in [settings.grpc_listen, settings.http_listen] {
+        assert!(addr.ip().is_loopback(), "{addr}");
+    }
+    assert_eq!(settings.grpc_listen.port(), 8081);
+    assert_eq!(settings.http_listen.port(), 8080);
+    // A file without a server section gets the same.
+    assert_eq!(parse("domain: d\n").expect("valid").server, settings);
+}
+
+#[test]
+fn semantic_errors() {
+    for (text, needle) in [
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
+            "when unlimited",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 0}\n",
+            "at least 1",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: fixed_window, burst: 2}\n",
+            "burst",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n  - key: a\n",
+            "duplicate descriptor",
+        ),
+        ("domain: d\ndescriptors:\n  - key: ''\n", "empty key"),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 5}\n      - {unit: day, requests_per_unit: 50, algorithm: sliding_log}\n",
+            "same algorithm",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {period: 0s, requests_per_unit: 5}\n",
+            "period",
+        ),
+        (
+            "domains:\n  - domain: d\n  - domain: d\n",
+            "duplicate domain",
+        ),
+        ("descriptors: []\n", "empty domain"),
+    ] {
+        let error = parse(text).unwrap_err().to_string();
+        assert!(error.contains(needle), "{needle}: {error}");
+    }
+}
+
+#[test]
+fn extensions() {
+    let config = parse(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {period: 10s, requests_per_unit: 20, burst: 5}\n  - key: b\n    rate_limits:\n      - {unit: second, requests_per_unit: 5, algorithm: sliding_window, slots: 4}\n      - {unit: hour, requests_per_unit: 50, algorithm: sliding_window}\n",
+    )
+    .unwrap();
+    let Some(LimitConfig::Limited { limits, .. }) = &config.domains[0].descriptors[0].limit else {
+        panic!("limited")
+    };
+    assert_eq!(limits.quotas[0].period, Duration::from_secs(10));
+    assert_eq!(limits.quotas[0].unit, None);
+    assert_eq!(limits.algorithm.capacity(), 5);
+    let Some(LimitConfig::Limited { limits, .. }) = &config.domains[0].descriptors[1].limit else {
+        panic!("limited")
+    };
+    assert_eq!(limits.algorithm.kind(), AlgorithmKind::SlidingWindow);
+    assert_eq!(limits.quotas[1].slots, Some(DEFAULT_SLOTS));
+}
+
+#[test]
+fn backend_defaults_to_memory_and_reads_every_redis_key() {
+    let config = parse("domain: d\n").unwrap();
+    assert_eq!(config.backend, BackendSettings::Memory);
+
+    let config = parse("backend:\n  redis: redis://127.0.0.1:6379/2\ndomain: d\n").unwrap();
+    let BackendSettings::Redis(redis) = &config.backend else {
+        panic!("redis")
+    };
+    assert_eq!(
+        redis.target,
+        RedisTarget::Single("redis://127.0.0.1:6379/2".into())
+    );
+    assert_eq!(
+        redis.failure_policy,
+        tollgate_redis::FailurePolicy::Local { share: 0.25 }
+    );
+    assert_eq!(redis.deadline, Duration::from_millis(5));
+    assert_eq!(redis.leases, None);
+    assert_eq!(redis.key_prefix, "tollgate");
+
+    let config = parse(
+        "backend:\n  cluster: [redis://a:7000, redis://b:7000]\n  failure_policy: local\n  local_share: 0.5\n  deadline: 20ms\n  breaker: {threshold: 5, open_for: 1s}\n  deny_cache: 1000\n  key_prefix: rl\n  leases: {max: 64, ttl: 50ms}\ndomain: d\n",
+    )
+    .unwrap();
+    let BackendSettings::Redis(redis) = &config.backend else {
+        panic!("redis")
+    };
+    assert_eq!(
+        redis.target,
+        RedisTarget::Cluster(vec!["redis://a:7000".into(), "redis://b:7000".into()])
+    );
+    assert_eq!(
+        redis.failure_policy,
+        tollgate_redis::FailurePolicy::Local { share: 0.5 }
+    );
+    assert_eq!(redis.deadline, Duration::from_millis(20));
+    assert_eq!(redis.breaker.threshold, 5);
+    assert_eq!(redis.breaker.open_for, Duration::from_secs(1));
+    assert_eq!(redis.deny_cache, 1000);
+    assert_eq!(redis.key_prefix, "rl");
+    let leases = redis.leases.unwrap();
+    assert_eq!((leases.initial, leases.max), (8, 64));
+    assert_eq!(leases.ttl, Duration::from_millis(50));
+}
+
+#[test]
+fn redis_urls_lose_their_credentials_in_messages() {
+    assert_eq!(
+        redact_url("redis://u:s3cret@h:6379/0"),
+        "redis://***@h:6379/0"
+    );
+    assert_eq!(redact_url("redis://:s3cret@h"), "redis://***@h");
+    assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+    assert_eq!(redact_url("nonsense"), "nonsense");
+}
+
+#[test]
+fn bad_backend_sections() {
+    for (text, needle) in [
+        (
+            "backend:\n  redis: redis://a\n  cluster: [redis://b]\n",
+            "not both",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  local_share: 0\n",
+            "local_share",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  leases: {initial: 0}\n",
+            "leases.initial",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  leases: {initial: 9, max: 8}\n",
+            "leases.max",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  breaker: {threshold: 0}\n",
+            "breaker.threshold",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  key_prefix: 'a{b'\n",
+            "key_prefix",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  deadline: soon\n",
+            "deadline",
+        ),
+        ("backend: redis://a\n", "a mapping"),
+    ] {
+        let error = parse(&format!("{text}domain: d\n")).unwrap_err();
+        assert!(error.to_string().contains(needle), "{needle}: {error}");
+        assert!(error.line().is_some(), "{error}");
+    }
+}
