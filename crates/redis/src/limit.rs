@@ -31,6 +31,9 @@ use tollgate::{Algorithm, Decision, FixedWindow, Gcra, SlidingWindow};
 
 /// The largest integer a double holds exactly, plus one.
 const EXACT: u128 = 1 << 53;
+/// The GCRA state is the TAT modulo `M ≤ GCRA_MODULUS` ticks (see
+/// [`script`](crate::script)).
+const GCRA_MODULUS: u64 = 9_000_000_000_000_000;
 
 /// One limit of a [`RedisLimiter`](crate::RedisLimiter): a core algorithm.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,7 +129,8 @@ impl Limit {
         }
     }
 
-    /// The part of the key naming this limit and its exact parameters.
+    /// This limit and its exact parameters, as people read them (in error
+    /// messages): `g:10/1000000000/5`.
     pub(crate) fn descriptor(&self) -> String {
         let q = self.quota();
         match self {
@@ -136,6 +140,21 @@ impl Limit {
                 format!("s:{}/{}/{}", q.limit(), q.period_nanos(), w.slots())
             }
         }
+    }
+
+    /// The part of the Redis key naming this limit: its algorithm's letter
+    /// and 40 bits of the SHA-256 of its [`descriptor`](Self::descriptor), in
+    /// hex (`g3fa9c01b7e`). A quota change changes the tag, and the key
+    /// starts afresh (see [`key`](crate::key)).
+    pub(crate) fn tag(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let descriptor = self.descriptor();
+        let digest = Sha256::digest(descriptor.as_bytes());
+        let mut tag = descriptor[..1].to_owned();
+        for byte in &digest[..5] {
+            tag.push_str(&format!("{byte:02x}"));
+        }
+        tag
     }
 
     /// Refuses a limit the script could not run exactly in `unit`.
@@ -183,7 +202,8 @@ impl Limit {
                 g.scale().to_string(),
                 g.interval_ticks().to_string(),
                 g.capacity_ticks().to_string(),
-                q.burst().to_string(),
+                // m: clock units, the most with m·unit·scale ≤ 9·10^15.
+                (GCRA_MODULUS / (unit.0 * g.scale())).to_string(),
             ],
             Limit::FixedWindow(_) => [
                 "f".into(),

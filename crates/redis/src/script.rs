@@ -66,19 +66,42 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
-/// The script's SHA-1, as Redis names it in its cache.
+/// The SHA-1 of the general script, as Redis names it in its cache.
 static DECIDE_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE).get_hash().to_owned());
+/// The SHA-1 of the lean GCRA script.
+static GCRA_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_GCRA).get_hash().to_owned());
 
-/// Runs the script on `keys`: `EVALSHA`, then on `NOSCRIPT` one `EVAL`
+/// Which script a call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Script {
+    /// `decide.lua`: every algorithm, several limits, every operation.
+    Decide,
+    /// `gcra.lua`: one GCRA limit, check or peek.
+    Gcra,
+}
+
+impl Script {
+    fn source_and_sha(self) -> (&'static str, &'static str) {
+        match self {
+            Script::Decide => (SOURCE, &DECIDE_SHA),
+            Script::Gcra => (SOURCE_GCRA, &GCRA_SHA),
+        }
+    }
+}
+
+/// Runs `script` on `keys`: `EVALSHA`, then on `NOSCRIPT` one `EVAL`
 /// carrying the source (see the module docs). `args` appends the arguments.
 pub(crate) async fn run<C: ConnectionLike>(
     connection: &mut C,
+    script: Script,
     keys: &[Vec<u8>],
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
+    let (source, sha) = script.source_and_sha();
     let call = |verb: &str, script: &str| {
         let mut cmd = Cmd::new();
         cmd.arg(verb).arg(script).arg(keys.len());
@@ -88,17 +111,37 @@ pub(crate) async fn run<C: ConnectionLike>(
         args(&mut cmd);
         cmd
     };
-    match call("EVALSHA", &DECIDE_SHA).query_async(connection).await {
+    match call("EVALSHA", sha).query_async(connection).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            call("EVAL", SOURCE).query_async(connection).await
+            call("EVAL", source).query_async(connection).await
         }
         reply => reply,
     }
 }
 
-/// The script's source, for tools that load it themselves (such as
-/// `redis-benchmark`).
+/// Whether `e` is an error the script raised for this call (a refused
+/// argument, a Lua error, a command on a key of another type): Redis
+/// answered, the problem is the key's or the call's, and it must not open
+/// the breaker for every other key. Server-wide conditions (`OOM`, `BUSY`,
+/// `LOADING`, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`,
+/// `MISCONF`, …) and connection errors are not.
+pub(crate) fn is_call_error(e: &RedisError) -> bool {
+    match e.code() {
+        Some("WRONGTYPE") => true,
+        Some("ERR") => e
+            .detail()
+            .is_some_and(|d| d.contains("tollgate:") || d.contains("user_script")),
+        _ => false,
+    }
+}
+
+/// The general script's source (every algorithm, several limits, leases),
+/// for tools that load it themselves (such as `redis-benchmark`).
 pub const SOURCE: &str = include_str!("decide.lua");
+
+/// The lean GCRA script's source (one GCRA limit, check or peek; the same
+/// contract and reply as [`SOURCE`]).
+pub const SOURCE_GCRA: &str = include_str!("gcra.lua");
 
 /// Reply values before the per-limit ones.
 pub(crate) const HEAD_REPLY: usize = 3;

@@ -92,7 +92,12 @@ async fn cluster_scenarios() {
     let mut per_node: Vec<Option<String>> = vec![None; cluster.nodes.len()];
     for i in 0..200 {
         let key = format!("s{i}");
-        assert!(limiter.check(&key).await.is_allowed());
+        let o = limiter.check_outcome(&key, 1).await.unwrap();
+        assert!(
+            o.decision.is_allowed(),
+            "{key}: {o:?} {:?}",
+            limiter.stats()
+        );
         let redis_key = String::from_utf8(limiter.redis_keys(&key)[0].clone()).unwrap();
         for (n, node) in cluster.nodes.iter().enumerate() {
             if per_node[n].is_none() && node.cli(&["EXISTS", &redis_key]) == "1" {
