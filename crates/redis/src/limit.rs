@@ -15,10 +15,11 @@
 //! build time refuse, with [`ConfigError::Inexact`], a limit that
 //! could form a larger one:
 //!
-//! - GCRA keeps its state *relative to now* (debt in ticks, and the time it
-//!   was written), so `now · scale` is never formed; the debt plus one request
-//!   is at most `2 · burst · T` ticks, which must stay below 2^53 (a burst of
-//!   one day at 16 ticks per ns is 2^50.3: fine).
+//! - GCRA keeps its TAT *modulo* `M ≤ 9·10^15` ticks (see
+//!   [`script`](crate::script)), so `now · scale` is never formed; the debt
+//!   plus one request is at most `2 · burst · T` ticks, which must stay below
+//!   2^53 (a burst of one day at 16 ticks per ns is 2^50.3: fine). The TTL
+//!   slack must be at most one day.
 //! - The windows work in clock units (server mode: microseconds since the Unix
 //!   epoch, 2^50.6 today; test mode: the nanoseconds passed in). Their period
 //!   must be a whole number of units, below 2^52, and `period · slots` below
@@ -257,11 +258,15 @@ impl Limit {
 
 /// The decision of several limits taken together, as the core's `AllOf`
 /// reports it: for a denial the denying limit with the longest
-/// `retry_after`, for an admission the limit with the fewest remaining.
+/// `retry_after`, for an admission the limit with the fewest remaining; and
+/// `reset_after` the largest of every limit's (the time until the whole set
+/// is back to full).
 pub(crate) fn binding(decisions: impl IntoIterator<Item = Decision>) -> Option<Decision> {
     let mut denial: Option<Decision> = None;
     let mut tightest: Option<Decision> = None;
+    let mut reset = Duration::ZERO;
     for decision in decisions {
+        reset = reset.max(decision.reset_after());
         if decision.is_denied() {
             if denial.is_none_or(|d| decision.retry_after() > d.retry_after()) {
                 denial = Some(decision);
@@ -270,13 +275,37 @@ pub(crate) fn binding(decisions: impl IntoIterator<Item = Decision>) -> Option<D
             tightest = Some(decision);
         }
     }
-    denial.or(tightest)
+    let d = denial.or(tightest)?;
+    Some(Decision::from_parts(
+        d.is_allowed(),
+        d.limit(),
+        d.remaining(),
+        d.retry_after(),
+        reset,
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use tollgate::Quota;
+
+    #[test]
+    fn several_limits_report_the_binding_one_and_the_largest_reset() {
+        let ms = Duration::from_millis;
+        let a = Decision::from_parts(true, 10, 3, Duration::ZERO, ms(700));
+        let b = Decision::from_parts(true, 100, 90, Duration::ZERO, ms(9_000));
+        let both = binding([a, b]).unwrap();
+        assert_eq!((both.limit(), both.remaining()), (10, 3));
+        assert_eq!(both.reset_after(), ms(9_000));
+        let denied = Decision::from_parts(false, 10, 0, ms(50), ms(100));
+        let d = binding([b, denied]).unwrap();
+        assert!(d.is_denied());
+        assert_eq!(
+            (d.limit(), d.retry_after(), d.reset_after()),
+            (10, ms(50), ms(9_000))
+        );
+    }
 
     #[test]
     fn windows_on_server_time_need_whole_microseconds() {

@@ -14,7 +14,7 @@
 //!    the key's), which goes to the policy without touching the breaker.
 //!    A value at a key that is not a state of its limit (another type,
 //!    garbage) is no error at all: the script repairs it (see
-//!    [`script`](crate::script), "Foreign values").
+//!    [`script`], "Foreign values").
 //!
 //! Every decision therefore returns within the deadline plus the time to
 //! run the policy, whatever Redis does.
@@ -37,8 +37,6 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::sync::Semaphore;
-#[cfg(test)]
-use tollgate::Gcra;
 use tollgate::{Clock, ClockSource, Decision, ManualClock, MonotonicClock, Nanos};
 
 use crate::backend::Redis;

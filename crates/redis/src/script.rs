@@ -1,13 +1,28 @@
-//! The server-side script and its contract.
+//! The server-side scripts and their contract.
 //!
-//! # Lua script, not a Redis 7 function
+//! # Two scripts, one contract
 //!
-//! One Lua script (`src/decide.lua`) run with `EVALSHA`; on `NOSCRIPT` the
-//! same call is sent once more as `EVAL` with the source, which compiles,
-//! caches and runs the script in one command. A script cache lost to `SCRIPT
-//! FLUSH`, a restart or a failover is therefore recovered by the call that
-//! meets it, with no deployment step. (Not `SCRIPT LOAD` then `EVALSHA`, as
-//! [`redis::Script`] does: a second flush between the two fails the call.)
+//! - **`src/gcra.lua`, the lean path**: one GCRA limit, check (`c`) or peek
+//!   (`p`): the common call. No tables but the reply, no closures: it
+//!   validates its arguments, reads `TIME`, `GET`s one integer, decides and
+//!   `SET`s one integer with `PX`. Measured in `BENCHMARKS.md`.
+//! - **`src/decide.lua`, the general script**: every algorithm, several
+//!   limits of one key all-or-nothing, leases and refunds.
+//!
+//! Both take the same arguments, keep the same state in the same keys and
+//! give the same reply, so that the client picks one per call (the lean one
+//! for a single GCRA limit's check or peek) and either may meet the other's
+//! writes. A fixed or sliding window alone runs the general script: its
+//! Lua cost is the closures it builds, measured as the general figure.
+//!
+//! # Lua scripts, not Redis 7 functions
+//!
+//! Each script is run with `EVALSHA`; on `NOSCRIPT` the same call is sent
+//! once more as `EVAL` with the source, which compiles, caches and runs the
+//! script in one command. A script cache lost to `SCRIPT FLUSH`, a restart
+//! or a failover is therefore recovered by the call that meets it, with no
+//! deployment step. (Not `SCRIPT LOAD` then `EVALSHA`, as [`redis::Script`]
+//! does: a second flush between the two fails the call.)
 //!
 //! Functions (`FUNCTION LOAD`) would have to be loaded on every primary and
 //! replica before the first call and re-loaded by the client after a restart
@@ -23,21 +38,30 @@
 //!   [`key`](crate::key)), so that they live in one slot.
 //! - `op`: `c` check (take `cost` if every limit has it, else nothing), `p`
 //!   peek (decide, take nothing), `l` lease (take as many as every limit has,
-//!   up to `cost`; if none, decide a request of 1), `r` refund (give `cost`
-//!   permits of a lease back).
+//!   up to `cost`; if none, decide a request of `stamp`), `r` refund (give
+//!   `cost` permits of a lease back). The lean script takes `c` and `p`.
 //! - `now`: empty for the **server's clock** (`TIME`, microseconds since the
 //!   Unix epoch: the clock unit is 1 µs), or an integer of nanoseconds (the
 //!   **test mode**: the clock unit is 1 ns). The same code runs either way.
-//! - `cost`: permits; `slack`: milliseconds added to every TTL; `stamp`: for
-//!   a refund, the `now` the lease's reply carried (clock units), else 0.
+//! - `cost`: permits; `slack`: milliseconds added to every TTL (at most one
+//!   day); `stamp`: for a refund, the `now` the lease's reply carried (clock
+//!   units), for a lease the permits the request needs, else 0.
 //! - per limit, `alg` and four numbers, then `x`:
-//!   - `g scale interval capacity burst`: GCRA, ticks of `1/scale` ns (the
-//!     core's [`Gcra`](tollgate::Gcra) values);
+//!   - `g scale interval capacity m`: GCRA, ticks of `1/scale` ns (the core's
+//!     [`Gcra`](tollgate::Gcra) values: `1 ≤ scale ≤ 16`, `interval ≥ 1`,
+//!     `interval ≤ capacity < 2^52`), and `m`, the state's modulus in clock
+//!     units: the largest with `m · unit · scale ≤ 9·10^15` (below);
 //!   - `f period limit 0 0`: fixed window, `period` in clock units;
 //!   - `s period slots limit 0`: sliding window counter, `period` in clock
 //!     units;
 //!   - `x`: for a GCRA refund, the lease's `reset` for this limit (ticks),
 //!     else 0.
+//!
+//! **Validation.** Every argument is checked before any key is read: each
+//! number must be an integer in `[0, 2^53)` (so `-2`, `1.5`, `1e400`, `nan`
+//! and `inf` are refused), within the bounds above, and the count of
+//! arguments must match the keys. A call that fails answers the error reply
+//! `ERR tollgate: invalid arguments: <the arguments>` and writes nothing.
 //!
 //! Reply: `{allowed, taken, now, (allowed_i, headroom_i, retry_i, reset_i)×m}`
 //! where `allowed` is 1 iff every limit admitted (and then every limit took
@@ -45,7 +69,42 @@
 //! limit `headroom` is in ticks for GCRA (`remaining = headroom / interval`)
 //! and in permits for windows, `retry` and `reset` in ticks of `1/scale` ns
 //! for GCRA and in ns for windows, `retry = -1` meaning never. A refund
-//! replies `{1, 0, now}`.
+//! replies `{1, 0, now}`. (Unchanged by the lean path.)
+//!
+//! # State
+//!
+//! - **GCRA**: one plain integer string (Redis stores it as an integer, no
+//!   string allocation): the TAT in ticks **modulo** `M = m · unit · scale`
+//!   (`M ≤ 9·10^15`, so that every number stays exact in Lua's doubles; the
+//!   absolute TAT, about 2^64 ticks, would not). `now mod M` is formed exactly
+//!   as `(now mod m) · unit · scale`; the debt `TAT − now` is the difference
+//!   modulo `M`, read as 0 (a TAT in the past) when it lies in the last
+//!   `2·10^15` ticks below `M`. That is exact while the key's TAT is less than
+//!   `2·10^15` ticks behind now (at most 1 ms + `slack` on the server's clock,
+//!   since the key expires then: `slack ≤ 1 day` is enforced) and the clock
+//!   steps back less than `M − 2·10^15 − capacity ≥ 2.5·10^15` ticks (1.8
+//!   days at 16 ticks per ns). In test mode, where TTLs run in real time but
+//!   the manual clock may jump, a jump of more than `2·10^15` ticks past a
+//!   live key's TAT reads a spurious debt: use fresh keys for such jumps.
+//! - **Fixed window**: the string `"<window index> <count>"`.
+//! - **Sliding window**: a hash, `h` = newest epoch, `t` = total, and one
+//!   field per non-empty slot (`epoch mod slots`).
+//!
+//! # Foreign values
+//!
+//! A key holding something that is not a state of its limit (another Redis
+//! type, garbage, a number out of range) is **read as no state**, and the next
+//! admission overwrites it (`SET` replaces any type; the wheel deletes the key
+//! first). It is neither an error nor a reason to deny: such a value comes
+//! from an operator or another program writing into the limiter's keys, and
+//! the key then behaves as if it had been evicted (at most one burst or one
+//! window admitted afresh, as after an eviction). Answering an error instead
+//! would deny or fail open that key forever, and a client that counts errors
+//! towards its breaker would let one key decide for all (the bug of issue
+//! 17). Errors the script does answer (a refused argument, a Lua error) are
+//! per call: the client tells them from Redis being down, and answers them
+//! through the failure policy as [`Fault::Script`](crate::Fault::Script)
+//! without counting them towards the breaker.
 //!
 //! # Resolution
 //!

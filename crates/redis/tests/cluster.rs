@@ -16,6 +16,9 @@ async fn cluster_scenarios() {
     let redis = cluster.connect().await;
     assert!(redis.is_cluster());
 
+    // The core's vectors, each case's key on the shard its name hashes to.
+    scenarios::vectors::every_vector_step_matches_the_core(&redis).await;
+
     // Atomicity: 64 connections with time frozen, on keys spread over the shards.
     let connections = join_all((0..64).map(|_| cluster.connect())).await;
     let hour = Duration::from_secs(3_600);
