@@ -18,17 +18,17 @@
 //!   inline key, so a hashed key cannot equal an inline one; two hashed keys
 //!   collide only if SHA-256 does. Every key name is thereby bounded
 //!   (prefix + name + 96 bytes + descriptor).
-//! - The **limit tag** names the algorithm and its exact quota in 11 bytes:
-//!   the algorithm's letter and 40 bits of the SHA-256 of the quota spelled
-//!   out (`g:10/1000000000/3` → `g` + 10 hex digits). A limiter whose quota
-//!   changes starts its keys afresh rather than reading a state written
-//!   under other parameters (the core's
-//!   [`Carry::Reset`](tollgate::Carry::Reset)); the old keys expire by their
-//!   TTL. Two quotas of one limiter name share a tag with probability
-//!   2^-40; the scripts read a state written under other parameters as any
-//!   state (bounded by its own checks: a foreign or out-of-range value is
-//!   read as none), never as an error. Short tags keep the bytes per key in
-//!   Redis low (see `BENCHMARKS.md`).
+//! - The **limit tag** names the algorithm and its exact quota in 6 bytes:
+//!   36 bits of the SHA-256 of the limit spelled out (`g:10/1000000000/3`),
+//!   in URL-safe base64. A limiter whose quota changes starts its keys
+//!   afresh rather than reading a state written under other parameters
+//!   (the core's [`Carry::Reset`](tollgate::Carry::Reset)); the old keys
+//!   expire by their TTL. Two limits of one limiter name share a tag with
+//!   probability 2^-36; the scripts then read the other's state as any state
+//!   (within their own checks: a foreign or out-of-range value reads as
+//!   none), never as an error, until it expires. Short tags keep the bytes
+//!   per key in Redis low (see `BENCHMARKS.md`): a quota spelled out cost
+//!   up to 40 bytes in every key.
 //! - Every map the client holds per key (deny cache, leases, local
 //!   fallback) is keyed by the same bounded form of the user key
 //!   (`BoundedKey`, at most [`MAX_INLINE_KEY`] bytes), so that their memory

@@ -143,19 +143,22 @@ impl Limit {
         }
     }
 
-    /// The part of the Redis key naming this limit: its algorithm's letter
-    /// and 40 bits of the SHA-256 of its [`descriptor`](Self::descriptor), in
-    /// hex (`g3fa9c01b7e`). A quota change changes the tag, and the key
-    /// starts afresh (see [`key`](crate::key)).
+    /// The part of the Redis key naming this limit: 36 bits of the SHA-256
+    /// of its [`descriptor`](Self::descriptor) (which names the algorithm
+    /// and the exact quota), as 6 characters of URL-safe base64
+    /// (`Xq3-0b`). A quota change changes the tag, and the key starts afresh
+    /// (see [`key`](crate::key)).
     pub(crate) fn tag(&self) -> String {
         use sha2::{Digest, Sha256};
-        let descriptor = self.descriptor();
-        let digest = Sha256::digest(descriptor.as_bytes());
-        let mut tag = descriptor[..1].to_owned();
-        for byte in &digest[..5] {
-            tag.push_str(&format!("{byte:02x}"));
-        }
-        tag
+        const BASE64URL: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let digest = Sha256::digest(self.descriptor().as_bytes());
+        let mut first = [0; 8];
+        first.copy_from_slice(&digest[..8]);
+        let bits = u64::from_be_bytes(first);
+        (0..6)
+            .map(|i| char::from(BASE64URL[((bits >> (58 - 6 * i)) & 63) as usize]))
+            .collect()
     }
 
     /// Refuses a limit the script could not run exactly in `unit`.
@@ -305,6 +308,30 @@ mod tests {
             (d.limit(), d.retry_after(), d.reset_after()),
             (10, ms(50), ms(9_000))
         );
+    }
+
+    #[test]
+    fn tags_are_short_and_follow_the_quota() {
+        let q = |n, b| Quota::per_second(n).unwrap().with_burst(b).unwrap();
+        let limits: Vec<Limit> = vec![
+            Gcra::new(q(10, 5)).unwrap().into(),
+            Gcra::new(q(10, 6)).unwrap().into(),
+            Gcra::new(q(11, 5)).unwrap().into(),
+            FixedWindow::new(q(10, 10)).unwrap().into(),
+            SlidingWindow::new(q(10, 10), 4).unwrap().into(),
+            SlidingWindow::new(q(10, 10), 5).unwrap().into(),
+        ];
+        let tags: Vec<String> = limits.iter().map(Limit::tag).collect();
+        for (tag, limit) in tags.iter().zip(&limits) {
+            assert_eq!(tag.len(), 6);
+            assert!(
+                tag.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            );
+            assert_eq!(*tag, limit.clone().tag(), "stable");
+        }
+        let distinct: std::collections::HashSet<_> = tags.iter().collect();
+        assert_eq!(distinct.len(), tags.len(), "{tags:?}");
     }
 
     #[test]
