@@ -7,6 +7,7 @@
 # is printed (with the load average before and after): see BENCHMARKS.md.
 #
 #   crates/redis/benches/server_cost.sh                 # 5 rounds
+#   ONLY="empty bare lean_admit lean_deny" ROUNDS=7 crates/redis/benches/server_cost.sh
 #   ROUNDS=9 REDIS_CELL=/tmp/redis-cell/target/release/libredis_cell.so \
 #     crates/redis/benches/server_cost.sh
 #
@@ -55,6 +56,8 @@ if [[ -n "${REDIS_CELL:-}" ]]; then
   scenario[cell_deny]="CL.THROTTLE hot 0 1 3600"
   order+=(cell_admit cell_deny)
 fi
+# ONLY="bare lean_admit" runs those scenarios only.
+if [[ -n "${ONLY:-}" ]]; then read -ra order <<<"$ONLY"; fi
 
 # redis-benchmark takes the command as separate words; "" must stay one
 # (empty) argument, so build the word list with the empty string explicit.
@@ -92,6 +95,7 @@ for round in $(seq "$rounds"); do
       if [[ $p == 16 ]]; then rps16[$s]+="$r "; else rps64[$s]+="$r "; fi
     done
   done
+  echo "round $round done: $(cat /proc/loadavg)" >&2
 done
 echo "load after: $(cat /proc/loadavg)"
 echo

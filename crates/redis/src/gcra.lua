@@ -4,26 +4,27 @@
 local A = ARGV
 local op, cost, slack = A[1], tonumber(A[3]), tonumber(A[4])
 local scale, iv, cap, m = tonumber(A[7]), tonumber(A[8]), tonumber(A[9]), tonumber(A[10])
-local now = A[2]
+local now, us = A[2], scale
 local fmod = math.fmod
-local function nat(x)
-  return x and x >= 0 and x < 9007199254740992 and x % 1 == 0
-end
-local us
 if now == '' then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
-  us = 1000
+  us = scale and scale * 1000
 else
   now = tonumber(now)
-  us = 1
 end
-if not ((op == 'c' or op == 'p') and A[6] == 'g' and #KEYS == 1 and nat(now) and nat(cost)
-    and nat(slack) and slack <= 86400000 and nat(scale) and scale >= 1 and scale <= 16
-    and nat(iv) and iv >= 1 and nat(cap) and cap >= iv and cap < 4503599627370496 and nat(m)) then
+-- `us`: ticks per clock unit (on the server's clock 1000 · scale, the unit
+-- being 1 µs; in test mode scale, the unit being 1 ns). Validation without
+-- function calls (they cost): every number present, whole (the fractional
+-- parts of non-negative numbers sum to 0 only if each is 0; nan and inf give
+-- nan), and in range.
+if not (now and cost and slack and scale and iv and cap and m and (op == 'c' or op == 'p')
+    and A[6] == 'g' and #KEYS == 1 and now >= 0 and cost >= 0 and slack >= 0 and scale >= 1
+    and iv >= 1 and m >= 1 and now % 1 + cost % 1 + slack % 1 + scale % 1 + iv % 1 + cap % 1
+    + m % 1 == 0 and now < 9007199254740992 and cost < 9007199254740992
+    and slack <= 86400000 and scale <= 16 and cap >= iv and cap < 4503599627370496) then
   return redis.error_reply('ERR tollgate: invalid arguments: ' .. table.concat(A, ' '))
 end
-us = us * scale
 local M = m * us
 if M > 9000000000000000 or M + us <= 9000000000000000 then
   return redis.error_reply('ERR tollgate: invalid arguments: ' .. table.concat(A, ' '))
