@@ -123,7 +123,7 @@ echo
 echo "| bytes per key (GCRA, 1 per hour) | |"
 echo "|---|---:|"
 hour=(c "" 1 10 0 g 1 3600000000000 3600000000000 9000000000000 0)
-echo "| tollgate lean script, key \`tollgate{bench|u:<12 digits>}<6-byte tag>\` | $(bytes_per_key EVALSHA "$lean" 1 'tollgate{bench|u:__rand_int__}c4F2e8' "${hour[@]:0:1}" "" "${hour[@]:2}") |"
+echo "| tollgate lean script, key \`tollgate{bench\\|u:<12 digits>}<6-byte tag>\` | $(bytes_per_key EVALSHA "$lean" 1 'tollgate{bench|u:__rand_int__}c4F2e8' "${hour[@]:0:1}" "" "${hour[@]:2}") |"
 echo "| tollgate lean script, key \`u:<12 digits>\` (same key as redis-cell) | $(bytes_per_key EVALSHA "$lean" 1 'u:__rand_int__' "${hour[@]:0:1}" "" "${hour[@]:2}") |"
 if [[ -n "${REDIS_CELL:-}" ]]; then
   echo "| redis-cell CL.THROTTLE, key \`u:<12 digits>\` | $(bytes_per_key CL.THROTTLE 'u:__rand_int__' 0 1 3600) |"
