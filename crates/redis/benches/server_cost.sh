@@ -31,6 +31,7 @@ empty=$(cli SCRIPT LOAD "return 1")
 bare=$(cli SCRIPT LOAD "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], t[2], 'PX', 60000) return 1")
 lean=$(cli -x SCRIPT LOAD < "$here/src/gcra.lua")
 general=$(cli -x SCRIPT LOAD < "$here/src/decide.lua")
+fixed=$(cli -x SCRIPT LOAD < "$here/src/fixed.lua")
 
 # GCRA 10^9 per second, burst 10^6 (scale 1, interval 1 ns): always admits.
 # GCRA 1 per hour, burst 1 (interval 3.6e12 ns): one hot key, always denies
@@ -48,7 +49,15 @@ scenario[lean_admit]="EVALSHA $lean 1 $admit_key ${admit_gcra[*]}"
 scenario[lean_deny]="EVALSHA $lean 1 $deny_key ${deny_gcra[*]}"
 scenario[general_admit]="EVALSHA $general 1 $admit_key ${admit_gcra[*]}"
 scenario[general_deny]="EVALSHA $general 1 $deny_key ${deny_gcra[*]}"
-order=(empty bare lean_admit lean_deny general_admit general_deny)
+# Fixed window, period in µs: 10^9 per second, and 1 per hour.
+admit_fixed=(c "" 1 10 0 f 1000000 1000000000 0 0 0)
+deny_fixed=(c "" 1 10 0 f 3600000000 1 0 0 0)
+scenario[fixed_admit]="EVALSHA $fixed 1 $admit_key ${admit_fixed[*]}"
+scenario[fixed_deny]="EVALSHA $fixed 1 $deny_key ${deny_fixed[*]}"
+scenario[general_fixed_admit]="EVALSHA $general 1 $admit_key ${admit_fixed[*]}"
+scenario[general_fixed_deny]="EVALSHA $general 1 $deny_key ${deny_fixed[*]}"
+order=(empty bare lean_admit lean_deny general_admit general_deny
+  fixed_admit fixed_deny general_fixed_admit general_fixed_deny)
 if [[ -n "${REDIS_CELL:-}" ]]; then
   # CL.THROTTLE key max_burst count period: 10^9 per second, burst 10^6;
   # and 1 per hour, burst 1 (max_burst 0).

@@ -558,6 +558,7 @@ impl RedisLimiter {
         let mut connection = s.redis.connection();
         let which = match (op, s.limits.as_slice()) {
             (Op::Check | Op::Peek, [Limit::Gcra(_)]) => Script::Gcra,
+            (Op::Check | Op::Peek, [Limit::FixedWindow(_)]) => Script::Fixed,
             _ => Script::Decide,
         };
         let raw = script::run(&mut connection, which, &keys, |cmd| {

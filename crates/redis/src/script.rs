@@ -2,18 +2,19 @@
 //!
 //! # Two scripts, one contract
 //!
-//! - **`src/gcra.lua`, the lean path**: one GCRA limit, check (`c`) or peek
-//!   (`p`): the common call. No tables but the reply, no closures: it
-//!   validates its arguments, reads `TIME`, `GET`s one integer, decides and
-//!   `SET`s one integer with `PX`. Measured in `BENCHMARKS.md`.
+//! - **`src/gcra.lua` and `src/fixed.lua`, the lean path**: one GCRA limit
+//!   or one fixed window, check (`c`) or peek (`p`): the common call. No
+//!   tables but the reply, no closures, no function calls of their own: each
+//!   validates its arguments, reads `TIME`, `GET`s one value, decides and
+//!   `SET`s one value with `PX`. Measured in `BENCHMARKS.md`.
 //! - **`src/decide.lua`, the general script**: every algorithm, several
-//!   limits of one key all-or-nothing, leases and refunds.
+//!   limits of one key all-or-nothing, leases and refunds. A sliding window
+//!   (a hash of slots, whose walk is most of the work) runs it alone too.
 //!
-//! Both take the same arguments, keep the same state in the same keys and
-//! give the same reply, so that the client picks one per call (the lean one
-//! for a single GCRA limit's check or peek) and either may meet the other's
-//! writes. A fixed or sliding window alone runs the general script: its
-//! Lua cost is the closures it builds, measured as the general figure.
+//! They take the same arguments, keep the same state in the same keys and
+//! give the same reply, so that the client picks one per call and either may
+//! meet the other's writes (a test replays the core's vectors through both
+//! and compares replies and states).
 //!
 //! # Lua scripts, not Redis 7 functions
 //!
@@ -39,7 +40,7 @@
 //! - `op`: `c` check (take `cost` if every limit has it, else nothing), `p`
 //!   peek (decide, take nothing), `l` lease (take as many as every limit has,
 //!   up to `cost`; if none, decide a request of `stamp`), `r` refund (give
-//!   `cost` permits of a lease back). The lean script takes `c` and `p`.
+//!   `cost` permits of a lease back). The lean scripts take `c` and `p`.
 //! - `now`: empty for the **server's clock** (`TIME`, microseconds since the
 //!   Unix epoch: the clock unit is 1 µs), or an integer of nanoseconds (the
 //!   **test mode**: the clock unit is 1 ns). The same code runs either way.
@@ -133,6 +134,9 @@ static DECIDE_SHA: LazyLock<String> =
 /// The SHA-1 of the lean GCRA script.
 static GCRA_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_GCRA).get_hash().to_owned());
+/// The SHA-1 of the lean fixed window script.
+static FIXED_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_FIXED).get_hash().to_owned());
 
 /// Which script a call runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +145,8 @@ pub(crate) enum Script {
     Decide,
     /// `gcra.lua`: one GCRA limit, check or peek.
     Gcra,
+    /// `fixed.lua`: one fixed window, check or peek.
+    Fixed,
 }
 
 impl Script {
@@ -148,6 +154,7 @@ impl Script {
         match self {
             Script::Decide => (SOURCE, &DECIDE_SHA),
             Script::Gcra => (SOURCE_GCRA, &GCRA_SHA),
+            Script::Fixed => (SOURCE_FIXED, &FIXED_SHA),
         }
     }
 }
@@ -201,6 +208,10 @@ pub const SOURCE: &str = include_str!("decide.lua");
 /// The lean GCRA script's source (one GCRA limit, check or peek; the same
 /// contract and reply as [`SOURCE`]).
 pub const SOURCE_GCRA: &str = include_str!("gcra.lua");
+
+/// The lean fixed window script's source (one fixed window, check or peek;
+/// the same contract and reply as [`SOURCE`]).
+pub const SOURCE_FIXED: &str = include_str!("fixed.lua");
 
 /// Reply values before the per-limit ones.
 pub(crate) const HEAD_REPLY: usize = 3;

@@ -178,6 +178,51 @@ async fn the_scripts_refuse_bad_arguments() {
             assert!(!exists, "{args:?} wrote");
         }
     }
+    // The lean fixed window script and the general one refuse the same.
+    let fixed: Vec<String> = ["c", "", "1", "10", "0", "f", "1000000", "10", "0", "0", "0"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    let mut bad = Vec::new();
+    for (index, values) in [
+        (0, &["x", "l"][..]),
+        (1, &["-5", "1.5"][..]),
+        (2, &["-2", "1.5", "inf"][..]),
+        (3, &["-1", "86400001"][..]),
+        (6, &["0", "1.5", "4503599627370496"][..]),
+        (7, &["0", "-1", "2.5"][..]),
+        (8, &["1", "x"][..]),
+        (9, &["1"][..]),
+        (10, &["-1", "0.5"][..]),
+    ] {
+        for v in values {
+            let mut args = fixed.clone();
+            args[index] = v.to_string();
+            bad.push(args);
+        }
+    }
+    let reply = eval(&mut raw, tollgate_redis::script::SOURCE_FIXED, &fixed)
+        .await
+        .expect("the valid call");
+    assert_eq!(reply[..2], [1, 1]);
+    let _: () = raw.del("k").await.unwrap();
+    for source in [
+        tollgate_redis::script::SOURCE_FIXED,
+        tollgate_redis::script::SOURCE,
+    ] {
+        for args in &bad {
+            // "l" is valid for the general script (a lease).
+            if source == tollgate_redis::script::SOURCE && args[0] == "l" {
+                continue;
+            }
+            let e = eval(&mut raw, source, args)
+                .await
+                .expect_err(&format!("accepted {args:?}"));
+            assert!(e.to_string().contains("tollgate: invalid arguments"), "{e}");
+            let exists: bool = raw.exists("k").await.unwrap();
+            assert!(!exists, "{args:?} wrote");
+        }
+    }
     // The general script checks the other algorithms' numbers and the count.
     let windows: [&[&str]; 6] = [
         &["f", "1000000", "1.5", "0", "0", "0"],
