@@ -8,8 +8,9 @@
 //! - **[`RedisLimiter`]**: one or more core limits ([`Limit`]: GCRA, fixed
 //!   window, sliding window counter) per key, decided all-or-nothing in one
 //!   round trip; answers a [`tollgate::Decision`] ([`limiter`]).
-//! - **script**: the Lua transition of every algorithm, its contract and
-//!   resolution ([`script`]).
+//! - **script**: the Lua transition of every algorithm, its contract, state
+//!   and resolution; a lean script per common call (one GCRA limit, one
+//!   fixed window) and a general one ([`script`]).
 //! - **key encoding**: collision-free, bounded, one hash slot per user key
 //!   ([`key`]).
 //! - **failure policy**: fail open, fail closed or a local share, with a
