@@ -11,9 +11,12 @@ use redis::AsyncCommands as _;
 use tollgate::{FixedWindow, Gcra, Quota, SlidingWindow};
 use tollgate_redis::{BreakerConfig, FailurePolicy, Limit, Redis, RedisLimiter, Source};
 
-fn closed(redis: &Redis, name: &str, limit: Limit) -> RedisLimiter {
-    RedisLimiter::builder(redis.clone(), name)
-        .limit(limit)
+fn closed(redis: &Redis, name: &str, limits: &[Limit]) -> RedisLimiter {
+    let mut builder = RedisLimiter::builder(redis.clone(), name);
+    for limit in limits {
+        builder = builder.limit(limit.clone());
+    }
+    builder
         .failure_policy(FailurePolicy::FailClosed)
         .deadline(Duration::from_secs(2))
         .breaker(BreakerConfig {
@@ -24,15 +27,27 @@ fn closed(redis: &Redis, name: &str, limit: Limit) -> RedisLimiter {
         .unwrap()
 }
 
-fn limits() -> Vec<(&'static str, Limit)> {
+/// Each algorithm alone (the lean scripts for GCRA and the fixed window, the
+/// general one for the sliding window), and each first in a pair (the general
+/// script for all three): the poisoned key is the first limit's.
+fn limits() -> Vec<(&'static str, Vec<Limit>)> {
     let q = Quota::new(10, Duration::from_secs(1))
         .unwrap()
         .with_burst(5)
         .unwrap();
+    let gcra: Limit = Gcra::new(q).unwrap().into();
+    let fixed: Limit = FixedWindow::new(q).unwrap().into();
+    let sliding: Limit = SlidingWindow::new(q, 4).unwrap().into();
+    let day: Limit = FixedWindow::new(Quota::per_day(1_000).unwrap())
+        .unwrap()
+        .into();
     vec![
-        ("gcra", Gcra::new(q).unwrap().into()),
-        ("fixed", FixedWindow::new(q).unwrap().into()),
-        ("sliding", SlidingWindow::new(q, 4).unwrap().into()),
+        ("gcra", vec![gcra.clone()]),
+        ("fixed", vec![fixed.clone()]),
+        ("sliding", vec![sliding.clone()]),
+        ("gcra-and", vec![gcra, day.clone()]),
+        ("fixed-and", vec![fixed, day.clone()]),
+        ("sliding-and", vec![sliding, day]),
     ]
 }
 
@@ -51,7 +66,7 @@ async fn a_malformed_key_is_repaired_and_never_opens_the_breaker() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    for (alg, limit) in limits() {
+    for (alg, limits) in limits() {
         for (i, poison) in [
             "garbage",
             "-5",
@@ -64,7 +79,7 @@ async fn a_malformed_key_is_repaired_and_never_opens_the_breaker() {
         .enumerate()
         {
             let name = format!("malformed-{alg}-{i}");
-            let limiter = closed(&redis, &name, limit.clone());
+            let limiter = closed(&redis, &name, &limits);
             let victim = limiter.redis_keys("victim")[0].clone();
             let _: () = raw.del(&victim).await.unwrap();
             match *poison {
@@ -91,7 +106,7 @@ async fn a_malformed_key_is_repaired_and_never_opens_the_breaker() {
             let ttl: i64 = raw.pttl(&victim).await.unwrap();
             assert!(ttl > 0, "{name}: TTL {ttl}");
             let left = limiter.peek_n("victim", 1).await.unwrap().remaining();
-            let expected = limit.capacity() - 4;
+            let expected = limits[0].capacity() - 4;
             assert_eq!(
                 left, expected,
                 "{name}: the repaired key did not count its 3"
