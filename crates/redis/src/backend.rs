@@ -20,6 +20,7 @@
 //!   limiter's circuit breaker opens it asks for a fresh connection
 //!   ([`Redis::reconnect`]); the next probe goes through it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+
+use crate::module::{self, ModuleUse};
 
 /// Connection settings. Every setting has a default.
 #[derive(Clone, Debug)]
@@ -54,6 +57,10 @@ impl Default for Options {
 #[derive(Clone)]
 pub struct Redis {
     inner: Arc<Inner>,
+    /// Whether decisions go to the native module (see [`module`]). Relaxed:
+    /// a hint read per call; either value decides correctly, and a change
+    /// needs to order nothing else.
+    module: Arc<AtomicBool>,
 }
 
 enum Inner {
@@ -95,13 +102,15 @@ impl Redis {
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(200));
         let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
-        Ok(Redis {
-            inner: Arc::new(Inner::Single(Box::new(Single {
+        Redis::ready(
+            Inner::Single(Box::new(Single {
                 client,
                 config,
                 manager: RwLock::new(manager),
-            }))),
-        })
+            })),
+            ModuleUse::Detect,
+        )
+        .await
     }
 
     /// Connects to a Redis Cluster through any of `nodes` (URLs).
@@ -118,9 +127,57 @@ impl Redis {
             .max_retry_wait(50)
             .build()?;
         let connection = client.get_async_connection().await?;
-        Ok(Redis {
-            inner: Arc::new(Inner::Cluster(connection)),
-        })
+        Redis::ready(Inner::Cluster(connection), ModuleUse::Detect).await
+    }
+
+    /// The handle on a connected `inner`, with the module detected as
+    /// `module_use` says.
+    async fn ready(inner: Inner, module_use: ModuleUse) -> Result<Redis, RedisError> {
+        let redis = Redis {
+            inner: Arc::new(inner),
+            module: Arc::new(AtomicBool::new(false)),
+        };
+        if module_use != ModuleUse::Never {
+            redis.detect_module().await;
+            if module_use == ModuleUse::Require && !redis.uses_module() {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "tollgate: the native module is required but not loaded",
+                    format!("`COMMAND INFO {}` does not know it", module::COMMAND),
+                )));
+            }
+        }
+        Ok(redis)
+    }
+
+    /// Looks for the native module (`COMMAND INFO tollgate.decide`, on every
+    /// primary of a cluster) and uses it for the decisions that follow if
+    /// every node has it, else the scripts: see [`module`].
+    pub async fn detect_module(&self) -> bool {
+        let found = match &*self.inner {
+            Inner::Single(_) => module::detect(&mut self.connection()).await,
+            Inner::Cluster(c) => module::detect_cluster(&mut c.clone()).await,
+        };
+        self.module.store(found, Ordering::Relaxed);
+        found
+    }
+
+    /// Whether decisions go to the native module (see [`module`]).
+    pub fn uses_module(&self) -> bool {
+        self.module.load(Ordering::Relaxed)
+    }
+
+    /// One decision on `connection`, by the module or the script (see
+    /// [`module`]); `args` appends the script's arguments.
+    pub(crate) async fn decide(
+        &self,
+        connection: &mut Connection,
+        keys: &[Vec<u8>],
+        args: impl Fn(&mut Cmd),
+    ) -> redis::RedisResult<Vec<i64>> {
+        // On `unknown command`: the scripts from now on.
+        let absent = || self.module.store(false, Ordering::Relaxed);
+        module::run(connection, self.uses_module(), absent, keys, args).await
     }
 
     /// Whether this is a cluster connection.

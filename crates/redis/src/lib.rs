@@ -47,6 +47,7 @@ pub mod key;
 pub mod lease;
 pub mod limit;
 pub mod limiter;
+pub mod module;
 pub mod policy;
 pub mod script;
 
@@ -55,6 +56,7 @@ pub use breaker::BreakerConfig;
 pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
+pub use module::ModuleUse;
 pub use policy::{FailurePolicy, Fault, Source, Stats};
 
 /// The README's example, compiled as a doctest so that it stays true.

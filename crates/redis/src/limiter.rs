@@ -527,7 +527,7 @@ impl RedisLimiter {
             Time::Manual(clock) => clock.now().as_u64().to_string(),
         };
         let mut connection = s.redis.connection();
-        let raw = script::run(&mut connection, &keys, |cmd| {
+        let raw = s.redis.decide(&mut connection, &keys, |cmd| {
             cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
             match refund {
                 Some(lease) => cmd.arg(lease.now),
