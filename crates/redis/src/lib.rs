@@ -42,6 +42,8 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod config;
+mod connect;
 pub mod deny_cache;
 pub mod key;
 pub mod lease;
@@ -51,8 +53,9 @@ pub mod module;
 pub mod policy;
 pub mod script;
 
-pub use backend::{Options, Redis};
+pub use backend::Redis;
 pub use breaker::BreakerConfig;
+pub use config::{Options, RedisConfig, Secret, SentinelConfig, Target, TlsConfig};
 pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
