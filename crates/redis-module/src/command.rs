@@ -7,7 +7,7 @@ use redis_module::raw::KeyType;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, redis_module};
 
 use crate::args::{self, Params, STRIDE};
-use crate::transition::{self, Store};
+use crate::transition::{self, Fields, Store};
 
 /// `TOLLGATE.DECIDE`: see the [crate docs](crate).
 fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
@@ -123,7 +123,7 @@ impl Store for RedisStore<'_> {
         self.replicate("DEL", &[self.key(i)]);
     }
 
-    fn hgetall(&mut self, i: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+    fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
         let RedisValue::Array(items) = self.call("HGETALL", &[self.key(i)])? else {
             return Err("ERR tollgate: unexpected HGETALL reply".to_owned());
         };

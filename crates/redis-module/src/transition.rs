@@ -15,6 +15,9 @@ use std::collections::HashMap;
 
 use crate::args::{Call, Op, Params};
 
+/// A hash's fields and values.
+pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What a transition reads and writes: the call's keys, by index.
 pub trait Store {
     /// The string at key `i`; `Err` if it holds another type.
@@ -24,7 +27,7 @@ pub trait Store {
     /// Deletes key `i`.
     fn del(&mut self, i: usize);
     /// Every field and value of the hash at key `i`.
-    fn hgetall(&mut self, i: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String>;
+    fn hgetall(&mut self, i: usize) -> Result<Fields, String>;
     /// Sets fields of the hash at key `i`.
     fn hset(&mut self, i: usize, fields: &[(&str, String)]);
     /// Deletes a field of the hash at key `i`.
