@@ -69,7 +69,9 @@ impl RedisStore<'_> {
     }
 
     fn at_ms(&self, ttl_ms: i128) -> String {
-        (self.wall_ms + ttl_ms).to_string()
+        i64::try_from(self.wall_ms + ttl_ms)
+            .unwrap_or(i64::MAX)
+            .to_string()
     }
 }
 
@@ -108,10 +110,14 @@ impl Store for RedisStore<'_> {
             let _ = key.set_expire(Duration::from_millis(ttl));
         }
         let at = self.at_ms(ttl_ms.max(1));
-        self.replicate(
-            "SET",
-            &[self.key(i), value.as_bytes(), b"PXAT", at.as_bytes()],
+        // The key's own string (no copy) beside three new ones.
+        let (value, pxat, at) = (
+            self.ctx.create_string(value),
+            self.ctx.create_string("PXAT"),
+            self.ctx.create_string(at),
         );
+        self.ctx
+            .replicate("SET", &[self.keys[i], &value, &pxat, &at][..]);
     }
 
     fn del(&mut self, i: usize) {
@@ -155,7 +161,7 @@ impl Store for RedisStore<'_> {
     }
 
     fn pexpire(&mut self, i: usize, ttl_ms: i128) {
-        let ttl = ttl_ms.max(1).to_string();
+        let ttl = i64::try_from(ttl_ms.max(1)).unwrap_or(i64::MAX).to_string();
         let _ = self.call("PEXPIRE", &[self.key(i), ttl.as_bytes()]);
         let at = self.at_ms(ttl_ms.max(1));
         self.replicate("PEXPIREAT", &[self.key(i), at.as_bytes()]);

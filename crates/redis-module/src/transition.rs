@@ -466,7 +466,11 @@ fn fixed_store(
     if count <= 0 {
         store.del(i);
     } else {
-        store.set(i, &format!("{window} {count}"), c.ttl_ms(until_next));
+        store.set(
+            i,
+            &format!("{} {}", clamp(window), clamp(count)),
+            c.ttl_ms(until_next),
+        );
     }
 }
 
@@ -500,5 +504,122 @@ impl Wheel {
             e -= 1;
         }
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::parse;
+
+    /// Keys in memory: strings with their TTL, hashes.
+    #[derive(Default)]
+    struct Memory {
+        strings: HashMap<usize, (Vec<u8>, i128)>,
+        hashes: HashMap<usize, Vec<(String, String)>>,
+    }
+
+    impl Store for Memory {
+        fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
+            Ok(self.strings.get(&i).map(|(v, _)| v.clone()))
+        }
+        fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
+            self.strings.insert(i, (value.as_bytes().to_vec(), ttl_ms));
+        }
+        fn del(&mut self, i: usize) {
+            self.strings.remove(&i);
+            self.hashes.remove(&i);
+        }
+        fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
+            Ok(self
+                .hashes
+                .get(&i)
+                .map(|h| {
+                    h.iter()
+                        .map(|(f, v)| (f.clone().into_bytes(), v.clone().into_bytes()))
+                        .collect()
+                })
+                .unwrap_or_default())
+        }
+        fn hset(&mut self, i: usize, fields: &[(&str, String)]) {
+            let hash = self.hashes.entry(i).or_default();
+            for (f, v) in fields {
+                hash.retain(|(g, _)| g != f);
+                hash.push(((*f).to_owned(), v.clone()));
+            }
+        }
+        fn hdel(&mut self, i: usize, field: &str) {
+            if let Some(hash) = self.hashes.get_mut(&i) {
+                hash.retain(|(g, _)| g != field);
+            }
+        }
+        fn pexpire(&mut self, _i: usize, _ttl_ms: i128) {}
+        fn name(&self, i: usize) -> String {
+            format!("key{i}")
+        }
+    }
+
+    fn decide(store: &mut Memory, args: &[&str], now_ns: i128) -> Result<Vec<i64>, String> {
+        let call = parse(args).map_err(|e| e.0)?;
+        run(&call, now_ns, 1, store)
+    }
+
+    /// 1 per 10 ns, burst 2: two admitted, the third waits 10 ns.
+    #[test]
+    fn gcra_admits_the_burst_then_denies_with_the_exact_retry() {
+        let mut m = Memory::default();
+        let call = ["k", "g", "1", "10", "20", "2", "0", "c", "0", "1", "5", "0"];
+        assert_eq!(decide(&mut m, &call, 0).unwrap(), [1, 1, 0, 1, 10, 0, 10]);
+        assert_eq!(decide(&mut m, &call, 0).unwrap(), [1, 1, 0, 1, 0, 0, 20]);
+        assert_eq!(decide(&mut m, &call, 0).unwrap(), [0, 0, 0, 0, 0, 10, 20]);
+        // The stored state is the script's "debt stamp", with its TTL.
+        assert_eq!(m.strings[&0], (b"20 0".to_vec(), 1 + 5));
+        assert_eq!(decide(&mut m, &call, 10).unwrap()[..2], [1, 1]);
+    }
+
+    /// Several limits: one denial takes nothing from the others.
+    #[test]
+    fn several_limits_are_all_or_nothing() {
+        let mut m = Memory::default();
+        let args = [
+            "a", "g", "1", "10", "100", "10", "0", // roomy
+            "b", "f", "1000", "1", "0", "0", "0", // one per window
+            "c", "0", "1", "0", "0",
+        ];
+        assert_eq!(decide(&mut m, &args, 0).unwrap()[0], 1);
+        let before = m.strings.clone();
+        let denied = decide(&mut m, &args, 1).unwrap();
+        assert_eq!(denied[..2], [0, 0]);
+        assert_eq!(m.strings, before, "a denial wrote");
+    }
+
+    #[test]
+    fn a_malformed_state_is_an_error_for_that_call_and_writes_nothing() {
+        let mut m = Memory::default();
+        m.strings.insert(1, (b"garbage".to_vec(), 1));
+        let args = [
+            "a", "g", "1", "10", "100", "10", "0", "b", "g", "1", "10", "100", "10", "0", "c", "0",
+            "1", "0", "0",
+        ];
+        let error = decide(&mut m, &args, 0).unwrap_err();
+        assert!(
+            error.contains("malformed") && error.contains("key1"),
+            "{error}"
+        );
+        assert!(!m.strings.contains_key(&0));
+    }
+
+    /// The sliding window counter: 2 per 100 ns in 4 slots.
+    #[test]
+    fn sliding_window_counts_across_slots() {
+        let mut m = Memory::default();
+        let call = ["k", "s", "100", "4", "2", "0", "0", "c", "0", "1", "0", "0"];
+        assert_eq!(decide(&mut m, &call, 0).unwrap()[..2], [1, 1]);
+        assert_eq!(decide(&mut m, &call, 30).unwrap()[..2], [1, 1]);
+        let denied = decide(&mut m, &call, 60).unwrap();
+        // The first slot leaves the window at 100.
+        assert_eq!(denied[..2], [0, 0]);
+        assert_eq!(denied[5], 40);
+        assert_eq!(decide(&mut m, &call, 100).unwrap()[..2], [1, 1]);
     }
 }
