@@ -48,6 +48,8 @@ pub struct Redis {
     /// a hint read per call; either value decides correctly, and a change
     /// needs to order nothing else.
     module: Arc<AtomicBool>,
+    /// The configuration's choice: [`ModuleUse::Never`] is never detected.
+    module_use: ModuleUse,
 }
 
 enum Inner {
@@ -161,6 +163,7 @@ impl Redis {
         let redis = Redis {
             inner: Arc::new(inner),
             module: Arc::new(AtomicBool::new(false)),
+            module_use,
         };
         if module_use != ModuleUse::Never {
             redis.detect_module().await;
@@ -178,7 +181,12 @@ impl Redis {
     /// Looks for the native module (`COMMAND INFO tollgate.decide`, on every
     /// primary of a cluster) and uses it for the decisions that follow if
     /// every node has it, else the scripts: see [`module`].
+    ///
+    /// With [`ModuleUse::Never`], the scripts stay and this answers `false`.
     pub async fn detect_module(&self) -> bool {
+        if self.module_use == ModuleUse::Never {
+            return false;
+        }
         let found = match &*self.inner {
             Inner::Single(_) => module::detect(&mut self.connection()).await,
             Inner::Cluster(c) => module::detect_cluster(&mut c.clone()).await,

@@ -344,6 +344,24 @@ async fn without_the_module_the_scripts_decide_and_a_lost_module_falls_back_at_o
     required.module = tollgate_redis::ModuleUse::Require;
     assert!(Redis::open(&required).await.is_err());
 
+    // Never: the scripts, even where the module is loaded.
+    let server = ModuleServer::start(false);
+    let mut never = tollgate_redis::RedisConfig::single(server.url());
+    never.module = tollgate_redis::ModuleUse::Never;
+    let redis = Redis::open(&never).await.unwrap();
+    assert!(!redis.uses_module());
+    assert!(!redis.detect_module().await);
+    let limiter = RedisLimiter::builder(redis, "never")
+        .limit(gcra(10, Duration::from_secs(1), 2))
+        .build()
+        .unwrap();
+    assert_eq!(
+        limiter.check_outcome("k", 1).await.unwrap().source,
+        Source::Redis
+    );
+    assert_eq!(server.calls("tollgate.decide"), 0);
+    drop(server);
+
     // The module unloaded under a connected client: the same call is
     // answered by the script, and the scripts decide from then on.
     let server = ModuleServer::start(false);
