@@ -527,23 +527,21 @@ impl RedisLimiter {
             Time::Manual(clock) => clock.now().as_u64().to_string(),
         };
         let mut connection = s.redis.connection();
-        let raw = s
-            .redis
-            .decide(&mut connection, &keys, |cmd| {
-                cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
-                match refund {
-                    Some(lease) => cmd.arg(lease.now),
-                    None => cmd.arg(extra),
-                };
-                for (i, args) in s.args.iter().enumerate() {
-                    for a in args {
-                        cmd.arg(a.as_str());
-                    }
-                    let x = refund.map_or(0, |lease| lease.resets.get(i).copied().unwrap_or(0));
-                    cmd.arg(x);
+        let raw = Redis::decide(&s.redis, &mut connection, &keys, |cmd| {
+            cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
+            match refund {
+                Some(lease) => cmd.arg(lease.now),
+                None => cmd.arg(extra),
+            };
+            for (i, args) in s.args.iter().enumerate() {
+                for a in args {
+                    cmd.arg(a.as_str());
                 }
-            })
-            .await?;
+                let x = refund.map_or(0, |lease| lease.resets.get(i).copied().unwrap_or(0));
+                cmd.arg(x);
+            }
+        })
+        .await?;
         self.decode(&raw).ok_or_else(|| {
             redis::RedisError::from((
                 redis::ErrorKind::Parse,
