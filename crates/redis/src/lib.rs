@@ -43,19 +43,24 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod config;
+mod connect;
 pub mod deny_cache;
 pub mod key;
 pub mod lease;
 pub mod limit;
 pub mod limiter;
+pub mod module;
 pub mod policy;
 pub mod script;
 
-pub use backend::{Options, Redis};
+pub use backend::Redis;
 pub use breaker::BreakerConfig;
+pub use config::{Options, RedisConfig, Secret, SentinelConfig, Target, TlsConfig};
 pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
+pub use module::ModuleUse;
 pub use policy::{FailurePolicy, Fault, Source, Stats};
 
 /// The README's example, compiled as a doctest so that it stays true.

@@ -556,12 +556,15 @@ impl RedisLimiter {
             Time::Manual(clock) => clock.now().as_u64().to_string(),
         };
         let mut connection = s.redis.connection();
+        // The module if detected, else the lean script for this shape, else
+        // the general one; on `unknown command` the module falls back to the
+        // same script (see `module`).
         let which = match (op, s.limits.as_slice()) {
             (Op::Check | Op::Peek, [Limit::Gcra(_)]) => Script::Gcra,
             (Op::Check | Op::Peek, [Limit::FixedWindow(_)]) => Script::Fixed,
             _ => Script::Decide,
         };
-        let raw = script::run(&mut connection, which, &keys, |cmd| {
+        let raw = Redis::decide(&s.redis, &mut connection, which, &keys, |cmd| {
             cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
             match refund {
                 Some(lease) => cmd.arg(lease.now),
