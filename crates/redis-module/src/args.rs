@@ -7,9 +7,13 @@
 //! sits at a fixed stride, which Redis's key specification `(1, -6, 7)`
 //! expresses without a key-extraction callback.
 //!
-//! Every number is a decimal integer without sign, leading `+` or fraction:
-//! a cost of `-2` or `1.5` is refused with an error reply before anything is
-//! read or written.
+//! Every number is a decimal integer without sign, leading `+` or fraction,
+//! in `[0, 2^53)`, within the script's bounds (`tollgate_redis::script`,
+//! "Validation"): a cost of `-2` or `1.5`, a GCRA modulus `m` that is not
+//! the largest with `m · unit · scale ≤ 9·10^15`, a slack above one day are
+//! refused with an error reply (`ERR tollgate: …`) before anything is read or
+//! written. (The scripts read numbers with Lua's `tonumber` and so also take
+//! `1e3` or ` 1`; no client sends those, and the module refuses them.)
 
 use std::fmt;
 
@@ -34,16 +38,17 @@ pub enum Op {
 /// One limit's algorithm and parameters, in the script's units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Params {
-    /// `g scale interval capacity burst`: GCRA in ticks of `1/scale` ns.
+    /// `g scale interval capacity m`: GCRA in ticks of `1/scale` ns.
     Gcra {
-        /// Ticks per nanosecond.
+        /// Ticks per nanosecond (1 to 16).
         scale: i128,
         /// Ticks per permit.
         interval: i128,
-        /// `burst · interval`.
+        /// `burst · interval`, below 2^52.
         capacity: i128,
-        /// Permits.
-        burst: i128,
+        /// The state's modulus in clock units: the largest with
+        /// `m · unit · scale ≤ 9·10^15`.
+        m: i128,
     },
     /// `f period limit 0 0`: fixed window, `period` in clock units.
     Fixed {
@@ -99,9 +104,12 @@ impl fmt::Display for ArgError {
     }
 }
 
-/// The largest value accepted: every product the transitions form stays far
-/// inside an `i128`, and the script's exact range (2^53) is above it anyway.
-const MAX: i128 = 1 << 62;
+/// Every number is below it (the scripts' exact range in Lua's doubles).
+const MAX: i128 = 1 << 53;
+/// The GCRA state's modulus bound, in ticks (see `tollgate_redis::script`).
+pub const MODULUS: i128 = 9_000_000_000_000_000;
+/// The longest TTL slack, in milliseconds (one day).
+const MAX_SLACK: i128 = 86_400_000;
 
 fn number(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
     let invalid = || {
@@ -120,7 +128,7 @@ fn number(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
         }
         value = value * 10 + i128::from(b - b'0');
     }
-    if value > MAX {
+    if value >= MAX {
         return Err(invalid());
     }
     Ok(value)
@@ -166,26 +174,43 @@ pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
     };
     let cost = number("cost", tail[2].as_ref())?;
     let slack = number("slack", tail[3].as_ref())?;
+    if slack > MAX_SLACK {
+        return Err(ArgError(
+            "ERR tollgate: slack must be at most one day".to_owned(),
+        ));
+    }
+    // Nanoseconds per clock unit.
+    let unit = if now.is_some() { 1 } else { 1_000 };
     let stamp = number("stamp", tail[4].as_ref())?;
     let mut limits = Vec::with_capacity(m);
     for limit in args[..m * STRIDE].chunks_exact(STRIDE) {
         let a = |i: usize| limit[2 + i].as_ref();
         let params = match limit[1].as_ref() {
-            b"g" => Params::Gcra {
-                scale: positive("scale", a(0))?,
-                interval: positive("interval", a(1))?,
-                capacity: number("capacity", a(2))?,
-                burst: number("burst", a(3))?,
-            },
-            b"f" => Params::Fixed {
-                period: positive("period", a(0))?,
-                limit: number("limit", a(1))?,
-            },
-            b"s" => Params::Sliding {
-                period: positive("period", a(0))?,
-                n: positive("slots", a(1))?,
-                limit: number("limit", a(2))?,
-            },
+            b"g" => gcra(unit, a(0), a(1), a(2), a(3))?,
+            b"f" => {
+                let period = positive("period", a(0))?;
+                let limit = positive("limit", a(1))?;
+                if period >= 1 << 52 || number("a3", a(2))? != 0 || number("a4", a(3))? != 0 {
+                    return Err(ArgError(
+                        "ERR tollgate: a fixed window is 'f period limit 0 0', period below 2^52"
+                            .to_owned(),
+                    ));
+                }
+                Params::Fixed { period, limit }
+            }
+            b"s" => {
+                let period = positive("period", a(0))?;
+                let n = positive("slots", a(1))?;
+                let limit = positive("limit", a(2))?;
+                if period * n >= MAX || number("a4", a(3))? != 0 {
+                    return Err(ArgError(
+                        "ERR tollgate: a sliding window is 's period slots limit 0', \
+                         period · slots below 2^53"
+                            .to_owned(),
+                    ));
+                }
+                Params::Sliding { period, n, limit }
+            }
             other => {
                 return Err(ArgError(format!(
                     "ERR tollgate: unknown algorithm {}",
@@ -208,13 +233,56 @@ pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
     })
 }
 
+/// `g scale interval capacity m`, checked as the scripts check it.
+fn gcra(
+    unit: i128,
+    scale: &[u8],
+    interval: &[u8],
+    capacity: &[u8],
+    m: &[u8],
+) -> Result<Params, ArgError> {
+    let scale = positive("scale", scale)?;
+    let interval = positive("interval", interval)?;
+    let capacity = number("capacity", capacity)?;
+    let m = positive("m", m)?;
+    if scale > 16 || capacity < interval || capacity >= 1 << 52 {
+        return Err(ArgError(
+            "ERR tollgate: GCRA needs 1 <= scale <= 16 and interval <= capacity < 2^52".to_owned(),
+        ));
+    }
+    let us = unit * scale;
+    if m * us > MODULUS || m * us + us <= MODULUS {
+        return Err(ArgError(format!(
+            "ERR tollgate: the GCRA modulus m must be {} for this clock and scale",
+            MODULUS / us
+        )));
+    }
+    Ok(Params::Gcra {
+        scale,
+        interval,
+        capacity,
+        m,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn call(cost: &str) -> Vec<&str> {
         vec![
-            "k", "g", "1", "10", "50", "5", "0", "c", "", cost, "1000", "0",
+            "k",
+            "g",
+            "1",
+            "10",
+            "50",
+            "9000000000000",
+            "0",
+            "c",
+            "",
+            cost,
+            "1000",
+            "0",
         ]
     }
 
@@ -238,6 +306,7 @@ mod tests {
             "1e3",
             " 1",
             "99999999999999999999999",
+            "9007199254740992",
         ] {
             let error = parse(&call(bad)).unwrap_err();
             assert!(error.0.contains("cost"), "{bad}: {error}");
@@ -256,5 +325,28 @@ mod tests {
         let mut op = call("1");
         op[7] = "x";
         assert!(parse(&op).unwrap_err().0.contains("operation"));
+    }
+
+    /// The new GCRA contract: `m` is the modulus for the call's clock.
+    #[test]
+    fn the_gcra_modulus_must_match_the_clock_and_scale() {
+        assert!(parse(&call("1")).is_ok());
+        let mut burst = call("1");
+        burst[5] = "5";
+        assert!(
+            parse(&burst).unwrap_err().0.contains("modulus"),
+            "a burst in place of m"
+        );
+        let mut test_mode = call("1");
+        test_mode[8] = "0";
+        assert!(parse(&test_mode).unwrap_err().0.contains("modulus"));
+        test_mode[5] = "9000000000000000";
+        assert!(parse(&test_mode).is_ok());
+        let mut slack = call("1");
+        slack[10] = "86400001";
+        assert!(parse(&slack).unwrap_err().0.contains("slack"));
+        let mut scale = call("1");
+        scale[2] = "17";
+        assert!(parse(&scale).is_err());
     }
 }

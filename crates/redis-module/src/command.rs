@@ -102,9 +102,13 @@ impl Store for RedisStore<'_> {
 
     fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
         {
-            // Errors are impossible on a key opened for writing and checked
-            // to be a string or empty.
+            // A key of another type is foreign (read as no state): replaced,
+            // as `SET` replaces it. Errors are then impossible on a key
+            // opened for writing, empty or a string.
             let key = self.ctx.open_key_writable(self.keys[i]);
+            if !matches!(key.key_type(), KeyType::Empty | KeyType::String) {
+                let _ = key.delete();
+            }
             let _ = key.write(value);
             let ttl = u64::try_from(ttl_ms.max(1)).unwrap_or(u64::MAX);
             let _ = key.set_expire(Duration::from_millis(ttl));
@@ -165,10 +169,6 @@ impl Store for RedisStore<'_> {
         let _ = self.call("PEXPIRE", &[self.key(i), ttl.as_bytes()]);
         let at = self.at_ms(ttl_ms.max(1));
         self.replicate("PEXPIREAT", &[self.key(i), at.as_bytes()]);
-    }
-
-    fn name(&self, i: usize) -> String {
-        String::from_utf8_lossy(self.key(i)).into_owned()
     }
 }
 

@@ -10,6 +10,16 @@
 //!
 //! The parity vectors (`crates/core/tests/vectors/core.json`) check the
 //! answers against the core's state machines, through `tollgate-redis`.
+//!
+//! # Foreign values
+//!
+//! As in the scripts (`tollgate_redis::script`, "Foreign values"): a key
+//! holding something that is not a state of its limit (another type,
+//! garbage, a number out of range) is read as no state, and the next
+//! admission overwrites it (a hash is deleted first). Such a value is never
+//! an error: the module and the scripts read the same bytes the same way.
+//! Numbers in stored values are read as Lua's `tonumber` reads them
+//! ([`lua_number`]), so that a value the script takes the module takes.
 
 use std::collections::HashMap;
 
@@ -34,8 +44,6 @@ pub trait Store {
     fn hdel(&mut self, i: usize, field: &str);
     /// Sets key `i` to expire in `ttl_ms`.
     fn pexpire(&mut self, i: usize, ttl_ms: i128);
-    /// The name of key `i`, for error messages.
-    fn name(&self, i: usize) -> String;
 }
 
 /// The clock of a call.
@@ -62,46 +70,64 @@ fn cdiv(a: i128, b: i128) -> i128 {
     if a % b > 0 { q + 1 } else { q }
 }
 
-fn malformed(store: &dyn Store, i: usize) -> String {
-    format!(
-        "ERR tollgate: malformed limiter state at key {}",
-        store.name(i)
-    )
-}
+/// 2^53: every stored number the scripts accept is below it.
+const EXACT: f64 = 9_007_199_254_740_992.0;
 
-/// Two integers separated by one space; the second may be negative when
-/// `signed`.
-fn pair(raw: &[u8], signed: bool) -> Option<(i128, i128)> {
+/// The number Lua 5.1's `tonumber` reads in `raw` (Redis's Lua): C's
+/// `strtod` after optional spaces (decimal, exponent, `inf`, `nan`), or
+/// a `0x` hexadecimal integer, then only spaces.
+pub fn lua_number(raw: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(raw).ok()?;
-    let (a, b) = text.split_once(' ')?;
-    let digits = |s: &str| !s.is_empty() && s.len() <= 30 && s.bytes().all(|c| c.is_ascii_digit());
-    if !digits(a) {
-        return None;
-    }
-    let b_digits = if signed {
-        b.strip_prefix('-').unwrap_or(b)
-    } else {
-        b
+    let text = text.trim_matches(|c: char| c.is_ascii_whitespace() || c == '\x0b');
+    let (negative, body) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
     };
-    if !digits(b_digits) {
+    if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
+        // `strtoul` on the whole text: the sign applies modulo 2^64.
+        let value = u64::from_str_radix(hex, 16).ok()?;
+        let value = if negative {
+            value.wrapping_neg()
+        } else {
+            value
+        };
+        #[allow(clippy::cast_precision_loss)] // Lua's own conversion.
+        return Some(value as f64);
+    }
+    if body.is_empty() || body.starts_with(['+', '-']) {
         return None;
     }
-    Some((a.parse().ok()?, b.parse().ok()?))
+    let value: f64 = body.parse().ok()?;
+    Some(if negative { -value } else { value })
 }
 
-fn integer(raw: &[u8]) -> Option<i128> {
-    let text = std::str::from_utf8(raw).ok()?;
-    let digits = text.strip_prefix('-').unwrap_or(text);
-    if digits.is_empty() || digits.len() > 30 || !digits.bytes().all(|c| c.is_ascii_digit()) {
+/// A whole number in `[0, 2^53)` (the scripts' `nat`).
+fn nat(raw: &[u8]) -> Option<i128> {
+    let v = lua_number(raw)?;
+    #[allow(clippy::cast_possible_truncation)] // Whole and below 2^53: exact.
+    (v >= 0.0 && v < EXACT && v.fract() == 0.0).then_some(v as i128)
+}
+
+/// The fixed window's state, `^(%d+) (%d+)$`, read as the scripts read it.
+fn window_pair(raw: &[u8]) -> Option<(f64, f64)> {
+    let (a, b) = raw.split_at(raw.iter().position(|&c| c == b' ')?);
+    let b = &b[1..];
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if !digits(a) || !digits(b) {
         return None;
     }
-    text.parse().ok()
+    Some((lua_number(a)?, lua_number(b)?))
 }
 
 /// One limit's loaded state.
 enum State {
     Gcra {
         debt: i128,
+        /// `now mod M`, ticks.
+        cur: i128,
+        /// The modulus `M = m · unit · scale`, ticks.
+        modulus: i128,
     },
     Fixed {
         window: i128,
@@ -112,6 +138,8 @@ enum State {
 }
 
 struct Wheel {
+    /// The key holds something else: deleted before the first write.
+    foreign: bool,
     head: i128,
     total: i128,
     counts: HashMap<i128, i128>,
@@ -126,8 +154,9 @@ type Verdict = [i128; 4];
 ///
 /// # Errors
 ///
-/// A key holding another type or a malformed state: the error reply's text;
-/// nothing has been written then (every key is read before any write).
+/// None today (a foreign value is read as no state); the `Result` keeps the
+/// store's read errors, should a store have them, an error reply that writes
+/// nothing (every key is read before any write).
 pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<Vec<i64>, String> {
     let clock = Clock {
         now,
@@ -178,26 +207,36 @@ fn clamp(v: i128) -> i64 {
 
 fn load(store: &mut dyn Store, i: usize, p: &Params, c: &Clock) -> Result<State, String> {
     match *p {
-        Params::Gcra { scale, .. } => {
+        Params::Gcra { scale, m, .. } => {
+            // The script's state (see `tollgate_redis::script`, "State"): the
+            // TAT modulo M; the debt is (TAT - now) mod M, read as 0 (a TAT
+            // in the past) in the last 2·10^15 ticks below M.
+            let us = c.unit * scale;
+            let modulus = m * us;
+            let cur = c.now % m * us;
             let mut debt = 0;
-            if let Some(raw) = store.get(i)? {
-                let (d, s) = pair(&raw, true).ok_or_else(|| malformed(store, i))?;
-                let drained = (c.now - s) * c.unit * scale;
-                if drained < d {
-                    debt = d - drained;
+            if let Some(tat) = store.get(i).ok().flatten().as_deref().and_then(nat) {
+                if tat < modulus {
+                    let d = (tat - cur).rem_euclid(modulus);
+                    if d <= modulus - 2_000_000_000_000_000 {
+                        debt = d;
+                    }
                 }
             }
-            Ok(State::Gcra { debt })
+            Ok(State::Gcra { debt, cur, modulus })
         }
-        Params::Fixed { period, .. } => {
+        Params::Fixed { period, limit } => {
             let mut window = c.now / period;
             let mut count = 0;
-            if let Some(raw) = store.get(i)? {
-                let (w, n) = pair(&raw, false).ok_or_else(|| malformed(store, i))?;
-                // An earlier reading is decided in the stored window (no re-credit).
-                if w >= window {
-                    window = w;
-                    count = n;
+            let stored = store.get(i).ok().flatten();
+            if let Some((w, n)) = stored.as_deref().and_then(window_pair) {
+                // Anything else is foreign: read as no state. An earlier
+                // reading is decided in the stored window (no re-credit).
+                #[allow(clippy::cast_precision_loss)] // limit < 2^53: exact.
+                #[allow(clippy::cast_possible_truncation)] // Whole, < 2^53.
+                if w < EXACT && n <= limit as f64 && w >= window as f64 {
+                    window = w as i128;
+                    count = n as i128;
                 }
             }
             let window_end = (window + 1) * period;
@@ -208,25 +247,27 @@ fn load(store: &mut dyn Store, i: usize, p: &Params, c: &Clock) -> Result<State,
                 until_next,
             })
         }
-        Params::Sliding { period, n, .. } => {
-            let mut wheel = Wheel {
+        Params::Sliding { period, n, limit } => {
+            let empty = Wheel {
+                foreign: false,
                 head: 0,
                 total: 0,
                 counts: HashMap::new(),
                 current: 0,
                 live: 0,
             };
-            for (field, value) in store.hgetall(i)? {
-                let v = integer(&value).ok_or_else(|| malformed(store, i))?;
-                match field.as_slice() {
-                    b"h" => wheel.head = v,
-                    b"t" => wheel.total = v,
-                    other => {
-                        let index = integer(other).ok_or_else(|| malformed(store, i))?;
-                        wheel.counts.insert(index, v);
-                    }
-                }
+            let mut wheel = match store.hgetall(i) {
+                Ok(fields) => read_wheel(empty, &fields, n, limit),
+                Err(_) => None,
             }
+            .unwrap_or(Wheel {
+                foreign: true,
+                head: 0,
+                total: 0,
+                counts: HashMap::new(),
+                current: 0,
+                live: 0,
+            });
             wheel.current = epoch_of(c.now, period, n).max(wheel.head);
             let gone = wheel.current - wheel.head;
             wheel.live = if gone >= n {
@@ -240,13 +281,38 @@ fn load(store: &mut dyn Store, i: usize, p: &Params, c: &Clock) -> Result<State,
     }
 }
 
+/// The wheel in `fields`, or `None` if they are not a state of this limit
+/// (the script's checks).
+fn read_wheel(mut wheel: Wheel, fields: &Fields, n: i128, limit: i128) -> Option<Wheel> {
+    for (field, value) in fields {
+        let v = nat(value)?;
+        match field.as_slice() {
+            b"h" => wheel.head = v,
+            b"t" => {
+                if v > limit {
+                    return None;
+                }
+                wheel.total = v;
+            }
+            other => {
+                let index = nat(other)?;
+                if index >= n || v > limit {
+                    return None;
+                }
+                wheel.counts.insert(index, v);
+            }
+        }
+    }
+    Some(wheel)
+}
+
 fn avail(p: &Params, state: &State) -> i128 {
     match (*p, state) {
         (
             Params::Gcra {
                 interval, capacity, ..
             },
-            State::Gcra { debt },
+            State::Gcra { debt, .. },
         ) => {
             if *debt >= capacity {
                 0
@@ -264,18 +330,19 @@ fn decide(p: &Params, state: &State, c: &Clock, take: i128) -> Verdict {
     match (*p, state) {
         (
             Params::Gcra {
-                interval,
-                capacity,
-                burst,
-                ..
+                interval, capacity, ..
             },
-            State::Gcra { debt },
+            State::Gcra { debt, .. },
         ) => {
             let wanted = debt + take * interval;
             if wanted <= capacity {
                 return [1, capacity - wanted, 0, wanted];
             }
-            let retry = if take <= burst { wanted - capacity } else { -1 };
+            let retry = if take * interval <= capacity {
+                wanted - capacity
+            } else {
+                -1
+            };
             let headroom = if *debt < capacity { capacity - debt } else { 0 };
             [0, headroom, retry, *debt]
         }
@@ -335,9 +402,16 @@ fn admit(store: &mut dyn Store, i: usize, p: &Params, state: &mut State, c: &Clo
             Params::Gcra {
                 interval, scale, ..
             },
-            State::Gcra { debt },
+            State::Gcra { debt, cur, modulus },
         ) => {
-            gcra_store(store, i, c, scale, *debt + take * interval);
+            gcra_store(
+                store,
+                i,
+                c,
+                scale,
+                (*cur, *modulus),
+                *debt + take * interval,
+            );
         }
         (
             Params::Fixed { .. },
@@ -348,7 +422,7 @@ fn admit(store: &mut dyn Store, i: usize, p: &Params, state: &mut State, c: &Clo
             },
         ) => fixed_store(store, i, c, *window, *count + take, *until_next),
         (Params::Sliding { period, n, .. }, State::Sliding(w)) => {
-            if w.current - w.head >= n {
+            if w.foreign || w.current - w.head >= n {
                 store.del(i);
                 w.counts.clear();
                 w.total = 0;
@@ -394,14 +468,14 @@ fn refund(
             Params::Gcra {
                 interval, scale, ..
             },
-            State::Gcra { debt },
+            State::Gcra { debt, cur, modulus },
         ) => {
             // Only the part of the lease still ahead of now, never more than
             // the debt (see the script).
             let ahead = x - (c.now - c.stamp) * c.unit * scale;
             let back = (r * interval).min(ahead).min(*debt);
             if back > 0 {
-                gcra_store(store, i, c, scale, *debt - back);
+                gcra_store(store, i, c, scale, (*cur, *modulus), *debt - back);
             }
         }
         (
@@ -417,6 +491,9 @@ fn refund(
             }
         }
         (Params::Sliding { period, n, .. }, State::Sliding(w)) => {
+            if w.foreign {
+                return;
+            }
             let e = epoch_of(c.stamp, period, n);
             if e > w.current - n && e <= w.head {
                 let index = e % n;
@@ -447,11 +524,21 @@ fn unreachable_state() -> ! {
     unreachable!("a state is always decided with the parameters it was loaded with")
 }
 
-fn gcra_store(store: &mut dyn Store, i: usize, c: &Clock, scale: i128, debt: i128) {
+/// Stores the TAT `now + debt` modulo M (`at`: `now mod M` and `M`).
+fn gcra_store(
+    store: &mut dyn Store,
+    i: usize,
+    c: &Clock,
+    scale: i128,
+    at: (i128, i128),
+    debt: i128,
+) {
+    let (cur, modulus) = at;
     if debt <= 0 {
         store.del(i);
     } else {
-        store.set(i, &format!("{debt} {}", c.now), c.ttl_ms(cdiv(debt, scale)));
+        let tat = (cur + debt) % modulus;
+        store.set(i, &tat.to_string(), c.ttl_ms(cdiv(debt, scale)));
     }
 }
 
@@ -554,9 +641,6 @@ mod tests {
             }
         }
         fn pexpire(&mut self, _i: usize, _ttl_ms: i128) {}
-        fn name(&self, i: usize) -> String {
-            format!("key{i}")
-        }
     }
 
     fn decide(store: &mut Memory, args: &[&str], now_ns: i128) -> Result<Vec<i64>, String> {
@@ -568,12 +652,12 @@ mod tests {
     #[test]
     fn gcra_admits_the_burst_then_denies_with_the_exact_retry() {
         let mut m = Memory::default();
-        let call = ["k", "g", "1", "10", "20", "2", "0", "c", "0", "1", "5", "0"];
+        let call = ["k", "g", "1", "10", "20", M, "0", "c", "0", "1", "5", "0"];
         assert_eq!(decide(&mut m, &call, 0).unwrap(), [1, 1, 0, 1, 10, 0, 10]);
         assert_eq!(decide(&mut m, &call, 0).unwrap(), [1, 1, 0, 1, 0, 0, 20]);
         assert_eq!(decide(&mut m, &call, 0).unwrap(), [0, 0, 0, 0, 0, 10, 20]);
-        // The stored state is the script's "debt stamp", with its TTL.
-        assert_eq!(m.strings[&0], (b"20 0".to_vec(), 1 + 5));
+        // The stored state is the script's: the TAT modulo M, with its TTL.
+        assert_eq!(m.strings[&0], (b"20".to_vec(), 1 + 5));
         assert_eq!(decide(&mut m, &call, 10).unwrap()[..2], [1, 1]);
     }
 
@@ -582,7 +666,7 @@ mod tests {
     fn several_limits_are_all_or_nothing() {
         let mut m = Memory::default();
         let args = [
-            "a", "g", "1", "10", "100", "10", "0", // roomy
+            "a", "g", "1", "10", "100", M, "0", // roomy
             "b", "f", "1000", "1", "0", "0", "0", // one per window
             "c", "0", "1", "0", "0",
         ];
@@ -593,20 +677,60 @@ mod tests {
         assert_eq!(m.strings, before, "a denial wrote");
     }
 
+    /// The GCRA modulus in test mode at scale 1 (`9·10^15 / (1 · 1)`).
+    const M: &str = "9000000000000000";
+
+    /// Foreign values (as the scripts, `tollgate_redis::script`): garbage, a
+    /// number out of range or a count above the limit read as no state and
+    /// are overwritten by the next admission; never an error.
     #[test]
-    fn a_malformed_state_is_an_error_for_that_call_and_writes_nothing() {
-        let mut m = Memory::default();
-        m.strings.insert(1, (b"garbage".to_vec(), 1));
-        let args = [
-            "a", "g", "1", "10", "100", "10", "0", "b", "g", "1", "10", "100", "10", "0", "c", "0",
-            "1", "0", "0",
-        ];
-        let error = decide(&mut m, &args, 0).unwrap_err();
-        assert!(
-            error.contains("malformed") && error.contains("key1"),
-            "{error}"
-        );
-        assert!(!m.strings.contains_key(&0));
+    fn a_foreign_state_reads_as_none_and_is_overwritten_on_admission() {
+        let gcra = ["k", "g", "1", "10", "20", M, "0", "c", "5", "1", "0", "0"];
+        for foreign in [&b"garbage"[..], b"20 0", b"-3", b"1.5", b"9000000000000000"] {
+            let mut m = Memory::default();
+            m.strings.insert(0, (foreign.to_vec(), 1));
+            let reply = decide(&mut m, &gcra, 5).unwrap();
+            assert_eq!(reply, [1, 1, 5, 1, 10, 0, 10], "{foreign:?}");
+            assert_eq!(m.strings[&0].0, b"15", "{foreign:?}");
+        }
+        // What Lua's `tonumber` takes is a state: " 10 " and "1e1" are 10.
+        for spelled in [&b" 10 "[..], b"1e1", b"0xa", b"10.0"] {
+            let mut m = Memory::default();
+            m.strings.insert(0, (spelled.to_vec(), 1));
+            assert_eq!(
+                decide(&mut m, &gcra, 5).unwrap()[..2],
+                [1, 1],
+                "{spelled:?}"
+            );
+            assert_eq!(m.strings[&0].0, b"20", "{spelled:?}");
+        }
+        let fixed = ["k", "f", "100", "2", "0", "0", "0", "c", "5", "1", "0", "0"];
+        for foreign in [&b"0 3"[..], b"0 x", b"0  1", b"-1 1", b"0 1 "] {
+            let mut m = Memory::default();
+            m.strings.insert(0, (foreign.to_vec(), 1));
+            assert_eq!(
+                decide(&mut m, &fixed, 5).unwrap()[..5],
+                [1, 1, 5, 1, 1],
+                "{foreign:?}"
+            );
+            assert_eq!(m.strings[&0].0, b"0 1", "{foreign:?}");
+        }
+        let sliding = ["k", "s", "100", "4", "2", "0", "0", "c", "5", "1", "0", "0"];
+        for (field, value) in [("t", "3"), ("9", "1"), ("h", "-1"), ("x", "1")] {
+            let mut m = Memory::default();
+            m.hashes
+                .insert(0, vec![(field.to_owned(), value.to_owned())]);
+            assert_eq!(
+                decide(&mut m, &sliding, 5).unwrap()[..5],
+                [1, 1, 5, 1, 1],
+                "{field}"
+            );
+            let mut hash = m.hashes[&0].clone();
+            hash.sort();
+            let want =
+                [("0", "1"), ("h", "0"), ("t", "1")].map(|(f, v)| (f.to_owned(), v.to_owned()));
+            assert_eq!(hash, want, "{field}: the foreign hash was not replaced");
+        }
     }
 
     /// The sliding window counter: 2 per 100 ns in 4 slots.

@@ -280,16 +280,18 @@ local function sliding_module()
     end
     local retry = -1
     if c <= p.limit then
-      -- Move the window forward one slot at a time until enough has left.
+      -- Move the window forward one slot at a time until enough has left;
+      -- past the head nothing more leaves (a total above its slots' sum
+      -- then never fits: "never", not an endless loop).
       local still, e = st.live, st.current
-      while c > p.limit - still do
+      while c > p.limit - still and e - p.n <= st.head do
         e = e + 1
         local leaving = e - p.n
         if leaving >= 0 and leaving + p.n > st.head and leaving <= st.head then
           still = still - slot(st, p, leaving)
         end
       end
-      retry = (slot_start(e, p) - now) * unit
+      if c <= p.limit - still then retry = (slot_start(e, p) - now) * unit end
     end
     return 0, p.limit - st.live, retry, reset_of(st, p)
   end

@@ -185,20 +185,41 @@ pub(crate) async fn run<C: ConnectionLike>(
     }
 }
 
-/// Whether `e` is an error the script raised for this call (a refused
-/// argument, a Lua error, a command on a key of another type): Redis
-/// answered, the problem is the key's or the call's, and it must not open
-/// the breaker for every other key. Server-wide conditions (`OOM`, `BUSY`,
-/// `LOADING`, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`,
-/// `MISCONF`, …) and connection errors are not.
+/// Whether `e` is an error the script or the module raised for this call (a
+/// refused argument, a Lua error, a command on a key of another type):
+/// Redis answered, the problem is the key's or the call's, and it must not
+/// open the breaker for every other key. Server-wide conditions (`OOM`,
+/// `BUSY`, `LOADING`, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`,
+/// `MISCONF`, …) and connection errors are not, **even wrapped in a script
+/// error** (Redis before 7 answers a write refused inside a script as
+/// `ERR Error running script … -READONLY …`): a demoted master answers
+/// them, and the breaker opening is what sends a Sentinel client to the new
+/// master.
 pub(crate) fn is_call_error(e: &RedisError) -> bool {
     match e.code() {
         Some("WRONGTYPE") => true,
-        Some("ERR") => e
-            .detail()
-            .is_some_and(|d| d.contains("tollgate:") || d.contains("user_script")),
+        Some("ERR") => e.detail().is_some_and(|d| {
+            (d.contains("tollgate:") || d.contains("user_script")) && !names_server_condition(d)
+        }),
         _ => false,
     }
+}
+
+/// Whether a script error's text carries a server-wide error code.
+fn names_server_condition(detail: &str) -> bool {
+    const SERVER_WIDE: [&str; 8] = [
+        "READONLY",
+        "MASTERDOWN",
+        "LOADING",
+        "OOM",
+        "BUSY",
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "MISCONF",
+    ];
+    detail
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| SERVER_WIDE.contains(&word))
 }
 
 /// The general script's source (every algorithm, several limits, leases),
@@ -234,6 +255,46 @@ impl Op {
             Op::Peek => "p",
             Op::Lease => "l",
             Op::Refund => "r",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(reply: &str) -> RedisError {
+        let value = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()).unwrap();
+        value.extract_error().unwrap_err()
+    }
+
+    /// Issue 17 and the Sentinel failover: per-key errors of the script or
+    /// the module spare the breaker; a demoted master's `READONLY`,
+    /// `MASTERDOWN` and `LOADING` count as Redis down, bare or wrapped in a
+    /// script error (Redis 6's form).
+    #[test]
+    fn only_errors_about_the_call_are_per_key() {
+        for per_key in [
+            "ERR tollgate: invalid arguments: c  -2 10 0",
+            "ERR tollgate: cost must be a non-negative integer, got '-2'",
+            "ERR user_script:12: attempt to compare nil with number script: abc",
+            "ERR Error running script (call to f_abc): @user_script:3: bad",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ] {
+            assert!(is_call_error(&error(per_key)), "{per_key}");
+        }
+        for down in [
+            "READONLY You can't write against a read only replica.",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "LOADING Redis is loading the dataset in memory",
+            "ERR Error running script (call to f_abc): @user_script:39: \
+             @user_script: 39: -READONLY You can't write against a read only replica.",
+            "ERR Error running script (call to f_abc): @user_script:39: \
+             -MASTERDOWN Link with MASTER is down",
+            "OOM command not allowed when used memory > 'maxmemory'. script: abc",
+            "ERR unknown command 'TOLLGATE.DECIDE'",
+        ] {
+            assert!(!is_call_error(&error(down)), "{down}");
         }
     }
 }

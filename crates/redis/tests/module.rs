@@ -384,17 +384,18 @@ async fn without_the_module_the_scripts_decide_and_a_lost_module_falls_back_at_o
 }
 
 /// Issue 17 ("script input"): called directly, cost −2 and 1.5 are refused
-/// with an error reply and nothing is written; malformed state and a key of
-/// another type are error replies for that key alone.
+/// with an error reply and nothing is written. A foreign value (garbage, a
+/// key of another type) is read as no state and replaced by the admission,
+/// as the scripts do (`script`, "Foreign values"): never an error.
 #[tokio::test]
-async fn direct_calls_are_validated_and_bad_state_is_a_per_key_error() {
+async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
     let server = ModuleServer::start(false);
     let client = redis::Client::open(server.url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let call = |key: &str, cost: &str| {
         let mut cmd = redis::cmd("TOLLGATE.DECIDE");
         cmd.arg(key)
-            .arg(&["g", "1", "100", "500", "5", "0"])
+            .arg(&["g", "1", "100", "500", "9000000000000", "0"])
             .arg(&["c", "", cost, "10", "0"]);
         cmd
     };
@@ -411,30 +412,30 @@ async fn direct_calls_are_validated_and_bad_state_is_a_per_key_error() {
     let ttl: i64 = c.pttl("{v}a").await.unwrap();
     assert!(ttl > 0, "an admitted call left a key without TTL: {ttl}");
 
-    let _: () = c.set("{v}bad", "garbage").await.unwrap();
-    let error = call("{v}bad", "1")
-        .query_async::<Vec<i64>>(&mut c)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("malformed"), "{error}");
-    let _: () = c.hset("{v}hash", "f", "1").await.unwrap();
-    let error = call("{v}hash", "1")
-        .query_async::<Vec<i64>>(&mut c)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("WRONGTYPE"), "{error}");
-
-    // Several limits: a bad second key leaves the first untouched.
-    let before: String = c.get("{v}a").await.unwrap();
-    let mut cmd = redis::cmd("TOLLGATE.DECIDE");
-    cmd.arg("{v}a")
-        .arg(&["g", "1", "100", "500", "5", "0"])
-        .arg("{v}bad")
+    // The old GCRA parameters (a burst in place of the modulus) are refused.
+    let mut old = redis::cmd("TOLLGATE.DECIDE");
+    old.arg("{v}a")
         .arg(&["g", "1", "100", "500", "5", "0"])
         .arg(&["c", "", "1", "10", "0"]);
-    assert!(cmd.query_async::<Vec<i64>>(&mut c).await.is_err());
-    let after: String = c.get("{v}a").await.unwrap();
-    assert_eq!(before, after);
+    let error = old.query_async::<Vec<i64>>(&mut c).await.unwrap_err();
+    assert!(error.to_string().contains("tollgate:"), "{error}");
+
+    for (key, foreign) in [("{v}bad", "garbage"), ("{v}old", "200 1700000000000000")] {
+        let _: () = c.set(key, foreign).await.unwrap();
+        let reply: Vec<i64> = call(key, "1").query_async(&mut c).await.unwrap();
+        assert_eq!(&reply[..2], &[1, 1], "{foreign}");
+        let state: i64 = c.get(key).await.unwrap();
+        assert!(state >= 0, "{foreign} was not replaced by a state");
+    }
+    let _: () = c.hset("{v}hash", "f", "1").await.unwrap();
+    let reply: Vec<i64> = call("{v}hash", "1").query_async(&mut c).await.unwrap();
+    assert_eq!(&reply[..2], &[1, 1]);
+    let kind: String = redis::cmd("TYPE")
+        .arg("{v}hash")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(kind, "string", "the hash was not replaced");
+    let ttl: i64 = c.pttl("{v}hash").await.unwrap();
+    assert!(ttl > 0, "the replaced key has no TTL: {ttl}");
 }
