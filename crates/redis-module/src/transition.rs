@@ -303,7 +303,9 @@ fn read_wheel(mut wheel: Wheel, fields: &Fields, n: i128, limit: i128) -> Option
             }
         }
     }
-    Some(wheel)
+    // Every write keeps the total the sum of the slots (a field may repeat
+    // an index under another spelling: the last one counts, as in Lua).
+    (wheel.counts.values().sum::<i128>() == wheel.total).then_some(wheel)
 }
 
 fn avail(p: &Params, state: &State) -> i128 {
@@ -716,7 +718,8 @@ mod tests {
             assert_eq!(m.strings[&0].0, b"0 1", "{foreign:?}");
         }
         let sliding = ["k", "s", "100", "4", "2", "0", "0", "c", "5", "1", "0", "0"];
-        for (field, value) in [("t", "3"), ("9", "1"), ("h", "-1"), ("x", "1")] {
+        // ("t", "1"): a total that is not the sum of the slots (none here).
+        for (field, value) in [("t", "3"), ("9", "1"), ("h", "-1"), ("x", "1"), ("t", "1")] {
             let mut m = Memory::default();
             m.hashes
                 .insert(0, vec![(field.to_owned(), value.to_owned())]);

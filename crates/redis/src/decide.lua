@@ -220,6 +220,7 @@ local function sliding_module()
     local st = {head = 0, total = 0, counts = {}}
     local raw = redis.pcall('HGETALL', key)
     local ok = type(raw) == 'table' and not raw.err
+    local sum = 0
     if ok then
       for i = 1, #raw, 2 do
         local f, v = raw[i], tonumber(raw[i + 1])
@@ -235,6 +236,9 @@ local function sliding_module()
           st.counts[index] = v
         end
       end
+      -- Every write keeps the total the sum of the slots.
+      for _, v in pairs(st.counts) do sum = sum + v end
+      if sum ~= st.total then ok = false end
     end
     if not ok then
       -- Not a state of this limit: read as none, and replaced at admission.

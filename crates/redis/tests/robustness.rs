@@ -115,6 +115,46 @@ async fn a_malformed_key_is_repaired_and_never_opens_the_breaker() {
     }
 }
 
+/// Bug: a sliding window hash whose total is above the sum of its slots
+/// (`HSET key h <a future epoch> t <limit>`, no slot) passed the script's
+/// checks, and the denial's retry walk never ended: the script ran until
+/// Redis answered `BUSY` to every client. Such a hash is now foreign (every
+/// write keeps the total the sum of the slots): read as no state and
+/// replaced by the admission; the walk also stops past the head.
+#[tokio::test]
+async fn a_sliding_total_above_its_slots_is_foreign_and_never_hangs_the_script() {
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for (alg, limits) in limits()
+        .into_iter()
+        .filter(|(a, _)| a.starts_with("sliding"))
+    {
+        let limiter = closed(&redis, &format!("total-{alg}"), &limits);
+        let victim = limiter.redis_keys("victim")[0].clone();
+        let capacity = limits[0].capacity();
+        let _: () = raw
+            .hset_multiple(
+                &victim,
+                &[
+                    ("h", "9000000000000000".to_owned()),
+                    ("t", capacity.to_string()),
+                ],
+            )
+            .await
+            .unwrap();
+        let o = limiter.check_outcome("victim", 1).await.unwrap();
+        assert_eq!(o.source, Source::Redis, "{alg}: {o:?}");
+        assert!(o.decision.is_allowed(), "{alg}: {o:?}");
+        let total: String = raw.hget(&victim, "t").await.unwrap();
+        assert_eq!(total, "1", "{alg}: the foreign hash was not replaced");
+    }
+}
+
 /// Bug (issue 17): called directly by `EVALSHA`, the script accepted a cost
 /// of -2 or 1.5. Both scripts (the lean GCRA one and the general one) now
 /// refuse every argument that is not what the contract says with an error
