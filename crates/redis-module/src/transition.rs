@@ -106,7 +106,7 @@ pub fn lua_number(raw: &[u8]) -> Option<f64> {
 fn nat(raw: &[u8]) -> Option<i128> {
     let v = lua_number(raw)?;
     #[allow(clippy::cast_possible_truncation)] // Whole and below 2^53: exact.
-    (v >= 0.0 && v < EXACT && v.fract() == 0.0).then_some(v as i128)
+    ((0.0..EXACT).contains(&v) && v.fract() == 0.0).then_some(v as i128)
 }
 
 /// The fixed window's state, `^(%d+) (%d+)$`, read as the scripts read it.
