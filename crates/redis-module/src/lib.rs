@@ -22,11 +22,14 @@
 //! stride of 7: the command's key specification is `(first 1, last −6, step
 //! 7)`, so Redis Cluster checks the slots itself and answers `CROSSSLOT` or
 //! `MOVED` as for any multi-key command. The reply is
-//! `{allowed, taken, now, (allowed_i, headroom_i, retry_i, reset_i)×m}`, an
-//! error reply for invalid input (a cost of `-2` or `1.5`, an unknown
-//! algorithm, a wrong arity: see [`args`]), for a malformed state
-//! (`ERR tollgate: malformed limiter state at key …`) and for a key of
-//! another type (`WRONGTYPE …`); an error writes nothing.
+//! `{allowed, taken, now, (allowed_i, headroom_i, retry_i, reset_i)×m}`, or
+//! an error reply `ERR tollgate: …` for invalid input (a cost of `-2` or
+//! `1.5`, a GCRA modulus that is not the contract's, an unknown algorithm, a
+//! wrong arity: see [`args`]); an error writes nothing. A key holding
+//! something that is not a state of its limit (garbage, a number out of
+//! range, another type) is no error: it is read as no state and replaced by
+//! the next admission, as the scripts do (see [`transition`], "Foreign
+//! values").
 //!
 //! # Guarantees
 //!

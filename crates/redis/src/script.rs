@@ -89,7 +89,8 @@
 //!   live key's TAT reads a spurious debt: use fresh keys for such jumps.
 //! - **Fixed window**: the string `"<window index> <count>"`.
 //! - **Sliding window**: a hash, `h` = newest epoch, `t` = total, and one
-//!   field per non-empty slot (`epoch mod slots`).
+//!   field per non-empty slot (`epoch mod slots`); every write keeps `t` the
+//!   sum of the slots, and a hash where it is not is foreign (below).
 //!
 //! # Foreign values
 //!
