@@ -30,13 +30,16 @@ until [[ $(cli PING 2>/dev/null) == PONG ]]; do sleep 0.05; done
 empty=$(cli SCRIPT LOAD "return 1")
 bare=$(cli SCRIPT LOAD "local t = redis.call('TIME') redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], t[1], 'PX', 60000) return 1")
 decide=$(cli SCRIPT LOAD "$(cat crates/redis/src/decide.lua)")
+lean=$(cli SCRIPT LOAD "$(cat crates/redis/src/gcra.lua)")
 
 # GCRA, one limit. Admit: 10^6 per second, burst 10^6 (scale 1, interval
 # 1000 ticks, capacity 10^9): every call fits. Deny: 1 per hour, burst 1
 # (interval = capacity = 3.6*10^12 ticks): every call after the first is
-# denied. The script's arguments: op now cost slack stamp alg a1 a2 a3 a4 x.
-admit_limit=(g 1 1000 1000000000 1000000 0)
-deny_limit=(g 1 3600000000000 3600000000000 1 0)
+# denied. The script's arguments: op now cost slack stamp alg a1 a2 a3 a4 x,
+# a4 being the GCRA state's modulus m = 9e15 / (1000 * scale) on the
+# server's clock (see tollgate_redis::script).
+admit_limit=(g 1 1000 1000000000 9000000000000 0)
+deny_limit=(g 1 3600000000000 3600000000000 9000000000000 0)
 call=(c '' 1 1000 0)
 
 # name, stat, kind (admit|deny|floor), command...
@@ -67,11 +70,14 @@ for round in $(seq 1 "$rounds"); do
     measure bare-script evalsha EVALSHA "$bare" 1 bare
     # Admits: fresh keys would start full; one key under a quota it never reaches.
     measure script-admit evalsha EVALSHA "$decide" 1 sa "${call[@]}" "${admit_limit[@]}"
+    measure lean-admit evalsha EVALSHA "$lean" 1 la "${call[@]}" "${admit_limit[@]}"
     measure module-admit tollgate.decide TOLLGATE.DECIDE ma "${admit_limit[@]}" "${call[@]}"
     [[ -n $cell ]] && measure cell-admit cl.throttle CL.THROTTLE ca 1000000 1000000 1
     cli TOLLGATE.DECIDE md "${deny_limit[@]}" "${call[@]}" >/dev/null
     cli EVALSHA "$decide" 1 sd "${call[@]}" "${deny_limit[@]}" >/dev/null
+    cli EVALSHA "$lean" 1 ld "${call[@]}" "${deny_limit[@]}" >/dev/null
     measure script-deny evalsha EVALSHA "$decide" 1 sd "${call[@]}" "${deny_limit[@]}"
+    measure lean-deny evalsha EVALSHA "$lean" 1 ld "${call[@]}" "${deny_limit[@]}"
     measure module-deny tollgate.decide TOLLGATE.DECIDE md "${deny_limit[@]}" "${call[@]}"
     if [[ -n $cell ]]; then
         cli CL.THROTTLE cd 0 1 3600 >/dev/null
