@@ -132,11 +132,13 @@ fn redis_benchmark(
     if random {
         cmd.args(["-r", &KEYSPACE.to_string()]);
     }
+    // m: the GCRA state's modulus on the server's clock (see `script`).
+    let m = 9_000_000_000_000_000 / (1_000 * gcra.scale());
     cmd.args(["EVALSHA", sha, "1", key, "c", "", "1", "10", "0", "g"])
         .arg(gcra.scale().to_string())
         .arg(gcra.interval_ticks().to_string())
         .arg(gcra.capacity_ticks().to_string())
-        .arg("1000000")
+        .arg(m.to_string())
         .arg("0");
     let out = cmd.output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -169,7 +171,8 @@ fn main() {
         .build()
         .expect("runtime");
     let server = support::Server::start();
-    let sha = server.cli(&["SCRIPT", "LOAD", tollgate_redis::script::SOURCE]);
+    // The script the client runs for one GCRA limit: the lean one.
+    let sha = server.cli(&["SCRIPT", "LOAD", tollgate_redis::script::SOURCE_GCRA]);
     let mut rows = Vec::new();
     runtime.block_on(async {
         let shared = server.connect().await;

@@ -18,42 +18,39 @@
 //!   stopped process, a black-holed route) gives no I/O error, so the
 //!   `ConnectionManager` would keep its dead connection forever. When a
 //!   limiter's circuit breaker opens it asks for a fresh connection
-//!   ([`Redis::reconnect`]); the next probe goes through it.
+//!   ([`Redis::reconnect`]); the next probe goes through it. Behind
+//!   Sentinel that reconnect first asks the sentinels for the master again
+//!   (in a background task, one at a time), so the limiter follows a
+//!   failover; the module is then detected again on the new master.
+//! - **TLS, ACL, Sentinel** come from a [`RedisConfig`] ([`Redis::open`]);
+//!   [`Redis::connect`] and [`Redis::connect_cluster`] are its plain-URL
+//!   shorthands.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
-/// Connection settings. Every setting has a default.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// How long the client waits for one reply. By default, 50 ms.
-    pub response_timeout: Duration,
-    /// How long the client waits to connect. By default, 50 ms.
-    pub connection_timeout: Duration,
-    /// Reconnection attempts after a broken connection (single server), or
-    /// retries of a redirected or failed command (cluster). By default, 2.
-    pub retries: u32,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            response_timeout: Duration::from_millis(50),
-            connection_timeout: Duration::from_millis(50),
-            retries: 2,
-        }
-    }
-}
+pub use crate::config::Options;
+use crate::config::{RedisConfig, Target};
+use crate::connect;
+use crate::module::{self, ModuleUse};
+use crate::script::Script;
 
 /// A shared handle on Redis or Redis Cluster; clones share the connection.
 #[derive(Clone)]
 pub struct Redis {
     inner: Arc<Inner>,
+    /// Whether decisions go to the native module (see [`module`]). Relaxed:
+    /// a hint read per call; either value decides correctly, and a change
+    /// needs to order nothing else.
+    module: Arc<AtomicBool>,
+    /// The configuration's choice: [`ModuleUse::Never`] is never detected.
+    module_use: ModuleUse,
 }
 
 enum Inner {
@@ -62,9 +59,22 @@ enum Inner {
 }
 
 struct Single {
-    client: redis::Client,
+    /// The server's client and its managed connection, replaced together
+    /// when Sentinel names another master.
+    current: RwLock<(redis::Client, ConnectionManager)>,
     config: ConnectionManagerConfig,
-    manager: RwLock<ConnectionManager>,
+    /// Behind Sentinel: who to ask for the master; the lock also keeps to
+    /// one the lookups under way.
+    sentinel: Option<Arc<tokio::sync::Mutex<SentinelClient>>>,
+    /// How long one lookup of the master may take.
+    lookup_timeout: Duration,
+}
+
+impl Single {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, (redis::Client, ConnectionManager)> {
+        // A poisoned lock still holds a valid client and manager.
+        self.current.read().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl std::fmt::Debug for Redis {
@@ -72,7 +82,8 @@ impl std::fmt::Debug for Redis {
         match &*self.inner {
             Inner::Single(single) => f
                 .debug_struct("Redis")
-                .field("server", &single.client.get_connection_info().addr())
+                .field("server", single.read().0.get_connection_info().addr())
+                .field("sentinel", &single.sentinel.is_some())
                 .finish(),
             Inner::Cluster(_) => f.debug_struct("Redis").field("cluster", &true).finish(),
         }
@@ -80,28 +91,17 @@ impl std::fmt::Debug for Redis {
 }
 
 impl Redis {
-    /// Connects to one Redis server at `url` (`redis://host:port/db`).
+    /// Connects to one Redis server at `url` (`redis://host:port/db`), the
+    /// module detected (see [`module`]).
     ///
     /// # Errors
     ///
     /// An invalid URL, or the server does not answer within the connection
     /// timeout.
     pub async fn connect(url: &str, options: &Options) -> Result<Redis, RedisError> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(options.response_timeout))
-            .set_connection_timeout(Some(options.connection_timeout))
-            .set_number_of_retries(options.retries as usize)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(200));
-        let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
-        Ok(Redis {
-            inner: Arc::new(Inner::Single(Box::new(Single {
-                client,
-                config,
-                manager: RwLock::new(manager),
-            }))),
-        })
+        let mut config = RedisConfig::single(url);
+        config.options = options.clone();
+        Redis::open(&config).await
     }
 
     /// Connects to a Redis Cluster through any of `nodes` (URLs).
@@ -110,17 +110,109 @@ impl Redis {
     ///
     /// An invalid URL, or no node gives the slot map within the timeouts.
     pub async fn connect_cluster(nodes: &[&str], options: &Options) -> Result<Redis, RedisError> {
-        let client = ClusterClientBuilder::new(nodes.to_vec())
-            .response_timeout(options.response_timeout)
-            .connection_timeout(options.connection_timeout)
-            .retries(options.retries)
-            .min_retry_wait(5)
-            .max_retry_wait(50)
-            .build()?;
-        let connection = client.get_async_connection().await?;
-        Ok(Redis {
-            inner: Arc::new(Inner::Cluster(connection)),
-        })
+        let mut config = RedisConfig::cluster(nodes.iter().copied());
+        config.options = options.clone();
+        Redis::open(&config).await
+    }
+
+    /// Connects as `config` says: a server, a cluster or the master named
+    /// by the sentinels; TLS and ACL credentials; the module (see
+    /// [`config`](crate::config) and [`module`]).
+    ///
+    /// # Errors
+    ///
+    /// An invalid URL or certificate, refused credentials or TLS handshake,
+    /// no sentinel knowing the master, nothing answering within the
+    /// connection timeout, or [`ModuleUse::Require`] without the module.
+    pub async fn open(config: &RedisConfig) -> Result<Redis, RedisError> {
+        let o = &config.options;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(o.response_timeout))
+            .set_connection_timeout(Some(o.connection_timeout))
+            .set_number_of_retries(o.retries as usize)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(200));
+        // A lookup asks each sentinel, then the master's role.
+        let lookup_timeout = (o.connection_timeout + o.response_timeout) * 4;
+        let (client, sentinel) = match &config.target {
+            Target::Single(url) => (connect::single(url, config)?, None),
+            Target::Cluster(nodes) => {
+                let client = connect::cluster(nodes, config)?;
+                let connection = client.get_async_connection().await?;
+                return Redis::ready(Inner::Cluster(connection), config.module).await;
+            }
+            Target::Sentinel(sentinel) => {
+                let mut sentinel = connect::sentinel(sentinel, config)?;
+                let client = master(&mut sentinel, lookup_timeout).await?;
+                (client, Some(Arc::new(tokio::sync::Mutex::new(sentinel))))
+            }
+        };
+        let manager =
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
+        let single = Single {
+            current: RwLock::new((client, manager)),
+            config: manager_config,
+            sentinel,
+            lookup_timeout,
+        };
+        Redis::ready(Inner::Single(Box::new(single)), config.module).await
+    }
+
+    /// The handle on a connected `inner`, with the module detected as
+    /// `module_use` says.
+    async fn ready(inner: Inner, module_use: ModuleUse) -> Result<Redis, RedisError> {
+        let redis = Redis {
+            inner: Arc::new(inner),
+            module: Arc::new(AtomicBool::new(false)),
+            module_use,
+        };
+        if module_use != ModuleUse::Never {
+            redis.detect_module().await;
+            if module_use == ModuleUse::Require && !redis.uses_module() {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "tollgate: the native module is required but not loaded",
+                    format!("`COMMAND INFO {}` does not know it", module::COMMAND),
+                )));
+            }
+        }
+        Ok(redis)
+    }
+
+    /// Looks for the native module (`COMMAND INFO tollgate.decide`, on every
+    /// primary of a cluster) and uses it for the decisions that follow if
+    /// every node has it, else the scripts: see [`module`].
+    ///
+    /// With [`ModuleUse::Never`], the scripts stay and this answers `false`.
+    pub async fn detect_module(&self) -> bool {
+        if self.module_use == ModuleUse::Never {
+            return false;
+        }
+        let found = match &*self.inner {
+            Inner::Single(_) => module::detect(&mut self.connection()).await,
+            Inner::Cluster(c) => module::detect_cluster(&mut c.clone()).await,
+        };
+        self.module.store(found, Ordering::Relaxed);
+        found
+    }
+
+    /// Whether decisions go to the native module (see [`module`]).
+    pub fn uses_module(&self) -> bool {
+        self.module.load(Ordering::Relaxed)
+    }
+
+    /// One decision on `connection`, by the module or else by `script`
+    /// (see [`module`]); `args` appends the script's arguments.
+    pub(crate) async fn decide(
+        &self,
+        connection: &mut Connection,
+        script: Script,
+        keys: &[Vec<u8>],
+        args: impl Fn(&mut Cmd),
+    ) -> redis::RedisResult<Vec<i64>> {
+        // On `unknown command`: the scripts from now on.
+        let absent = || self.module.store(false, Ordering::Relaxed);
+        module::run(connection, self.uses_module(), absent, script, keys, args).await
     }
 
     /// Whether this is a cluster connection.
@@ -131,28 +223,68 @@ impl Redis {
     /// A handle for one call: cheap (reference counts).
     pub(crate) fn connection(&self) -> Connection {
         match &*self.inner {
-            Inner::Single(single) => {
-                // A poisoned lock still holds a valid manager.
-                let manager = single.manager.read().unwrap_or_else(|e| e.into_inner());
-                Connection::Single(manager.clone())
-            }
+            Inner::Single(single) => Connection::Single(single.read().1.clone()),
             Inner::Cluster(c) => Connection::Cluster(c.clone()),
         }
     }
 
     /// Replaces the single server's connection by a fresh one, made on its
-    /// first use (see the [module docs](self)). The cluster client manages
-    /// its connections itself.
+    /// first use; behind Sentinel, asks the sentinels for the master first,
+    /// in a background task (see the [module docs](self)). The cluster
+    /// client manages its connections itself.
     pub fn reconnect(&self) {
-        if let Inner::Single(single) = &*self.inner {
-            let fresh = ConnectionManager::new_lazy_with_config(
-                single.client.clone(),
-                single.config.clone(),
-            );
-            if let Ok(fresh) = fresh {
-                *single.manager.write().unwrap_or_else(|e| e.into_inner()) = fresh;
-            }
-        }
+        let Inner::Single(single) = &*self.inner else {
+            return;
+        };
+        let Some(sentinel) = &single.sentinel else {
+            let client = single.read().0.clone();
+            replace(single, client);
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // One lookup at a time: a breaker opening while one runs adds none.
+        let Ok(mut lookup) = sentinel.clone().try_lock_owned() else {
+            return;
+        };
+        let redis = self.clone();
+        runtime.spawn(async move {
+            let Inner::Single(single) = &*redis.inner else {
+                return;
+            };
+            // No master known (a failover under way): the old client, whose
+            // connection retries; the next breaker opening asks again.
+            let client = master(&mut lookup, single.lookup_timeout)
+                .await
+                .unwrap_or_else(|_| single.read().0.clone());
+            drop(lookup);
+            replace(single, client);
+            redis.detect_module().await;
+        });
+    }
+}
+
+/// The current master of `sentinel`, within `timeout`.
+async fn master(
+    sentinel: &mut SentinelClient,
+    timeout: Duration,
+) -> Result<redis::Client, RedisError> {
+    match tokio::time::timeout(timeout, sentinel.async_get_client()).await {
+        Ok(client) => client,
+        Err(_) => Err(RedisError::from((
+            redis::ErrorKind::Io,
+            "tollgate: no sentinel named the master in time",
+        ))),
+    }
+}
+
+/// A fresh lazy connection to `client` in place of the current one.
+fn replace(single: &Single, client: redis::Client) {
+    if let Ok(fresh) =
+        ConnectionManager::new_lazy_with_config(client.clone(), single.config.clone())
+    {
+        *single.current.write().unwrap_or_else(|e| e.into_inner()) = (client, fresh);
     }
 }
 

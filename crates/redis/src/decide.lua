@@ -1,7 +1,17 @@
 -- tollgate: one atomic decision over the limits of one key (see src/script.rs
 -- for the contract). Every number is an integer below 2^53, kept exact in Lua's
 -- doubles: divisions go through math.fmod (exact), numbers are written with
--- string.format('%d') (tostring would round to 14 digits).
+-- string.format('%d') (tostring would round to 14 digits). Every argument is
+-- validated before any key is touched; a value at a key that is not a state of
+-- its limit (another type, garbage) reads as no state and is overwritten by the
+-- next admission (src/script.rs, "Foreign values").
+
+local function nat(x)
+  return x and x >= 0 and x < 9007199254740992 and x % 1 == 0
+end
+local function invalid()
+  return redis.error_reply('ERR tollgate: invalid arguments: ' .. table.concat(ARGV, ' '))
+end
 
 local op = ARGV[1]
 local now, unit
@@ -19,6 +29,11 @@ local cost = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
 -- A refund's lease time (clock units); a lease's need (permits).
 local stamp = tonumber(ARGV[5])
+if not ((op == 'c' or op == 'p' or op == 'l' or op == 'r') and #KEYS >= 1
+    and #ARGV == 5 + 6 * #KEYS and nat(now) and nat(cost) and nat(slack)
+    and slack <= 86400000 and nat(stamp)) then
+  return invalid()
+end
 
 local function fdiv(a, b)
   return (a - math.fmod(a, b)) / b
@@ -40,26 +55,30 @@ local function ttl_ms(ns)
   return int(cdiv(ns, 1000000) + slack)
 end
 
-local function malformed(key)
-  error({err = 'ERR tollgate: malformed limiter state at key ' .. key})
+-- A string value at `key`, or nil if there is none or another type is there.
+local function get(key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'string' then return raw end
+  return nil
 end
 
 ---------------------------------------------------------------------------
--- GCRA. State "debt stamp": the TAT minus `now` in ticks (1/scale ns) at
--- `stamp` (clock units). Relative, so that `now · scale` is never formed.
+-- GCRA. State: the TAT in ticks (1/scale ns) modulo M = m·unit·scale, as a
+-- plain integer (m: clock units, the largest with M <= 9·10^15). The debt is
+-- (TAT - now) mod M, read as 0 (a TAT in the past) above M - 2·10^15.
 local function gcra_module()
   local G = {}
 
   function G.load(key, p)
     local st = {debt = 0}
-    local raw = redis.call('GET', key)
-    if raw then
-      local d, s = string.match(raw, '^(%d+) (%-?%d+)$')
-      if not d then malformed(key) end
-      local debt = tonumber(d)
-      -- Past 2^53 the product rounds, but stays above any debt: it is then 0.
-      local drained = (now - tonumber(s)) * unit * p.scale
-      if drained < debt then st.debt = debt - drained end
+    local us = unit * p.scale
+    p.M = p.m * us
+    st.cur = math.fmod(now, p.m) * us
+    local tat = tonumber(get(key))
+    if tat and tat >= 0 and tat < p.M and tat % 1 == 0 then
+      local debt = tat - st.cur
+      if debt < 0 then debt = debt + p.M end
+      if debt <= p.M - 2000000000000000 then st.debt = debt end
     end
     return st
   end
@@ -75,22 +94,25 @@ local function gcra_module()
       return 1, p.capacity - wanted, 0, wanted
     end
     local retry = -1
-    if c <= p.burst then retry = wanted - p.capacity end
+    if c * p.interval <= p.capacity then retry = wanted - p.capacity end
     local headroom = 0
     if st.debt < p.capacity then headroom = p.capacity - st.debt end
     return 0, headroom, retry, st.debt
   end
 
-  local function gcra_store(key, p, debt)
+  local function gcra_store(key, st, p, debt)
     if debt <= 0 then
       redis.call('DEL', key)
     else
-      redis.call('SET', key, int(debt) .. ' ' .. int(now), 'PX', ttl_ms(cdiv(debt, p.scale)))
+      -- (cur + debt) mod M, without forming a sum above 2^53.
+      local tat = debt - (p.M - st.cur)
+      if tat < 0 then tat = tat + p.M end
+      redis.call('SET', key, int(tat), 'PX', ttl_ms(cdiv(debt, p.scale)))
     end
   end
 
   function G.admit(key, st, p, c)
-    if c > 0 then gcra_store(key, p, st.debt + c * p.interval) end
+    if c > 0 then gcra_store(key, st, p, st.debt + c * p.interval) end
   end
 
   -- Gives back `r` permits of a lease whose debt ran `x` ticks ahead of `stamp`:
@@ -99,7 +121,7 @@ local function gcra_module()
   function G.refund(key, st, p, r, x)
     local ahead = x - (now - stamp) * unit * p.scale
     local back = math.min(r * p.interval, ahead, st.debt)
-    if back > 0 then gcra_store(key, p, st.debt - back) end
+    if back > 0 then gcra_store(key, st, p, st.debt - back) end
   end
   return G
 end
@@ -111,11 +133,11 @@ local function fixed_module()
 
   function F.load(key, p)
     local st = {window = fdiv(now, p.period), count = 0}
-    local raw = redis.call('GET', key)
-    if raw then
-      local w, c = string.match(raw, '^(%d+) (%d+)$')
-      if not w then malformed(key) end
-      w = tonumber(w)
+    local raw = get(key)
+    local w, c
+    if raw then w, c = string.match(raw, '^(%d+) (%d+)$') end
+    w, c = tonumber(w), tonumber(c)
+    if w and w < 9007199254740992 and c <= p.limit then
       -- An earlier reading is decided in the stored window (no re-credit).
       if w >= st.window then
         st.window = w
@@ -196,19 +218,31 @@ local function sliding_module()
 
   function S.load(key, p)
     local st = {head = 0, total = 0, counts = {}}
-    local raw = redis.call('HGETALL', key)
-    for i = 1, #raw, 2 do
-      local f, v = raw[i], tonumber(raw[i + 1])
-      if not v then malformed(key) end
-      if f == 'h' then
-        st.head = v
-      elseif f == 't' then
-        st.total = v
-      else
-        local index = tonumber(f)
-        if not index then malformed(key) end
-        st.counts[index] = v
+    local raw = redis.pcall('HGETALL', key)
+    local ok = type(raw) == 'table' and not raw.err
+    local sum = 0
+    if ok then
+      for i = 1, #raw, 2 do
+        local f, v = raw[i], tonumber(raw[i + 1])
+        if not nat(v) then ok = false; break end
+        if f == 'h' then
+          st.head = v
+        elseif f == 't' then
+          if v > p.limit then ok = false; break end
+          st.total = v
+        else
+          local index = tonumber(f)
+          if not (nat(index) and index < p.n and v <= p.limit) then ok = false; break end
+          st.counts[index] = v
+        end
       end
+      -- Every write keeps the total the sum of the slots.
+      for _, v in pairs(st.counts) do sum = sum + v end
+      if sum ~= st.total then ok = false end
+    end
+    if not ok then
+      -- Not a state of this limit: read as none, and replaced at admission.
+      st = {head = 0, total = 0, counts = {}, foreign = true}
     end
     st.current = math.max(epoch_of(now, p), st.head)
     -- Permits still in the window ending with `current`.
@@ -250,16 +284,18 @@ local function sliding_module()
     end
     local retry = -1
     if c <= p.limit then
-      -- Move the window forward one slot at a time until enough has left.
+      -- Move the window forward one slot at a time until enough has left;
+      -- past the head nothing more leaves (a total above its slots' sum
+      -- then never fits: "never", not an endless loop).
       local still, e = st.live, st.current
-      while c > p.limit - still do
+      while c > p.limit - still and e - p.n <= st.head do
         e = e + 1
         local leaving = e - p.n
         if leaving >= 0 and leaving + p.n > st.head and leaving <= st.head then
           still = still - slot(st, p, leaving)
         end
       end
-      retry = (slot_start(e, p) - now) * unit
+      if c <= p.limit - still then retry = (slot_start(e, p) - now) * unit end
     end
     return 0, p.limit - st.live, retry, reset_of(st, p)
   end
@@ -267,7 +303,7 @@ local function sliding_module()
   function S.admit(key, st, p, c)
     if c == 0 then return end
     local n = p.n
-    if st.current - st.head >= n then
+    if st.foreign or st.current - st.head >= n then
       redis.call('DEL', key)
       st.counts = {}
       st.total = 0
@@ -290,6 +326,7 @@ local function sliding_module()
   end
 
   function S.refund(key, st, p, r, x)
+    if st.foreign then return end
     -- Only into the slot the lease was taken in, while it is still in the window.
     local e = epoch_of(stamp, p)
     if e > st.current - p.n and e <= st.head then
@@ -321,27 +358,38 @@ for i = 1, #KEYS do
   local b = 5 + (i - 1) * STRIDE
   local alg = ARGV[b + 1]
   local a1, a2, a3, a4 = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local x = tonumber(ARGV[b + 6])
+  if not (nat(a1) and a1 >= 1 and nat(a2) and a2 >= 1 and nat(a3) and nat(a4) and nat(x)) then
+    return invalid()
+  end
   local p
   if alg == 'g' then
+    local us = unit * a1
+    if a1 > 16 or a3 < a2 or a3 >= 4503599627370496 or a4 * us > 9000000000000000
+        or a4 * us + us <= 9000000000000000 then
+      return invalid()
+    end
     G = G or gcra_module()
-    p = {m = G, scale = a1, interval = a2, capacity = a3, burst = a4}
+    p = {alg = G, scale = a1, interval = a2, capacity = a3, m = a4}
   elseif alg == 'f' then
+    if a1 >= 4503599627370496 or a3 ~= 0 or a4 ~= 0 then return invalid() end
     F = F or fixed_module()
-    p = {m = F, period = a1, limit = a2}
+    p = {alg = F, period = a1, limit = a2}
   elseif alg == 's' then
+    if a3 < 1 or a4 ~= 0 or a1 * a2 >= 9007199254740992 then return invalid() end
     S = S or sliding_module()
-    p = {m = S, period = a1, n = a2, limit = a3}
+    p = {alg = S, period = a1, n = a2, limit = a3}
   else
-    return redis.error_reply('ERR tollgate: unknown algorithm ' .. tostring(alg))
+    return invalid()
   end
-  p.x = tonumber(ARGV[b + 6])
+  p.x = x
   limits[i] = p
-  states[i] = p.m.load(KEYS[i], p)
+  states[i] = p.alg.load(KEYS[i], p)
 end
 
 if op == 'r' then
   for i = 1, #KEYS do
-    limits[i].m.refund(KEYS[i], states[i], limits[i], cost, limits[i].x)
+    limits[i].alg.refund(KEYS[i], states[i], limits[i], cost, limits[i].x)
   end
   return {1, 0, now}
 end
@@ -351,14 +399,14 @@ if op == 'l' then
   -- A lease takes as many as every limit has, up to `cost`; fewer than the
   -- request needs (ARGV[5]): the request itself is decided (and denied).
   for i = 1, #KEYS do
-    take = math.min(take, limits[i].m.avail(states[i], limits[i]))
+    take = math.min(take, limits[i].alg.avail(states[i], limits[i]))
   end
   if take < stamp then take = stamp end
 end
 
 local reply = {1, 0, now}
 for i = 1, #KEYS do
-  local allowed, headroom, retry, reset = limits[i].m.decide(states[i], limits[i], take)
+  local allowed, headroom, retry, reset = limits[i].alg.decide(states[i], limits[i], take)
   if allowed == 0 then reply[1] = 0 end
   local at = 3 + (i - 1) * 4
   reply[at + 1] = allowed
@@ -369,7 +417,7 @@ end
 
 if reply[1] == 1 and op ~= 'p' then
   for i = 1, #KEYS do
-    limits[i].m.admit(KEYS[i], states[i], limits[i], take)
+    limits[i].alg.admit(KEYS[i], states[i], limits[i], take)
   end
   reply[2] = take
 end

@@ -14,7 +14,9 @@
 //! own exact `retry_after`. The answer carries the cached `limit` and
 //! `remaining`, and `retry_after` / `reset_after` counted down to now.
 //!
-//! Memory is bounded: at most `capacity` entries; when full, expired entries
+//! Memory is bounded in entries and in bytes: entries are keyed by the
+//! bounded key (at most [`MAX_INLINE_KEY`](crate::key::MAX_INLINE_KEY)
+//! bytes, long keys hashed), at most `capacity` of them; when full, expired entries
 //! are swept (at most once per millisecond of local time) and a new denial
 //! that still finds no room is not cached.
 
@@ -23,6 +25,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tollgate::{Decision, Nanos};
+
+use crate::key::BoundedKey;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -41,7 +45,7 @@ pub(crate) struct DenyCache {
 #[derive(Debug, Default)]
 struct Inner {
     /// By key and cost: a denial of one cost says nothing exact of another.
-    entries: HashMap<(Vec<u8>, u64), Entry>,
+    entries: HashMap<(BoundedKey, u64), Entry>,
     last_sweep: Option<Nanos>,
 }
 
@@ -59,11 +63,11 @@ impl DenyCache {
     }
 
     /// The standing denial of `cost` permits of `key` at `now`, if any.
-    pub(crate) fn get(&self, key: &[u8], cost: u64, now: Nanos) -> Option<Decision> {
+    pub(crate) fn get(&self, key: &BoundedKey, cost: u64, now: Nanos) -> Option<Decision> {
         let mut inner = self.lock();
-        // The tuple key owns its bytes: one allocation per lookup, on a path
-        // that saves a network round trip.
-        let slot = (key.to_vec(), cost);
+        // The tuple key owns its bytes: one copy of at most 128 bytes per
+        // lookup, on a path that saves a network round trip.
+        let slot = (key.clone(), cost);
         let entry = *inner.entries.get(&slot)?;
         if now >= entry.until {
             inner.entries.remove(&slot);
@@ -79,7 +83,7 @@ impl DenyCache {
     }
 
     /// Records Redis's `denial` of `cost` permits of `key`, asked at `sent`.
-    pub(crate) fn put(&self, key: &[u8], cost: u64, sent: Nanos, denial: &Decision) {
+    pub(crate) fn put(&self, key: &BoundedKey, cost: u64, sent: Nanos, denial: &Decision) {
         // "Never" (a cost above capacity) is an error earlier; do not cache it.
         if denial.is_allowed() || denial.retry_after() == Duration::from_nanos(u64::MAX) {
             return;
@@ -90,7 +94,7 @@ impl DenyCache {
             limit: denial.limit(),
             remaining: denial.remaining(),
         };
-        let slot = (key.to_vec(), cost);
+        let slot = (key.clone(), cost);
         let mut inner = self.lock();
         if inner.entries.len() >= self.capacity && !inner.entries.contains_key(&slot) {
             let due = inner.last_sweep.is_none_or(|last| {
@@ -111,11 +115,25 @@ impl DenyCache {
     pub(crate) fn len(&self) -> usize {
         self.lock().entries.len()
     }
+
+    /// Bytes of key held, over every entry.
+    #[cfg(test)]
+    pub(crate) fn key_bytes(&self) -> usize {
+        self.lock()
+            .entries
+            .keys()
+            .map(|(k, _)| k.as_bytes().len())
+            .sum()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn k(key: &[u8]) -> BoundedKey {
+        BoundedKey::new(key)
+    }
 
     fn denial(retry_ms: u64) -> Decision {
         Decision::from_parts(
@@ -130,28 +148,31 @@ mod tests {
     #[test]
     fn answers_same_cost_until_exact_retry() {
         let c = DenyCache::new(10);
-        c.put(b"k", 2, Nanos::new(1_000), &denial(5));
-        let d = c.get(b"k", 2, Nanos::new(1_000 + 1_000_000)).unwrap();
+        c.put(&k(b"k"), 2, Nanos::new(1_000), &denial(5));
+        let d = c.get(&k(b"k"), 2, Nanos::new(1_000 + 1_000_000)).unwrap();
         assert!(d.is_denied());
         assert_eq!(d.retry_after(), Duration::from_millis(4));
         assert_eq!(d.reset_after(), Duration::from_millis(9));
-        assert!(c.get(b"k", 1, Nanos::new(2_000)).is_none());
-        assert!(c.get(b"k", 3, Nanos::new(2_000)).is_none());
-        assert!(c.get(b"k", 2, Nanos::new(1_000 + 5_000_000 - 1)).is_some());
-        assert!(c.get(b"k", 2, Nanos::new(1_000 + 5_000_000)).is_none());
+        assert!(c.get(&k(b"k"), 1, Nanos::new(2_000)).is_none());
+        assert!(c.get(&k(b"k"), 3, Nanos::new(2_000)).is_none());
+        assert!(
+            c.get(&k(b"k"), 2, Nanos::new(1_000 + 5_000_000 - 1))
+                .is_some()
+        );
+        assert!(c.get(&k(b"k"), 2, Nanos::new(1_000 + 5_000_000)).is_none());
         assert_eq!(c.len(), 0);
     }
 
     #[test]
     fn bounded_and_swept() {
         let c = DenyCache::new(2);
-        c.put(b"a", 1, Nanos::new(0), &denial(1));
-        c.put(b"b", 1, Nanos::new(0), &denial(100));
-        c.put(b"c", 1, Nanos::new(0), &denial(100));
+        c.put(&k(b"a"), 1, Nanos::new(0), &denial(1));
+        c.put(&k(b"b"), 1, Nanos::new(0), &denial(100));
+        c.put(&k(b"c"), 1, Nanos::new(0), &denial(100));
         assert_eq!(c.len(), 2);
         // After "a" expired, a sweep makes room.
-        c.put(b"c", 1, Nanos::new(2_000_000), &denial(100));
+        c.put(&k(b"c"), 1, Nanos::new(2_000_000), &denial(100));
         assert_eq!(c.len(), 2);
-        assert!(c.get(b"c", 1, Nanos::new(2_000_001)).is_some());
+        assert!(c.get(&k(b"c"), 1, Nanos::new(2_000_001)).is_some());
     }
 }

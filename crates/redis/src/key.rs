@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! ```text
-//! <prefix>{<escaped limiter name>|<escaped key>}<limit descriptor>
+//! <prefix>{<escaped limiter name>|<escaped key>}<limit tag>
 //! ```
 //!
 //! - The part between the braces is the **hash tag**: every limit of one
@@ -18,10 +18,21 @@
 //!   inline key, so a hashed key cannot equal an inline one; two hashed keys
 //!   collide only if SHA-256 does. Every key name is thereby bounded
 //!   (prefix + name + 96 bytes + descriptor).
-//! - The **limit descriptor** names the algorithm and its exact quota
-//!   (`:g:10/1000000000/3`): a limiter whose quota changes starts its keys
+//! - The **limit tag** names the algorithm and its exact quota in 6 bytes:
+//!   36 bits of the SHA-256 of the limit spelled out (`g:10/1000000000/3`),
+//!   in URL-safe base64. A limiter whose quota changes starts its keys
 //!   afresh rather than reading a state written under other parameters
-//!   (the core's [`Carry::Reset`](tollgate::Carry::Reset)).
+//!   (the core's [`Carry::Reset`](tollgate::Carry::Reset)); the old keys
+//!   expire by their TTL. Two limits of one limiter name share a tag with
+//!   probability 2^-36; the scripts then read the other's state as any state
+//!   (within their own checks: a foreign or out-of-range value reads as
+//!   none), never as an error, until it expires. Short tags keep the bytes
+//!   per key in Redis low (see `BENCHMARKS.md`): a quota spelled out cost
+//!   up to 40 bytes in every key.
+//! - Every map the client holds per key (deny cache, leases, local
+//!   fallback) is keyed by the same bounded form of the user key
+//!   (`BoundedKey`, at most [`MAX_INLINE_KEY`] bytes), so that their memory
+//!   is bounded in bytes whatever the keys' length.
 
 use std::fmt::Write as _;
 
@@ -34,15 +45,20 @@ pub const MAX_NAME: usize = 128;
 /// The longest key prefix.
 pub const MAX_PREFIX: usize = 64;
 
-/// Appends `bytes` escaped (see the [module docs](self)).
+/// Appends `b` escaped (see the [module docs](self)).
+fn escape_byte(out: &mut Vec<u8>, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    if matches!(b, b'%' | b'{' | b'}' | b'|' | b'#') {
+        out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+    } else {
+        out.push(b);
+    }
+}
+
+/// Appends `bytes` escaped.
 fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
     for &b in bytes {
-        if matches!(b, b'%' | b'{' | b'}' | b'|' | b'#') {
-            out.push(b'%');
-            out.extend_from_slice(format!("{b:02X}").as_bytes());
-        } else {
-            out.push(b);
-        }
+        escape_byte(out, b);
     }
 }
 
@@ -112,7 +128,7 @@ impl KeyCodec {
         let tails = descriptors
             .iter()
             .map(|d| {
-                let mut tail = vec![b'}', b':'];
+                let mut tail = vec![b'}'];
                 tail.extend_from_slice(d.as_bytes());
                 tail
             })
@@ -123,25 +139,24 @@ impl KeyCodec {
     /// The hash-tagged part shared by every limit of `key`, without the
     /// closing brace: `<prefix>{<name>|<key or its hash>`.
     pub fn tagged(&self, key: &[u8]) -> Vec<u8> {
-        let mut out = self.head.clone();
-        let start = out.len();
-        escape_into(&mut out, key);
-        if out.len() - start > MAX_INLINE_KEY {
-            out.truncate(start);
-            let digest = Sha256::digest(key);
-            let mut hashed = format!("#{}:", key.len());
-            for byte in digest {
-                // Writing to a String cannot fail.
-                let _ = write!(hashed, "{byte:02x}");
-            }
-            out.extend_from_slice(hashed.as_bytes());
-        }
+        self.tagged_bounded(&BoundedKey::new(key))
+    }
+
+    fn tagged_bounded(&self, key: &BoundedKey) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.head.len() + key.0.len());
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(&key.0);
         out
     }
 
     /// The Redis keys of every limit of `key`, in the limits' order.
     pub fn keys(&self, key: &[u8]) -> Vec<Vec<u8>> {
-        let tagged = self.tagged(key);
+        self.keys_of(&BoundedKey::new(key))
+    }
+
+    /// [`keys`](Self::keys) of a key already bounded.
+    pub(crate) fn keys_of(&self, key: &BoundedKey) -> Vec<Vec<u8>> {
+        let tagged = self.tagged_bounded(key);
         self.tails
             .iter()
             .map(|tail| {
@@ -151,6 +166,42 @@ impl KeyCodec {
                 k
             })
             .collect()
+    }
+}
+
+/// A user key as the limiter holds it, in Redis and locally: escaped, or
+/// `#<length>:<sha256 hex>` when the escaped key is longer than
+/// [`MAX_INLINE_KEY`] bytes (see the [module docs](self)). Injective up to
+/// SHA-256 collisions, and at most [`MAX_INLINE_KEY`] bytes whatever the
+/// caller passes: the deny cache, the leases and the local fallback are keyed
+/// by it, so that their memory is bounded in bytes, not only in entries.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct BoundedKey(Box<[u8]>);
+
+impl BoundedKey {
+    pub(crate) fn new(key: &[u8]) -> BoundedKey {
+        let mut out = Vec::with_capacity(key.len().min(MAX_INLINE_KEY) + 3);
+        for &b in key {
+            escape_byte(&mut out, b);
+            if out.len() > MAX_INLINE_KEY {
+                return BoundedKey::hashed(key);
+            }
+        }
+        BoundedKey(out.into_boxed_slice())
+    }
+
+    fn hashed(key: &[u8]) -> BoundedKey {
+        let digest = Sha256::digest(key);
+        let mut hashed = format!("#{}:", key.len());
+        for byte in digest {
+            // Writing to a String cannot fail.
+            let _ = write!(hashed, "{byte:02x}");
+        }
+        BoundedKey(hashed.into_bytes().into_boxed_slice())
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
     }
 }
 
@@ -178,8 +229,8 @@ mod tests {
     #[test]
     fn layout_and_shared_tag() {
         let keys = codec("api").keys(b"user:42");
-        assert_eq!(keys[0], b"tg{api|user:42}:g:1/2/3");
-        assert_eq!(keys[1], b"tg{api|user:42}:f:4/5");
+        assert_eq!(keys[0], b"tg{api|user:42}g:1/2/3");
+        assert_eq!(keys[1], b"tg{api|user:42}f:4/5");
         assert_eq!(hash_tag(&keys[0]), hash_tag(&keys[1]));
     }
 
@@ -219,6 +270,26 @@ mod tests {
         // An inline key cannot spell a hashed one: '#' is escaped.
         let forged = String::from_utf8(tagged[b"tg{api|".len()..].to_vec()).unwrap();
         assert_ne!(c.tagged(forged.as_bytes()), tagged);
+    }
+
+    /// Bug (issue 17): the local maps were keyed by the caller's bytes, so
+    /// 1,000 keys of 64 KiB held 64 MiB. The bounded key is at most
+    /// `MAX_INLINE_KEY` bytes whatever the input, and the same as the part
+    /// of the Redis key between `|` and `}`.
+    #[test]
+    fn bounded_keys_are_short_and_match_the_redis_key() {
+        let c = codec("api");
+        for len in [0, 1, 42, 127, 128, 129, 200, 65_536] {
+            for fill in [b'k', b'%'] {
+                let key = vec![fill; len];
+                let bounded = BoundedKey::new(&key);
+                assert!(bounded.as_bytes().len() <= MAX_INLINE_KEY, "{len}");
+                let redis = &c.keys(&key)[0];
+                let tag = hash_tag(redis);
+                assert_eq!(&tag[b"api|".len()..], bounded.as_bytes(), "{len} {fill}");
+            }
+        }
+        assert_eq!(BoundedKey::new(b"a{b").as_bytes(), b"a%7Bb");
     }
 
     #[test]

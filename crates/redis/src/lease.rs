@@ -33,6 +33,10 @@
 //!   outlives the fixed window it was counted in (its expiry is clipped to
 //!   the window's end).
 //!
+//! Leases are held per bounded key (at most
+//! [`MAX_INLINE_KEY`](crate::key::MAX_INLINE_KEY) bytes, long keys hashed), for
+//! at most `max_keys` keys: their memory is bounded in bytes.
+//!
 //! # Adaptive size
 //!
 //! Per key, starting at `initial`: a lease spent before half its TTL doubles
@@ -46,6 +50,7 @@ use std::time::Duration;
 
 use tollgate::{Decision, Nanos};
 
+use crate::key::BoundedKey;
 use crate::limit::ConfigError;
 use crate::limiter::{Outcome, RedisLimiter, Reply};
 use crate::policy::{Fault, Source};
@@ -94,7 +99,8 @@ struct KeyLease {
 pub(crate) struct Leases {
     config: LeaseConfig,
     capacity: u64,
-    keys: Mutex<HashMap<Vec<u8>, KeyLease>>,
+    /// By bounded key: memory bounded in bytes, not only in keys.
+    keys: Mutex<HashMap<BoundedKey, KeyLease>>,
 }
 
 enum Spend {
@@ -117,18 +123,18 @@ impl Leases {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, KeyLease>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<BoundedKey, KeyLease>> {
         // Plain values: valid even if a holder panicked.
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Spends `cost` from the key's lease if it holds enough.
-    fn spend(&self, key: &[u8], cost: u64, now: Nanos) -> Spend {
+    fn spend(&self, key: &BoundedKey, cost: u64, now: Nanos) -> Spend {
         let mut keys = self.lock();
         if !keys.contains_key(key) && keys.len() >= self.config.max_keys {
             return Spend::NoRoom;
         }
-        let entry = keys.entry(key.to_vec()).or_insert_with(|| KeyLease {
+        let entry = keys.entry(key.clone()).or_insert_with(|| KeyLease {
             held: None,
             size: self.config.initial,
             fetch: Arc::new(tokio::sync::Mutex::new(())),
@@ -154,7 +160,7 @@ impl Leases {
     }
 
     /// Takes the key's spent or expired lease out, adapting the next size.
-    fn retire(&self, key: &[u8], cost: u64, now: Nanos) -> (Option<Held>, u64) {
+    fn retire(&self, key: &BoundedKey, cost: u64, now: Nanos) -> (Option<Held>, u64) {
         let mut keys = self.lock();
         let Some(entry) = keys.get_mut(key) else {
             return (None, self.config.initial);
@@ -172,7 +178,12 @@ impl Leases {
         (None, entry.size)
     }
 
-    pub(crate) async fn check(&self, limiter: &RedisLimiter, key: &[u8], cost: u64) -> Outcome {
+    pub(crate) async fn check(
+        &self,
+        limiter: &RedisLimiter,
+        key: &BoundedKey,
+        cost: u64,
+    ) -> Outcome {
         let fetch = match self.spend(key, cost, limiter.now()) {
             Spend::Done(d) => return limiter.counted(d, Source::Lease),
             Spend::NoRoom => return limiter.check_plain(key, cost).await,
@@ -191,7 +202,7 @@ impl Leases {
         if let Some(stale) = stale {
             if stale.left > 0 {
                 let limiter = limiter.clone();
-                let key = key.to_vec();
+                let key = key.clone();
                 tokio::spawn(async move { give_back(&limiter, &key, &stale).await });
             }
         }
@@ -217,7 +228,7 @@ impl Leases {
                     // lease: insert it again rather than strand the permits.
                     let size = size.min(self.config.max);
                     self.lock()
-                        .entry(key.to_vec())
+                        .entry(key.clone())
                         .or_insert_with(|| KeyLease {
                             held: None,
                             size,
@@ -239,7 +250,7 @@ impl Leases {
         }
     }
 
-    fn take_where(&self, expired_only: bool, now: Nanos) -> Vec<(Vec<u8>, Held)> {
+    fn take_where(&self, expired_only: bool, now: Nanos) -> Vec<(BoundedKey, Held)> {
         let mut keys = self.lock();
         let mut out = Vec::new();
         keys.retain(|key, entry| {
@@ -269,9 +280,15 @@ impl Leases {
     pub(crate) fn ttl(&self) -> Duration {
         self.config.ttl
     }
+
+    /// Bytes of key held, over every key.
+    #[cfg(test)]
+    pub(crate) fn key_bytes(&self) -> usize {
+        self.lock().keys().map(|k| k.as_bytes().len()).sum()
+    }
 }
 
-async fn give_back(limiter: &RedisLimiter, key: &[u8], held: &Held) {
+async fn give_back(limiter: &RedisLimiter, key: &BoundedKey, held: &Held) {
     if held.left > 0 {
         // A refund that fails leaves the permits stranded until the state
         // refills by itself: bounded by the lease, never an over-admission.
@@ -324,7 +341,7 @@ mod tests {
     fn put(leases: &Leases, h: Held) {
         leases
             .lock()
-            .entry(b"k".to_vec())
+            .entry(BoundedKey::new(b"k"))
             .or_insert_with(|| KeyLease {
                 held: None,
                 size: leases.config.initial,
@@ -349,18 +366,21 @@ mod tests {
         // Spent within half the TTL: doubles, up to the max.
         for expected in [16, 32, 32] {
             put(&leases, held(0, 8, 0, 100));
-            let (stale, size) = leases.retire(b"k", 1, at(10));
+            let (stale, size) = leases.retire(&BoundedKey::new(b"k"), 1, at(10));
             assert!(stale.is_some());
             assert_eq!(size, expected);
         }
         // Expired with most of it unspent: halves, down to 1.
         for expected in [16, 8, 4, 2, 1, 1] {
             put(&leases, held(20, 32, 0, 100));
-            assert_eq!(leases.retire(b"k", 1, at(150)).1, expected);
+            assert_eq!(
+                leases.retire(&BoundedKey::new(b"k"), 1, at(150)).1,
+                expected
+            );
         }
         // Spent slowly: stays.
         put(&leases, held(0, 8, 0, 100));
-        assert_eq!(leases.retire(b"k", 1, at(80)).1, 1);
+        assert_eq!(leases.retire(&BoundedKey::new(b"k"), 1, at(80)).1, 1);
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //! - **[`RedisLimiter`]**: one or more core limits ([`Limit`]: GCRA, fixed
 //!   window, sliding window counter) per key, decided all-or-nothing in one
 //!   round trip; answers a [`tollgate::Decision`] ([`limiter`]).
-//! - **script**: the Lua transition of every algorithm, its contract and
-//!   resolution ([`script`]).
+//! - **script**: the Lua transition of every algorithm, its contract, state
+//!   and resolution; a lean script per common call (one GCRA limit, one
+//!   fixed window) and a general one ([`script`]).
 //! - **key encoding**: collision-free, bounded, one hash slot per user key
 //!   ([`key`]).
 //! - **failure policy**: fail open, fail closed or a local share, with a
@@ -43,19 +44,24 @@
 pub mod backend;
 pub mod breaker;
 pub mod concurrency;
+pub mod config;
+mod connect;
 pub mod deny_cache;
 pub mod key;
 pub mod lease;
 pub mod limit;
 pub mod limiter;
+pub mod module;
 pub mod policy;
 pub mod script;
 
-pub use backend::{Options, Redis};
+pub use backend::Redis;
 pub use breaker::BreakerConfig;
+pub use config::{Options, RedisConfig, Secret, SentinelConfig, Target, TlsConfig};
 pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
+pub use module::ModuleUse;
 pub use policy::{FailurePolicy, Fault, Source, Stats};
 
 /// The README's example, compiled as a doctest so that it stays true.

@@ -15,10 +15,11 @@
 //! build time refuse, with [`ConfigError::Inexact`], a limit that
 //! could form a larger one:
 //!
-//! - GCRA keeps its state *relative to now* (debt in ticks, and the time it
-//!   was written), so `now · scale` is never formed; the debt plus one request
-//!   is at most `2 · burst · T` ticks, which must stay below 2^53 (a burst of
-//!   one day at 16 ticks per ns is 2^50.3: fine).
+//! - GCRA keeps its TAT *modulo* `M ≤ 9·10^15` ticks (see
+//!   [`script`](crate::script)), so `now · scale` is never formed; the debt
+//!   plus one request is at most `2 · burst · T` ticks, which must stay below
+//!   2^53 (a burst of one day at 16 ticks per ns is 2^50.3: fine). The TTL
+//!   slack must be at most one day.
 //! - The windows work in clock units (server mode: microseconds since the Unix
 //!   epoch, 2^50.6 today; test mode: the nanoseconds passed in). Their period
 //!   must be a whole number of units, below 2^52, and `period · slots` below
@@ -31,6 +32,9 @@ use tollgate::{Algorithm, Decision, FixedWindow, Gcra, SlidingWindow};
 
 /// The largest integer a double holds exactly, plus one.
 const EXACT: u128 = 1 << 53;
+/// The GCRA state is the TAT modulo `M ≤ GCRA_MODULUS` ticks (see
+/// [`script`](crate::script)).
+const GCRA_MODULUS: u64 = 9_000_000_000_000_000;
 
 /// One limit of a [`RedisLimiter`](crate::RedisLimiter): a core algorithm.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,7 +130,8 @@ impl Limit {
         }
     }
 
-    /// The part of the key naming this limit and its exact parameters.
+    /// This limit and its exact parameters, as people read them (in error
+    /// messages): `g:10/1000000000/5`.
     pub(crate) fn descriptor(&self) -> String {
         let q = self.quota();
         match self {
@@ -136,6 +141,24 @@ impl Limit {
                 format!("s:{}/{}/{}", q.limit(), q.period_nanos(), w.slots())
             }
         }
+    }
+
+    /// The part of the Redis key naming this limit: 36 bits of the SHA-256
+    /// of its [`descriptor`](Self::descriptor) (which names the algorithm
+    /// and the exact quota), as 6 characters of URL-safe base64
+    /// (`Xq3-0b`). A quota change changes the tag, and the key starts afresh
+    /// (see [`key`](crate::key)).
+    pub(crate) fn tag(&self) -> String {
+        use sha2::{Digest, Sha256};
+        const BASE64URL: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let digest = Sha256::digest(self.descriptor().as_bytes());
+        let mut first = [0; 8];
+        first.copy_from_slice(&digest[..8]);
+        let bits = u64::from_be_bytes(first);
+        (0..6)
+            .map(|i| char::from(BASE64URL[((bits >> (58 - 6 * i)) & 63) as usize]))
+            .collect()
     }
 
     /// Refuses a limit the script could not run exactly in `unit`.
@@ -183,7 +206,8 @@ impl Limit {
                 g.scale().to_string(),
                 g.interval_ticks().to_string(),
                 g.capacity_ticks().to_string(),
-                q.burst().to_string(),
+                // m: clock units, the most with m·unit·scale ≤ 9·10^15.
+                (GCRA_MODULUS / (unit.0 * g.scale())).to_string(),
             ],
             Limit::FixedWindow(_) => [
                 "f".into(),
@@ -237,11 +261,15 @@ impl Limit {
 
 /// The decision of several limits taken together, as the core's `AllOf`
 /// reports it: for a denial the denying limit with the longest
-/// `retry_after`, for an admission the limit with the fewest remaining.
+/// `retry_after`, for an admission the limit with the fewest remaining; and
+/// `reset_after` the largest of every limit's (the time until the whole set
+/// is back to full).
 pub(crate) fn binding(decisions: impl IntoIterator<Item = Decision>) -> Option<Decision> {
     let mut denial: Option<Decision> = None;
     let mut tightest: Option<Decision> = None;
+    let mut reset = Duration::ZERO;
     for decision in decisions {
+        reset = reset.max(decision.reset_after());
         if decision.is_denied() {
             if denial.is_none_or(|d| decision.retry_after() > d.retry_after()) {
                 denial = Some(decision);
@@ -250,13 +278,61 @@ pub(crate) fn binding(decisions: impl IntoIterator<Item = Decision>) -> Option<D
             tightest = Some(decision);
         }
     }
-    denial.or(tightest)
+    let d = denial.or(tightest)?;
+    Some(Decision::from_parts(
+        d.is_allowed(),
+        d.limit(),
+        d.remaining(),
+        d.retry_after(),
+        reset,
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use tollgate::Quota;
+
+    #[test]
+    fn several_limits_report_the_binding_one_and_the_largest_reset() {
+        let ms = Duration::from_millis;
+        let a = Decision::from_parts(true, 10, 3, Duration::ZERO, ms(700));
+        let b = Decision::from_parts(true, 100, 90, Duration::ZERO, ms(9_000));
+        let both = binding([a, b]).unwrap();
+        assert_eq!((both.limit(), both.remaining()), (10, 3));
+        assert_eq!(both.reset_after(), ms(9_000));
+        let denied = Decision::from_parts(false, 10, 0, ms(50), ms(100));
+        let d = binding([b, denied]).unwrap();
+        assert!(d.is_denied());
+        assert_eq!(
+            (d.limit(), d.retry_after(), d.reset_after()),
+            (10, ms(50), ms(9_000))
+        );
+    }
+
+    #[test]
+    fn tags_are_short_and_follow_the_quota() {
+        let q = |n, b| Quota::per_second(n).unwrap().with_burst(b).unwrap();
+        let limits: Vec<Limit> = vec![
+            Gcra::new(q(10, 5)).unwrap().into(),
+            Gcra::new(q(10, 6)).unwrap().into(),
+            Gcra::new(q(11, 5)).unwrap().into(),
+            FixedWindow::new(q(10, 10)).unwrap().into(),
+            SlidingWindow::new(q(10, 10), 4).unwrap().into(),
+            SlidingWindow::new(q(10, 10), 5).unwrap().into(),
+        ];
+        let tags: Vec<String> = limits.iter().map(Limit::tag).collect();
+        for (tag, limit) in tags.iter().zip(&limits) {
+            assert_eq!(tag.len(), 6);
+            assert!(
+                tag.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            );
+            assert_eq!(*tag, limit.clone().tag(), "stable");
+        }
+        let distinct: std::collections::HashSet<_> = tags.iter().collect();
+        assert_eq!(distinct.len(), tags.len(), "{tags:?}");
+    }
 
     #[test]
     fn windows_on_server_time_need_whole_microseconds() {

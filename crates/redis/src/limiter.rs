@@ -9,7 +9,12 @@
 //!    sends the call to the policy (no unbounded queue of pending calls).
 //! 5. The script runs on the shared multiplexed connection, bounded by the
 //!    deadline (default 5 ms); a timeout or an error goes to the policy and
-//!    counts towards opening the breaker.
+//!    counts towards opening the breaker — except an error the script itself
+//!    answered for this call ([`Fault::Script`]: Redis is up, the problem is
+//!    the key's), which goes to the policy without touching the breaker.
+//!    A value at a key that is not a state of its limit (another type,
+//!    garbage) is no error at all: the script repairs it (see
+//!    [`script`], "Foreign values").
 //!
 //! Every decision therefore returns within the deadline plus the time to
 //! run the policy, whatever Redis does.
@@ -37,11 +42,11 @@ use tollgate::{Clock, ClockSource, Decision, ManualClock, MonotonicClock, Nanos}
 use crate::backend::Redis;
 use crate::breaker::{Breaker, BreakerConfig, Pass};
 use crate::deny_cache::DenyCache;
-use crate::key::KeyCodec;
+use crate::key::{BoundedKey, KeyCodec};
 use crate::lease::{LeaseConfig, Leases};
 use crate::limit::{ConfigError, Limit, Unit, binding};
 use crate::policy::{Counters, FailurePolicy, Fault, Policy, Source, Stats};
-use crate::script::{self, Op};
+use crate::script::{self, Op, Script};
 
 /// A request that can never be admitted: its cost is above a limit's
 /// capacity.
@@ -258,7 +263,7 @@ impl RedisLimiterBuilder {
         for limit in &self.limits {
             limit.check_exact(unit)?;
         }
-        let descriptors: Vec<String> = self.limits.iter().map(Limit::descriptor).collect();
+        let descriptors: Vec<String> = self.limits.iter().map(Limit::tag).collect();
         let codec =
             KeyCodec::new(&self.prefix, &self.name, &descriptors).map_err(ConfigError::Name)?;
         let args = self.limits.iter().map(|l| l.args(unit)).collect();
@@ -267,6 +272,13 @@ impl RedisLimiterBuilder {
             Time::Server => Duration::from_millis(10),
             Time::Manual(_) => Duration::from_secs(600),
         });
+        if slack > Duration::from_secs(86_400) {
+            // The script refuses it: a key must not outlive its state by so
+            // long that the GCRA state's modulus wraps (see `script`).
+            return Err(ConfigError::Invalid(
+                "the TTL slack must be at most one day",
+            ));
+        }
         let policy = Policy::new(self.policy, &self.limits, &clock)?;
         let leases = match self.leases {
             Some(config) => Some(Leases::new(config, capacity)?),
@@ -368,7 +380,8 @@ impl RedisLimiter {
         // looping on them still lets the runtime run other tasks (among them
         // the connection that would end an outage).
         tokio::task::coop::consume_budget().await;
-        let key = key.as_ref();
+        // Bounded once: every map below, and the Redis keys, use it.
+        let key = &BoundedKey::new(key.as_ref());
         let s = &self.shared;
         if let Some(cache) = &s.deny_cache {
             if let Some(decision) = cache.get(key, cost, s.clock.now()) {
@@ -390,7 +403,10 @@ impl RedisLimiter {
     /// [`CostError`] if `cost` is above a limit's capacity.
     pub async fn peek_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, CostError> {
         self.check_cost(cost)?;
-        Ok(self.decide(key.as_ref(), cost, Op::Peek).await.decision)
+        Ok(self
+            .decide(&BoundedKey::new(key.as_ref()), cost, Op::Peek)
+            .await
+            .decision)
     }
 
     /// Checks one permit of each key, concurrently on the shared connection
@@ -448,7 +464,7 @@ impl RedisLimiter {
     }
 
     /// A check without leases.
-    pub(crate) async fn check_plain(&self, key: &[u8], cost: u64) -> Outcome {
+    pub(crate) async fn check_plain(&self, key: &BoundedKey, cost: u64) -> Outcome {
         self.decide(key, cost, Op::Check).await
     }
 
@@ -457,7 +473,7 @@ impl RedisLimiter {
     }
 
     /// One decision by the script, or by the policy if Redis cannot answer.
-    async fn decide(&self, key: &[u8], cost: u64, op: Op) -> Outcome {
+    async fn decide(&self, key: &BoundedKey, cost: u64, op: Op) -> Outcome {
         let sent = self.now();
         match self.ask(key, cost, op, cost, None).await {
             Ok(reply) => {
@@ -472,7 +488,13 @@ impl RedisLimiter {
         }
     }
 
-    pub(crate) fn fallback(&self, key: &[u8], cost: u64, fault: Fault, retry: Duration) -> Outcome {
+    pub(crate) fn fallback(
+        &self,
+        key: &BoundedKey,
+        cost: u64,
+        fault: Fault,
+        retry: Duration,
+    ) -> Outcome {
         let decision = self.shared.policy.decide(key, cost, retry);
         self.counted(decision, Source::Policy(fault))
     }
@@ -481,7 +503,7 @@ impl RedisLimiter {
     /// deadline. `Err` carries the fault and when Redis will next be tried.
     pub(crate) async fn ask(
         &self,
-        key: &[u8],
+        key: &BoundedKey,
         cost: u64,
         op: Op,
         extra: u64,
@@ -501,6 +523,13 @@ impl RedisLimiter {
                 s.breaker.success();
                 return Ok(reply);
             }
+            Ok(Err(e)) if script::is_call_error(&e) => {
+                // Redis answered: it is up. The fault is this key's or this
+                // call's (bug of issue 17: one malformed key opened the
+                // breaker for every key).
+                s.breaker.success();
+                return Err((Fault::Script, Duration::ZERO));
+            }
             Ok(Err(_)) => Fault::Error,
             Err(_) => Fault::Timeout,
         };
@@ -514,20 +543,28 @@ impl RedisLimiter {
     /// a refund's stamp.
     async fn call(
         &self,
-        key: &[u8],
+        key: &BoundedKey,
         cost: u64,
         op: Op,
         extra: u64,
         refund: Option<&Reply>,
     ) -> Result<Reply, redis::RedisError> {
         let s = &self.shared;
-        let keys = s.codec.keys(key);
+        let keys = s.codec.keys_of(key);
         let now = match &s.time {
             Time::Server => String::new(),
             Time::Manual(clock) => clock.now().as_u64().to_string(),
         };
         let mut connection = s.redis.connection();
-        let raw = script::run(&mut connection, &keys, |cmd| {
+        // The module if detected, else the lean script for this shape, else
+        // the general one; on `unknown command` the module falls back to the
+        // same script (see `module`).
+        let which = match (op, s.limits.as_slice()) {
+            (Op::Check | Op::Peek, [Limit::Gcra(_)]) => Script::Gcra,
+            (Op::Check | Op::Peek, [Limit::FixedWindow(_)]) => Script::Fixed,
+            _ => Script::Decide,
+        };
+        let raw = Redis::decide(&s.redis, &mut connection, which, &keys, |cmd| {
             cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
             match refund {
                 Some(lease) => cmd.arg(lease.now),
@@ -604,5 +641,92 @@ impl RedisLimiter {
 impl Shared {
     pub(crate) fn deadline(&self) -> Duration {
         self.deadline
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::MAX_INLINE_KEY;
+    use tollgate::{Gcra, Quota};
+    use tollgate_testkit::RedisServer;
+
+    const KEYS: usize = 1_000;
+
+    fn long_key(i: usize) -> Vec<u8> {
+        let mut key = vec![b'k'; 64 * 1024];
+        key[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        key
+    }
+
+    /// Bug (issue 17): the deny cache, the leases and the local fallback
+    /// were keyed by the caller's bytes: 1,000 distinct 64 KiB keys held 35
+    /// to 63 MiB in each. They now hold the bounded key, at most
+    /// `MAX_INLINE_KEY` bytes per entry (here 86: `#65536:<sha256 hex>`).
+    #[tokio::test]
+    async fn long_keys_take_bounded_memory_in_every_local_map() {
+        let mut server = RedisServer::start();
+        let options = crate::Options {
+            response_timeout: Duration::from_millis(500),
+            connection_timeout: Duration::from_millis(500),
+            retries: 1,
+        };
+        let redis = Redis::connect(&server.url(), &options).await.unwrap();
+        let one_per_hour = Gcra::new(Quota::per_hour(1).unwrap()).unwrap();
+        let cached = RedisLimiter::builder(redis.clone(), "deny")
+            .limit(one_per_hour.clone())
+            .deny_cache(10 * KEYS)
+            .deadline(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let leased = RedisLimiter::builder(redis.clone(), "lease")
+            .limit(Gcra::new(Quota::per_second(1_000).unwrap()).unwrap())
+            .leases(LeaseConfig {
+                ttl: Duration::from_secs(60),
+                ..LeaseConfig::default()
+            })
+            .deadline(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let local = RedisLimiter::builder(redis, "local")
+            .limit(one_per_hour)
+            .failure_policy(FailurePolicy::Local { share: 1.0 })
+            .deadline(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        for i in 0..KEYS {
+            let key = long_key(i);
+            assert!(cached.check(&key).await.is_allowed());
+            assert_eq!(
+                cached.check_outcome(&key, 1).await.unwrap().source,
+                Source::Redis
+            );
+            assert!(leased.check(&key).await.is_allowed());
+        }
+        let cache = cached.shared.deny_cache.as_ref().unwrap();
+        let leases = cached_leases(&leased);
+        assert_eq!(cache.len(), KEYS);
+        for (what, bytes) in [("deny cache", cache.key_bytes()), ("leases", leases)] {
+            assert!(
+                bytes <= KEYS * MAX_INLINE_KEY,
+                "{what}: {bytes} bytes of key for {KEYS} keys"
+            );
+        }
+        server.kill();
+        for i in 0..KEYS {
+            let o = local.check_outcome(long_key(i), 1).await.unwrap();
+            assert!(matches!(o.source, Source::Policy(_)), "{o:?}");
+        }
+        let longest = local
+            .shared
+            .policy
+            .longest_local_key
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(longest > 0 && longest <= MAX_INLINE_KEY as u64, "{longest}");
+        leased.shutdown().await;
+    }
+
+    fn cached_leases(limiter: &RedisLimiter) -> usize {
+        limiter.shared.leases.as_ref().unwrap().key_bytes()
     }
 }

@@ -16,6 +16,10 @@
 //!   state starts empty and is dropped when Redis is back (the shared state
 //!   never learns of the local admissions). The default.
 //!
+//! The local limiters are keyed by the bounded key (at most
+//! [`MAX_INLINE_KEY`](crate::key::MAX_INLINE_KEY) bytes, long keys hashed) and
+//! hold at most 2^20 keys each: their memory is bounded in bytes.
+//!
 //! A request whose cost exceeds a limit's capacity is an error before any
 //! policy applies.
 
@@ -25,6 +29,7 @@ use std::time::Duration;
 
 use tollgate::{ClockSource, Decision, FixedWindow, Gcra, KeyedLimiter, Quota, SlidingWindow};
 
+use crate::key::BoundedKey;
 use crate::limit::{ConfigError, Limit, binding};
 
 /// What to answer when Redis does not, per limiter.
@@ -62,6 +67,12 @@ pub enum Fault {
     BreakerOpen,
     /// Too many calls already waiting on Redis: this one was not queued.
     Overloaded,
+    /// The script answered this call with an error of its own (an argument
+    /// it refuses, or a Lua error): a problem of this key or call, not of
+    /// Redis, which answered. It does not count towards the breaker. (A
+    /// state the script cannot read is not an error: see
+    /// [`script`](crate::script), "Foreign values".)
+    Script,
 }
 
 /// Where a decision came from.
@@ -96,6 +107,8 @@ pub struct Stats {
     pub policy_breaker_open: u64,
     /// Taken by the policy because too many calls were in flight.
     pub policy_overloaded: u64,
+    /// Taken by the policy because the script answered with an error.
+    pub policy_script: u64,
     /// Of the policy's decisions, how many admitted.
     pub policy_allowed: u64,
     /// Of the policy's decisions, how many denied.
@@ -119,6 +132,7 @@ pub(crate) struct Counters {
     error: AtomicU64,
     breaker_open: AtomicU64,
     overloaded: AtomicU64,
+    script: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
 }
@@ -142,6 +156,7 @@ impl Counters {
                     Fault::Error => &self.error,
                     Fault::BreakerOpen => &self.breaker_open,
                     Fault::Overloaded => &self.overloaded,
+                    Fault::Script => &self.script,
                 }
             }
         };
@@ -161,6 +176,7 @@ impl Counters {
             policy_error: load(&self.error),
             policy_breaker_open: load(&self.breaker_open),
             policy_overloaded: load(&self.overloaded),
+            policy_script: load(&self.script),
             policy_allowed: load(&self.allowed),
             policy_denied: load(&self.denied),
         }
@@ -175,7 +191,8 @@ enum LocalLimit {
 }
 
 impl LocalLimit {
-    fn decide(&self, key: &[u8], cost: u64, take: bool) -> Decision {
+    fn decide(&self, key: &BoundedKey, cost: u64, take: bool) -> Decision {
+        let key = key.as_bytes();
         let result = match (self, take) {
             (LocalLimit::Gcra(l), true) => l.check_n(key, cost),
             (LocalLimit::Gcra(l), false) => l.peek_n(key, cost),
@@ -203,6 +220,9 @@ pub(crate) struct Policy {
     capacity: u64,
     /// The local limits and the lock that makes their AND all-or-nothing.
     local: Option<(Mutex<()>, Vec<LocalLimit>)>,
+    /// The longest key the local limits were given (tests of bounded memory).
+    #[cfg(test)]
+    pub(crate) longest_local_key: AtomicU64,
 }
 
 /// Most keys the local fallback holds at once.
@@ -268,12 +288,14 @@ impl Policy {
             kind,
             capacity,
             local,
+            #[cfg(test)]
+            longest_local_key: AtomicU64::new(0),
         })
     }
 
     /// The policy's answer for `cost` permits of `key`; `retry` is when Redis
     /// will next be tried.
-    pub(crate) fn decide(&self, key: &[u8], cost: u64, retry: Duration) -> Decision {
+    pub(crate) fn decide(&self, key: &BoundedKey, cost: u64, retry: Duration) -> Decision {
         match (&self.kind, &self.local) {
             (FailurePolicy::FailOpen, _) => {
                 Decision::from_parts(true, self.capacity, 0, Duration::ZERO, Duration::ZERO)
@@ -281,6 +303,10 @@ impl Policy {
             (_, Some((lock, locals))) => {
                 // Peek then take, under one lock: all-or-nothing across limits.
                 let _all = lock.lock().unwrap_or_else(|e| e.into_inner());
+                #[cfg(test)]
+                self.longest_local_key
+                    // Relaxed: a statistic read by the test after the calls.
+                    .fetch_max(key.as_bytes().len() as u64, Ordering::Relaxed);
                 let peeked = binding(locals.iter().map(|l| l.decide(key, cost, false)));
                 match peeked {
                     Some(d) if d.is_denied() => d,

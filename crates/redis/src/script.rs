@@ -1,13 +1,29 @@
-//! The server-side script and its contract.
+//! The server-side scripts and their contract.
 //!
-//! # Lua script, not a Redis 7 function
+//! # Two scripts, one contract
 //!
-//! One Lua script (`src/decide.lua`) run with `EVALSHA`; on `NOSCRIPT` the
-//! same call is sent once more as `EVAL` with the source, which compiles,
-//! caches and runs the script in one command. A script cache lost to `SCRIPT
-//! FLUSH`, a restart or a failover is therefore recovered by the call that
-//! meets it, with no deployment step. (Not `SCRIPT LOAD` then `EVALSHA`, as
-//! [`redis::Script`] does: a second flush between the two fails the call.)
+//! - **`src/gcra.lua` and `src/fixed.lua`, the lean path**: one GCRA limit
+//!   or one fixed window, check (`c`) or peek (`p`): the common call. No
+//!   tables but the reply, no closures, no function calls of their own: each
+//!   validates its arguments, reads `TIME`, `GET`s one value, decides and
+//!   `SET`s one value with `PX`. Measured in `BENCHMARKS.md`.
+//! - **`src/decide.lua`, the general script**: every algorithm, several
+//!   limits of one key all-or-nothing, leases and refunds. A sliding window
+//!   (a hash of slots, whose walk is most of the work) runs it alone too.
+//!
+//! They take the same arguments, keep the same state in the same keys and
+//! give the same reply, so that the client picks one per call and either may
+//! meet the other's writes (a test replays the core's vectors through both
+//! and compares replies and states).
+//!
+//! # Lua scripts, not Redis 7 functions
+//!
+//! Each script is run with `EVALSHA`; on `NOSCRIPT` the same call is sent
+//! once more as `EVAL` with the source, which compiles, caches and runs the
+//! script in one command. A script cache lost to `SCRIPT FLUSH`, a restart
+//! or a failover is therefore recovered by the call that meets it, with no
+//! deployment step. (Not `SCRIPT LOAD` then `EVALSHA`, as [`redis::Script`]
+//! does: a second flush between the two fails the call.)
 //!
 //! Functions (`FUNCTION LOAD`) would have to be loaded on every primary and
 //! replica before the first call and re-loaded by the client after a restart
@@ -23,21 +39,30 @@
 //!   [`key`](crate::key)), so that they live in one slot.
 //! - `op`: `c` check (take `cost` if every limit has it, else nothing), `p`
 //!   peek (decide, take nothing), `l` lease (take as many as every limit has,
-//!   up to `cost`; if none, decide a request of 1), `r` refund (give `cost`
-//!   permits of a lease back).
+//!   up to `cost`; if none, decide a request of `stamp`), `r` refund (give
+//!   `cost` permits of a lease back). The lean scripts take `c` and `p`.
 //! - `now`: empty for the **server's clock** (`TIME`, microseconds since the
 //!   Unix epoch: the clock unit is 1 µs), or an integer of nanoseconds (the
 //!   **test mode**: the clock unit is 1 ns). The same code runs either way.
-//! - `cost`: permits; `slack`: milliseconds added to every TTL; `stamp`: for
-//!   a refund, the `now` the lease's reply carried (clock units), else 0.
+//! - `cost`: permits; `slack`: milliseconds added to every TTL (at most one
+//!   day); `stamp`: for a refund, the `now` the lease's reply carried (clock
+//!   units), for a lease the permits the request needs, else 0.
 //! - per limit, `alg` and four numbers, then `x`:
-//!   - `g scale interval capacity burst`: GCRA, ticks of `1/scale` ns (the
-//!     core's [`Gcra`](tollgate::Gcra) values);
+//!   - `g scale interval capacity m`: GCRA, ticks of `1/scale` ns (the core's
+//!     [`Gcra`](tollgate::Gcra) values: `1 ≤ scale ≤ 16`, `interval ≥ 1`,
+//!     `interval ≤ capacity < 2^52`), and `m`, the state's modulus in clock
+//!     units: the largest with `m · unit · scale ≤ 9·10^15` (below);
 //!   - `f period limit 0 0`: fixed window, `period` in clock units;
 //!   - `s period slots limit 0`: sliding window counter, `period` in clock
 //!     units;
 //!   - `x`: for a GCRA refund, the lease's `reset` for this limit (ticks),
 //!     else 0.
+//!
+//! **Validation.** Every argument is checked before any key is read: each
+//! number must be an integer in `[0, 2^53)` (so `-2`, `1.5`, `1e400`, `nan`
+//! and `inf` are refused), within the bounds above, and the count of
+//! arguments must match the keys. A call that fails answers the error reply
+//! `ERR tollgate: invalid arguments: <the arguments>` and writes nothing.
 //!
 //! Reply: `{allowed, taken, now, (allowed_i, headroom_i, retry_i, reset_i)×m}`
 //! where `allowed` is 1 iff every limit admitted (and then every limit took
@@ -45,7 +70,43 @@
 //! limit `headroom` is in ticks for GCRA (`remaining = headroom / interval`)
 //! and in permits for windows, `retry` and `reset` in ticks of `1/scale` ns
 //! for GCRA and in ns for windows, `retry = -1` meaning never. A refund
-//! replies `{1, 0, now}`.
+//! replies `{1, 0, now}`. (Unchanged by the lean path.)
+//!
+//! # State
+//!
+//! - **GCRA**: one plain integer string (Redis stores it as an integer, no
+//!   string allocation): the TAT in ticks **modulo** `M = m · unit · scale`
+//!   (`M ≤ 9·10^15`, so that every number stays exact in Lua's doubles; the
+//!   absolute TAT, about 2^64 ticks, would not). `now mod M` is formed exactly
+//!   as `(now mod m) · unit · scale`; the debt `TAT − now` is the difference
+//!   modulo `M`, read as 0 (a TAT in the past) when it lies in the last
+//!   `2·10^15` ticks below `M`. That is exact while the key's TAT is less than
+//!   `2·10^15` ticks behind now (at most 1 ms + `slack` on the server's clock,
+//!   since the key expires then: `slack ≤ 1 day` is enforced) and the clock
+//!   steps back less than `M − 2·10^15 − capacity ≥ 2.5·10^15` ticks (1.8
+//!   days at 16 ticks per ns). In test mode, where TTLs run in real time but
+//!   the manual clock may jump, a jump of more than `2·10^15` ticks past a
+//!   live key's TAT reads a spurious debt: use fresh keys for such jumps.
+//! - **Fixed window**: the string `"<window index> <count>"`.
+//! - **Sliding window**: a hash, `h` = newest epoch, `t` = total, and one
+//!   field per non-empty slot (`epoch mod slots`); every write keeps `t` the
+//!   sum of the slots, and a hash where it is not is foreign (below).
+//!
+//! # Foreign values
+//!
+//! A key holding something that is not a state of its limit (another Redis
+//! type, garbage, a number out of range) is **read as no state**, and the next
+//! admission overwrites it (`SET` replaces any type; the wheel deletes the key
+//! first). It is neither an error nor a reason to deny: such a value comes
+//! from an operator or another program writing into the limiter's keys, and
+//! the key then behaves as if it had been evicted (at most one burst or one
+//! window admitted afresh, as after an eviction). Answering an error instead
+//! would deny or fail open that key forever, and a client that counts errors
+//! towards its breaker would let one key decide for all (the bug of issue
+//! 17). Errors the script does answer (a refused argument, a Lua error) are
+//! per call: the client tells them from Redis being down, and answers them
+//! through the failure policy as [`Fault::Script`](crate::Fault::Script)
+//! without counting them towards the breaker.
 //!
 //! # Resolution
 //!
@@ -66,19 +127,48 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
-/// The script's SHA-1, as Redis names it in its cache.
+/// The SHA-1 of the general script, as Redis names it in its cache.
 static DECIDE_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE).get_hash().to_owned());
+/// The SHA-1 of the lean GCRA script.
+static GCRA_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_GCRA).get_hash().to_owned());
+/// The SHA-1 of the lean fixed window script.
+static FIXED_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_FIXED).get_hash().to_owned());
 
-/// Runs the script on `keys`: `EVALSHA`, then on `NOSCRIPT` one `EVAL`
+/// Which script a call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Script {
+    /// `decide.lua`: every algorithm, several limits, every operation.
+    Decide,
+    /// `gcra.lua`: one GCRA limit, check or peek.
+    Gcra,
+    /// `fixed.lua`: one fixed window, check or peek.
+    Fixed,
+}
+
+impl Script {
+    fn source_and_sha(self) -> (&'static str, &'static str) {
+        match self {
+            Script::Decide => (SOURCE, &DECIDE_SHA),
+            Script::Gcra => (SOURCE_GCRA, &GCRA_SHA),
+            Script::Fixed => (SOURCE_FIXED, &FIXED_SHA),
+        }
+    }
+}
+
+/// Runs `script` on `keys`: `EVALSHA`, then on `NOSCRIPT` one `EVAL`
 /// carrying the source (see the module docs). `args` appends the arguments.
 pub(crate) async fn run<C: ConnectionLike>(
     connection: &mut C,
+    script: Script,
     keys: &[Vec<u8>],
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
+    let (source, sha) = script.source_and_sha();
     let call = |verb: &str, script: &str| {
         let mut cmd = Cmd::new();
         cmd.arg(verb).arg(script).arg(keys.len());
@@ -88,17 +178,62 @@ pub(crate) async fn run<C: ConnectionLike>(
         args(&mut cmd);
         cmd
     };
-    match call("EVALSHA", &DECIDE_SHA).query_async(connection).await {
+    match call("EVALSHA", sha).query_async(connection).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            call("EVAL", SOURCE).query_async(connection).await
+            call("EVAL", source).query_async(connection).await
         }
         reply => reply,
     }
 }
 
-/// The script's source, for tools that load it themselves (such as
-/// `redis-benchmark`).
+/// Whether `e` is an error the script or the module raised for this call (a
+/// refused argument, a Lua error, a command on a key of another type):
+/// Redis answered, the problem is the key's or the call's, and it must not
+/// open the breaker for every other key. Server-wide conditions (`OOM`,
+/// `BUSY`, `LOADING`, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`,
+/// `MISCONF`, …) and connection errors are not, **even wrapped in a script
+/// error** (Redis before 7 answers a write refused inside a script as
+/// `ERR Error running script … -READONLY …`): a demoted master answers
+/// them, and the breaker opening is what sends a Sentinel client to the new
+/// master.
+pub(crate) fn is_call_error(e: &RedisError) -> bool {
+    match e.code() {
+        Some("WRONGTYPE") => true,
+        Some("ERR") => e.detail().is_some_and(|d| {
+            (d.contains("tollgate:") || d.contains("user_script")) && !names_server_condition(d)
+        }),
+        _ => false,
+    }
+}
+
+/// Whether a script error's text carries a server-wide error code.
+fn names_server_condition(detail: &str) -> bool {
+    const SERVER_WIDE: [&str; 8] = [
+        "READONLY",
+        "MASTERDOWN",
+        "LOADING",
+        "OOM",
+        "BUSY",
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "MISCONF",
+    ];
+    detail
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| SERVER_WIDE.contains(&word))
+}
+
+/// The general script's source (every algorithm, several limits, leases),
+/// for tools that load it themselves (such as `redis-benchmark`).
 pub const SOURCE: &str = include_str!("decide.lua");
+
+/// The lean GCRA script's source (one GCRA limit, check or peek; the same
+/// contract and reply as [`SOURCE`]).
+pub const SOURCE_GCRA: &str = include_str!("gcra.lua");
+
+/// The lean fixed window script's source (one fixed window, check or peek;
+/// the same contract and reply as [`SOURCE`]).
+pub const SOURCE_FIXED: &str = include_str!("fixed.lua");
 
 /// Reply values before the per-limit ones.
 pub(crate) const HEAD_REPLY: usize = 3;
@@ -121,6 +256,46 @@ impl Op {
             Op::Peek => "p",
             Op::Lease => "l",
             Op::Refund => "r",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(reply: &str) -> RedisError {
+        let value = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()).unwrap();
+        value.extract_error().unwrap_err()
+    }
+
+    /// Issue 17 and the Sentinel failover: per-key errors of the script or
+    /// the module spare the breaker; a demoted master's `READONLY`,
+    /// `MASTERDOWN` and `LOADING` count as Redis down, bare or wrapped in a
+    /// script error (Redis 6's form).
+    #[test]
+    fn only_errors_about_the_call_are_per_key() {
+        for per_key in [
+            "ERR tollgate: invalid arguments: c  -2 10 0",
+            "ERR tollgate: cost must be a non-negative integer, got '-2'",
+            "ERR user_script:12: attempt to compare nil with number script: abc",
+            "ERR Error running script (call to f_abc): @user_script:3: bad",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ] {
+            assert!(is_call_error(&error(per_key)), "{per_key}");
+        }
+        for down in [
+            "READONLY You can't write against a read only replica.",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "LOADING Redis is loading the dataset in memory",
+            "ERR Error running script (call to f_abc): @user_script:39: \
+             @user_script: 39: -READONLY You can't write against a read only replica.",
+            "ERR Error running script (call to f_abc): @user_script:39: \
+             -MASTERDOWN Link with MASTER is down",
+            "OOM command not allowed when used memory > 'maxmemory'. script: abc",
+            "ERR unknown command 'TOLLGATE.DECIDE'",
+        ] {
+            assert!(!is_call_error(&error(down)), "{down}");
         }
     }
 }

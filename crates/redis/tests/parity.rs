@@ -3,115 +3,91 @@
 //! decision, limit, remaining, retry_after and reset_after at every step, for
 //! GCRA, fixed window and sliding window (sliding log is not on Redis).
 
+mod scenarios;
 mod support;
 use support::Connect as _;
 
-use std::time::Duration;
-
-use serde::Deserialize;
-use tollgate::{FixedWindow, Gcra, ManualClock, Nanos, Quota, SlidingWindow};
-use tollgate_redis::{FailurePolicy, Limit, RedisLimiter, Source};
-
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    algorithm: String,
-    quota: QuotaSpec,
-    slots: Option<u32>,
-    steps: Vec<Step>,
-}
-
-#[derive(Deserialize)]
-struct QuotaSpec {
-    limit: u64,
-    period_ns: u64,
-    burst: u64,
-}
-
-#[derive(Deserialize)]
-struct Step {
-    now_ns: u64,
-    cost: u64,
-    expect: Expect,
-}
-
-#[derive(Deserialize, Debug, PartialEq, Eq)]
-struct Expect {
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    retry_after_ns: u64,
-    reset_after_ns: u64,
-}
-
-fn limit_of(case: &Case) -> Option<Limit> {
-    let q = Quota::new(case.quota.limit, Duration::from_nanos(case.quota.period_ns))
-        .and_then(|q| q.with_burst(case.quota.burst))
-        .expect("valid quota");
-    Some(match case.algorithm.as_str() {
-        "gcra" => Gcra::new(q).expect("gcra").into(),
-        "fixed_window" => FixedWindow::new(q).expect("fixed window").into(),
-        "sliding_window" => SlidingWindow::new(q, case.slots.expect("slots"))
-            .expect("sliding window")
-            .into(),
-        _ => return None,
-    })
-}
-
 #[tokio::test]
 async fn every_vector_step_matches_the_core() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../core/tests/vectors/core.json"
-    );
-    let cases: Vec<Case> =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("core.json")).expect("json");
     let server = support::Server::start();
-    let redis = server.connect().await;
-    let mut replayed = [0usize; 3];
-    for case in &cases {
-        let Some(limit) = limit_of(case) else {
-            assert_eq!(
-                case.algorithm, "sliding_log",
-                "an unknown algorithm in core.json"
-            );
+    scenarios::vectors::every_vector_step_matches_the_core(&server.connect().await).await;
+}
+
+/// The lean scripts (GCRA, fixed window) and the general one, fed the same
+/// vector steps on two keys, give the same reply at every step and leave the
+/// same state.
+#[tokio::test]
+async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
+    let server = support::Server::start();
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut compared = [0; 2];
+    for case in scenarios::vectors::cases() {
+        let Some(limit) = scenarios::vectors::limit_of(&case) else {
             continue;
         };
-        let index = ["gcra", "fixed_window", "sliding_window"]
-            .iter()
-            .position(|a| *a == case.algorithm)
-            .expect("known");
-        let clock = ManualClock::new();
-        let limiter = RedisLimiter::builder(redis.clone(), &case.name)
-            .limit(limit)
-            .manual_time(clock.clone())
-            .failure_policy(FailurePolicy::FailClosed)
-            .deadline(Duration::from_secs(2))
-            .build()
-            .expect("limiter");
+        let (lean, params, which) = match &limit {
+            tollgate_redis::Limit::Gcra(g) => (
+                tollgate_redis::script::SOURCE_GCRA,
+                [
+                    "g".to_owned(),
+                    g.scale().to_string(),
+                    g.interval_ticks().to_string(),
+                    g.capacity_ticks().to_string(),
+                    (9_000_000_000_000_000 / g.scale()).to_string(),
+                ],
+                0,
+            ),
+            tollgate_redis::Limit::FixedWindow(_) => (
+                tollgate_redis::script::SOURCE_FIXED,
+                [
+                    "f".to_owned(),
+                    limit.quota().period_nanos().to_string(),
+                    limit.quota().limit().to_string(),
+                    "0".to_owned(),
+                    "0".to_owned(),
+                ],
+                1,
+            ),
+            _ => continue,
+        };
         for (i, step) in case.steps.iter().enumerate() {
-            clock.set(Nanos::new(step.now_ns));
-            let outcome = limiter
-                .check_outcome(b"vector-key", step.cost)
-                .await
-                .expect("cost within capacity");
-            assert_eq!(outcome.source, Source::Redis, "{} step {i}", case.name);
-            let d = outcome.decision;
-            let got = Expect {
-                allowed: d.is_allowed(),
-                limit: d.limit(),
-                remaining: d.remaining(),
-                retry_after_ns: u64::try_from(d.retry_after().as_nanos()).expect("u64"),
-                reset_after_ns: u64::try_from(d.reset_after().as_nanos()).expect("u64"),
-            };
-            assert_eq!(
-                got, step.expect,
-                "{} step {i} at {} ns, cost {}",
-                case.name, step.now_ns, step.cost
-            );
+            let mut args = vec![
+                "c".to_owned(),
+                step.now_ns.to_string(),
+                step.cost.to_string(),
+                "600000".to_owned(),
+                "0".to_owned(),
+            ];
+            args.extend(params.iter().cloned());
+            args.push("0".to_owned());
+            let mut replies = Vec::new();
+            for (key, source) in [("lean", lean), ("general", tollgate_redis::script::SOURCE)] {
+                let key = format!("{}:{key}", case.name);
+                let reply: Vec<i64> = redis::cmd("EVAL")
+                    .arg(source)
+                    .arg(1)
+                    .arg(&key)
+                    .arg(&args)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                let state: Option<String> = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                replies.push((reply, state));
+            }
+            assert_eq!(replies[0], replies[1], "{} step {i}", case.name);
+            compared[which] += 1;
         }
-        replayed[index] += 1;
     }
-    // Every case of the three algorithms ran (the file has 13, 10 and 10).
-    assert!(replayed.iter().all(|&n| n >= 10), "replayed {replayed:?}");
+    assert!(
+        compared.iter().all(|&n| n > 20),
+        "steps compared: {compared:?}"
+    );
 }

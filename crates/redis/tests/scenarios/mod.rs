@@ -1,6 +1,8 @@
 //! Scenarios run on a single server and on a cluster alike.
 #![allow(dead_code)]
 
+pub mod vectors;
+
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;

@@ -1,0 +1,183 @@
+//! The command's binding to Redis: arguments in, [`Store`] over the keys,
+//! reply and replication out.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis_module::raw::KeyType;
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, redis_module};
+
+use crate::args::{self, Params, STRIDE};
+use crate::transition::{self, Fields, Store};
+
+/// `TOLLGATE.DECIDE`: see the [crate docs](crate).
+fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    let args = argv.get(1..).unwrap_or_default();
+    let raw: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    let call = args::parse(&raw).map_err(|e| RedisError::String(e.0))?;
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    let (now, unit) = match call.now {
+        None => (i128::try_from(wall.as_micros()).unwrap_or(0), 1_000),
+        Some(ns) => (ns, 1),
+    };
+    let keys: Vec<&RedisString> = args
+        .iter()
+        .step_by(STRIDE)
+        .take(call.limits.len())
+        .collect();
+    let mut store = RedisStore {
+        ctx,
+        strings: call
+            .limits
+            .iter()
+            .map(|limit| !matches!(limit.params, Params::Sliding { .. }))
+            .collect(),
+        keys,
+        wall_ms: i128::try_from(wall.as_millis()).unwrap_or(0),
+    };
+    let reply = transition::run(&call, now, unit, &mut store).map_err(RedisError::String)?;
+    Ok(RedisValue::Array(
+        reply.into_iter().map(RedisValue::Integer).collect(),
+    ))
+}
+
+/// The call's keys on the server: strings through the key API, hashes
+/// through `RedisModule_Call`; every write replicated as its effect.
+struct RedisStore<'a> {
+    ctx: &'a Context,
+    keys: Vec<&'a RedisString>,
+    /// Whether key `i` holds a string (through the key API) or a hash.
+    strings: Vec<bool>,
+    /// The real time, for the absolute expiries sent to replicas.
+    wall_ms: i128,
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+impl RedisStore<'_> {
+    fn key(&self, i: usize) -> &[u8] {
+        self.keys[i].as_slice()
+    }
+
+    fn call(&self, command: &str, args: &[&[u8]]) -> Result<RedisValue, String> {
+        self.ctx.call(command, args).map_err(|e| e.to_string())
+    }
+
+    fn replicate(&self, command: &str, args: &[&[u8]]) {
+        self.ctx.replicate(command, args);
+    }
+
+    fn at_ms(&self, ttl_ms: i128) -> String {
+        i64::try_from(self.wall_ms + ttl_ms)
+            .unwrap_or(i64::MAX)
+            .to_string()
+    }
+}
+
+fn bytes(value: RedisValue) -> Option<Vec<u8>> {
+    match value {
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s.into_bytes()),
+        RedisValue::SimpleStringStatic(s) => Some(s.as_bytes().to_vec()),
+        RedisValue::BulkRedisString(s) => Some(s.as_slice().to_vec()),
+        RedisValue::StringBuffer(v) => Some(v),
+        RedisValue::Integer(i) => Some(i.to_string().into_bytes()),
+        _ => None,
+    }
+}
+
+impl Store for RedisStore<'_> {
+    fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
+        // Read-only: a read for writing would unshare the stored string.
+        let key = self.ctx.open_key(self.keys[i]);
+        match key.key_type() {
+            KeyType::Empty => Ok(None),
+            KeyType::String => key
+                .read()
+                .map(|v| v.map(<[u8]>::to_vec))
+                .map_err(|e| e.to_string()),
+            _ => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
+    fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
+        {
+            // A key of another type is foreign (read as no state): replaced,
+            // as `SET` replaces it. Errors are then impossible on a key
+            // opened for writing, empty or a string.
+            let key = self.ctx.open_key_writable(self.keys[i]);
+            if !matches!(key.key_type(), KeyType::Empty | KeyType::String) {
+                let _ = key.delete();
+            }
+            let _ = key.write(value);
+            let ttl = u64::try_from(ttl_ms.max(1)).unwrap_or(u64::MAX);
+            let _ = key.set_expire(Duration::from_millis(ttl));
+        }
+        let at = self.at_ms(ttl_ms.max(1));
+        // The key's own string (no copy) beside three new ones.
+        let (value, pxat, at) = (
+            self.ctx.create_string(value),
+            self.ctx.create_string("PXAT"),
+            self.ctx.create_string(at),
+        );
+        self.ctx
+            .replicate("SET", &[self.keys[i], &value, &pxat, &at][..]);
+    }
+
+    fn del(&mut self, i: usize) {
+        if self.strings[i] {
+            let _ = self.ctx.open_key_writable(self.keys[i]).delete();
+        } else {
+            let _ = self.call("DEL", &[self.key(i)]);
+        }
+        self.replicate("DEL", &[self.key(i)]);
+    }
+
+    fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
+        let RedisValue::Array(items) = self.call("HGETALL", &[self.key(i)])? else {
+            return Err("ERR tollgate: unexpected HGETALL reply".to_owned());
+        };
+        let mut items = items.into_iter().map(bytes);
+        let mut pairs = Vec::new();
+        while let (Some(field), Some(value)) = (items.next(), items.next()) {
+            match (field, value) {
+                (Some(f), Some(v)) => pairs.push((f, v)),
+                _ => return Err("ERR tollgate: unexpected HGETALL reply".to_owned()),
+            }
+        }
+        Ok(pairs)
+    }
+
+    fn hset(&mut self, i: usize, fields: &[(&str, String)]) {
+        let mut args: Vec<&[u8]> = vec![self.key(i)];
+        for (field, value) in fields {
+            args.push(field.as_bytes());
+            args.push(value.as_bytes());
+        }
+        let _ = self.call("HSET", &args);
+        self.replicate("HSET", &args);
+    }
+
+    fn hdel(&mut self, i: usize, field: &str) {
+        let args = [self.key(i), field.as_bytes()];
+        let _ = self.call("HDEL", &args);
+        self.replicate("HDEL", &args);
+    }
+
+    fn pexpire(&mut self, i: usize, ttl_ms: i128) {
+        let ttl = i64::try_from(ttl_ms.max(1)).unwrap_or(i64::MAX).to_string();
+        let _ = self.call("PEXPIRE", &[self.key(i), ttl.as_bytes()]);
+        let at = self.at_ms(ttl_ms.max(1));
+        self.replicate("PEXPIREAT", &[self.key(i), at.as_bytes()]);
+    }
+}
+
+redis_module! {
+    name: "tollgate",
+    version: 1,
+    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    data_types: [],
+    commands: [
+        ["tollgate.decide", decide, "write deny-oom", 1, -6, 7, ""],
+    ],
+}

@@ -1,0 +1,752 @@
+//! The decision: the script's transitions (`decide.lua`), step for step, over
+//! a [`Store`] of the call's keys.
+//!
+//! The arithmetic is the script's integer arithmetic in `i128` (the script
+//! keeps every value below 2^53 in Lua doubles; here no value can round),
+//! on the same stored formats, so that a key written by the script is read
+//! by the module and the other way round: clients with and without the
+//! module can share keys during a rollout or a fallback. Divisions truncate
+//! as the script's `math.fmod`-based ones do.
+//!
+//! The parity vectors (`crates/core/tests/vectors/core.json`) check the
+//! answers against the core's state machines, through `tollgate-redis`.
+//!
+//! # Foreign values
+//!
+//! As in the scripts (`tollgate_redis::script`, "Foreign values"): a key
+//! holding something that is not a state of its limit (another type,
+//! garbage, a number out of range) is read as no state, and the next
+//! admission overwrites it (a hash is deleted first). Such a value is never
+//! an error: the module and the scripts read the same bytes the same way.
+//! Numbers in stored values are read as Lua's `tonumber` reads them
+//! ([`lua_number`]), so that a value the script takes the module takes.
+
+use std::collections::HashMap;
+
+use crate::args::{Call, Op, Params};
+
+/// A hash's fields and values.
+pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What a transition reads and writes: the call's keys, by index.
+pub trait Store {
+    /// The string at key `i`; `Err` if it holds another type.
+    fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String>;
+    /// Sets key `i` to `value`, expiring in `ttl_ms`.
+    fn set(&mut self, i: usize, value: &str, ttl_ms: i128);
+    /// Deletes key `i`.
+    fn del(&mut self, i: usize);
+    /// Every field and value of the hash at key `i`.
+    fn hgetall(&mut self, i: usize) -> Result<Fields, String>;
+    /// Sets fields of the hash at key `i`.
+    fn hset(&mut self, i: usize, fields: &[(&str, String)]);
+    /// Deletes a field of the hash at key `i`.
+    fn hdel(&mut self, i: usize, field: &str);
+    /// Sets key `i` to expire in `ttl_ms`.
+    fn pexpire(&mut self, i: usize, ttl_ms: i128);
+}
+
+/// The clock of a call.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    /// Clock units (µs on the server's clock, ns in test mode).
+    now: i128,
+    /// Nanoseconds per clock unit.
+    unit: i128,
+    /// Milliseconds added to every TTL.
+    slack: i128,
+    /// The call's stamp.
+    stamp: i128,
+}
+
+impl Clock {
+    fn ttl_ms(&self, ns: i128) -> i128 {
+        cdiv(ns, 1_000_000) + self.slack
+    }
+}
+
+fn cdiv(a: i128, b: i128) -> i128 {
+    let q = a / b;
+    if a % b > 0 { q + 1 } else { q }
+}
+
+/// 2^53: every stored number the scripts accept is below it.
+const EXACT: f64 = 9_007_199_254_740_992.0;
+
+/// The number Lua 5.1's `tonumber` reads in `raw` (Redis's Lua): C's
+/// `strtod` after optional spaces (decimal, exponent, `inf`, `nan`), or
+/// a `0x` hexadecimal integer, then only spaces.
+pub fn lua_number(raw: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let text = text.trim_matches(|c: char| c.is_ascii_whitespace() || c == '\x0b');
+    let (negative, body) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
+        // `strtoul` on the whole text: the sign applies modulo 2^64.
+        let value = u64::from_str_radix(hex, 16).ok()?;
+        let value = if negative {
+            value.wrapping_neg()
+        } else {
+            value
+        };
+        #[allow(clippy::cast_precision_loss)] // Lua's own conversion.
+        return Some(value as f64);
+    }
+    if body.is_empty() || body.starts_with(['+', '-']) {
+        return None;
+    }
+    let value: f64 = body.parse().ok()?;
+    Some(if negative { -value } else { value })
+}
+
+/// A whole number in `[0, 2^53)` (the scripts' `nat`).
+fn nat(raw: &[u8]) -> Option<i128> {
+    let v = lua_number(raw)?;
+    #[allow(clippy::cast_possible_truncation)] // Whole and below 2^53: exact.
+    ((0.0..EXACT).contains(&v) && v.fract() == 0.0).then_some(v as i128)
+}
+
+/// The fixed window's state, `^(%d+) (%d+)$`, read as the scripts read it.
+fn window_pair(raw: &[u8]) -> Option<(f64, f64)> {
+    let (a, b) = raw.split_at(raw.iter().position(|&c| c == b' ')?);
+    let b = &b[1..];
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if !digits(a) || !digits(b) {
+        return None;
+    }
+    Some((lua_number(a)?, lua_number(b)?))
+}
+
+/// One limit's loaded state.
+enum State {
+    Gcra {
+        debt: i128,
+        /// `now mod M`, ticks.
+        cur: i128,
+        /// The modulus `M = m · unit · scale`, ticks.
+        modulus: i128,
+    },
+    Fixed {
+        window: i128,
+        count: i128,
+        until_next: i128,
+    },
+    Sliding(Wheel),
+}
+
+struct Wheel {
+    /// The key holds something else: deleted before the first write.
+    foreign: bool,
+    head: i128,
+    total: i128,
+    counts: HashMap<i128, i128>,
+    current: i128,
+    live: i128,
+}
+
+/// A limit's decision: allowed, headroom, retry, reset (the reply's four).
+type Verdict = [i128; 4];
+
+/// Runs `call` over `store`, returns the reply.
+///
+/// # Errors
+///
+/// None today (a foreign value is read as no state); the `Result` keeps the
+/// store's read errors, should a store have them, an error reply that writes
+/// nothing (every key is read before any write).
+pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<Vec<i64>, String> {
+    let clock = Clock {
+        now,
+        unit,
+        slack: call.slack,
+        stamp: call.stamp,
+    };
+    let mut states = Vec::with_capacity(call.limits.len());
+    for (i, limit) in call.limits.iter().enumerate() {
+        states.push(load(store, i, &limit.params, &clock)?);
+    }
+    if call.op == Op::Refund {
+        for (i, (limit, state)) in call.limits.iter().zip(&mut states).enumerate() {
+            refund(store, i, &limit.params, state, &clock, call.cost, limit.x);
+        }
+        return Ok(vec![1, 0, clamp(now)]);
+    }
+    let mut take = call.cost;
+    if call.op == Op::Lease {
+        for (limit, state) in call.limits.iter().zip(&states) {
+            take = take.min(avail(&limit.params, state));
+        }
+        if take < call.stamp {
+            take = call.stamp;
+        }
+    }
+    let mut reply = Vec::with_capacity(3 + 4 * call.limits.len());
+    reply.extend([1, 0, clamp(now)]);
+    for (limit, state) in call.limits.iter().zip(&states) {
+        let verdict = decide(&limit.params, state, &clock, take);
+        if verdict[0] == 0 {
+            reply[0] = 0;
+        }
+        reply.extend(verdict.map(clamp));
+    }
+    if reply[0] == 1 && call.op != Op::Peek {
+        for (i, (limit, state)) in call.limits.iter().zip(&mut states).enumerate() {
+            admit(store, i, &limit.params, state, &clock, take);
+        }
+        reply[1] = clamp(take);
+    }
+    Ok(reply)
+}
+
+fn clamp(v: i128) -> i64 {
+    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
+}
+
+fn load(store: &mut dyn Store, i: usize, p: &Params, c: &Clock) -> Result<State, String> {
+    match *p {
+        Params::Gcra { scale, m, .. } => {
+            // The script's state (see `tollgate_redis::script`, "State"): the
+            // TAT modulo M; the debt is (TAT - now) mod M, read as 0 (a TAT
+            // in the past) in the last 2·10^15 ticks below M.
+            let us = c.unit * scale;
+            let modulus = m * us;
+            let cur = c.now % m * us;
+            let mut debt = 0;
+            if let Some(tat) = store.get(i).ok().flatten().as_deref().and_then(nat) {
+                if tat < modulus {
+                    let d = (tat - cur).rem_euclid(modulus);
+                    if d <= modulus - 2_000_000_000_000_000 {
+                        debt = d;
+                    }
+                }
+            }
+            Ok(State::Gcra { debt, cur, modulus })
+        }
+        Params::Fixed { period, limit } => {
+            let mut window = c.now / period;
+            let mut count = 0;
+            let stored = store.get(i).ok().flatten();
+            if let Some((w, n)) = stored.as_deref().and_then(window_pair) {
+                // Anything else is foreign: read as no state. An earlier
+                // reading is decided in the stored window (no re-credit).
+                #[allow(clippy::cast_precision_loss)] // limit < 2^53: exact.
+                #[allow(clippy::cast_possible_truncation)] // Whole, < 2^53.
+                if w < EXACT && n <= limit as f64 && w >= window as f64 {
+                    window = w as i128;
+                    count = n as i128;
+                }
+            }
+            let window_end = (window + 1) * period;
+            let until_next = (window_end - c.now.min(window_end)) * c.unit;
+            Ok(State::Fixed {
+                window,
+                count,
+                until_next,
+            })
+        }
+        Params::Sliding { period, n, limit } => {
+            let empty = Wheel {
+                foreign: false,
+                head: 0,
+                total: 0,
+                counts: HashMap::new(),
+                current: 0,
+                live: 0,
+            };
+            let mut wheel = match store.hgetall(i) {
+                Ok(fields) => read_wheel(empty, &fields, n, limit),
+                Err(_) => None,
+            }
+            .unwrap_or(Wheel {
+                foreign: true,
+                head: 0,
+                total: 0,
+                counts: HashMap::new(),
+                current: 0,
+                live: 0,
+            });
+            wheel.current = epoch_of(c.now, period, n).max(wheel.head);
+            let gone = wheel.current - wheel.head;
+            wheel.live = if gone >= n {
+                0
+            } else {
+                let expired: i128 = (1..=gone).map(|k| wheel.slot(wheel.head + k, n)).sum();
+                wheel.total - expired
+            };
+            Ok(State::Sliding(wheel))
+        }
+    }
+}
+
+/// The wheel in `fields`, or `None` if they are not a state of this limit
+/// (the script's checks).
+fn read_wheel(mut wheel: Wheel, fields: &Fields, n: i128, limit: i128) -> Option<Wheel> {
+    for (field, value) in fields {
+        let v = nat(value)?;
+        match field.as_slice() {
+            b"h" => wheel.head = v,
+            b"t" => {
+                if v > limit {
+                    return None;
+                }
+                wheel.total = v;
+            }
+            other => {
+                let index = nat(other)?;
+                if index >= n || v > limit {
+                    return None;
+                }
+                wheel.counts.insert(index, v);
+            }
+        }
+    }
+    // Every write keeps the total the sum of the slots (a field may repeat
+    // an index under another spelling: the last one counts, as in Lua).
+    (wheel.counts.values().sum::<i128>() == wheel.total).then_some(wheel)
+}
+
+fn avail(p: &Params, state: &State) -> i128 {
+    match (*p, state) {
+        (
+            Params::Gcra {
+                interval, capacity, ..
+            },
+            State::Gcra { debt, .. },
+        ) => {
+            if *debt >= capacity {
+                0
+            } else {
+                (capacity - debt) / interval
+            }
+        }
+        (Params::Fixed { limit, .. }, State::Fixed { count, .. }) => limit - count,
+        (Params::Sliding { limit, .. }, State::Sliding(w)) => limit - w.live,
+        _ => unreachable_state(),
+    }
+}
+
+fn decide(p: &Params, state: &State, c: &Clock, take: i128) -> Verdict {
+    match (*p, state) {
+        (
+            Params::Gcra {
+                interval, capacity, ..
+            },
+            State::Gcra { debt, .. },
+        ) => {
+            let wanted = debt + take * interval;
+            if wanted <= capacity {
+                return [1, capacity - wanted, 0, wanted];
+            }
+            let retry = if take * interval <= capacity {
+                wanted - capacity
+            } else {
+                -1
+            };
+            let headroom = if *debt < capacity { capacity - debt } else { 0 };
+            [0, headroom, retry, *debt]
+        }
+        (
+            Params::Fixed { limit, .. },
+            State::Fixed {
+                count, until_next, ..
+            },
+        ) => {
+            if take <= limit - count {
+                let used = count + take;
+                let reset = if used > 0 { *until_next } else { 0 };
+                return [1, limit - used, 0, reset];
+            }
+            let retry = if take <= limit { *until_next } else { -1 };
+            let reset = if *count > 0 { *until_next } else { 0 };
+            [0, limit - count, retry, reset]
+        }
+        (Params::Sliding { period, n, limit }, State::Sliding(w)) => {
+            if take <= limit - w.live {
+                let reset = if take > 0 {
+                    full_at(c, period, n, w.current)
+                } else {
+                    w.reset(c, period, n)
+                };
+                return [1, limit - w.live - take, 0, reset];
+            }
+            let mut retry = -1;
+            if take <= limit {
+                // Move the window forward one slot at a time until enough has
+                // left; past the head nothing more leaves (a state whose
+                // total disagrees with its slots then never fits: "never").
+                let (mut still, mut e) = (w.live, w.current);
+                while take > limit - still && e - n <= w.head {
+                    e += 1;
+                    let leaving = e - n;
+                    if leaving >= 0 && leaving + n > w.head && leaving <= w.head {
+                        still -= w.slot(leaving, n);
+                    }
+                }
+                if take <= limit - still {
+                    retry = (slot_start(e, period, n) - c.now) * c.unit;
+                }
+            }
+            [0, limit - w.live, retry, w.reset(c, period, n)]
+        }
+        _ => unreachable_state(),
+    }
+}
+
+fn admit(store: &mut dyn Store, i: usize, p: &Params, state: &mut State, c: &Clock, take: i128) {
+    if take <= 0 {
+        return;
+    }
+    match (*p, state) {
+        (
+            Params::Gcra {
+                interval, scale, ..
+            },
+            State::Gcra { debt, cur, modulus },
+        ) => {
+            gcra_store(
+                store,
+                i,
+                c,
+                scale,
+                (*cur, *modulus),
+                *debt + take * interval,
+            );
+        }
+        (
+            Params::Fixed { .. },
+            State::Fixed {
+                window,
+                count,
+                until_next,
+            },
+        ) => fixed_store(store, i, c, *window, *count + take, *until_next),
+        (Params::Sliding { period, n, .. }, State::Sliding(w)) => {
+            if w.foreign || w.current - w.head >= n {
+                store.del(i);
+                w.counts.clear();
+                w.total = 0;
+            } else {
+                for e in w.head + 1..=w.current {
+                    let index = e % n;
+                    if let Some(old) = w.counts.remove(&index) {
+                        w.total -= old;
+                        store.hdel(i, &index.to_string());
+                    }
+                }
+            }
+            let index = w.current % n;
+            let count = w.counts.entry(index).or_insert(0);
+            *count += take;
+            let count = *count;
+            w.total += take;
+            store.hset(
+                i,
+                &[
+                    ("h", w.current.to_string()),
+                    ("t", w.total.to_string()),
+                    (&index.to_string(), count.to_string()),
+                ],
+            );
+            store.pexpire(i, c.ttl_ms(full_at(c, period, n, w.current)));
+        }
+        _ => unreachable_state(),
+    }
+}
+
+fn refund(
+    store: &mut dyn Store,
+    i: usize,
+    p: &Params,
+    state: &mut State,
+    c: &Clock,
+    r: i128,
+    x: i128,
+) {
+    match (*p, state) {
+        (
+            Params::Gcra {
+                interval, scale, ..
+            },
+            State::Gcra { debt, cur, modulus },
+        ) => {
+            // Only the part of the lease still ahead of now, never more than
+            // the debt (see the script).
+            let ahead = x - (c.now - c.stamp) * c.unit * scale;
+            let back = (r * interval).min(ahead).min(*debt);
+            if back > 0 {
+                gcra_store(store, i, c, scale, (*cur, *modulus), *debt - back);
+            }
+        }
+        (
+            Params::Fixed { period, .. },
+            State::Fixed {
+                window,
+                count,
+                until_next,
+            },
+        ) => {
+            if *count > 0 && *window == c.stamp / period {
+                fixed_store(store, i, c, *window, *count - r.min(*count), *until_next);
+            }
+        }
+        (Params::Sliding { period, n, .. }, State::Sliding(w)) => {
+            if w.foreign {
+                return;
+            }
+            let e = epoch_of(c.stamp, period, n);
+            if e > w.current - n && e <= w.head {
+                let index = e % n;
+                let have = w.counts.get(&index).copied().unwrap_or(0);
+                let back = r.min(have);
+                if back <= 0 {
+                    return;
+                }
+                if w.total - back <= 0 {
+                    store.del(i);
+                } else {
+                    let left = have - back;
+                    if left == 0 {
+                        store.hdel(i, &index.to_string());
+                    } else {
+                        store.hset(i, &[(&index.to_string(), left.to_string())]);
+                    }
+                    store.hset(i, &[("t", (w.total - back).to_string())]);
+                }
+            }
+        }
+        _ => unreachable_state(),
+    }
+}
+
+/// States are loaded from the same `Params` they are decided with.
+fn unreachable_state() -> ! {
+    unreachable!("a state is always decided with the parameters it was loaded with")
+}
+
+/// Stores the TAT `now + debt` modulo M (`at`: `now mod M` and `M`).
+fn gcra_store(
+    store: &mut dyn Store,
+    i: usize,
+    c: &Clock,
+    scale: i128,
+    at: (i128, i128),
+    debt: i128,
+) {
+    let (cur, modulus) = at;
+    if debt <= 0 {
+        store.del(i);
+    } else {
+        let tat = (cur + debt) % modulus;
+        store.set(i, &tat.to_string(), c.ttl_ms(cdiv(debt, scale)));
+    }
+}
+
+fn fixed_store(
+    store: &mut dyn Store,
+    i: usize,
+    c: &Clock,
+    window: i128,
+    count: i128,
+    until_next: i128,
+) {
+    if count <= 0 {
+        store.del(i);
+    } else {
+        store.set(
+            i,
+            &format!("{} {}", clamp(window), clamp(count)),
+            c.ttl_ms(until_next),
+        );
+    }
+}
+
+fn epoch_of(t: i128, period: i128, n: i128) -> i128 {
+    let q = t / period;
+    q * n + (t - q * period) * n / period
+}
+
+fn slot_start(e: i128, period: i128, n: i128) -> i128 {
+    let a = e / n;
+    a * period + cdiv((e - a * n) * period, n)
+}
+
+/// Time (ns) until the window no longer holds epoch `e`.
+fn full_at(c: &Clock, period: i128, n: i128, e: i128) -> i128 {
+    (slot_start(e + n, period, n) - c.now).max(0) * c.unit
+}
+
+impl Wheel {
+    fn slot(&self, e: i128, n: i128) -> i128 {
+        self.counts.get(&(e % n)).copied().unwrap_or(0)
+    }
+
+    fn reset(&self, c: &Clock, period: i128, n: i128) -> i128 {
+        let oldest = (self.current - (n - 1)).max(0);
+        let mut e = self.head;
+        while e >= oldest {
+            if self.slot(e, n) > 0 {
+                return full_at(c, period, n, e);
+            }
+            e -= 1;
+        }
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::parse;
+
+    /// Keys in memory: strings with their TTL, hashes.
+    #[derive(Default)]
+    struct Memory {
+        strings: HashMap<usize, (Vec<u8>, i128)>,
+        hashes: HashMap<usize, Vec<(String, String)>>,
+    }
+
+    impl Store for Memory {
+        fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
+            Ok(self.strings.get(&i).map(|(v, _)| v.clone()))
+        }
+        fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
+            self.strings.insert(i, (value.as_bytes().to_vec(), ttl_ms));
+        }
+        fn del(&mut self, i: usize) {
+            self.strings.remove(&i);
+            self.hashes.remove(&i);
+        }
+        fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
+            Ok(self
+                .hashes
+                .get(&i)
+                .map(|h| {
+                    h.iter()
+                        .map(|(f, v)| (f.clone().into_bytes(), v.clone().into_bytes()))
+                        .collect()
+                })
+                .unwrap_or_default())
+        }
+        fn hset(&mut self, i: usize, fields: &[(&str, String)]) {
+            let hash = self.hashes.entry(i).or_default();
+            for (f, v) in fields {
+                hash.retain(|(g, _)| g != f);
+                hash.push(((*f).to_owned(), v.clone()));
+            }
+        }
+        fn hdel(&mut self, i: usize, field: &str) {
+            if let Some(hash) = self.hashes.get_mut(&i) {
+                hash.retain(|(g, _)| g != field);
+            }
+        }
+        fn pexpire(&mut self, _i: usize, _ttl_ms: i128) {}
+    }
+
+    fn decide(store: &mut Memory, args: &[&str], now_ns: i128) -> Result<Vec<i64>, String> {
+        let call = parse(args).map_err(|e| e.0)?;
+        run(&call, now_ns, 1, store)
+    }
+
+    /// 1 per 10 ns, burst 2: two admitted, the third waits 10 ns.
+    #[test]
+    fn gcra_admits_the_burst_then_denies_with_the_exact_retry() {
+        let mut m = Memory::default();
+        let call = ["k", "g", "1", "10", "20", M, "0", "c", "0", "1", "5", "0"];
+        assert_eq!(decide(&mut m, &call, 0).unwrap(), [1, 1, 0, 1, 10, 0, 10]);
+        assert_eq!(decide(&mut m, &call, 0).unwrap(), [1, 1, 0, 1, 0, 0, 20]);
+        assert_eq!(decide(&mut m, &call, 0).unwrap(), [0, 0, 0, 0, 0, 10, 20]);
+        // The stored state is the script's: the TAT modulo M, with its TTL.
+        assert_eq!(m.strings[&0], (b"20".to_vec(), 1 + 5));
+        assert_eq!(decide(&mut m, &call, 10).unwrap()[..2], [1, 1]);
+    }
+
+    /// Several limits: one denial takes nothing from the others.
+    #[test]
+    fn several_limits_are_all_or_nothing() {
+        let mut m = Memory::default();
+        let args = [
+            "a", "g", "1", "10", "100", M, "0", // roomy
+            "b", "f", "1000", "1", "0", "0", "0", // one per window
+            "c", "0", "1", "0", "0",
+        ];
+        assert_eq!(decide(&mut m, &args, 0).unwrap()[0], 1);
+        let before = m.strings.clone();
+        let denied = decide(&mut m, &args, 1).unwrap();
+        assert_eq!(denied[..2], [0, 0]);
+        assert_eq!(m.strings, before, "a denial wrote");
+    }
+
+    /// The GCRA modulus in test mode at scale 1 (`9·10^15 / (1 · 1)`).
+    const M: &str = "9000000000000000";
+
+    /// Foreign values (as the scripts, `tollgate_redis::script`): garbage, a
+    /// number out of range or a count above the limit read as no state and
+    /// are overwritten by the next admission; never an error.
+    #[test]
+    fn a_foreign_state_reads_as_none_and_is_overwritten_on_admission() {
+        let gcra = ["k", "g", "1", "10", "20", M, "0", "c", "5", "1", "0", "0"];
+        for foreign in [&b"garbage"[..], b"20 0", b"-3", b"1.5", b"9000000000000000"] {
+            let mut m = Memory::default();
+            m.strings.insert(0, (foreign.to_vec(), 1));
+            let reply = decide(&mut m, &gcra, 5).unwrap();
+            assert_eq!(reply, [1, 1, 5, 1, 10, 0, 10], "{foreign:?}");
+            assert_eq!(m.strings[&0].0, b"15", "{foreign:?}");
+        }
+        // What Lua's `tonumber` takes is a state: " 10 " and "1e1" are 10.
+        for spelled in [&b" 10 "[..], b"1e1", b"0xa", b"10.0"] {
+            let mut m = Memory::default();
+            m.strings.insert(0, (spelled.to_vec(), 1));
+            assert_eq!(
+                decide(&mut m, &gcra, 5).unwrap()[..2],
+                [1, 1],
+                "{spelled:?}"
+            );
+            assert_eq!(m.strings[&0].0, b"20", "{spelled:?}");
+        }
+        let fixed = ["k", "f", "100", "2", "0", "0", "0", "c", "5", "1", "0", "0"];
+        for foreign in [&b"0 3"[..], b"0 x", b"0  1", b"-1 1", b"0 1 "] {
+            let mut m = Memory::default();
+            m.strings.insert(0, (foreign.to_vec(), 1));
+            assert_eq!(
+                decide(&mut m, &fixed, 5).unwrap()[..5],
+                [1, 1, 5, 1, 1],
+                "{foreign:?}"
+            );
+            assert_eq!(m.strings[&0].0, b"0 1", "{foreign:?}");
+        }
+        let sliding = ["k", "s", "100", "4", "2", "0", "0", "c", "5", "1", "0", "0"];
+        // ("t", "1"): a total that is not the sum of the slots (none here).
+        for (field, value) in [("t", "3"), ("9", "1"), ("h", "-1"), ("x", "1"), ("t", "1")] {
+            let mut m = Memory::default();
+            m.hashes
+                .insert(0, vec![(field.to_owned(), value.to_owned())]);
+            assert_eq!(
+                decide(&mut m, &sliding, 5).unwrap()[..5],
+                [1, 1, 5, 1, 1],
+                "{field}"
+            );
+            let mut hash = m.hashes[&0].clone();
+            hash.sort();
+            let want =
+                [("0", "1"), ("h", "0"), ("t", "1")].map(|(f, v)| (f.to_owned(), v.to_owned()));
+            assert_eq!(hash, want, "{field}: the foreign hash was not replaced");
+        }
+    }
+
+    /// The sliding window counter: 2 per 100 ns in 4 slots.
+    #[test]
+    fn sliding_window_counts_across_slots() {
+        let mut m = Memory::default();
+        let call = ["k", "s", "100", "4", "2", "0", "0", "c", "0", "1", "0", "0"];
+        assert_eq!(decide(&mut m, &call, 0).unwrap()[..2], [1, 1]);
+        assert_eq!(decide(&mut m, &call, 30).unwrap()[..2], [1, 1]);
+        let denied = decide(&mut m, &call, 60).unwrap();
+        // The first slot leaves the window at 100.
+        assert_eq!(denied[..2], [0, 0]);
+        assert_eq!(denied[5], 40);
+        assert_eq!(decide(&mut m, &call, 100).unwrap()[..2], [1, 1]);
+    }
+}

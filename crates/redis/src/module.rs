@@ -1,0 +1,178 @@
+//! The native module (`tollgate-redis-module`, command `TOLLGATE.DECIDE`):
+//! detection at connect time and the fallback to the scripts.
+//!
+//! # Rule
+//!
+//! - **Detection**: when a [`Redis`](crate::Redis) connects (and with
+//!   [`ModuleUse::Detect`], the default) it sends `COMMAND INFO
+//!   tollgate.decide`; on a cluster to every primary. The module is used
+//!   only if **every** node answers with the command's description. An
+//!   error (a server that refuses `COMMAND`, as some managed services do)
+//!   counts as "absent": the scripts need nothing installed, so doubt
+//!   chooses them.
+//! - **Fallback during use**: a server that answers the module's command
+//!   with `unknown command` (a failover or restart onto a server without the
+//!   module) turns the module off for that connection and the same decision
+//!   is sent again as the script, at once: no decision is lost to it.
+//!   [`Redis::detect_module`](crate::Redis::detect_module) looks again.
+//! - **Same answers**: the module takes the script's arguments and gives the
+//!   script's reply, on the script's stored state, so the choice changes the
+//!   cost per decision and nothing else; clients with and without the module
+//!   can share keys.
+//!
+//! [`ModuleUse::Never`] keeps the scripts (a server whose module is a
+//! different version, say); [`ModuleUse::Require`] fails the connection when
+//! the module is absent.
+
+use redis::aio::ConnectionLike;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::{Arg, Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
+
+use crate::script::{self, Script};
+
+/// The module's command.
+pub const COMMAND: &str = "TOLLGATE.DECIDE";
+
+/// Whether to decide with the native module where it is loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ModuleUse {
+    /// Use it when every server has it, else the scripts (see the
+    /// [module docs](self)). The default.
+    #[default]
+    Detect,
+    /// Always the scripts.
+    Never,
+    /// The module or an error at connect time.
+    Require,
+}
+
+/// `COMMAND INFO tollgate.decide` on every node; `true` if each knows it.
+pub(crate) async fn detect<C: ConnectionLike>(connection: &mut C) -> bool {
+    let mut cmd = redis::cmd("COMMAND");
+    cmd.arg("INFO").arg(COMMAND);
+    matches!(cmd.query_async::<Value>(connection).await, Ok(reply) if known(&reply))
+}
+
+/// The cluster's version of [`detect`]: every primary is asked.
+pub(crate) async fn detect_cluster(
+    connection: &mut redis::cluster_async::ClusterConnection,
+) -> bool {
+    let mut cmd = redis::cmd("COMMAND");
+    cmd.arg("INFO").arg(COMMAND);
+    let routing = RoutingInfo::MultiNode((
+        MultipleNodeRoutingInfo::AllMasters,
+        Some(ResponsePolicy::CombineArrays),
+    ));
+    matches!(connection.route_command(cmd, routing).await, Ok(reply) if known(&reply))
+}
+
+/// An array of command descriptions with no nil: every node knows it.
+fn known(reply: &Value) -> bool {
+    match reply {
+        Value::Array(items) => !items.is_empty() && items.iter().all(|i| !matches!(i, Value::Nil)),
+        _ => false,
+    }
+}
+
+/// Runs one decision through the module if `use_module` says so, else
+/// through `script` (see [`script::run`]); `args` appends the script's
+/// arguments. On `unknown command` the same decision is sent to `script`
+/// and `on_absent` is called (see the [module docs](self)).
+pub(crate) async fn run<C: ConnectionLike>(
+    connection: &mut C,
+    use_module: bool,
+    on_absent: impl FnOnce(),
+    script: Script,
+    keys: &[Vec<u8>],
+    args: impl Fn(&mut Cmd),
+) -> RedisResult<Vec<i64>> {
+    if use_module {
+        match command(keys, &args).query_async(connection).await {
+            Err(e) if unknown_command(&e) => on_absent(),
+            reply => return reply,
+        }
+    }
+    script::run(connection, script, keys, args).await
+}
+
+fn unknown_command(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && e.to_string()
+            .to_ascii_lowercase()
+            .contains("unknown command")
+}
+
+/// Values of the script's call before the per-limit ones.
+const HEAD: usize = 5;
+/// Values per limit in the script's call (algorithm, four numbers, refund
+/// value).
+const PER_LIMIT: usize = 6;
+
+/// The module's command from the script's arguments: each key in front of
+/// its limit's values, the call's own five last (see the module crate's
+/// docs for why).
+fn command(keys: &[Vec<u8>], args: &impl Fn(&mut Cmd)) -> Cmd {
+    let mut script_args = Cmd::new();
+    args(&mut script_args);
+    let values: Vec<&[u8]> = script_args
+        .args_iter()
+        .filter_map(|a| match a {
+            Arg::Simple(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    debug_assert_eq!(
+        values.len(),
+        HEAD + PER_LIMIT * keys.len(),
+        "the script's arguments: {HEAD} then {PER_LIMIT} per key, for {} keys",
+        keys.len()
+    );
+    let mut cmd = redis::cmd(COMMAND);
+    let limits = values.get(HEAD..).unwrap_or_default();
+    for (key, limit) in keys.iter().zip(limits.chunks(PER_LIMIT)) {
+        cmd.arg(key.as_slice());
+        for value in limit {
+            cmd.arg(*value);
+        }
+    }
+    for value in values.iter().take(HEAD) {
+        cmd.arg(*value);
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_puts_each_key_before_its_limit_and_the_call_last() {
+        let keys = vec![b"a".to_vec(), b"b".to_vec()];
+        let cmd = command(&keys, &|cmd: &mut Cmd| {
+            cmd.arg("c").arg("").arg(1).arg(10).arg(0);
+            cmd.arg("g").arg(1).arg(2).arg(3).arg(4).arg(0);
+            cmd.arg("f").arg(5).arg(6).arg(0).arg(0).arg(0);
+        });
+        let got: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                Arg::Simple(v) => String::from_utf8_lossy(v).into_owned(),
+                _ => "?".into(),
+            })
+            .collect();
+        let want = "TOLLGATE.DECIDE a g 1 2 3 4 0 b f 5 6 0 0 0 c  1 10 0";
+        assert_eq!(got.join(" "), want);
+    }
+
+    #[test]
+    fn detection_needs_every_node() {
+        assert!(known(&Value::Array(vec![Value::Array(vec![])])));
+        assert!(!known(&Value::Array(vec![
+            Value::Array(vec![]),
+            Value::Nil
+        ])));
+        assert!(!known(&Value::Array(vec![])));
+        assert!(!known(&Value::Nil));
+    }
+}

@@ -1,0 +1,441 @@
+//! The native module (`crates/redis-module`) against real servers that load
+//! it: the core's parity vectors, the shared scenarios, detection and the
+//! fallback to the scripts, input validation and per-key errors, on a single
+//! server and on a 3-master cluster.
+//!
+//! The module is built by `cargo build -p tollgate-redis-module` from this
+//! test (a no-op when `cargo test --workspace` has built it already) into
+//! this test's own target directory, and loaded with `--loadmodule`.
+
+mod scenarios;
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands as _;
+use scenarios::*;
+use serde::Deserialize;
+use tollgate::{FixedWindow, Gcra, ManualClock, Nanos, Quota, SlidingWindow};
+use tollgate_redis::{FailurePolicy, Limit, Options, Redis, RedisLimiter, Source};
+use tollgate_testkit::free_port;
+
+/// The module's shared library, built once per test binary.
+fn module_path() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        // target/<profile>/deps/module-<hash> → target/<profile>.
+        let exe = std::env::current_exe().expect("test executable");
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("target/<profile>/deps");
+        let target_dir = profile_dir.parent().expect("target dir");
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args(["build", "-p", "tollgate-redis-module", "--target-dir"])
+            .arg(target_dir);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo");
+        assert!(status.success(), "cargo build -p tollgate-redis-module");
+        let path = profile_dir.join("libtollgate_redis_module.so");
+        assert!(path.exists(), "{} was not built", path.display());
+        path
+    })
+}
+
+/// One `redis-server` with the module loaded, killed on drop.
+struct ModuleServer {
+    port: u16,
+    child: Child,
+    _dir: tempfile_dir::Dir,
+}
+
+mod tempfile_dir {
+    /// A directory removed on drop (the server's working directory).
+    pub struct Dir(pub std::path::PathBuf);
+    impl Dir {
+        pub fn new(port: u16) -> Dir {
+            let path =
+                std::env::temp_dir().join(format!("tollgate-module-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&path).expect("temp dir");
+            Dir(path)
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl ModuleServer {
+    fn start(cluster: bool) -> ModuleServer {
+        let port = free_port();
+        let dir = tempfile_dir::Dir::new(port);
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir.0)
+            .arg("--loadmodule")
+            .arg(module_path())
+            .args(["--enable-module-command", "local"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if cluster {
+            command
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", "2000"]);
+        }
+        let child = command.spawn().expect("redis-server (see .ci/deps)");
+        let server = ModuleServer {
+            port,
+            child,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.cli(&["PING"]) != "PONG" {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// `calls` of `command` in `INFO commandstats` (0 if never called).
+    fn calls(&self, command: &str) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for ModuleServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn options() -> Options {
+    Options {
+        response_timeout: Duration::from_millis(500),
+        connection_timeout: Duration::from_millis(500),
+        retries: 3,
+    }
+}
+
+async fn connect(server: &ModuleServer) -> Redis {
+    Redis::connect(&server.url(), &options())
+        .await
+        .expect("connect")
+}
+
+// ---------------------------------------------------------------------------
+// The parity vectors (as in tests/parity.rs).
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    algorithm: String,
+    quota: QuotaSpec,
+    slots: Option<u32>,
+    steps: Vec<Step>,
+}
+
+#[derive(Deserialize)]
+struct QuotaSpec {
+    limit: u64,
+    period_ns: u64,
+    burst: u64,
+}
+
+#[derive(Deserialize)]
+struct Step {
+    now_ns: u64,
+    cost: u64,
+    expect: Expect,
+}
+
+#[derive(Deserialize, Debug, PartialEq, Eq)]
+struct Expect {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after_ns: u64,
+    reset_after_ns: u64,
+}
+
+fn limit_of(case: &Case) -> Option<Limit> {
+    let q = Quota::new(case.quota.limit, Duration::from_nanos(case.quota.period_ns))
+        .and_then(|q| q.with_burst(case.quota.burst))
+        .expect("valid quota");
+    Some(match case.algorithm.as_str() {
+        "gcra" => Gcra::new(q).expect("gcra").into(),
+        "fixed_window" => FixedWindow::new(q).expect("fixed window").into(),
+        "sliding_window" => SlidingWindow::new(q, case.slots.expect("slots"))
+            .expect("sliding window")
+            .into(),
+        _ => return None,
+    })
+}
+
+/// Replays every vector through `redis`; returns the cases replayed.
+async fn replay_vectors(redis: &Redis, tag: &str) -> usize {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../core/tests/vectors/core.json"
+    );
+    let cases: Vec<Case> =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("core.json")).expect("json");
+    let mut replayed = 0;
+    for case in &cases {
+        let Some(limit) = limit_of(case) else {
+            continue;
+        };
+        let clock = ManualClock::new();
+        let limiter = RedisLimiter::builder(redis.clone(), format!("{tag}-{}", case.name))
+            .limit(limit)
+            .manual_time(clock.clone())
+            .failure_policy(FailurePolicy::FailClosed)
+            .deadline(Duration::from_secs(2))
+            .build()
+            .expect("limiter");
+        for (i, step) in case.steps.iter().enumerate() {
+            clock.set(Nanos::new(step.now_ns));
+            let outcome = limiter
+                .check_outcome(b"vector-key", step.cost)
+                .await
+                .expect("cost within capacity");
+            assert_eq!(outcome.source, Source::Redis, "{} step {i}", case.name);
+            let d = outcome.decision;
+            let got = Expect {
+                allowed: d.is_allowed(),
+                limit: d.limit(),
+                remaining: d.remaining(),
+                retry_after_ns: u64::try_from(d.retry_after().as_nanos()).expect("u64"),
+                reset_after_ns: u64::try_from(d.reset_after().as_nanos()).expect("u64"),
+            };
+            assert_eq!(
+                got, step.expect,
+                "{} step {i} at {} ns, cost {}",
+                case.name, step.now_ns, step.cost
+            );
+        }
+        replayed += 1;
+    }
+    replayed
+}
+
+#[tokio::test]
+async fn the_module_passes_the_parity_vectors_and_the_scenarios_on_one_server() {
+    let server = ModuleServer::start(false);
+    let redis = connect(&server).await;
+    assert!(redis.uses_module(), "the module was not detected");
+
+    assert!(replay_vectors(&redis, "v").await >= 30);
+    several_limits_are_all_or_nothing(&redis, "and").await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    every_key_has_a_bounded_ttl(&redis, &mut raw, "ttl").await;
+    let connections: Vec<Redis> =
+        futures_util::future::join_all((0..16).map(|_| connect(&server))).await;
+    frozen_time_admits_exactly_capacity(
+        &connections,
+        gcra(300, Duration::from_secs(3_600), 300),
+        "atomic",
+        b"k",
+        40,
+    )
+    .await;
+
+    // Every decision went to the module, none to a script.
+    assert!(server.calls("tollgate.decide") > 100);
+    assert_eq!(server.calls("evalsha") + server.calls("eval"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_module_passes_the_parity_vectors_on_a_cluster() {
+    let nodes: Vec<ModuleServer> = (0..3).map(|_| ModuleServer::start(true)).collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let status = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-cli");
+    assert!(status.success(), "cluster create");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for node in &nodes {
+        while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+            assert!(Instant::now() < deadline, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let urls: Vec<String> = nodes.iter().map(ModuleServer::url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let redis = Redis::connect_cluster(&urls, &options())
+        .await
+        .expect("cluster connect");
+    assert!(
+        redis.uses_module(),
+        "the module was not detected on the cluster"
+    );
+
+    assert!(replay_vectors(&redis, "v").await >= 30);
+    several_limits_are_all_or_nothing(&redis, "and").await;
+    for (i, node) in nodes.iter().enumerate() {
+        assert!(
+            node.calls("tollgate.decide") > 0,
+            "node {i} decided nothing: the keys did not spread"
+        );
+        assert_eq!(node.calls("evalsha") + node.calls("eval"), 0, "node {i}");
+    }
+}
+
+#[tokio::test]
+async fn without_the_module_the_scripts_decide_and_a_lost_module_falls_back_at_once() {
+    // A server without the module: detected as absent, the scripts decide.
+    let plain = support::Server::start();
+    let redis = Redis::connect(&plain.url(), &options()).await.unwrap();
+    assert!(!redis.uses_module());
+    let limiter = RedisLimiter::builder(redis, "plain")
+        .limit(gcra(10, Duration::from_secs(1), 2))
+        .build()
+        .unwrap();
+    assert_eq!(
+        limiter.check_outcome("k", 1).await.unwrap().source,
+        Source::Redis
+    );
+
+    // Required but absent: an error at connect time.
+    let mut required = tollgate_redis::RedisConfig::single(plain.url());
+    required.module = tollgate_redis::ModuleUse::Require;
+    assert!(Redis::open(&required).await.is_err());
+
+    // Never: the scripts, even where the module is loaded.
+    let server = ModuleServer::start(false);
+    let mut never = tollgate_redis::RedisConfig::single(server.url());
+    never.module = tollgate_redis::ModuleUse::Never;
+    let redis = Redis::open(&never).await.unwrap();
+    assert!(!redis.uses_module());
+    assert!(!redis.detect_module().await);
+    let limiter = RedisLimiter::builder(redis, "never")
+        .limit(gcra(10, Duration::from_secs(1), 2))
+        .build()
+        .unwrap();
+    assert_eq!(
+        limiter.check_outcome("k", 1).await.unwrap().source,
+        Source::Redis
+    );
+    assert_eq!(server.calls("tollgate.decide"), 0);
+    drop(server);
+
+    // The module unloaded under a connected client: the same call is
+    // answered by the script, and the scripts decide from then on.
+    let server = ModuleServer::start(false);
+    let redis = connect(&server).await;
+    assert!(redis.uses_module());
+    let clock = ManualClock::new();
+    let limiter = frozen(&redis, "lost", gcra(10, Duration::from_secs(1), 3), &clock);
+    assert!(limiter.check("k").await.is_allowed());
+    assert_eq!(server.cli(&["MODULE", "UNLOAD", "tollgate"]), "OK");
+    for _ in 0..2 {
+        let outcome = limiter.check_outcome("k", 1).await.unwrap();
+        assert_eq!(outcome.source, Source::Redis);
+        assert!(outcome.decision.is_allowed());
+    }
+    // The script read the state the module wrote: the burst of 3 is spent.
+    assert!(limiter.check("k").await.is_denied());
+    assert!(!redis.uses_module());
+    // (An unloaded command leaves `INFO commandstats`: count the scripts.)
+    assert!(server.calls("evalsha") + server.calls("eval") >= 3);
+}
+
+/// Issue 17 ("script input"): called directly, cost −2 and 1.5 are refused
+/// with an error reply and nothing is written. A foreign value (garbage, a
+/// key of another type) is read as no state and replaced by the admission,
+/// as the scripts do (`script`, "Foreign values"): never an error.
+#[tokio::test]
+async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
+    let server = ModuleServer::start(false);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let call = |key: &str, cost: &str| {
+        let mut cmd = redis::cmd("TOLLGATE.DECIDE");
+        cmd.arg(key)
+            .arg(&["g", "1", "100", "500", "9000000000000", "0"])
+            .arg(&["c", "", cost, "10", "0"]);
+        cmd
+    };
+    for cost in ["-2", "1.5", "x", ""] {
+        let reply: redis::RedisResult<Vec<i64>> = call("{v}a", cost).query_async(&mut c).await;
+        let error = reply.expect_err(cost).to_string();
+        assert!(error.contains("cost"), "{cost}: {error}");
+    }
+    let keys: Vec<String> = c.keys("*").await.unwrap();
+    assert!(keys.is_empty(), "a refused call wrote {keys:?}");
+
+    let ok: Vec<i64> = call("{v}a", "2").query_async(&mut c).await.unwrap();
+    assert_eq!(&ok[..2], &[1, 2]);
+    let ttl: i64 = c.pttl("{v}a").await.unwrap();
+    assert!(ttl > 0, "an admitted call left a key without TTL: {ttl}");
+
+    // The old GCRA parameters (a burst in place of the modulus) are refused.
+    let mut old = redis::cmd("TOLLGATE.DECIDE");
+    old.arg("{v}a")
+        .arg(&["g", "1", "100", "500", "5", "0"])
+        .arg(&["c", "", "1", "10", "0"]);
+    let error = old.query_async::<Vec<i64>>(&mut c).await.unwrap_err();
+    assert!(error.to_string().contains("tollgate:"), "{error}");
+
+    for (key, foreign) in [("{v}bad", "garbage"), ("{v}old", "200 1700000000000000")] {
+        let _: () = c.set(key, foreign).await.unwrap();
+        let reply: Vec<i64> = call(key, "1").query_async(&mut c).await.unwrap();
+        assert_eq!(&reply[..2], &[1, 1], "{foreign}");
+        let state: i64 = c.get(key).await.unwrap();
+        assert!(state >= 0, "{foreign} was not replaced by a state");
+    }
+    let _: () = c.hset("{v}hash", "f", "1").await.unwrap();
+    let reply: Vec<i64> = call("{v}hash", "1").query_async(&mut c).await.unwrap();
+    assert_eq!(&reply[..2], &[1, 1]);
+    let kind: String = redis::cmd("TYPE")
+        .arg("{v}hash")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(kind, "string", "the hash was not replaced");
+    let ttl: i64 = c.pttl("{v}hash").await.unwrap();
+    assert!(ttl > 0, "the replaced key has no TTL: {ttl}");
+}
