@@ -19,7 +19,10 @@
 //!
 //! A rule counts one bucket per distinct list of request values: a
 //! value-less or wildcard node gives every value its own bucket, as in
-//! envoyproxy/ratelimit. The bucket key is the entries, length-prefixed, so
+//! envoyproxy/ratelimit, except a wildcard node with `share_threshold:
+//! true`, whose values all count as the pattern itself (one bucket shared
+//! by every matching value, also when the limit is deeper in the tree, as
+//! envoyproxy/ratelimit). The bucket key is the entries, length-prefixed, so
 //! that no two lists share a key.
 //!
 //! # Identity
@@ -55,6 +58,9 @@ pub struct Rule {
     /// [`crate::service`]): backends keep its buckets apart from the
     /// installed rules'.
     pub dynamic: bool,
+    /// The names of the rules this one replaces when both match in one
+    /// request (envoyproxy/ratelimit's `replaces`, see [`crate::service`]).
+    pub replaces: Vec<String>,
 }
 
 impl Rule {
@@ -70,6 +76,9 @@ impl Rule {
 #[derive(Default, Debug)]
 struct Node {
     rule: Option<Arc<Rule>>,
+    /// `share_threshold`: the wildcard pattern every matching value counts
+    /// as in bucket keys.
+    share: Option<String>,
     /// Children by entry key.
     children: HashMap<String, Branch>,
 }
@@ -137,13 +146,31 @@ impl RuleSet {
         domain: &str,
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Option<&'a Arc<Rule>> {
+        self.find_bucket(domain, entries).map(|(rule, _)| rule)
+    }
+
+    /// The rule for a request descriptor, if any, and the descriptor's
+    /// bucket under it (see the module docs: [`bucket_key`] of the entries,
+    /// where a value matched by a `share_threshold` wildcard counts as the
+    /// pattern).
+    pub fn find_bucket<'a>(
+        &'a self,
+        domain: &str,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<(&'a Arc<Rule>, String)> {
         let mut node = self.domains.get(domain)?;
         let mut any = false;
-        for (key, value) in entries {
-            node = node.children.get(key)?.find(value)?;
+        let mut key = String::new();
+        for (k, value) in entries {
+            node = node.children.get(k)?.find(value)?;
+            push_entry(&mut key, k, node.share.as_deref().unwrap_or(value));
             any = true;
         }
-        if any { node.rule.as_ref() } else { None }
+        if any {
+            node.rule.as_ref().map(|rule| (rule, key))
+        } else {
+            None
+        }
     }
 }
 
@@ -159,7 +186,14 @@ fn insert(
     let node = match &descriptor.value {
         None => branch.any.get_or_insert_with(Box::default).as_mut(),
         Some(value) if value.contains('*') => {
-            branch.wildcards.push((value.clone(), Node::default()));
+            let share = descriptor.share_threshold.then(|| value.clone());
+            branch.wildcards.push((
+                value.clone(),
+                Node {
+                    share,
+                    ..Node::default()
+                },
+            ));
             let last = branch.wildcards.len() - 1;
             &mut branch.wildcards[last].1
         }
@@ -180,6 +214,7 @@ fn insert(
             limits,
             blocked,
             dynamic: false,
+            replaces: descriptor.replaces.clone(),
         });
         rules.push(Arc::clone(&rule));
         node.rule = Some(rule);
@@ -239,10 +274,14 @@ fn rule_id(domain: &str, path: &[(String, Option<String>)]) -> String {
 pub fn bucket_key<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut key = String::new();
     for (k, v) in entries {
-        // Writing to a String cannot fail.
-        let _ = write!(key, "{}:{k}{}:{v}", k.len(), v.len());
+        push_entry(&mut key, k, v);
     }
     key
+}
+
+fn push_entry(key: &mut String, k: &str, v: &str) {
+    // Writing to a String cannot fail.
+    let _ = write!(key, "{}:{k}{}:{v}", k.len(), v.len());
 }
 
 #[cfg(test)]

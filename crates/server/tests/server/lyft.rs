@@ -180,13 +180,6 @@ async fn readme_examples_answer_as_documented() {
 fn unsupported_keys_are_refused_at_their_line() {
     for (file, line, needle) in [
         (
-            // Lyft's Example 7.
-            "domain: example7\ndescriptors:\n  - key: key_1\n    value: value_1\n    descriptors:\n      - key: user\n        value: bkthomps\n        rate_limit:\n          replaces:\n            - name: specific_limit\n          requests_per_unit: 10\n          unit: second\n",
-            // The descriptor's line, with the field's path in the message.
-            6,
-            "rate_limit.replaces: not supported",
-        ),
-        (
             // Lyft's Example 8.
             "domain: example8\ndescriptors:\n  - key: key1\n    detailed_metric: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n",
             3,
@@ -198,9 +191,20 @@ fn unsupported_keys_are_refused_at_their_line() {
             "value_to_metric: not supported",
         ),
         (
-            "domain: example11\ndescriptors:\n  - key: files\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
+            // envoyproxy/ratelimit refuses it too: nothing to share.
+            "domain: d\ndescriptors:\n  - key: files\n    value: files/a\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
             3,
-            "share_threshold: not supported",
+            "share_threshold: only a value holding a wildcard",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: mine\n      replaces: [{name: mine}]\n      unit: minute\n      requests_per_unit: 10\n",
+            3,
+            "rate_limit.replaces[0].name: 'mine' is this limit's own name",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      replaces: [{name: ''}]\n      unit: minute\n      requests_per_unit: 10\n",
+            3,
+            "rate_limit.replaces[0].name: should not be empty",
         ),
     ] {
         let error = tollgate_server::Config::from_yaml(std::path::Path::new("lyft.yaml"), file)
@@ -216,4 +220,154 @@ fn unsupported_keys_are_refused_at_their_line() {
         )
         .is_ok()
     );
+}
+
+/// Lyft's Example 7, as its README gives it.
+const EXAMPLE_7: &str = "
+domain: example7
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          name: specific_limit
+          requests_per_unit: 5
+          unit: second
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          replaces:
+            - name: specific_limit
+          requests_per_unit: 10
+          unit: second
+";
+
+/// `replaces` (Lyft's Example 7): with both descriptors in one request, the
+/// replaced 5/s limit is not applied (OK, no limit, nothing counted) and
+/// the 10/s one is; on its own, the named limit still applies, at 5/s, its
+/// bucket untouched by the calls that replaced it.
+#[tokio::test]
+async fn example_7_replaces_a_named_limit_in_the_same_request() {
+    let server = start(EXAMPLE_7).await;
+    let mut client = server.grpc_client().await;
+    let specific: &[(&str, &str)] = &[("key_1", "value_1"), ("user", "bkthomps")];
+    let replacing: &[(&str, &str)] = &[("key_2", "value_2"), ("user", "bkthomps")];
+    for i in 0..11 {
+        let response = within(client.should_rate_limit(request(
+            "example7",
+            vec![descriptor(specific), descriptor(replacing)],
+        )))
+        .await
+        .expect("call")
+        .into_inner();
+        let codes: Vec<Code> = response.statuses.iter().map(|s| s.code()).collect();
+        let expected = if i < 10 {
+            [Code::Ok, Code::Ok]
+        } else {
+            [Code::Ok, Code::OverLimit]
+        };
+        assert_eq!(codes, expected, "call {i}");
+        // The replaced descriptor is answered with no limit.
+        assert!(response.statuses[0].current_limit.is_none(), "call {i}");
+        assert_eq!(
+            response.statuses[1]
+                .current_limit
+                .as_ref()
+                .map(|l| l.requests_per_unit),
+            Some(10)
+        );
+    }
+    // Alone, the named limit applies, its bucket still full.
+    for i in 0..6 {
+        let response =
+            within(client.should_rate_limit(request("example7", vec![descriptor(specific)])))
+                .await
+                .expect("call")
+                .into_inner();
+        let expected = if i < 5 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(response.statuses[0].code(), expected, "alone, call {i}");
+    }
+    server.stop().await;
+}
+
+/// Lyft's Example 11.
+const EXAMPLE_11: &str = "
+domain: example11
+descriptors:
+  # With share_threshold: true, all files/* matches share the same threshold
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+
+  # Without share_threshold, each files_no_share/* match has its own isolated threshold
+  - key: files_no_share
+    value: files_no_share/*
+    share_threshold: false
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+";
+
+/// `share_threshold` (Lyft's Example 11): 5 calls for `files/a.pdf` and 5
+/// for `files/b.csv` exhaust the shared 10/hour, so `files/c.txt` is over
+/// the limit; `files_no_share/*` values keep a bucket each.
+#[tokio::test]
+async fn example_11_share_threshold_shares_one_bucket() {
+    let server = start(EXAMPLE_11).await;
+    let mut client = server.grpc_client().await;
+    for value in ["files/a.pdf", "files/b.csv"] {
+        for i in 0..5 {
+            assert_eq!(
+                one(&mut client, "files", value).await,
+                Code::Ok,
+                "{value} call {i}"
+            );
+        }
+    }
+    assert_eq!(
+        one(&mut client, "files", "files/c.txt").await,
+        Code::OverLimit
+    );
+    assert_eq!(
+        one(&mut client, "files", "files/a.pdf").await,
+        Code::OverLimit
+    );
+    for i in 0..10 {
+        assert_eq!(
+            one(&mut client, "files_no_share", "files_no_share/a.pdf").await,
+            Code::Ok,
+            "call {i}"
+        );
+    }
+    assert_eq!(
+        one(&mut client, "files_no_share", "files_no_share/a.pdf").await,
+        Code::OverLimit
+    );
+    assert_eq!(
+        one(&mut client, "files_no_share", "files_no_share/b.csv").await,
+        Code::Ok
+    );
+    server.stop().await;
+}
+
+/// One call of one `(key, value)` descriptor in `example11`: its code.
+async fn one(
+    client: &mut tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    key: &str,
+    value: &str,
+) -> Code {
+    within(client.should_rate_limit(request("example11", vec![descriptor(&[(key, value)])])))
+        .await
+        .expect("call")
+        .into_inner()
+        .statuses[0]
+        .code()
 }
