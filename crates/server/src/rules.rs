@@ -61,6 +61,39 @@ pub struct Rule {
     /// The names of the rules this one replaces when both match in one
     /// request (envoyproxy/ratelimit's `replaces`, see [`crate::service`]).
     pub replaces: Vec<String>,
+    /// Per entry of the path: whether the request's value names
+    /// envoyproxy/ratelimit's metrics (`detailed_metric` on the rule: every
+    /// entry; `value_to_metric` on a node: its entry; never an entry under
+    /// `share_threshold`, named by its pattern). See [`crate::metrics`].
+    pub metric_values: Vec<bool>,
+}
+
+impl Rule {
+    /// envoyproxy/ratelimit's `key1` / `key2` for a request's entries, when
+    /// the rule names its metrics by request values (`None` otherwise: the
+    /// rule's own labels).
+    pub fn metric_keys<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<(String, String)> {
+        if !self.metric_values.iter().any(|&v| v) {
+            return None;
+        }
+        let mut keys = entries
+            .into_iter()
+            .zip(self.path.iter().zip(&self.metric_values))
+            .take(2)
+            .map(
+                |((key, value), ((_, configured), &by_value))| match (by_value, configured) {
+                    (true, _) => format!("{key}_{value}"),
+                    (false, Some(configured)) => format!("{key}_{configured}"),
+                    (false, None) => key.to_owned(),
+                },
+            );
+        let key1 = keys.next().unwrap_or_default();
+        let key2 = keys.next().unwrap_or_default();
+        Some((key1, key2))
+    }
 }
 
 impl Rule {
@@ -121,11 +154,12 @@ impl RuleSet {
         for domain in &config.domains {
             let mut root = Node::default();
             let mut path = Vec::new();
+            let mut metric_values = Vec::new();
             for descriptor in &domain.descriptors {
                 insert(
                     &mut root,
                     &domain.domain,
-                    &mut path,
+                    (&mut path, &mut metric_values),
                     descriptor,
                     &mut set.rules,
                 );
@@ -174,14 +208,20 @@ impl RuleSet {
     }
 }
 
+/// One entry of a rule's path: the key, and the value if the file gives one.
+type PathEntry = (String, Option<String>);
+
 fn insert(
     parent: &mut Node,
     domain: &str,
-    path: &mut Vec<(String, Option<String>)>,
+    (path, metric_values): (&mut Vec<PathEntry>, &mut Vec<(bool, bool)>),
     descriptor: &DescriptorConfig,
     rules: &mut Vec<Arc<Rule>>,
 ) {
     path.push((descriptor.key.clone(), descriptor.value.clone()));
+    // (value_to_metric, share_threshold): a shared entry is named by its
+    // pattern, as envoyproxy/ratelimit.
+    metric_values.push((descriptor.value_to_metric, descriptor.share_threshold));
     let branch = parent.children.entry(descriptor.key.clone()).or_default();
     let node = match &descriptor.value {
         None => branch.any.get_or_insert_with(Box::default).as_mut(),
@@ -215,14 +255,19 @@ fn insert(
             blocked,
             dynamic: false,
             replaces: descriptor.replaces.clone(),
+            metric_values: metric_values
+                .iter()
+                .map(|&(by_value, shared)| (by_value || descriptor.detailed_metric) && !shared)
+                .collect(),
         });
         rules.push(Arc::clone(&rule));
         node.rule = Some(rule);
     }
     for child in &descriptor.descriptors {
-        insert(node, domain, path, child, rules);
+        insert(node, domain, (path, metric_values), child, rules);
     }
     path.pop();
+    metric_values.pop();
 }
 
 /// Whether `value` matches `pattern`, where each `*` matches any run of

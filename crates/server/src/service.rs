@@ -153,6 +153,9 @@ enum Plan {
         rule: Arc<Rule>,
         key: String,
         cost: u64,
+        /// envoyproxy/ratelimit's `key1` / `key2` from the request's values
+        /// (`detailed_metric`, `value_to_metric`).
+        metric: Option<(String, String)>,
     },
     Refused {
         rule: Option<Arc<Rule>>,
@@ -363,7 +366,9 @@ impl Service {
         let hits: Vec<Hit<'_>> = plans
             .iter()
             .filter_map(|plan| match plan {
-                Plan::Limited { rule, key, cost } => Some(Hit {
+                Plan::Limited {
+                    rule, key, cost, ..
+                } => Some(Hit {
                     rule,
                     key,
                     cost: *cost,
@@ -404,16 +409,28 @@ impl Service {
                     quota,
                     reason,
                 },
-                Plan::Limited { rule, cost, .. } => {
+                Plan::Limited {
+                    rule, cost, metric, ..
+                } => {
                     let Some(decision) = decisions.next() else {
                         return Err(CheckError::Backend(BackendError::new("too few decisions")));
                     };
-                    match counters.get(&rule.id) {
-                        Some(counters) => counters.decided(cost, &decision, rule.shadow_mode),
-                        None => self
-                            .metrics
-                            .rule(&rule)
-                            .decided(cost, &decision, rule.shadow_mode),
+                    let fresh;
+                    let rule_counters = match counters.get(&rule.id) {
+                        Some(counters) => counters,
+                        None => {
+                            fresh = self.metrics.rule(&rule);
+                            &fresh
+                        }
+                    };
+                    match metric {
+                        None => rule_counters.decided(cost, &decision, rule.shadow_mode),
+                        Some((key1, key2)) => rule_counters.decided_detailed(
+                            cost,
+                            &decision,
+                            rule.shadow_mode,
+                            &self.metrics.detailed(&rule, key1, key2),
+                        ),
                     }
                     let quota = rule.limits.as_ref().and_then(|limits| {
                         binding_quota(limits.algorithm.kind(), &limits.quotas, &decision)
@@ -490,6 +507,12 @@ impl Service {
             return refused(Some(rule), limits.quotas.first().copied(), reason);
         }
         Plan::Limited {
+            metric: rule.metric_keys(
+                descriptor
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            ),
             rule: Arc::clone(rule),
             key,
             cost,
@@ -596,6 +619,7 @@ fn dynamic_rule(
         blocked: None,
         dynamic: true,
         replaces: Vec::new(),
+        metric_values: Vec::new(),
     }))
 }
 

@@ -38,6 +38,12 @@ pub struct DescriptorConfig {
     /// `*`): every value matching the pattern counts in one bucket, named
     /// by the pattern, instead of one bucket per value.
     pub share_threshold: bool,
+    /// envoyproxy/ratelimit's `detailed_metric`: this node's limit counts
+    /// its envoyproxy/ratelimit metrics under the request's values.
+    pub detailed_metric: bool,
+    /// envoyproxy/ratelimit's `value_to_metric`: this entry's request value
+    /// names the envoyproxy/ratelimit metrics of the limits at and under it.
+    pub value_to_metric: bool,
     /// Deeper nodes.
     pub descriptors: Vec<DescriptorConfig>,
 }

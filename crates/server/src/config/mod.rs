@@ -46,10 +46,9 @@
 //!   `share_threshold` (only on a value holding a `*`: every matching value
 //!   counts in one bucket) have envoyproxy/ratelimit's meaning (see
 //!   [`crate::rules`] and [`crate::service`]). `detailed_metric: true` and
-//!   `value_to_metric: true` are not supported and are refused, at their
-//!   line and with why, rather than silently ignored: a file that relies on
-//!   them would not do what it says (`false` is accepted: it is the
-//!   default meaning).
+//!   `value_to_metric: true` put the request's values in
+//!   envoyproxy/ratelimit's metric labels, bounded per rule (see
+//!   [`crate::metrics`]).
 //! - Extensions, all inside `rate_limit`: `algorithm` (`gcra`, the
 //!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
 //!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
@@ -742,18 +741,6 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
         // envoyproxy/ratelimit keys whose meaning this server does not
         // give: refused, never accepted and ignored (`false` is the
         // default meaning, and is accepted).
-        if raw.detailed_metric {
-            return Err(
-                "detailed_metric: not supported: tollgate's metrics are per rule (label rule), never per request value; remove it"
-                    .into(),
-            );
-        }
-        if raw.value_to_metric {
-            return Err(
-                "value_to_metric: not supported: tollgate's metrics are per rule (label rule), never per request value; remove it"
-                    .into(),
-            );
-        }
         let value = raw.value.filter(|v| !v.is_empty());
         if raw.share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
             return Err(
@@ -806,6 +793,8 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
             shadow_mode: raw.shadow_mode,
             replaces,
             share_threshold: raw.share_threshold,
+            detailed_metric: raw.detailed_metric,
+            value_to_metric: raw.value_to_metric,
             descriptors,
         }))
     }

@@ -174,22 +174,12 @@ async fn readme_examples_answer_as_documented() {
     }
 }
 
-/// The README keys this server gives no meaning are refused at their line,
-/// with why; never accepted and ignored.
+/// Meanings this server does not give (a `share_threshold` on a value
+/// without a wildcard, a `replaces` naming nothing or itself) are refused
+/// at their line, with why, as envoyproxy/ratelimit refuses them.
 #[test]
-fn unsupported_keys_are_refused_at_their_line() {
+fn meaningless_keys_are_refused_at_their_line() {
     for (file, line, needle) in [
-        (
-            // Lyft's Example 8.
-            "domain: example8\ndescriptors:\n  - key: key1\n    detailed_metric: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n",
-            3,
-            "detailed_metric: not supported",
-        ),
-        (
-            "domain: example10\ndescriptors:\n  - key: route\n    value_to_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
-            3,
-            "value_to_metric: not supported",
-        ),
         (
             // envoyproxy/ratelimit refuses it too: nothing to share.
             "domain: d\ndescriptors:\n  - key: files\n    value: files/a\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
@@ -370,4 +360,145 @@ async fn one(
         .into_inner()
         .statuses[0]
         .code()
+}
+
+/// Lyft's Example 8.
+const EXAMPLE_8: &str = "
+domain: example8
+descriptors:
+  - key: key1
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+";
+
+fn lyft_hits(text: &str, domain: &str, key1: &str, key2: &str) -> f64 {
+    metric(
+        text,
+        &format!(
+            "ratelimit_service_rate_limit_total_hits_total{{domain=\"{domain}\",key1=\"{key1}\",key2=\"{key2}\"}}"
+        ),
+    )
+}
+
+/// `detailed_metric` (Lyft's Example 8): the value-less rule counts
+/// envoyproxy/ratelimit's metrics under `key1_<value>` ("key1_unspecified_value"
+/// rather than "key1"); the rule with a value keeps `key1_value1`;
+/// tollgate's own metrics stay per rule. Limits work as usual.
+#[tokio::test]
+async fn example_8_detailed_metric_names_the_value() {
+    let server = start(EXAMPLE_8).await;
+    let mut client = server.grpc_client().await;
+    for value in [
+        "unspecified_value",
+        "unspecified_value2",
+        "unspecified_value",
+        "value1",
+    ] {
+        let response = within(
+            client.should_rate_limit(request("example8", vec![descriptor(&[("key1", value)])])),
+        )
+        .await
+        .expect("call")
+        .into_inner();
+        assert_eq!(response.statuses[0].code(), Code::Ok, "{value}");
+    }
+    let text = server.metrics().await;
+    assert_eq!(
+        lyft_hits(&text, "example8", "key1_unspecified_value", ""),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        lyft_hits(&text, "example8", "key1_unspecified_value2", ""),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        lyft_hits(&text, "example8", "key1_value1", ""),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(lyft_hits(&text, "example8", "key1", ""), 0.0, "{text}");
+    assert_eq!(
+        metric(
+            &text,
+            "tollgate_rule_total_hits_total{rule=\"example8.key1\"}"
+        ),
+        3.0
+    );
+    server.stop().await;
+}
+
+/// `value_to_metric` (Lyft's Example 10): the flagged entries' values name
+/// the metric (`route_api`, `http_method_GET`); and the cardinality guard:
+/// past `DETAILED_VALUES_PER_RULE` label sets per rule, later values are
+/// counted under `key1="_other", key2="_other"`, so that a client sending
+/// ever new values cannot grow memory without bound.
+#[tokio::test]
+async fn example_10_value_to_metric_with_a_bounded_cardinality() {
+    let server = start(
+        "
+domain: example10
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit:
+              unit: minute
+              requests_per_unit: 60
+",
+    )
+    .await;
+    let mut client = server.grpc_client().await;
+    let cap = tollgate_server::metrics::DETAILED_VALUES_PER_RULE;
+    let routes: Vec<String> = (0..cap + 2).map(|i| format!("r{i}")).collect();
+    for route in std::iter::once("api").chain(routes.iter().map(String::as_str)) {
+        let response = within(client.should_rate_limit(request(
+            "example10",
+            vec![descriptor(&[
+                ("route", route),
+                ("http_method", "GET"),
+                ("subject_id", "123"),
+            ])],
+        )))
+        .await
+        .expect("call")
+        .into_inner();
+        assert_eq!(response.statuses[0].code(), Code::Ok, "{route}");
+    }
+    let text = server.metrics().await;
+    assert_eq!(
+        lyft_hits(&text, "example10", "route_api", "http_method_GET"),
+        1.0,
+        "{text}"
+    );
+    // "api" and the first cap - 1 routes have their own label set; the
+    // last three are folded.
+    assert_eq!(
+        lyft_hits(
+            &text,
+            "example10",
+            &format!("route_r{}", cap - 2),
+            "http_method_GET"
+        ),
+        1.0
+    );
+    assert_eq!(
+        lyft_hits(&text, "example10", "_other", "_other"),
+        3.0,
+        "{text}"
+    );
+    assert!(!text.contains(&format!("route_r{}", cap - 1)));
+    server.stop().await;
 }
