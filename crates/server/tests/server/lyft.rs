@@ -723,3 +723,17 @@ async fn lyft_integration_scripts_answer_as_they_expect() {
     );
     server.stop().await;
 }
+
+/// envoyproxy/ratelimit's newer `quota_mode` (not a README key) is refused
+/// at its line, never accepted and ignored.
+#[test]
+fn quota_mode_is_refused_at_its_line() {
+    let error = tollgate_server::Config::from_yaml(
+        std::path::Path::new("lyft.yaml"),
+        "domain: d\ndescriptors:\n  - key: service\n    value: service_1\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+    )
+    .expect_err("quota_mode");
+    // The key's own line.
+    assert_eq!(error.line(), Some(5), "{error}");
+    assert!(error.message().contains("quota_mode"), "{error}");
+}
