@@ -17,8 +17,10 @@
 //! `key1` / `key2` instead (`key1="key1_unspecified_value"`, as its
 //! Example 8), at most [`DETAILED_VALUES_PER_RULE`] label sets per rule:
 //! later ones are folded into `key1="_other", key2="_other"`, so that a
-//! client sending ever new values cannot grow memory without bound.
-//! tollgate's own names stay per rule. Also the decision latency per API, requests
+//! client sending ever new values cannot grow memory without bound. The
+//! label sets seen are kept per rule path for the life of the process
+//! (a reload does not reset them), so that reloads cannot raise the bound
+//! either. tollgate's own names stay per rule. Also the decision latency per API, requests
 //! refused before a decision (by reason), configuration loads by result, and
 //! backend errors. Label values are lower case (`api="grpc"`), as
 //! envoyproxy/ratelimit's and Prometheus' conventions have them.

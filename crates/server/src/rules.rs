@@ -461,4 +461,50 @@ descriptors:
             bucket_key([("a", "b:1:c1:d")])
         );
     }
+
+    /// Lyft's `example11_metrics` and a nested `share_threshold`: shared
+    /// entries count in one bucket and are named by their pattern in the
+    /// metrics, also under `value_to_metric` / `detailed_metric`; the
+    /// others by the request's value where flagged.
+    #[test]
+    fn shared_entries_bucket_and_name_by_pattern() {
+        let s = set("
+domain: d
+descriptors:
+  - key: route
+    value: api/*
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - key: method
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: user
+    descriptors:
+      - key: file
+        value: f/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 60}
+");
+        let bucket = |entries: &[(&'static str, &'static str)]| {
+            let (rule, key) = s.find_bucket("d", entries.iter().copied()).expect("a rule");
+            (rule.metric_keys(entries.iter().copied()), key)
+        };
+        let (v1, v1_key) = bucket(&[("route", "api/v1"), ("method", "GET")]);
+        let (v2, v2_key) = bucket(&[("route", "api/v2"), ("method", "GET")]);
+        assert_eq!(v1_key, v2_key);
+        assert_eq!(
+            v1,
+            Some(("route_api/*".to_owned(), "method_GET".to_owned()))
+        );
+        assert_eq!(v1, v2);
+        // A value-less entry above a shared one keeps a bucket per value;
+        // no flag: the rule's own labels.
+        let (a, a_key) = bucket(&[("user", "a"), ("file", "f/1")]);
+        let (_, a2_key) = bucket(&[("user", "a"), ("file", "f/2")]);
+        let (_, b_key) = bucket(&[("user", "b"), ("file", "f/1")]);
+        assert_eq!(a_key, a2_key);
+        assert_ne!(a_key, b_key);
+        assert_eq!(a, None);
+    }
 }
