@@ -12,7 +12,15 @@
 //! Prometheus names, `ratelimit_service_rate_limit_{total_hits,over_limit,
 //! near_limit,within_limit,shadow_mode}{domain,key1,key2}`, and
 //! `ratelimit_service_config_load_{success,error}`, so that its dashboards
-//! keep working. Also the decision latency per API, requests
+//! keep working. A rule under `detailed_metric: true` or `value_to_metric:
+//! true` counts envoyproxy/ratelimit's names with the request's values in
+//! `key1` / `key2` instead (`key1="key1_unspecified_value"`, as its
+//! Example 8), at most [`DETAILED_VALUES_PER_RULE`] label sets per rule:
+//! later ones are folded into `key1="_other", key2="_other"`, so that a
+//! client sending ever new values cannot grow memory without bound. The
+//! label sets seen are kept per rule path for the life of the process
+//! (a reload does not reset them), so that reloads cannot raise the bound
+//! either. tollgate's own names stay per rule. Also the decision latency per API, requests
 //! refused before a decision (by reason), configuration loads by result, and
 //! backend errors. Label values are lower case (`api="grpc"`), as
 //! envoyproxy/ratelimit's and Prometheus' conventions have them.
@@ -29,7 +37,8 @@
 //! own consistency check (a backend answering the wrong number of
 //! decisions).
 
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::fmt::Write as _;
@@ -134,37 +143,67 @@ struct ResultLabel {
 /// envoyproxy/ratelimit's names, counted together.
 #[derive(Clone, Debug, Default)]
 pub struct RuleCounters {
-    total_hits: [Counter; 2],
-    over_limit: [Counter; 2],
-    near_limit: [Counter; 2],
-    within_limit: [Counter; 2],
-    shadow_mode: [Counter; 2],
+    /// tollgate's, in [`LYFT_RULE_NAMES`]' order.
+    ours: StatCounters,
+    /// envoyproxy/ratelimit's, for the rule's own labels.
+    lyft: StatCounters,
 }
 
-fn inc_by(counters: &[Counter; 2], n: u64) {
-    for counter in counters {
-        counter.inc_by(n);
+/// total_hits, over_limit, near_limit, within_limit, shadow_mode.
+pub type StatCounters = [Counter; 5];
+
+fn count(counters: &StatCounters, cost: u64, decision: &Decision, shadow: bool) {
+    let [
+        total_hits,
+        over_limit,
+        near_limit,
+        within_limit,
+        shadow_mode,
+    ] = counters;
+    total_hits.inc_by(cost);
+    if decision.is_allowed() {
+        within_limit.inc_by(cost);
+        // Less than 20% left (in 128 bits: no overflow).
+        if u128::from(decision.remaining()) * 5 < u128::from(decision.limit()) {
+            near_limit.inc_by(cost);
+        }
+    } else {
+        over_limit.inc_by(cost);
+        if shadow {
+            shadow_mode.inc_by(cost);
+        }
     }
 }
 
 impl RuleCounters {
     /// Counts one decision of `cost`; `shadow` if the rule is in shadow mode.
     pub fn decided(&self, cost: u64, decision: &Decision, shadow: bool) {
-        inc_by(&self.total_hits, cost);
-        if decision.is_allowed() {
-            inc_by(&self.within_limit, cost);
-            // Less than 20% left (in 128 bits: no overflow).
-            if u128::from(decision.remaining()) * 5 < u128::from(decision.limit()) {
-                inc_by(&self.near_limit, cost);
-            }
-        } else {
-            inc_by(&self.over_limit, cost);
-            if shadow {
-                inc_by(&self.shadow_mode, cost);
-            }
-        }
+        count(&self.ours, cost, decision, shadow);
+        count(&self.lyft, cost, decision, shadow);
+    }
+
+    /// As [`RuleCounters::decided`], but envoyproxy/ratelimit's counts go
+    /// to `lyft` (a `detailed_metric` / `value_to_metric` label set, see
+    /// [`Metrics::detailed`]) instead of the rule's own labels.
+    pub fn decided_detailed(
+        &self,
+        cost: u64,
+        decision: &Decision,
+        shadow: bool,
+        lyft: &StatCounters,
+    ) {
+        count(&self.ours, cost, decision, shadow);
+        count(lyft, cost, decision, shadow);
     }
 }
+
+/// The most distinct `(key1, key2)` label sets one rule's
+/// `detailed_metric` / `value_to_metric` counts get; later ones are counted
+/// under `key1="_other", key2="_other"`.
+pub const DETAILED_VALUES_PER_RULE: usize = 100;
+
+/// Per rule id, the `(key1, key2)` label sets its detailed counts got.
+type DetailedSeen = HashMap<Arc<str>, HashSet<(String, String)>>;
 
 /// Every metric the server exports.
 pub struct Metrics {
@@ -179,6 +218,9 @@ pub struct Metrics {
     lyft: Registry,
     lyft_rule: [Family<LyftLabel, Counter>; 5],
     lyft_config: [Counter; 2],
+    /// Per rule id, the detailed label sets given so far (bounded by
+    /// [`DETAILED_VALUES_PER_RULE`]).
+    detailed: Mutex<DetailedSeen>,
     latency: Family<ApiLabel, Histogram>,
     refused: Family<RefusalLabel, Counter>,
     config_loads: Family<ResultLabel, Counter>,
@@ -292,6 +334,7 @@ impl Metrics {
             lyft,
             lyft_rule,
             lyft_config,
+            detailed: Mutex::new(HashMap::new()),
             total_hits,
             over_limit,
             near_limit,
@@ -325,19 +368,50 @@ impl Metrics {
             key1: entry(0),
             key2: entry(1),
         };
-        let both = |ours: &Family<RuleLabel, Counter>, theirs: &Family<LyftLabel, Counter>| {
-            [
-                ours.get_or_create(&label).clone(),
-                theirs.get_or_create(&lyft).clone(),
-            ]
-        };
         RuleCounters {
-            total_hits: both(&self.total_hits, &self.lyft_rule[0]),
-            over_limit: both(&self.over_limit, &self.lyft_rule[1]),
-            near_limit: both(&self.near_limit, &self.lyft_rule[2]),
-            within_limit: both(&self.within_limit, &self.lyft_rule[3]),
-            shadow_mode: both(&self.shadow_mode, &self.lyft_rule[4]),
+            ours: [
+                &self.total_hits,
+                &self.over_limit,
+                &self.near_limit,
+                &self.within_limit,
+                &self.shadow_mode,
+            ]
+            .map(|family| family.get_or_create(&label).clone()),
+            lyft: self.lyft_counters(&lyft),
         }
+    }
+
+    fn lyft_counters(&self, label: &LyftLabel) -> StatCounters {
+        std::array::from_fn(|i| self.lyft_rule[i].get_or_create(label).clone())
+    }
+
+    /// envoyproxy/ratelimit's counters of `rule` for the request's own
+    /// `key1` / `key2` (`detailed_metric`, `value_to_metric`): at most
+    /// [`DETAILED_VALUES_PER_RULE`] label sets per rule, so that clients
+    /// sending ever new values cannot grow the metrics without bound;
+    /// beyond, `key1="_other", key2="_other"`.
+    pub fn detailed(&self, rule: &Rule, key1: String, key2: String) -> StatCounters {
+        let (key1, key2) = {
+            // A poisoned lock only means a scrape or count panicked; the
+            // set is still a valid set.
+            let mut seen = self
+                .detailed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let set = seen.entry(Arc::clone(&rule.id)).or_default();
+            let pair = (key1, key2);
+            if set.contains(&pair) || set.len() < DETAILED_VALUES_PER_RULE {
+                set.insert(pair.clone());
+                pair
+            } else {
+                ("_other".to_owned(), "_other".to_owned())
+            }
+        };
+        self.lyft_counters(&LyftLabel {
+            domain: rule.domain.clone(),
+            key1,
+            key2,
+        })
     }
 
     /// Records how long a decision took.

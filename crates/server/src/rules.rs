@@ -19,7 +19,10 @@
 //!
 //! A rule counts one bucket per distinct list of request values: a
 //! value-less or wildcard node gives every value its own bucket, as in
-//! envoyproxy/ratelimit. The bucket key is the entries, length-prefixed, so
+//! envoyproxy/ratelimit, except a wildcard node with `share_threshold:
+//! true`, whose values all count as the pattern itself (one bucket shared
+//! by every matching value, also when the limit is deeper in the tree, as
+//! envoyproxy/ratelimit). The bucket key is the entries, length-prefixed, so
 //! that no two lists share a key.
 //!
 //! # Identity
@@ -55,6 +58,42 @@ pub struct Rule {
     /// [`crate::service`]): backends keep its buckets apart from the
     /// installed rules'.
     pub dynamic: bool,
+    /// The names of the rules this one replaces when both match in one
+    /// request (envoyproxy/ratelimit's `replaces`, see [`crate::service`]).
+    pub replaces: Vec<String>,
+    /// Per entry of the path: whether the request's value names
+    /// envoyproxy/ratelimit's metrics (`detailed_metric` on the rule: every
+    /// entry; `value_to_metric` on a node: its entry; never an entry under
+    /// `share_threshold`, named by its pattern). See [`crate::metrics`].
+    pub metric_values: Vec<bool>,
+}
+
+impl Rule {
+    /// envoyproxy/ratelimit's `key1` / `key2` for a request's entries, when
+    /// the rule names its metrics by request values (`None` otherwise: the
+    /// rule's own labels).
+    pub fn metric_keys<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<(String, String)> {
+        if !self.metric_values.iter().any(|&v| v) {
+            return None;
+        }
+        let mut keys = entries
+            .into_iter()
+            .zip(self.path.iter().zip(&self.metric_values))
+            .take(2)
+            .map(
+                |((key, value), ((_, configured), &by_value))| match (by_value, configured) {
+                    (true, _) => format!("{key}_{value}"),
+                    (false, Some(configured)) => format!("{key}_{configured}"),
+                    (false, None) => key.to_owned(),
+                },
+            );
+        let key1 = keys.next().unwrap_or_default();
+        let key2 = keys.next().unwrap_or_default();
+        Some((key1, key2))
+    }
 }
 
 impl Rule {
@@ -70,6 +109,9 @@ impl Rule {
 #[derive(Default, Debug)]
 struct Node {
     rule: Option<Arc<Rule>>,
+    /// `share_threshold`: the wildcard pattern every matching value counts
+    /// as in bucket keys.
+    share: Option<String>,
     /// Children by entry key.
     children: HashMap<String, Branch>,
 }
@@ -112,11 +154,12 @@ impl RuleSet {
         for domain in &config.domains {
             let mut root = Node::default();
             let mut path = Vec::new();
+            let mut metric_values = Vec::new();
             for descriptor in &domain.descriptors {
                 insert(
                     &mut root,
                     &domain.domain,
-                    &mut path,
+                    (&mut path, &mut metric_values),
                     descriptor,
                     &mut set.rules,
                 );
@@ -137,29 +180,60 @@ impl RuleSet {
         domain: &str,
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Option<&'a Arc<Rule>> {
+        self.find_bucket(domain, entries).map(|(rule, _)| rule)
+    }
+
+    /// The rule for a request descriptor, if any, and the descriptor's
+    /// bucket under it (see the module docs: [`bucket_key`] of the entries,
+    /// where a value matched by a `share_threshold` wildcard counts as the
+    /// pattern).
+    pub fn find_bucket<'a>(
+        &'a self,
+        domain: &str,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<(&'a Arc<Rule>, String)> {
         let mut node = self.domains.get(domain)?;
         let mut any = false;
-        for (key, value) in entries {
-            node = node.children.get(key)?.find(value)?;
+        let mut key = String::new();
+        for (k, value) in entries {
+            node = node.children.get(k)?.find(value)?;
+            push_entry(&mut key, k, node.share.as_deref().unwrap_or(value));
             any = true;
         }
-        if any { node.rule.as_ref() } else { None }
+        if any {
+            node.rule.as_ref().map(|rule| (rule, key))
+        } else {
+            None
+        }
     }
 }
+
+/// One entry of a rule's path: the key, and the value if the file gives one.
+type PathEntry = (String, Option<String>);
 
 fn insert(
     parent: &mut Node,
     domain: &str,
-    path: &mut Vec<(String, Option<String>)>,
+    (path, metric_values): (&mut Vec<PathEntry>, &mut Vec<(bool, bool)>),
     descriptor: &DescriptorConfig,
     rules: &mut Vec<Arc<Rule>>,
 ) {
     path.push((descriptor.key.clone(), descriptor.value.clone()));
+    // (value_to_metric, share_threshold): a shared entry is named by its
+    // pattern, as envoyproxy/ratelimit.
+    metric_values.push((descriptor.value_to_metric, descriptor.share_threshold));
     let branch = parent.children.entry(descriptor.key.clone()).or_default();
     let node = match &descriptor.value {
         None => branch.any.get_or_insert_with(Box::default).as_mut(),
         Some(value) if value.contains('*') => {
-            branch.wildcards.push((value.clone(), Node::default()));
+            let share = descriptor.share_threshold.then(|| value.clone());
+            branch.wildcards.push((
+                value.clone(),
+                Node {
+                    share,
+                    ..Node::default()
+                },
+            ));
             let last = branch.wildcards.len() - 1;
             &mut branch.wildcards[last].1
         }
@@ -180,14 +254,20 @@ fn insert(
             limits,
             blocked,
             dynamic: false,
+            replaces: descriptor.replaces.clone(),
+            metric_values: metric_values
+                .iter()
+                .map(|&(by_value, shared)| (by_value || descriptor.detailed_metric) && !shared)
+                .collect(),
         });
         rules.push(Arc::clone(&rule));
         node.rule = Some(rule);
     }
     for child in &descriptor.descriptors {
-        insert(node, domain, path, child, rules);
+        insert(node, domain, (path, metric_values), child, rules);
     }
     path.pop();
+    metric_values.pop();
 }
 
 /// Whether `value` matches `pattern`, where each `*` matches any run of
@@ -239,10 +319,14 @@ fn rule_id(domain: &str, path: &[(String, Option<String>)]) -> String {
 pub fn bucket_key<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut key = String::new();
     for (k, v) in entries {
-        // Writing to a String cannot fail.
-        let _ = write!(key, "{}:{k}{}:{v}", k.len(), v.len());
+        push_entry(&mut key, k, v);
     }
     key
+}
+
+fn push_entry(key: &mut String, k: &str, v: &str) {
+    // Writing to a String cannot fail.
+    let _ = write!(key, "{}:{k}{}:{v}", k.len(), v.len());
 }
 
 #[cfg(test)]
@@ -376,5 +460,51 @@ descriptors:
             bucket_key([("a", "b"), ("c", "d")]),
             bucket_key([("a", "b:1:c1:d")])
         );
+    }
+
+    /// Lyft's `example11_metrics` and a nested `share_threshold`: shared
+    /// entries count in one bucket and are named by their pattern in the
+    /// metrics, also under `value_to_metric` / `detailed_metric`; the
+    /// others by the request's value where flagged.
+    #[test]
+    fn shared_entries_bucket_and_name_by_pattern() {
+        let s = set("
+domain: d
+descriptors:
+  - key: route
+    value: api/*
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - key: method
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: user
+    descriptors:
+      - key: file
+        value: f/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 60}
+");
+        let bucket = |entries: &[(&'static str, &'static str)]| {
+            let (rule, key) = s.find_bucket("d", entries.iter().copied()).expect("a rule");
+            (rule.metric_keys(entries.iter().copied()), key)
+        };
+        let (v1, v1_key) = bucket(&[("route", "api/v1"), ("method", "GET")]);
+        let (v2, v2_key) = bucket(&[("route", "api/v2"), ("method", "GET")]);
+        assert_eq!(v1_key, v2_key);
+        assert_eq!(
+            v1,
+            Some(("route_api/*".to_owned(), "method_GET".to_owned()))
+        );
+        assert_eq!(v1, v2);
+        // A value-less entry above a shared one keeps a bucket per value;
+        // no flag: the rule's own labels.
+        let (a, a_key) = bucket(&[("user", "a"), ("file", "f/1")]);
+        let (_, a2_key) = bucket(&[("user", "a"), ("file", "f/2")]);
+        let (_, b_key) = bucket(&[("user", "b"), ("file", "f/1")]);
+        assert_eq!(a_key, a2_key);
+        assert_ne!(a_key, b_key);
+        assert_eq!(a, None);
     }
 }

@@ -11,6 +11,10 @@
 //! - `shadow_mode`: the bucket is decided and counted as usual, but a
 //!   denial is answered OK (and counted in `rule_shadow_mode`).
 //! - Costs: a cost of 0 only looks.
+//! - `replaces` (envoyproxy/ratelimit's): a named rule matched in a request
+//!   where another matched rule lists it under `replaces` is not applied;
+//!   its descriptor is answered OK with no limit, nothing counted. A rule
+//!   that is itself replaced still replaces (as envoyproxy/ratelimit).
 //!
 //! # A bad descriptor never fails the call (decision)
 //!
@@ -149,6 +153,9 @@ enum Plan {
         rule: Arc<Rule>,
         key: String,
         cost: u64,
+        /// envoyproxy/ratelimit's `key1` / `key2` from the request's values
+        /// (`detailed_metric`, `value_to_metric`).
+        metric: Option<(String, String)>,
     },
     Refused {
         rule: Option<Arc<Rule>>,
@@ -157,6 +164,17 @@ enum Plan {
         /// Bad input (counted as such), not a rule that blocks.
         invalid: bool,
     },
+}
+
+impl Plan {
+    /// The rule matched, if any.
+    fn rule(&self) -> Option<&Arc<Rule>> {
+        match self {
+            Plan::NoRule => None,
+            Plan::Unlimited(rule) | Plan::Limited { rule, .. } => Some(rule),
+            Plan::Refused { rule, .. } => rule.as_ref(),
+        }
+    }
 }
 
 /// The answer to a request.
@@ -344,10 +362,13 @@ impl Service {
                 plan
             })
             .collect();
+        let plans = drop_replaced(plans);
         let hits: Vec<Hit<'_>> = plans
             .iter()
             .filter_map(|plan| match plan {
-                Plan::Limited { rule, key, cost } => Some(Hit {
+                Plan::Limited {
+                    rule, key, cost, ..
+                } => Some(Hit {
                     rule,
                     key,
                     cost: *cost,
@@ -388,16 +409,28 @@ impl Service {
                     quota,
                     reason,
                 },
-                Plan::Limited { rule, cost, .. } => {
+                Plan::Limited {
+                    rule, cost, metric, ..
+                } => {
                     let Some(decision) = decisions.next() else {
                         return Err(CheckError::Backend(BackendError::new("too few decisions")));
                     };
-                    match counters.get(&rule.id) {
-                        Some(counters) => counters.decided(cost, &decision, rule.shadow_mode),
-                        None => self
-                            .metrics
-                            .rule(&rule)
-                            .decided(cost, &decision, rule.shadow_mode),
+                    let fresh;
+                    let rule_counters = match counters.get(&rule.id) {
+                        Some(counters) => counters,
+                        None => {
+                            fresh = self.metrics.rule(&rule);
+                            &fresh
+                        }
+                    };
+                    match metric {
+                        None => rule_counters.decided(cost, &decision, rule.shadow_mode),
+                        Some((key1, key2)) => rule_counters.decided_detailed(
+                            cost,
+                            &decision,
+                            rule.shadow_mode,
+                            &self.metrics.detailed(&rule, key1, key2),
+                        ),
                     }
                     let quota = rule.limits.as_ref().and_then(|limits| {
                         binding_quota(limits.algorithm.kind(), &limits.quotas, &decision)
@@ -441,17 +474,17 @@ impl Service {
             .map(|(k, v)| (k.as_str(), v.as_str()));
         let cost = descriptor.cost.unwrap_or(request_cost);
         let dynamic;
-        let rule = match descriptor.limit {
+        let (rule, key) = match descriptor.limit {
             Some(limit) => match dynamic_rule(domain, descriptor, limit) {
                 Ok(rule) => {
                     dynamic = rule;
-                    &dynamic
+                    (&dynamic, bucket_key(entries))
                 }
                 Err((quota, reason)) => return refused(None, quota, reason),
             },
-            None => match rules.find(domain, entries.clone()) {
+            None => match rules.find_bucket(domain, entries) {
                 None => return Plan::NoRule,
-                Some(rule) => rule,
+                Some(found) => found,
             },
         };
         if let Some(quota) = rule.blocked {
@@ -474,8 +507,14 @@ impl Service {
             return refused(Some(rule), limits.quotas.first().copied(), reason);
         }
         Plan::Limited {
+            metric: rule.metric_keys(
+                descriptor
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            ),
             rule: Arc::clone(rule),
-            key: bucket_key(entries),
+            key,
             cost,
         }
     }
@@ -579,7 +618,35 @@ fn dynamic_rule(
         limits: Some(limits),
         blocked: None,
         dynamic: true,
+        replaces: Vec::new(),
+        metric_values: Vec::new(),
     }))
+}
+
+/// envoyproxy/ratelimit's `replaces`: every rule named by the `replaces` of
+/// a rule matched in this request (limited, unlimited or blocked) is not
+/// applied: its descriptor is answered as matching no rule (OK, nothing
+/// counted).
+fn drop_replaced(plans: Vec<Plan>) -> Vec<Plan> {
+    let replaced: Vec<&str> = plans
+        .iter()
+        .filter_map(Plan::rule)
+        .flat_map(|rule| rule.replaces.iter().map(String::as_str))
+        .collect();
+    if replaced.is_empty() {
+        return plans;
+    }
+    let is_replaced = |plan: &Plan| {
+        plan.rule()
+            .and_then(|rule| rule.name.as_deref())
+            .is_some_and(|name| replaced.contains(&name))
+    };
+    let keep: Vec<bool> = plans.iter().map(|plan| !is_replaced(plan)).collect();
+    plans
+        .into_iter()
+        .zip(keep)
+        .map(|(plan, keep)| if keep { plan } else { Plan::NoRule })
+        .collect()
 }
 
 fn counters(metrics: &Metrics, rules: &RuleSet) -> HashMap<Arc<str>, RuleCounters> {

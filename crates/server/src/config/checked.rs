@@ -30,6 +30,20 @@ pub struct DescriptorConfig {
     pub limit: Option<LimitConfig>,
     /// Decide and count, but always answer OK.
     pub shadow_mode: bool,
+    /// The names of the limits this node's limit replaces
+    /// (envoyproxy/ratelimit's `replaces`): when both match descriptors of
+    /// one request, the replaced limit is not applied.
+    pub replaces: Vec<String>,
+    /// envoyproxy/ratelimit's `share_threshold` (only on a value holding a
+    /// `*`): every value matching the pattern counts in one bucket, named
+    /// by the pattern, instead of one bucket per value.
+    pub share_threshold: bool,
+    /// envoyproxy/ratelimit's `detailed_metric`: this node's limit counts
+    /// its envoyproxy/ratelimit metrics under the request's values.
+    pub detailed_metric: bool,
+    /// envoyproxy/ratelimit's `value_to_metric`: this entry's request value
+    /// names the envoyproxy/ratelimit metrics of the limits at and under it.
+    pub value_to_metric: bool,
     /// Deeper nodes.
     pub descriptors: Vec<DescriptorConfig>,
 }

@@ -40,12 +40,15 @@
 //! # Decisions
 //!
 //! - Every envoyproxy/ratelimit key is read with its meaning (`unit` is
-//!   case-insensitive, `unlimited` forbids a unit). `replaces`,
-//!   `detailed_metric: true`, `value_to_metric: true` and
-//!   `share_threshold: true` are not supported and are refused, at their
-//!   line and with why, rather than silently ignored: a file that relies on
-//!   them would not do what it says (`false` is accepted: it is the
-//!   default meaning).
+//!   case-insensitive, `unlimited` forbids a unit). `replaces` (a named
+//!   limit matched in the same request as a limit replacing it is not
+//!   applied; an empty name or the limit's own name is refused) and
+//!   `share_threshold` (only on a value holding a `*`: every matching value
+//!   counts in one bucket) have envoyproxy/ratelimit's meaning (see
+//!   [`crate::rules`] and [`crate::service`]). `detailed_metric: true` and
+//!   `value_to_metric: true` put the request's values in
+//!   envoyproxy/ratelimit's metric labels, bounded per rule (see
+//!   [`crate::metrics`]).
 //! - Extensions, all inside `rate_limit`: `algorithm` (`gcra`, the
 //!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
 //!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
@@ -522,9 +525,10 @@ struct RawDescriptor {
 struct LimitYaml {
     #[serde(default)]
     unlimited: bool,
-    /// envoyproxy/ratelimit's `replaces`: refused (see [`limit_of`]).
+    /// envoyproxy/ratelimit's `replaces`: the names of the limits this
+    /// one switches off when both match in one request.
     #[serde(default)]
-    replaces: Option<serde_yaml_ng::Value>,
+    replaces: Vec<ReplacesYaml>,
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
@@ -541,14 +545,36 @@ struct LimitYaml {
     slots: Option<u32>,
 }
 
+/// One entry of `replaces:`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplacesYaml {
+    name: String,
+}
+
 impl LimitYaml {
-    fn split(self) -> Result<(bool, Option<String>, QuotaYaml), String> {
-        if self.replaces.is_some() {
-            return Err(
-                "rate_limit.replaces: not supported: every matching descriptor's limit applies here (all of them must admit); remove it"
-                    .into(),
-            );
+    /// The `replaces` names, checked as envoyproxy/ratelimit does (no
+    /// empty name, not the limit's own name).
+    fn replaces(&self) -> Result<Vec<String>, String> {
+        let mut names = Vec::with_capacity(self.replaces.len());
+        for (i, entry) in self.replaces.iter().enumerate() {
+            if entry.name.is_empty() {
+                return Err(format!(
+                    "rate_limit.replaces[{i}].name: should not be empty"
+                ));
+            }
+            if self.name.as_deref() == Some(entry.name.as_str()) {
+                return Err(format!(
+                    "rate_limit.replaces[{i}].name: '{}' is this limit's own name",
+                    entry.name
+                ));
+            }
+            names.push(entry.name.clone());
         }
+        Ok(names)
+    }
+
+    fn split(self) -> Result<(bool, Option<String>, QuotaYaml), String> {
         let quota = QuotaYaml {
             unit: self.unit,
             requests_per_unit: self.requests_per_unit,
@@ -715,31 +741,23 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
         // envoyproxy/ratelimit keys whose meaning this server does not
         // give: refused, never accepted and ignored (`false` is the
         // default meaning, and is accepted).
-        if raw.detailed_metric {
-            return Err(
-                "detailed_metric: not supported: tollgate's metrics are per rule (label rule), never per request value; remove it"
-                    .into(),
-            );
-        }
-        if raw.value_to_metric {
-            return Err(
-                "value_to_metric: not supported: tollgate's metrics are per rule (label rule), never per request value; remove it"
-                    .into(),
-            );
-        }
-        if raw.share_threshold {
-            return Err(
-                "share_threshold: not supported yet: every value matching a wildcard has its own bucket here; remove it or list the values"
-                    .into(),
-            );
-        }
         let value = raw.value.filter(|v| !v.is_empty());
+        if raw.share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
+            return Err(
+                "share_threshold: only a value holding a wildcard '*' can share its threshold"
+                    .into(),
+            );
+        }
+        let mut replaces = Vec::new();
         let limit = match (raw.rate_limit, raw.rate_limits) {
             (Some(_), Some(_)) => {
                 return Err("give either rate_limit or rate_limits, not both".into());
             }
             (None, None) => None,
-            (Some(limit), None) => limit_of(limit.split()?)?,
+            (Some(limit), None) => {
+                replaces = limit.replaces()?;
+                limit_of(limit.split()?)?
+            }
             (None, Some(list)) => {
                 if list.is_empty() {
                     return Err("rate_limits: needs at least one limit".into());
@@ -773,6 +791,10 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
             value,
             limit,
             shadow_mode: raw.shadow_mode,
+            replaces,
+            share_threshold: raw.share_threshold,
+            detailed_metric: raw.detailed_metric,
+            value_to_metric: raw.value_to_metric,
             descriptors,
         }))
     }

@@ -174,33 +174,27 @@ async fn readme_examples_answer_as_documented() {
     }
 }
 
-/// The README keys this server gives no meaning are refused at their line,
-/// with why; never accepted and ignored.
+/// Meanings this server does not give (a `share_threshold` on a value
+/// without a wildcard, a `replaces` naming nothing or itself) are refused
+/// at their line, with why, as envoyproxy/ratelimit refuses them.
 #[test]
-fn unsupported_keys_are_refused_at_their_line() {
+fn meaningless_keys_are_refused_at_their_line() {
     for (file, line, needle) in [
         (
-            // Lyft's Example 7.
-            "domain: example7\ndescriptors:\n  - key: key_1\n    value: value_1\n    descriptors:\n      - key: user\n        value: bkthomps\n        rate_limit:\n          replaces:\n            - name: specific_limit\n          requests_per_unit: 10\n          unit: second\n",
-            // The descriptor's line, with the field's path in the message.
-            6,
-            "rate_limit.replaces: not supported",
+            // envoyproxy/ratelimit refuses it too: nothing to share.
+            "domain: d\ndescriptors:\n  - key: files\n    value: files/a\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
+            3,
+            "share_threshold: only a value holding a wildcard",
         ),
         (
-            // Lyft's Example 8.
-            "domain: example8\ndescriptors:\n  - key: key1\n    detailed_metric: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: mine\n      replaces: [{name: mine}]\n      unit: minute\n      requests_per_unit: 10\n",
             3,
-            "detailed_metric: not supported",
+            "rate_limit.replaces[0].name: 'mine' is this limit's own name",
         ),
         (
-            "domain: example10\ndescriptors:\n  - key: route\n    value_to_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      replaces: [{name: ''}]\n      unit: minute\n      requests_per_unit: 10\n",
             3,
-            "value_to_metric: not supported",
-        ),
-        (
-            "domain: example11\ndescriptors:\n  - key: files\n    value: files/*\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
-            3,
-            "share_threshold: not supported",
+            "rate_limit.replaces[0].name: should not be empty",
         ),
     ] {
         let error = tollgate_server::Config::from_yaml(std::path::Path::new("lyft.yaml"), file)
@@ -216,4 +210,530 @@ fn unsupported_keys_are_refused_at_their_line() {
         )
         .is_ok()
     );
+}
+
+/// Lyft's Example 7, as its README gives it.
+const EXAMPLE_7: &str = "
+domain: example7
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          name: specific_limit
+          requests_per_unit: 5
+          unit: second
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          replaces:
+            - name: specific_limit
+          requests_per_unit: 10
+          unit: second
+";
+
+/// `replaces` (Lyft's Example 7): with both descriptors in one request, the
+/// replaced 5/s limit is not applied (OK, no limit, nothing counted) and
+/// the 10/s one is; on its own, the named limit still applies, at 5/s, its
+/// bucket untouched by the calls that replaced it.
+#[tokio::test]
+async fn example_7_replaces_a_named_limit_in_the_same_request() {
+    let server = start(EXAMPLE_7).await;
+    let mut client = server.grpc_client().await;
+    let specific: &[(&str, &str)] = &[("key_1", "value_1"), ("user", "bkthomps")];
+    let replacing: &[(&str, &str)] = &[("key_2", "value_2"), ("user", "bkthomps")];
+    for i in 0..11 {
+        let response = within(client.should_rate_limit(request(
+            "example7",
+            vec![descriptor(specific), descriptor(replacing)],
+        )))
+        .await
+        .expect("call")
+        .into_inner();
+        let codes: Vec<Code> = response.statuses.iter().map(|s| s.code()).collect();
+        let expected = if i < 10 {
+            [Code::Ok, Code::Ok]
+        } else {
+            [Code::Ok, Code::OverLimit]
+        };
+        assert_eq!(codes, expected, "call {i}");
+        // The replaced descriptor is answered with no limit.
+        assert!(response.statuses[0].current_limit.is_none(), "call {i}");
+        assert_eq!(
+            response.statuses[1]
+                .current_limit
+                .as_ref()
+                .map(|l| l.requests_per_unit),
+            Some(10)
+        );
+    }
+    // Alone, the named limit applies, its bucket still full.
+    for i in 0..6 {
+        let response =
+            within(client.should_rate_limit(request("example7", vec![descriptor(specific)])))
+                .await
+                .expect("call")
+                .into_inner();
+        let expected = if i < 5 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(response.statuses[0].code(), expected, "alone, call {i}");
+    }
+    server.stop().await;
+}
+
+/// Lyft's Example 11.
+const EXAMPLE_11: &str = "
+domain: example11
+descriptors:
+  # With share_threshold: true, all files/* matches share the same threshold
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+
+  # Without share_threshold, each files_no_share/* match has its own isolated threshold
+  - key: files_no_share
+    value: files_no_share/*
+    share_threshold: false
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+";
+
+/// `share_threshold` (Lyft's Example 11): 5 calls for `files/a.pdf` and 5
+/// for `files/b.csv` exhaust the shared 10/hour, so `files/c.txt` is over
+/// the limit; `files_no_share/*` values keep a bucket each.
+#[tokio::test]
+async fn example_11_share_threshold_shares_one_bucket() {
+    let server = start(EXAMPLE_11).await;
+    let mut client = server.grpc_client().await;
+    for value in ["files/a.pdf", "files/b.csv"] {
+        for i in 0..5 {
+            assert_eq!(
+                one(&mut client, "files", value).await,
+                Code::Ok,
+                "{value} call {i}"
+            );
+        }
+    }
+    assert_eq!(
+        one(&mut client, "files", "files/c.txt").await,
+        Code::OverLimit
+    );
+    assert_eq!(
+        one(&mut client, "files", "files/a.pdf").await,
+        Code::OverLimit
+    );
+    for i in 0..10 {
+        assert_eq!(
+            one(&mut client, "files_no_share", "files_no_share/a.pdf").await,
+            Code::Ok,
+            "call {i}"
+        );
+    }
+    assert_eq!(
+        one(&mut client, "files_no_share", "files_no_share/a.pdf").await,
+        Code::OverLimit
+    );
+    assert_eq!(
+        one(&mut client, "files_no_share", "files_no_share/b.csv").await,
+        Code::Ok
+    );
+    server.stop().await;
+}
+
+/// One call of one `(key, value)` descriptor in `example11`: its code.
+async fn one(
+    client: &mut tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    key: &str,
+    value: &str,
+) -> Code {
+    within(client.should_rate_limit(request("example11", vec![descriptor(&[(key, value)])])))
+        .await
+        .expect("call")
+        .into_inner()
+        .statuses[0]
+        .code()
+}
+
+/// Lyft's Example 8.
+const EXAMPLE_8: &str = "
+domain: example8
+descriptors:
+  - key: key1
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+";
+
+fn lyft_hits(text: &str, domain: &str, key1: &str, key2: &str) -> f64 {
+    metric(
+        text,
+        &format!(
+            "ratelimit_service_rate_limit_total_hits_total{{domain=\"{domain}\",key1=\"{key1}\",key2=\"{key2}\"}}"
+        ),
+    )
+}
+
+/// `detailed_metric` (Lyft's Example 8): the value-less rule counts
+/// envoyproxy/ratelimit's metrics under `key1_<value>` ("key1_unspecified_value"
+/// rather than "key1"); the rule with a value keeps `key1_value1`;
+/// tollgate's own metrics stay per rule. Limits work as usual.
+#[tokio::test]
+async fn example_8_detailed_metric_names_the_value() {
+    let server = start(EXAMPLE_8).await;
+    let mut client = server.grpc_client().await;
+    for value in [
+        "unspecified_value",
+        "unspecified_value2",
+        "unspecified_value",
+        "value1",
+    ] {
+        let response = within(
+            client.should_rate_limit(request("example8", vec![descriptor(&[("key1", value)])])),
+        )
+        .await
+        .expect("call")
+        .into_inner();
+        assert_eq!(response.statuses[0].code(), Code::Ok, "{value}");
+    }
+    let text = server.metrics().await;
+    assert_eq!(
+        lyft_hits(&text, "example8", "key1_unspecified_value", ""),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        lyft_hits(&text, "example8", "key1_unspecified_value2", ""),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        lyft_hits(&text, "example8", "key1_value1", ""),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(lyft_hits(&text, "example8", "key1", ""), 0.0, "{text}");
+    assert_eq!(
+        metric(
+            &text,
+            "tollgate_rule_total_hits_total{rule=\"example8.key1\"}"
+        ),
+        3.0
+    );
+    server.stop().await;
+}
+
+/// `value_to_metric` (Lyft's Example 10): the flagged entries' values name
+/// the metric (`route_api`, `http_method_GET`); and the cardinality guard:
+/// past `DETAILED_VALUES_PER_RULE` label sets per rule, later values are
+/// counted under `key1="_other", key2="_other"`, so that a client sending
+/// ever new values cannot grow memory without bound.
+#[tokio::test]
+async fn example_10_value_to_metric_with_a_bounded_cardinality() {
+    let server = start(
+        "
+domain: example10
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit:
+              unit: minute
+              requests_per_unit: 60
+",
+    )
+    .await;
+    let mut client = server.grpc_client().await;
+    let cap = tollgate_server::metrics::DETAILED_VALUES_PER_RULE;
+    let routes: Vec<String> = (0..cap + 2).map(|i| format!("r{i}")).collect();
+    for route in std::iter::once("api").chain(routes.iter().map(String::as_str)) {
+        let response = within(client.should_rate_limit(request(
+            "example10",
+            vec![descriptor(&[
+                ("route", route),
+                ("http_method", "GET"),
+                ("subject_id", "123"),
+            ])],
+        )))
+        .await
+        .expect("call")
+        .into_inner();
+        assert_eq!(response.statuses[0].code(), Code::Ok, "{route}");
+    }
+    let text = server.metrics().await;
+    assert_eq!(
+        lyft_hits(&text, "example10", "route_api", "http_method_GET"),
+        1.0,
+        "{text}"
+    );
+    // "api" and the first cap - 1 routes have their own label set; the
+    // last three are folded.
+    assert_eq!(
+        lyft_hits(
+            &text,
+            "example10",
+            &format!("route_r{}", cap - 2),
+            "http_method_GET"
+        ),
+        1.0
+    );
+    assert_eq!(
+        lyft_hits(&text, "example10", "_other", "_other"),
+        3.0,
+        "{text}"
+    );
+    assert!(!text.contains(&format!("route_r{}", cap - 1)));
+    server.stop().await;
+}
+
+/// envoyproxy/ratelimit's `examples/ratelimit/config/example.yaml`, domain
+/// `rl`, as its integration scripts use it (its two `quota_mode` service
+/// entries left out: `quota_mode` and `metadata` are not README keys).
+const EXAMPLE_YAML: &str = "
+domain: rl
+descriptors:
+  - key: category
+    value: account
+    rate_limit:
+      replaces:
+        - name: bkthomps
+        - name: fake_name
+      unit: minute
+      requests_per_unit: 4
+  - key: source_cluster
+    value: proxy
+    descriptors:
+      - key: destination_cluster
+        value: bkthomps
+        rate_limit:
+          replaces:
+            - name: bkthomps
+          unit: minute
+          requests_per_unit: 2
+      - key: destination_cluster
+        value: mock
+        rate_limit:
+          unit: minute
+          requests_per_unit: 1
+      - key: destination_cluster
+        value: override
+        rate_limit:
+          replaces:
+            - name: banned_limit
+          unit: minute
+          requests_per_unit: 2
+      - key: destination_cluster
+        value: fake
+        rate_limit:
+          name: fake_name
+          unit: minute
+          requests_per_unit: 2
+  - key: foo
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+    descriptors:
+      - key: bar
+        rate_limit:
+          unit: minute
+          requests_per_unit: 3
+      - key: bar
+        value: bkthomps
+        rate_limit:
+          name: bkthomps
+          unit: minute
+          requests_per_unit: 1
+      - key: bar
+        value: banned
+        rate_limit:
+          name: banned_limit
+          unit: minute
+          requests_per_unit: 0
+      - key: baz
+        rate_limit:
+          unit: second
+          requests_per_unit: 1
+      - key: baz
+        value: not-so-shady
+        rate_limit:
+          unit: minute
+          requests_per_unit: 3
+      - key: baz
+        value: shady
+        rate_limit:
+          unit: minute
+          requests_per_unit: 3
+        shadow_mode: true
+      - key: bay
+        rate_limit:
+          unlimited: true
+  - key: unspec
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: qux
+    rate_limit:
+      unlimited: true
+";
+
+/// The descriptors Envoy sends for `examples/envoy/proxy.yaml`'s routes
+/// (a descriptor whose headers are not all present is not sent).
+fn route(headers: &[(&'static str, &'static str)]) -> Vec<Vec<(&'static str, &'static str)>> {
+    let get = |name: &str| headers.iter().find(|(k, _)| *k == name).copied();
+    let actions: &[&[&str]] = &[
+        &["foo", "bar"],
+        &["foo", "baz"],
+        &["source_cluster", "destination_cluster"],
+        &["category"],
+        &["unspec"],
+    ];
+    actions
+        .iter()
+        .filter_map(|keys| keys.iter().map(|k| get(k)).collect::<Option<Vec<_>>>())
+        .collect()
+}
+
+/// envoyproxy/ratelimit's `integration-test/scripts/replaces.sh`,
+/// `trigger-ratelimit.sh` and `value-included-in-stats-key-when-unspecified.sh`
+/// against its `example.yaml`, call for call: `(headers, limited)`, where
+/// limited means the overall answer is OVER_LIMIT (Envoy's 429).
+#[tokio::test]
+async fn lyft_integration_scripts_answer_as_they_expect() {
+    const BANNED: &[(&str, &str)] = &[("foo", "bkthomps"), ("bar", "banned")];
+    const MOCK: &[(&str, &str)] = &[
+        ("foo", "bkthomps"),
+        ("bar", "banned"),
+        ("source_cluster", "proxy"),
+        ("destination_cluster", "mock"),
+    ];
+    const OVERRIDE: &[(&str, &str)] = &[
+        ("foo", "bkthomps"),
+        ("bar", "banned"),
+        ("source_cluster", "proxy"),
+        ("destination_cluster", "override"),
+    ];
+    const BKTHOMPS: &[(&str, &str)] = &[
+        ("foo", "my_foo"),
+        ("bar", "bkthomps"),
+        ("source_cluster", "proxy"),
+        ("destination_cluster", "bkthomps"),
+    ];
+    const NOT_BKTHOMPS: &[(&str, &str)] = &[
+        ("foo", "my_foo"),
+        ("bar", "bkthomps"),
+        ("source_cluster", "proxy"),
+        ("destination_cluster", "not_bkthomps"),
+    ];
+    const FIVE: &[(&str, &str)] = &[
+        ("foo", "my_foo"),
+        ("bar", "bkthomps"),
+        ("source_cluster", "proxy"),
+        ("destination_cluster", "fake"),
+        ("category", "account"),
+    ];
+    const FOO_2: &[(&str, &str)] = &[("foo", "foo_2"), ("bar", "bkthomps")];
+    const FOO_3: &[(&str, &str)] = &[
+        ("foo", "foo_3"),
+        ("bar", "bar_3"),
+        ("source_cluster", "proxy"),
+        ("destination_cluster", "fake"),
+    ];
+    const PELLE: &[(&str, &str)] = &[("foo", "pelle"), ("baz", "not-so-shady")];
+    const UNSPEC: &[(&str, &str)] = &[("unspec", "unspecified_value")];
+    let script: &[(&[(&str, &str)], bool)] = &[
+        // replaces.sh: replaces increases the limit.
+        (BANNED, true),
+        (MOCK, true),
+        (OVERRIDE, false),
+        (OVERRIDE, false),
+        (OVERRIDE, true),
+        // replaces does not affect the original limit.
+        (BKTHOMPS, false),
+        (BKTHOMPS, false),
+        (BKTHOMPS, true),
+        (NOT_BKTHOMPS, false),
+        (NOT_BKTHOMPS, true),
+        (BKTHOMPS, true),
+        // replaces can replace several limits.
+        (FIVE, false),
+        (FIVE, false),
+        (FIVE, false),
+        (FIVE, false),
+        (FIVE, true),
+        (FOO_2, false),
+        (FOO_2, true),
+        (FOO_3, false),
+        (FOO_3, false),
+        (FOO_3, true),
+        (FIVE, true),
+        // trigger-ratelimit.sh.
+        (PELLE, false),
+        (PELLE, false),
+        (PELLE, false),
+        (PELLE, true),
+        // value-included-in-stats-key-when-unspecified.sh.
+        (UNSPEC, false),
+        (UNSPEC, false),
+        (UNSPEC, true),
+    ];
+    let server = start(EXAMPLE_YAML).await;
+    let mut client = server.grpc_client().await;
+    for (i, (headers, limited)) in script.iter().enumerate() {
+        let descriptors = route(headers)
+            .iter()
+            .map(|entries| descriptor(entries))
+            .collect();
+        let response = within(client.should_rate_limit(request("rl", descriptors)))
+            .await
+            .expect("call")
+            .into_inner();
+        assert_eq!(
+            response.overall_code() == Code::OverLimit,
+            *limited,
+            "call {i}: {headers:?}: {response:?}"
+        );
+    }
+    // The detailed metric the last script reads.
+    let text = server.metrics().await;
+    assert_eq!(
+        metric(
+            &text,
+            "ratelimit_service_rate_limit_over_limit_total{domain=\"rl\",key1=\"unspec_unspecified_value\",key2=\"\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+    server.stop().await;
+}
+
+/// envoyproxy/ratelimit's newer `quota_mode` (not a README key) is refused
+/// at its line, never accepted and ignored.
+#[test]
+fn quota_mode_is_refused_at_its_line() {
+    let error = tollgate_server::Config::from_yaml(
+        std::path::Path::new("lyft.yaml"),
+        "domain: d\ndescriptors:\n  - key: service\n    value: service_1\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+    )
+    .expect_err("quota_mode");
+    // The key's own line.
+    assert_eq!(error.line(), Some(5), "{error}");
+    assert!(error.message().contains("quota_mode"), "{error}");
 }
