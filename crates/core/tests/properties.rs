@@ -520,7 +520,19 @@ fn against_model<S: Subject>(
         }
         // Exact reset: full at now + reset_after, not one nanosecond earlier.
         // (A peek's `reset_after` is that of the admission it did not make.)
-        let reset_at = now.checked_add(got.reset_after_ns);
+        // "Never" (`u64::MAX`) must be true: not full even at the clock's end.
+        if got.reset_after_ns == u64::MAX && (!step.peek || !got.allowed) {
+            clock.set(Nanos::MAX);
+            let last = limiter.peek_n(0).unwrap();
+            clock.set(Nanos::new(now));
+            prop_assert!(
+                last.remaining() < capacity,
+                "step {i} at {now} ns: reset_after never but full at the clock's end: {last}"
+            );
+        }
+        let reset_at = now
+            .checked_add(got.reset_after_ns)
+            .filter(|_| got.reset_after_ns != u64::MAX);
         if let Some(at) = reset_at.filter(|_| !step.peek || !got.allowed) {
             if got.reset_after_ns > 0 {
                 clock.set(Nanos::new(at - 1));
