@@ -6,9 +6,11 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::control::DirectControls;
 use crate::decision::{CostError, Decision};
+use crate::observe::{Event, Observer, Outcome};
 use crate::quota::Quota;
-use crate::sync::Arc;
+use crate::sync::{Arc, AtomicBool, Ordering};
 
 /// A rate limiter: one state shared by every clone.
 ///
@@ -35,6 +37,16 @@ use crate::sync::Arc;
 /// `Limiter::with_clock(algorithm, MonotonicClock::new())`.
 /// Aliases name the common types: [`DefaultLimiter`].
 ///
+/// # Operating it
+///
+/// [`Limiter::builder`] gives a limiter a name and an
+/// [`Observer`](crate::observe::Observer) (called once per `check`), and
+/// sets it in dry-run; the controls ([`reset`](Limiter::reset),
+/// [`refund`](Limiter::refund), [`penalize`](Limiter::penalize),
+/// [`deny`](Limiter::deny) / [`allow`](Limiter::allow)) are described in
+/// [`control`](crate::control). Unused, each costs one predictable branch
+/// per check.
+///
 /// # Examples
 ///
 /// ```
@@ -59,6 +71,10 @@ pub struct Limiter<A: Algorithm = Gcra, C: Clock = QuantaClock> {
 struct Shared<A: Algorithm, C> {
     algorithm: A,
     clock: C,
+    name: Box<str>,
+    observer: Option<Arc<dyn Observer>>,
+    dry_run: AtomicBool,
+    controls: DirectControls,
     /// Padded: the state is the one word every thread writes; it must not
     /// share a cache line with the read-only fields above.
     cell: CachePadded<A::Cell>,
@@ -68,6 +84,32 @@ struct Shared<A: Algorithm, C> {
 pub type DefaultLimiter = Limiter<Gcra, QuantaClock>;
 
 impl<A: Algorithm> Limiter<A, QuantaClock> {
+    /// Starts building a limiter running `algorithm`: its clock, its name,
+    /// its observer, dry-run.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Gcra, Limiter, ManualClock, Quota};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::builder(Gcra::new(Quota::per_second(1)?)?)
+    ///     .clock(ManualClock::new())
+    ///     .name("signup")
+    ///     .dry_run(true)
+    ///     .build();
+    /// assert_eq!(limiter.name(), "signup");
+    /// assert!(limiter.check().is_allowed());
+    /// // The real decision; a caller in dry-run lets the request through.
+    /// assert!(limiter.check().is_denied());
+    /// assert!(limiter.is_dry_run());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(algorithm: A) -> LimiterBuilder<A, QuantaClock> {
+        LimiterBuilder::new(algorithm, QuantaClock::new())
+    }
+
     /// A limiter running `algorithm` on the default clock, [`QuantaClock`]:
     /// the time-stamp counter where the CPU says it is invariant, the
     /// monotonic clock elsewhere (see [`QuantaClock`] for how that is
@@ -81,14 +123,7 @@ impl<A: Algorithm> Limiter<A, QuantaClock> {
 impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// A limiter running `algorithm` on `clock`.
     pub fn with_clock(algorithm: A, clock: C) -> Limiter<A, C> {
-        let cell = CachePadded::new(algorithm.new_cell());
-        Limiter {
-            shared: Arc::new(Shared {
-                algorithm,
-                clock,
-                cell,
-            }),
-        }
+        LimiterBuilder::new(algorithm, clock).build()
     }
 
     /// Takes one permit if it is available now.
@@ -191,11 +226,180 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     fn decide(&self, cost: u64, record: bool) -> Decision {
         let shared = &*self.shared;
         let now: Nanos = shared.clock.now();
+        if shared.controls.any() {
+            return self.decide_controlled(now, cost, record);
+        }
         if record {
-            shared.algorithm.check_cell(&shared.cell, now, cost)
+            let decision = shared.algorithm.check_cell(&shared.cell, now, cost);
+            if let Some(observer) = &shared.observer {
+                shared.report(
+                    &**observer,
+                    Outcome::of(&decision, shared.is_dry_run()),
+                    cost,
+                    &decision,
+                );
+            }
+            decision
         } else {
             shared.algorithm.peek_cell(&shared.cell, now, cost)
         }
+    }
+
+    /// The name given at build time (`""` when unnamed).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Whether this limiter is in dry-run (shadow): its decisions are the
+    /// real ones, counted as usual, but a caller acting on them lets refused
+    /// requests through, and observers see [`Outcome::Shadow`] for them.
+    pub fn is_dry_run(&self) -> bool {
+        self.shared.is_dry_run()
+    }
+
+    /// Turns dry-run on or off, for every clone, from the next decision on.
+    pub fn set_dry_run(&self, dry_run: bool) {
+        // Relaxed: a flag read on its own; a decision racing the change may
+        // see either value.
+        self.shared.dry_run.store(dry_run, Ordering::Relaxed);
+    }
+
+    /// The observer, if any.
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+        self.shared.observer.as_ref()
+    }
+
+    /// The shared parts the controls work on.
+    pub(crate) fn parts(&self) -> (&A, &C, &A::Cell, &DirectControls) {
+        let shared = &*self.shared;
+        (
+            &shared.algorithm,
+            &shared.clock,
+            &shared.cell,
+            &shared.controls,
+        )
+    }
+
+    /// A decision while a list or a penalty is set (see [`crate::control`]).
+    #[cold]
+    #[inline(never)]
+    fn decide_controlled(&self, now: Nanos, cost: u64, record: bool) -> Decision {
+        let shared = &*self.shared;
+        let (outcome, decision) =
+            shared
+                .controls
+                .decide(&shared.algorithm, &shared.cell, now, cost, record);
+        if record {
+            if let Some(observer) = &shared.observer {
+                let outcome = match outcome {
+                    outcome if shared.is_dry_run() && !outcome.is_let_through() => Outcome::Shadow,
+                    outcome => outcome,
+                };
+                shared.report(&**observer, outcome, cost, &decision);
+            }
+        }
+        decision
+    }
+}
+
+impl<A: Algorithm, C> Shared<A, C> {
+    #[inline]
+    fn is_dry_run(&self) -> bool {
+        // Relaxed: see `set_dry_run`.
+        self.dry_run.load(Ordering::Relaxed)
+    }
+
+    /// Calls the observer; out of line, so that a limiter without one pays
+    /// only the branch on the `Option`.
+    #[inline(never)]
+    fn report(&self, observer: &dyn Observer, outcome: Outcome, cost: u64, decision: &Decision) {
+        observer.on_decision(&Event {
+            limit: &self.name,
+            outcome,
+            cost,
+            decision,
+            key: None,
+        });
+    }
+}
+
+/// Builds a [`Limiter`]: see [`Limiter::builder`].
+#[must_use = "a builder does nothing until `build`"]
+pub struct LimiterBuilder<A: Algorithm, C: Clock> {
+    algorithm: A,
+    clock: C,
+    name: Box<str>,
+    observer: Option<Arc<dyn Observer>>,
+    dry_run: bool,
+}
+
+impl<A: Algorithm, C: Clock> LimiterBuilder<A, C> {
+    fn new(algorithm: A, clock: C) -> LimiterBuilder<A, C> {
+        LimiterBuilder {
+            algorithm,
+            clock,
+            name: Box::from(""),
+            observer: None,
+            dry_run: false,
+        }
+    }
+
+    /// Reads time from `clock`. By default, [`QuantaClock`].
+    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<A, C2> {
+        LimiterBuilder {
+            algorithm: self.algorithm,
+            clock,
+            name: self.name,
+            observer: self.observer,
+            dry_run: self.dry_run,
+        }
+    }
+
+    /// Names the limit, for observers (a bounded label: a rule's name, not a
+    /// client's). By default, `""`.
+    pub fn name(mut self, name: impl Into<Box<str>>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Calls `observer` once per decision (`check`, `check_n`; not `peek`,
+    /// nor charges and controls). By default, none.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// Starts in dry-run (see [`Limiter::is_dry_run`]). By default, `false`.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// The limiter.
+    pub fn build(self) -> Limiter<A, C> {
+        let cell = CachePadded::new(self.algorithm.new_cell());
+        Limiter {
+            shared: Arc::new(Shared {
+                algorithm: self.algorithm,
+                clock: self.clock,
+                name: self.name,
+                observer: self.observer,
+                dry_run: AtomicBool::new(self.dry_run),
+                controls: DirectControls::new(),
+                cell,
+            }),
+        }
+    }
+}
+
+impl<A: Algorithm + fmt::Debug, C: Clock> fmt::Debug for LimiterBuilder<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimiterBuilder")
+            .field("algorithm", &self.algorithm)
+            .field("name", &self.name)
+            .field("observer", &self.observer.is_some())
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
     }
 }
 
@@ -211,6 +415,8 @@ impl<A: Algorithm + fmt::Debug, C: Clock> fmt::Debug for Limiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("algorithm", &self.shared.algorithm)
+            .field("name", &self.shared.name)
+            .field("dry_run", &self.shared.is_dry_run())
             .finish_non_exhaustive()
     }
 }

@@ -15,6 +15,7 @@
 //! never changes the state.
 
 pub mod all_of;
+pub(crate) mod apply;
 pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_log;
@@ -92,6 +93,17 @@ pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static 
     /// `now` and at every later instant (bucket full, window over, log
     /// expired): dropping it then changes no future decision.
     fn is_idle(&self, cell: &Self::Cell, now: Nanos) -> bool;
+
+    /// Gives back `permits` taken from `cell`, as of `now`, never above
+    /// full: the most recent admissions are undone as far as they still
+    /// count (see each algorithm's `refund`). A refund on a full cell
+    /// changes nothing, and a refund never lets more be admitted in any
+    /// window than the quota allows counting the refunded permits as never
+    /// taken.
+    fn refund_cell(&self, cell: &Self::Cell, now: Nanos, permits: u64);
+
+    /// Drops the state in `cell`: it is fresh (full) again.
+    fn reset_cell(&self, cell: &Self::Cell);
 
     /// A cell for this algorithm holding the state of `cell`, which was
     /// written under `previous`, carried over by `carry` at `now`.
