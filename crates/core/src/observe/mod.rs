@@ -37,6 +37,11 @@ use std::sync::Arc;
 
 use crate::decision::Decision;
 
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(feature = "tracing")]
+pub mod tracing;
+
 /// Sees each decision a limiter acts on.
 ///
 /// # Examples
