@@ -64,6 +64,35 @@ use crate::limiter::Limiter;
 use crate::observe::{List, Outcome};
 use crate::sync::{AtomicU64, Ordering};
 
+/// The default cap on keys with a list or a penalty, per keyed limiter.
+pub const DEFAULT_MAX_CONTROLLED: usize = 1 << 16;
+
+/// A control that could not be applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// The lists and penalty boxes hold their maximum of keys (ended
+    /// penalties were dropped first): unlist some, or raise
+    /// [`max_controlled`](crate::KeyedBuilder::max_controlled).
+    Full {
+        /// The cap.
+        max: usize,
+    },
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlError::Full { max } => write!(
+                f,
+                "the deny/allow lists and penalty boxes already hold their maximum of {max} keys"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
 /// Not listed.
 const UNLISTED: u64 = 0;
 /// On the allow list.

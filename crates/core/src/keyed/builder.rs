@@ -23,6 +23,7 @@ pub struct KeyedBuilder<K, A: Algorithm> {
     pub(super) function: Option<OverrideFn<K, A>>,
     pub(super) max_keys: usize,
     pub(super) sweep_every: Option<Duration>,
+    pub(super) ops: super::operate::OpsBuilder<K>,
 }
 
 impl<K, A> KeyedBuilder<K, A>
@@ -114,6 +115,7 @@ where
             overflow: Mutex::new(overflow),
             sweeper: OnceLock::new(),
             counters: Counters::default(),
+            ops: self.ops.build(),
         });
         if let Some(interval) = self.sweep_every {
             let thread = spawn_sweeper(Arc::downgrade(&shared), interval);

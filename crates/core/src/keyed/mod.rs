@@ -81,7 +81,9 @@
 
 mod builder;
 mod check;
+mod controls;
 mod entry;
+mod operate;
 mod tier;
 
 use std::borrow::Borrow;
@@ -158,6 +160,8 @@ struct Shared<K, A: Algorithm> {
     overflow: Mutex<Entry<A>>,
     sweeper: OnceLock<Thread>,
     counters: Counters,
+    /// Name, observer, dry-run, lists and penalties (`operate.rs`).
+    ops: operate::Ops<K>,
 }
 #[derive(Default)]
 struct Counters {
@@ -201,6 +205,7 @@ where
             function: None,
             max_keys: DEFAULT_MAX_KEYS,
             sweep_every: Some(DEFAULT_SWEEP_EVERY),
+            ops: operate::OpsBuilder::default(),
         }
     }
 
@@ -212,6 +217,9 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // Every algorithm admits a cost of 1 on a fresh state.
+        if self.shared.ops.engaged() {
+            return self.operated(key, 1, Mode::Check);
+        }
         self.shared.decide(key, 1, Mode::Check)
     }
 
@@ -227,6 +235,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if self.shared.ops.engaged() {
+            return self.operated(key, cost, Mode::Check);
+        }
         self.shared.decide(key, cost, Mode::Check)
     }
 
@@ -238,6 +249,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if self.shared.ops.engaged() {
+            return self.operated(key, 1, Mode::Peek);
+        }
         self.shared.decide(key, 1, Mode::Peek)
     }
 
@@ -253,6 +267,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if self.shared.ops.engaged() {
+            return self.operated(key, cost, Mode::Peek);
+        }
         self.shared.decide(key, cost, Mode::Peek)
     }
 
@@ -272,6 +289,9 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // A charge is never refused.
+        if self.shared.ops.engaged() {
+            return self.operated(key, cost, Mode::Charge);
+        }
         self.shared.decide(key, cost, Mode::Charge)
     }
 
