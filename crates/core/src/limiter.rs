@@ -12,6 +12,10 @@ use crate::observe::{Event, Observer, Outcome};
 use crate::quota::Quota;
 use crate::sync::{Arc, AtomicBool, Ordering};
 
+/// How an observer is held: a `std` `Arc` even under loom (whose `Arc`
+/// cannot hold a trait object), since it is read-only shared data.
+type ObserverArc = std::sync::Arc<dyn Observer>;
+
 /// A rate limiter: one state shared by every clone.
 ///
 /// `Send + Sync`, and `Clone` is one reference-count increment: hand a clone
@@ -72,7 +76,7 @@ struct Shared<A: Algorithm, C> {
     algorithm: A,
     clock: C,
     name: Box<str>,
-    observer: Option<Arc<dyn Observer>>,
+    observer: Option<ObserverArc>,
     dry_run: AtomicBool,
     controls: DirectControls,
     /// Padded: the state is the one word every thread writes; it must not
@@ -265,7 +269,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     }
 
     /// The observer, if any.
-    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+    pub fn observer(&self) -> Option<&std::sync::Arc<dyn Observer>> {
         self.shared.observer.as_ref()
     }
 
@@ -329,7 +333,7 @@ pub struct LimiterBuilder<A: Algorithm, C: Clock> {
     algorithm: A,
     clock: C,
     name: Box<str>,
-    observer: Option<Arc<dyn Observer>>,
+    observer: Option<ObserverArc>,
     dry_run: bool,
 }
 
@@ -365,7 +369,7 @@ impl<A: Algorithm, C: Clock> LimiterBuilder<A, C> {
     /// Calls `observer` once per decision (`check`, `check_n`; not `peek`,
     /// nor charges and controls). By default, none.
     pub fn observer(mut self, observer: impl Observer) -> Self {
-        self.observer = Some(Arc::new(observer));
+        self.observer = Some(std::sync::Arc::new(observer));
         self
     }
 
