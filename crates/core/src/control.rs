@@ -108,6 +108,9 @@ pub(crate) struct DirectControls {
     /// The end of the penalty in clock nanoseconds (`u64::MAX`: never);
     /// 0: no penalty.
     penalty_until: AtomicU64,
+    /// 1 once the algorithm changed (`Limiter::set_algorithm`): decisions
+    /// then read the current one under a lock.
+    replaced: AtomicU64,
 }
 
 impl DirectControls {
@@ -121,7 +124,42 @@ impl DirectControls {
         // Relaxed: each word is a whole control and publishes no other
         // memory; a decision racing a control's change may see either value,
         // which places it before or after the change (see the module docs).
-        (self.listed.load(Ordering::Relaxed) | self.penalty_until.load(Ordering::Relaxed)) != 0
+        (self.listed.load(Ordering::Relaxed)
+            | self.penalty_until.load(Ordering::Relaxed)
+            | self.replaced.load(Ordering::Relaxed))
+            != 0
+    }
+
+    /// Whether the algorithm changed since the limiter was built.
+    #[inline]
+    pub(crate) fn is_replaced(&self) -> bool {
+        // Relaxed: set under the limiter's write lock, and read before
+        // taking its read lock (see `Limiter::set_algorithm`).
+        self.replaced.load(Ordering::Relaxed) != 0
+    }
+
+    /// Records that the algorithm changed; never undone.
+    pub(crate) fn mark_replaced(&self) {
+        // Relaxed: see `is_replaced`.
+        self.replaced.store(1, Ordering::Relaxed);
+    }
+
+    /// A charge under the lists and the penalty: recorded only when the
+    /// limit decides (see the module docs); then what a request of one
+    /// permit would be told.
+    pub(crate) fn charge<A: Algorithm>(
+        &self,
+        algorithm: &A,
+        cell: &A::Cell,
+        now: Nanos,
+        cost: u64,
+    ) -> Decision {
+        // Relaxed: see `any`.
+        let listed = self.listed.load(Ordering::Relaxed) != UNLISTED;
+        if !listed && self.penalty(algorithm, cell, now).is_none() {
+            algorithm.charge_cell(cell, now, cost);
+        }
+        self.decide(algorithm, cell, now, 1, false).1
     }
 
     /// Decides a request of `cost` at `now` under the lists and the penalty,
@@ -283,9 +321,9 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// is cancelled (the lists stay). Returns the state after (see the
     /// [module docs](crate::control)).
     pub fn reset(&self) -> Decision {
-        let (algorithm, clock, cell, controls) = self.parts();
-        controls.reset(algorithm, cell);
-        self.state_at(clock.now())
+        let (now, controls) = self.now_and_controls();
+        self.with_current(|algorithm, cell| controls.reset(algorithm, cell));
+        self.state_at(now)
     }
 
     /// Gives back `permits` permits, never above full. Returns the state
@@ -307,9 +345,8 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// # }
     /// ```
     pub fn refund(&self, permits: u64) -> Decision {
-        let (algorithm, clock, cell, _) = self.parts();
-        let now = clock.now();
-        algorithm.refund_cell(cell, now, permits);
+        let (now, _) = self.now_and_controls();
+        self.with_current(|algorithm, cell| algorithm.refund_cell(cell, now, permits));
         self.state_at(now)
     }
 
@@ -318,38 +355,37 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// a penalty ending before the current one changes nothing. A zero
     /// `duration` is a no-op. Returns the state after.
     pub fn penalize(&self, duration: Duration) -> Decision {
-        let (algorithm, clock, cell, controls) = self.parts();
-        let now = clock.now();
-        controls.penalize(algorithm, cell, now, duration);
+        let (now, controls) = self.now_and_controls();
+        self.with_current(|algorithm, cell| controls.penalize(algorithm, cell, now, duration));
         self.state_at(now)
     }
 
     /// Puts the limiter on the deny list: every request is refused,
     /// "never" to retry, counting nothing, until [`unlist`](Self::unlist).
     pub fn deny(&self) {
-        self.parts().3.set_list(Some(List::Deny));
+        self.now_and_controls().1.set_list(Some(List::Deny));
     }
 
     /// Puts the limiter on the allow list: every request is admitted,
     /// counting nothing, until [`unlist`](Self::unlist).
     pub fn allow(&self) {
-        self.parts().3.set_list(Some(List::Allow));
+        self.now_and_controls().1.set_list(Some(List::Allow));
     }
 
     /// Takes the limiter off either list; returns the list it was on.
     pub fn unlist(&self) -> Option<List> {
-        self.parts().3.set_list(None)
+        self.now_and_controls().1.set_list(None)
     }
 
     /// The list the limiter is on, if any.
     pub fn listed(&self) -> Option<List> {
-        self.parts().3.list()
+        self.now_and_controls().1.list()
     }
 
     /// What a request of cost 0 would be told at `now`, through the lists
     /// and the penalty.
     fn state_at(&self, now: Nanos) -> Decision {
-        let (algorithm, _, cell, controls) = self.parts();
-        controls.decide(algorithm, cell, now, 0, false).1
+        let (_, controls) = self.now_and_controls();
+        self.with_current(|algorithm, cell| controls.decide(algorithm, cell, now, 0, false).1)
     }
 }

@@ -4,13 +4,14 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
+use crate::algorithm::Carry;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::control::DirectControls;
 use crate::decision::{CostError, Decision};
 use crate::observe::{Event, Observer, Outcome};
 use crate::quota::Quota;
-use crate::sync::{Arc, AtomicBool, Ordering};
+use crate::sync::{Arc, AtomicBool, Ordering, RwLock, read, write};
 
 /// How an observer is held: a `std` `Arc` even under loom (whose `Arc`
 /// cannot hold a trait object), since it is read-only shared data.
@@ -79,8 +80,18 @@ struct Shared<A: Algorithm, C> {
     observer: Option<ObserverArc>,
     dry_run: AtomicBool,
     controls: DirectControls,
+    /// The algorithm and state since the first
+    /// [`set_algorithm`](Limiter::set_algorithm); `None` before (then
+    /// `algorithm` and `cell` are current).
+    replaced: RwLock<Option<Tier<A>>>,
     /// Padded: the state is the one word every thread writes; it must not
     /// share a cache line with the read-only fields above.
+    cell: CachePadded<A::Cell>,
+}
+
+/// An algorithm and its state, after a change.
+struct Tier<A: Algorithm> {
+    algorithm: A,
     cell: CachePadded<A::Cell>,
 }
 
@@ -197,18 +208,79 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     pub fn charge_n(&self, cost: u64) -> Decision {
         let shared = &*self.shared;
         let now: Nanos = shared.clock.now();
+        if shared.controls.any() {
+            return self.with_current(|algorithm, cell| {
+                shared.controls.charge(algorithm, cell, now, cost)
+            });
+        }
         shared.algorithm.charge_cell(&shared.cell, now, cost);
         shared.algorithm.peek_cell(&shared.cell, now, 1)
     }
 
-    /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> &A {
-        &self.shared.algorithm
+    /// The algorithm and its parameters now (a copy: it can change, see
+    /// [`set_algorithm`](Self::set_algorithm)).
+    pub fn algorithm(&self) -> A {
+        self.with_current(|algorithm, _| algorithm.clone())
     }
 
-    /// The quota.
-    pub fn quota(&self) -> &Quota {
-        self.shared.algorithm.quota()
+    /// The quota now.
+    pub fn quota(&self) -> Quota {
+        self.with_current(|algorithm, _| *algorithm.quota())
+    }
+
+    /// Runs `algorithm` from now on; the state is carried over by `carry`
+    /// with the rules of [`Carry`], as
+    /// [`KeyedLimiter::set_default`](crate::KeyedLimiter::set_default)
+    /// does for its keys. The change takes effect at one instant: a
+    /// decision is taken wholly under the old algorithm or wholly under the
+    /// new one. A request that had already read the old state and decides
+    /// on it as the change lands is refused (the old state is closed, see
+    /// [`Algorithm::take_cell`]): never counted where nobody looks.
+    ///
+    /// Cost: from the first change on, every decision takes the limiter's
+    /// controlled path, which reads the current algorithm under a shared
+    /// read lock (an uncontended lock is a few nanoseconds; under heavy
+    /// contention its counter bounces between cores). A limiter that never
+    /// changes pays nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Carry, FixedWindow, Limiter, ManualClock, Quota};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::with_clock(FixedWindow::new(Quota::per_minute(10)?)?, ManualClock::new());
+    /// assert_eq!(limiter.check_n(7)?.remaining(), 3);
+    /// // Raised to 20: the 7 taken stay taken.
+    /// limiter.set_algorithm(FixedWindow::new(Quota::per_minute(20)?)?, Carry::Keep);
+    /// assert_eq!(limiter.peek_n(0)?.remaining(), 13);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_algorithm(&self, algorithm: A, carry: Carry) {
+        let shared = &*self.shared;
+        let mut current = write(&shared.replaced);
+        let now = shared.clock.now();
+        let (previous, taken) = match current.take() {
+            // Nobody decides on it while the write lock is held.
+            Some(tier) => (tier.algorithm, CachePadded::into_inner(tier.cell)),
+            None => (
+                shared.algorithm.clone(),
+                shared.algorithm.take_cell(&shared.cell),
+            ),
+        };
+        let cell = if previous == algorithm {
+            taken
+        } else {
+            algorithm.carry_cell(&previous, &taken, now, carry)
+        };
+        *current = Some(Tier {
+            algorithm,
+            cell: CachePadded::new(cell),
+        });
+        // Under the write lock: a decision that sees the flag and then
+        // takes the read lock finds the new tier.
+        shared.controls.mark_replaced();
     }
 
     /// The clock.
@@ -217,7 +289,12 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     }
 
     fn within_capacity(&self, cost: u64) -> Result<(), CostError> {
-        let capacity = self.shared.algorithm.capacity();
+        let shared = &*self.shared;
+        let capacity = if shared.controls.is_replaced() {
+            self.with_current(|algorithm, _| algorithm.capacity())
+        } else {
+            shared.algorithm.capacity()
+        };
         if cost > capacity {
             return Err(CostError::new(cost, capacity));
         }
@@ -273,15 +350,21 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         self.shared.observer.as_ref()
     }
 
-    /// The shared parts the controls work on.
-    pub(crate) fn parts(&self) -> (&A, &C, &A::Cell, &DirectControls) {
+    /// The clock's reading and the controls.
+    pub(crate) fn now_and_controls(&self) -> (Nanos, &DirectControls) {
+        (self.shared.clock.now(), &self.shared.controls)
+    }
+
+    /// Runs `f` on the current algorithm and state.
+    pub(crate) fn with_current<R>(&self, f: impl FnOnce(&A, &A::Cell) -> R) -> R {
         let shared = &*self.shared;
-        (
-            &shared.algorithm,
-            &shared.clock,
-            &shared.cell,
-            &shared.controls,
-        )
+        if shared.controls.is_replaced() {
+            let current = read(&shared.replaced);
+            if let Some(tier) = current.as_ref() {
+                return f(&tier.algorithm, &tier.cell);
+            }
+        }
+        f(&shared.algorithm, &shared.cell)
     }
 
     /// A decision while a list or a penalty is set (see [`crate::control`]).
@@ -289,10 +372,9 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     #[inline(never)]
     fn decide_controlled(&self, now: Nanos, cost: u64, record: bool) -> Decision {
         let shared = &*self.shared;
-        let (outcome, decision) =
-            shared
-                .controls
-                .decide(&shared.algorithm, &shared.cell, now, cost, record);
+        let (outcome, decision) = self.with_current(|algorithm, cell| {
+            shared.controls.decide(algorithm, cell, now, cost, record)
+        });
         if record {
             if let Some(observer) = &shared.observer {
                 let outcome = match outcome {
@@ -390,6 +472,7 @@ impl<A: Algorithm, C: Clock> LimiterBuilder<A, C> {
                 observer: self.observer,
                 dry_run: AtomicBool::new(self.dry_run),
                 controls: DirectControls::new(),
+                replaced: RwLock::new(None),
                 cell,
             }),
         }
@@ -418,7 +501,7 @@ impl<A: Algorithm, C: Clock> Clone for Limiter<A, C> {
 impl<A: Algorithm + fmt::Debug, C: Clock> fmt::Debug for Limiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("algorithm", &self.shared.algorithm)
+            .field("algorithm", &self.algorithm())
             .field("name", &self.shared.name)
             .field("dry_run", &self.shared.is_dry_run())
             .finish_non_exhaustive()

@@ -230,8 +230,12 @@ fn lists_come_before_limits_and_penalties() {
         // Charges while listed count nothing.
         limiter.allow();
         limiter.charge_n(4);
+        limiter.penalize(Duration::from_secs(1));
+        limiter.charge_n(4);
         limiter.unlist();
-        assert_eq!(limiter.check_n(4).remaining(), 0, "{name}");
+        limiter.reset();
+        // Neither charge was recorded: the whole capacity is there.
+        assert!(limiter.check_n(4).is_allowed(), "{name}");
         assert!(limiter.peek().is_denied(), "{name}");
     });
 }
@@ -311,4 +315,77 @@ fn dry_run_decides_and_counts_as_usual() {
     }
     shadow.set_dry_run(false);
     assert!(!shadow.is_dry_run());
+}
+
+#[test]
+fn set_algorithm_carries_the_state_by_the_carry_rule() {
+    use tollgate::Carry;
+    let clock = ManualClock::new();
+    let q = |n| Quota::per_second(n).unwrap();
+    let window = Limiter::with_clock(FixedWindow::new(q(4)).unwrap(), clock.clone());
+    assert!(window.check_n(3).unwrap().is_allowed());
+    window.set_algorithm(FixedWindow::new(q(8)).unwrap(), Carry::Keep);
+    assert_eq!(window.quota().limit(), 8);
+    assert_eq!(window.peek_n(0).unwrap().remaining(), 5);
+    // A cost above the old capacity is fine now.
+    assert!(window.check_n(5).unwrap().is_allowed());
+    window.set_algorithm(FixedWindow::new(q(2)).unwrap(), Carry::Keep);
+    assert!(window.check().is_denied());
+    assert!(window.check_n(3).is_err());
+    window.set_algorithm(FixedWindow::new(q(4)).unwrap(), Carry::Reset);
+    assert_eq!(window.check_n(4).unwrap().remaining(), 0);
+
+    let gcra = Limiter::with_clock(Gcra::new(q(4)).unwrap(), clock.clone());
+    assert!(gcra.check_n(2).unwrap().is_allowed());
+    gcra.set_algorithm(Gcra::new(q(8)).unwrap(), Carry::Proportional);
+    // Half taken stays half taken.
+    assert_eq!(gcra.peek_n(0).unwrap().remaining(), 4);
+    // The controls keep working on the current state.
+    assert_eq!(gcra.refund(4).remaining(), 8);
+    gcra.penalize(Duration::from_secs(1));
+    assert!(gcra.check().is_denied());
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(gcra.check_n(8).unwrap().remaining(), 0);
+
+    let log = Limiter::with_clock(SlidingLog::new(q(4)).unwrap(), clock.clone());
+    assert!(log.check_n(4).unwrap().is_allowed());
+    log.set_algorithm(SlidingLog::new(q(6)).unwrap(), Carry::Keep);
+    assert_eq!(log.check_n(2).unwrap().remaining(), 0);
+    assert!(log.check().is_denied());
+}
+
+/// A request that read the old state as the algorithm changed decides on
+/// the state taken out of it: it must be refused, never counted there.
+#[test]
+fn a_taken_cell_is_closed_for_ever() {
+    use tollgate::{Algorithm, AllOf, Nanos};
+    fn closed<A: Algorithm>(name: &str, algorithm: A) {
+        let cell = algorithm.new_cell();
+        assert!(algorithm.check_cell(&cell, Nanos::new(5), 1).is_allowed());
+        let taken = algorithm.take_cell(&cell);
+        // The state moved out intact.
+        assert!(
+            algorithm.peek_cell(&taken, Nanos::new(5), 0).remaining() < algorithm.capacity(),
+            "{name}"
+        );
+        for now in [0, 5, 1 << 40, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
+            let denied = algorithm.check_cell(&cell, Nanos::new(now), 1);
+            assert!(denied.is_denied(), "{name} at {now}");
+            assert_eq!(denied.retry_after(), NEVER, "{name} at {now}");
+        }
+    }
+    closed("gcra", Gcra::new(quota()).unwrap());
+    closed("fixed", FixedWindow::new(quota()).unwrap());
+    closed("log", SlidingLog::new(quota()).unwrap());
+    for slots in [1, 3, 4] {
+        closed("wheel", SlidingWindow::new(quota(), slots).unwrap());
+    }
+    closed(
+        "all of",
+        AllOf::new(vec![
+            Gcra::new(quota()).unwrap(),
+            Gcra::new(Quota::per_minute(10).unwrap()).unwrap(),
+        ])
+        .unwrap(),
+    );
 }

@@ -112,5 +112,8 @@ fn a_penalty_racing_a_check_never_admits_after_it_took_effect() {
     });
     let allowed: HashSet<_> = [(true, true, 2), (false, true, 2), (true, true, 1)].into();
     assert!(seen.is_subset(&allowed), "{seen:?}");
-    assert!(seen.contains(&(true, true, 2)) && seen.contains(&(false, true, 2)), "{seen:?}");
+    assert!(
+        seen.contains(&(true, true, 2)) && seen.contains(&(false, true, 2)),
+        "{seen:?}"
+    );
 }

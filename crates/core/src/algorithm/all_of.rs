@@ -243,6 +243,19 @@ impl<A: Algorithm> Algorithm for AllOf<A> {
         }
     }
 
+    fn take_cell(&self, cell: &AllCell<A::Cell>) -> AllCell<A::Cell> {
+        let _admitting = lock(&cell.admit);
+        AllCell {
+            admit: Mutex::new(()),
+            cells: self
+                .limits
+                .iter()
+                .zip(cell.cells.iter())
+                .map(|(limit, cell)| limit.take_cell(cell))
+                .collect(),
+        }
+    }
+
     fn reset_cell(&self, cell: &AllCell<A::Cell>) {
         let _admitting = lock(&cell.admit);
         for (limit, cell) in self.limits.iter().zip(cell.cells.iter()) {

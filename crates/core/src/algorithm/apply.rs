@@ -30,6 +30,30 @@ pub(crate) fn word_store(cell: &AtomicU64, value: u64) {
     cell.store(value, Ordering::Relaxed);
 }
 
+/// Moves a word state out, leaving `closed` in its place.
+#[inline]
+pub(crate) fn word_take(cell: &AtomicU64, closed: u64) -> AtomicU64 {
+    // Relaxed: as above; the swap is one step in the word's modification
+    // order, so every transition lands either in the state taken or on
+    // `closed`.
+    AtomicU64::new(cell.swap(closed, Ordering::Relaxed))
+}
+
+/// Moves a locked state out under its lock, leaving `closed` (whose hint
+/// is published before the lock is released).
+pub(crate) fn locked_take<T: LockedTransition>(
+    transition: &T,
+    cell: &Locked<T::State>,
+    closed: T::State,
+) -> Locked<T::State> {
+    let mut state = cell.lock();
+    let taken = std::mem::replace(&mut *state, closed);
+    let hint = transition.hint(&state);
+    cell.publish(&state, hint);
+    let taken_hint = transition.hint(&taken);
+    Locked::with_hint(taken, taken_hint)
+}
+
 /// Changes a locked state with `change` under its lock and publishes its new
 /// hint before the lock is released, so that a lock-free denial never reads
 /// a hint older than the state (the hint may move earlier here, unlike after

@@ -236,6 +236,12 @@ impl Algorithm for FixedWindow {
         apply::word_store(cell, 0);
     }
 
+    /// Closed: the last window a clock can reach, its count field full
+    /// (at least the limit): no later window replaces it.
+    fn take_cell(&self, cell: &AtomicU64) -> AtomicU64 {
+        apply::word_take(cell, u64::MAX)
+    }
+
     fn carry_cell(
         &self,
         previous: &FixedWindow,

@@ -352,6 +352,11 @@ impl Algorithm for Gcra {
         apply::word_store(cell, 0);
     }
 
+    /// Closed: a TAT at the last tick (see "The end of the ticks").
+    fn take_cell(&self, cell: &AtomicU64) -> AtomicU64 {
+        apply::word_take(cell, u64::MAX)
+    }
+
     /// The debt (the TAT ahead of now) is rescaled to this quota's ticks,
     /// rounded up so that nothing taken is given back, and **not capped** at
     /// the new burst: a debt beyond it is waited out as a charge's is, so

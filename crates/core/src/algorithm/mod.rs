@@ -105,6 +105,14 @@ pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static 
     /// Drops the state in `cell`: it is fresh (full) again.
     fn reset_cell(&self, cell: &Self::Cell);
 
+    /// Moves the state out of `cell` into a new cell, atomically leaving
+    /// `cell` *closed*: every later request of cost ≥ 1 on it is denied,
+    /// "never" to retry. A limiter whose algorithm changes takes its state
+    /// this way before carrying it over, so that a request still deciding
+    /// on the old cell is refused rather than counted where nobody looks
+    /// any more (fail closed, never open).
+    fn take_cell(&self, cell: &Self::Cell) -> Self::Cell;
+
     /// A cell for this algorithm holding the state of `cell`, which was
     /// written under `previous`, carried over by `carry` at `now`.
     fn carry_cell(

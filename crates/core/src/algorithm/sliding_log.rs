@@ -315,6 +315,17 @@ impl Algorithm for SlidingLog {
         apply::locked_change(self, cell, |state| *state = LogState::default());
     }
 
+    /// Closed: the whole limit admitted at the last instant, counting for
+    /// ever.
+    fn take_cell(&self, cell: &Locked<LogState>) -> Locked<LogState> {
+        let limit = self.quota.limit();
+        let closed = LogState {
+            runs: VecDeque::from([(u64::MAX, limit)]),
+            total: limit,
+        };
+        apply::locked_take(self, cell, closed)
+    }
+
     fn carry_cell(
         &self,
         _previous: &SlidingLog,

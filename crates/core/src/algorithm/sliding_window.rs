@@ -405,6 +405,16 @@ impl Algorithm for SlidingWindow {
         apply::locked_change(self, cell, |state| *state = self.new_state());
     }
 
+    /// Closed: the whole limit in the last slot a clock can reach, which
+    /// every later reading is decided in.
+    fn take_cell(&self, cell: &Locked<WheelState>) -> Locked<WheelState> {
+        let mut closed = self.new_state();
+        closed.head = self.epoch(u64::MAX);
+        closed.counts[(closed.head % self.n()) as usize] = self.quota.limit();
+        closed.total = self.quota.limit();
+        apply::locked_take(self, cell, closed)
+    }
+
     fn carry_cell(
         &self,
         previous: &SlidingWindow,
