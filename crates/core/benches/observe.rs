@@ -16,7 +16,7 @@
 //! - `keyed_none`, `keyed_noop`: the same on a `KeyedLimiter<u64>` with 1,000
 //!   keys.
 //!
-//! Every check is admitted (10^12 per second, burst 10^9).
+//! Every check is admitted (10^9 per second, burst 10^9).
 //!
 //! ```text
 //! cargo bench -p tollgate --bench observe --all-features
@@ -42,7 +42,7 @@ impl Observer for Noop {
 }
 
 fn gcra() -> Gcra {
-    let quota = Quota::new(1_000_000_000_000, Duration::from_secs(1))
+    let quota = Quota::new(1_000_000_000, Duration::from_secs(1))
         .unwrap()
         .with_burst(1_000_000_000)
         .unwrap();

@@ -88,6 +88,7 @@ pub mod store;
 pub mod striped;
 mod sync;
 pub mod wait;
+mod wall_clock;
 
 pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
 #[cfg(feature = "tokio")]
@@ -99,6 +100,7 @@ pub use limiter::{DefaultLimiter, Limiter, LimiterBuilder};
 pub use quota::{Quota, QuotaError};
 pub use shaper::{Refusal, Reservation, Shaper, ShaperBuilder};
 pub use striped::StripedLimiter;
+pub use wall_clock::SystemClock;
 
 /// The README's tour, compiled and run as a doctest so that it stays true.
 #[cfg(doctest)]

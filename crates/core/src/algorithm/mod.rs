@@ -6,6 +6,8 @@
 //! | [`FixedWindow`] | every aligned window `[kT, (k+1)T)` admits ≤ `limit` | 8 bytes | one word, compare-and-swap |
 //! | [`SlidingLog`] | every window of length `T`, at any start, admits ≤ `limit` | ≤ 16 bytes per permit in the window | mutex + lock-free denials |
 //! | [`SlidingWindow`] (time wheel, `n` slots) | slot-aligned windows of length `T` ≤ `limit`; any window of `T − T/n` ≤ `limit`; any window of `T` ≤ `2·limit` | `8·n + 16` bytes | mutex + lock-free denials |
+//! | [`CalendarWindow`](calendar::CalendarWindow) | every UTC minute / hour / day / week (Monday) / month (1st) admits ≤ `limit` | 8 bytes | one word, compare-and-swap |
+//! | [`AnyAlgorithm`](any::AnyAlgorithm) | its variant's | its variant's | its variant's |
 //! | [`AllOf`] (several limits) | each limit's own, all-or-nothing | the limits' cells and a mutex | lock-free denials, admissions under the mutex |
 //!
 //! Every transition is a function of (state, now, cost) and the algorithm's
@@ -15,7 +17,9 @@
 //! never changes the state.
 
 pub mod all_of;
+pub mod any;
 pub(crate) mod apply;
+pub mod calendar;
 pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_log;
