@@ -7,6 +7,7 @@ use redis_module::raw::KeyType;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, redis_module};
 
 use crate::args::{self, Params, STRIDE};
+use crate::effects;
 use crate::transition::{self, Fields, Store};
 
 /// `TOLLGATE.DECIDE`: see the [crate docs](crate).
@@ -101,27 +102,10 @@ impl Store for RedisStore<'_> {
     }
 
     fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
-        {
-            // A key of another type is foreign (read as no state): replaced,
-            // as `SET` replaces it. Errors are then impossible on a key
-            // opened for writing, empty or a string.
-            let key = self.ctx.open_key_writable(self.keys[i]);
-            if !matches!(key.key_type(), KeyType::Empty | KeyType::String) {
-                let _ = key.delete();
-            }
-            let _ = key.write(value);
-            let ttl = u64::try_from(ttl_ms.max(1)).unwrap_or(u64::MAX);
-            let _ = key.set_expire(Duration::from_millis(ttl));
-        }
-        let at = self.at_ms(ttl_ms.max(1));
-        // The key's own string (no copy) beside three new ones.
-        let (value, pxat, at) = (
-            self.ctx.create_string(value),
-            self.ctx.create_string("PXAT"),
-            self.ctx.create_string(at),
-        );
-        self.ctx
-            .replicate("SET", &[self.keys[i], &value, &pxat, &at][..]);
+        // A key of another type is foreign (read as no state): replaced,
+        // as `SET` replaces it. See `effects` for how and what it costs.
+        let at = i64::try_from(self.wall_ms + ttl_ms.max(1)).unwrap_or(i64::MAX);
+        effects::set_string(self.ctx, self.keys[i], value.as_bytes(), at);
     }
 
     fn del(&mut self, i: usize) {

@@ -75,7 +75,10 @@ impl Server {
         let server = Server { port, child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
         while server.cli(&["PING"]) != "PONG" {
-            assert!(Instant::now() < deadline, "redis-server {role} did not start");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server {role} did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         server
@@ -122,8 +125,7 @@ impl Server {
                     "hash" => {
                         let flat = self.cli(&["HGETALL", &key]);
                         let lines: Vec<&str> = flat.lines().collect();
-                        let mut pairs: Vec<String> =
-                            lines.chunks(2).map(|p| p.join("=")).collect();
+                        let mut pairs: Vec<String> = lines.chunks(2).map(|p| p.join("=")).collect();
                         pairs.sort();
                         pairs.join(",")
                     }
@@ -160,7 +162,14 @@ fn copy_dir(from: &Path, to: &Path) {
 // GCRA on the server's clock: 1 per 10 s, burst 20 (every admission adds
 // 10 s of debt and a longer TTL); the fourth value is the modulus m for
 // the server's clock (µs) and scale 1.
-const GCRA: [&str; 6] = ["g", "1", "10000000000", "200000000000", "9000000000000", "0"];
+const GCRA: [&str; 6] = [
+    "g",
+    "1",
+    "10000000000",
+    "200000000000",
+    "9000000000000",
+    "0",
+];
 const CHECK: [&str; 5] = ["c", "", "1", "1000", "0"];
 
 fn limit<'a>(key: &'a str, params: &[&'a str]) -> Vec<&'a str> {
@@ -169,8 +178,8 @@ fn limit<'a>(key: &'a str, params: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-fn call<'a>(limits: &[Vec<&'a str>], tail: &[&'a str]) -> Vec<&'a str> {
-    let mut args: Vec<&str> = limits.iter().flatten().copied().collect();
+fn call<'a>(limits: &[&Vec<&'a str>], tail: &[&'a str]) -> Vec<&'a str> {
+    let mut args: Vec<&str> = limits.iter().flat_map(|l| l.iter()).copied().collect();
     args.extend_from_slice(tail);
     args
 }
@@ -208,31 +217,28 @@ fn replicas_and_the_aof_hold_exactly_the_masters_state() {
     // GCRA: admissions, then a denial (nothing written).
     let gcra = limit("g:hot", &GCRA);
     for _ in 0..20 {
-        assert_eq!(master.decide(&call(&[gcra.clone()], &CHECK))[0], 1);
+        assert_eq!(master.decide(&call(&[&gcra], &CHECK))[0], 1);
     }
-    assert_eq!(master.decide(&call(&[gcra.clone()], &CHECK))[0], 0);
+    assert_eq!(master.decide(&call(&[&gcra], &CHECK))[0], 0);
     // Foreign values replaced by an admission: a hash, a short string,
     // a string of another length than the state's.
     master.cli(&["HSET", "g:hash", "f", "v"]);
     master.cli(&["SET", "g:short", "x"]);
     master.cli(&["SET", "g:long", "12345678901234567890123"]);
     for key in ["g:hash", "g:short", "g:long"] {
-        assert_eq!(master.decide(&call(&[limit(key, &GCRA)], &CHECK))[0], 1);
+        assert_eq!(master.decide(&call(&[&limit(key, &GCRA)], &CHECK))[0], 1);
     }
     // A fixed window whose count grows from one to two digits, and a
     // sliding window (a hash), decided together (all or nothing).
     let fixed = limit("f:w", &["f", "3600000000", "100", "0", "0", "0"]);
     let sliding = limit("s:w", &["s", "3600000000", "4", "100", "0", "0"]);
     for _ in 0..12 {
-        assert_eq!(
-            master.decide(&call(&[fixed.clone(), sliding.clone()], &CHECK))[0],
-            1
-        );
+        assert_eq!(master.decide(&call(&[&fixed, &sliding], &CHECK))[0], 1);
     }
     // A refund of a whole fixed window deletes its key.
     let gone = limit("f:gone", &["f", "3600000000", "100", "0", "0", "0"]);
-    let now = master.decide(&call(&[gone.clone()], &["c", "", "3", "1000", "0"]))[2].to_string();
-    let refund = master.decide(&call(&[gone], &["r", "", "3", "1000", &now]));
+    let now = master.decide(&call(&[&gone], &["c", "", "3", "1000", "0"]))[2].to_string();
+    let refund = master.decide(&call(&[&gone], &["r", "", "3", "1000", &now]));
     assert_eq!(refund[0], 1);
 
     let expected = master.dump();
@@ -256,7 +262,10 @@ fn replicas_and_the_aof_hold_exactly_the_masters_state() {
 
     // A server started from the AOF (fsynced on every write) alone.
     let from_aof = Server::start("aof", &["--appendonly", "yes"], |dir| {
-        copy_dir(&master.dir.join("appendonlydir"), &dir.join("appendonlydir"));
+        copy_dir(
+            &master.dir.join("appendonlydir"),
+            &dir.join("appendonlydir"),
+        );
     });
     assert_eq!(from_aof.dump(), expected, "the AOF differs");
 }
