@@ -89,11 +89,15 @@ if [[ -n $cell ]]; then
     module-admit-new cell-admit-new script-deny lean-deny module-deny cell-deny)
 fi
 if [[ -n ${PEERS:-} ]]; then read -r -a order <<<"$PEERS"; fi
-# The (single-key) denials start denied.
-cli TOLLGATE.DECIDE md "${deny_limit[@]}" "${call[@]}" >/dev/null
-cli EVALSHA "$decide" 1 sd "${call[@]}" "${deny_limit[@]}" >/dev/null
-cli EVALSHA "$lean" 1 ld "${call[@]}" "${deny_limit[@]}" >/dev/null
-[[ -n $cell ]] && cli CL.THROTTLE cd 0 1 3600 >/dev/null
+# An empty database but for the (single-key) denials, which start denied.
+fresh() {
+  cli FLUSHALL SYNC >/dev/null
+  cli TOLLGATE.DECIDE md "${deny_limit[@]}" "${call[@]}" >/dev/null
+  cli EVALSHA "$decide" 1 sd "${call[@]}" "${deny_limit[@]}" >/dev/null
+  cli EVALSHA "$lean" 1 ld "${call[@]}" "${deny_limit[@]}" >/dev/null
+  if [[ -n $cell ]]; then cli CL.THROTTLE cd 0 1 3600 >/dev/null; fi
+}
+fresh
 
 cpu() { cli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'; }
 calls() { cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/p"; }
@@ -111,6 +115,9 @@ pipelined() { # stat depth cmd... -> "rps cpu_us_per_call"
 }
 
 measure() { # name
+  # A random-key peer starts from an empty database, so that the server
+  # does not spend its measured CPU expiring the previous peer's keys.
+  if [[ $1 == *-new ]]; then fresh; fi
   local spec
   IFS=$'\x1f' read -r -a spec <<<"${peer[$1]}"
   local stat=${spec[0]} usec
