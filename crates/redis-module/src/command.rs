@@ -14,8 +14,19 @@ use crate::transition::{self, Fields, Store};
 /// `TOLLGATE.DECIDE`: see the [crate docs](crate).
 fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let args = argv.get(1..).unwrap_or_default();
-    let raw: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-    let call = args::parse(&raw).map_err(|e| RedisError::String(e.0))?;
+    // The arguments' bytes, on the stack up to five limits (no allocation).
+    let mut stack: [&[u8]; 5 * STRIDE + args::TAIL] = [&[]; 5 * STRIDE + args::TAIL];
+    let heap: Vec<&[u8]>;
+    let raw: &[&[u8]] = if args.len() <= stack.len() {
+        for (slot, arg) in stack.iter_mut().zip(args) {
+            *slot = arg.as_slice();
+        }
+        &stack[..args.len()]
+    } else {
+        heap = args.iter().map(RedisString::as_slice).collect();
+        &heap
+    };
+    let call = args::parse(raw).map_err(|e| RedisError::String(e.0))?;
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
