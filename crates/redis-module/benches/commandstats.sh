@@ -63,6 +63,12 @@ admit_limit=(g 1 1000 1000000000 9000000000000 0)
 deny_limit=(g 1 3600000000000 3600000000000 9000000000000 0)
 hour_limit=(g 1 3600000000000 3600000000000 9000000000000 0)
 call=(c '' 1 1000 0)
+# For the random-key admissions, no slack: the key lives as long as its
+# debt (1 µs, rounded up to 1 ms), as redis-cell's (its TTL is the debt in
+# whole milliseconds, here 0), so that both leave the same number of live
+# keys behind them (the server's CPU includes expiring them and growing the
+# key space).
+call_new=(c '' 1 0 0)
 
 # peer -> "stat command..." (one hot key unless the name ends in -new:
 # a random key among 10^8 per call, i.e. a key created by nearly every call).
@@ -75,7 +81,7 @@ peer[bare-script]=$(spec evalsha EVALSHA $bare 1 bare)
 peer[script-admit]=$(spec evalsha EVALSHA $decide 1 sa "${call[@]}" "${admit_limit[@]}")
 peer[lean-admit]=$(spec evalsha EVALSHA $lean 1 la "${call[@]}" "${admit_limit[@]}")
 peer[module-admit]=$(spec tollgate.decide TOLLGATE.DECIDE ma "${admit_limit[@]}" "${call[@]}")
-peer[module-admit-new]=$(spec tollgate.decide TOLLGATE.DECIDE mn:__rand_int__ "${admit_limit[@]}" "${call[@]}")
+peer[module-admit-new]=$(spec tollgate.decide TOLLGATE.DECIDE mn:__rand_int__ "${admit_limit[@]}" "${call_new[@]}")
 peer[script-deny]=$(spec evalsha EVALSHA $decide 1 sd "${call[@]}" "${deny_limit[@]}")
 peer[lean-deny]=$(spec evalsha EVALSHA $lean 1 ld "${call[@]}" "${deny_limit[@]}")
 peer[module-deny]=$(spec tollgate.decide TOLLGATE.DECIDE md "${deny_limit[@]}" "${call[@]}")
@@ -147,6 +153,13 @@ awk '
     for (i = 2; i <= m; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
     return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
   }
+  function least(list,   a, m, i, low) {
+    m = split(list, a, " ")
+    low = a[1]
+    for (i = 2; i <= m; i++) if (a[i] + 0 < low + 0) low = a[i]
+    return low
+  }
+  BEGIN { split("admit admit-new deny", kinds0, " ") }
   { if (!($2 in seen)) { seen[$2] = 1; names[++count] = $2 }
     for (c = 3; c <= 7; c++) v[$2, c] = v[$2, c] " " $c
     for (c = 3; c <= 7; c++) at[$1, $2, c] = $c; rounds[$1] = 1 }
@@ -154,6 +167,21 @@ awk '
     for (i = 1; i <= count; i++) {
       line = names[i]
       for (c = 3; c <= 7; c++) line = line " " median(v[names[i], c])
+      print line
+    }
+    print "# minimums (the least disturbed round): peer usec_per_call cpu_us_P16 cpu_us_P64"
+    for (i = 1; i <= count; i++) {
+      line = names[i]
+      split("3 6 7", mcols, " ")
+      for (j = 1; j <= 3; j++) line = line " " least(v[names[i], mcols[j]])
+      print line
+    }
+    print "# ratios module / redis-cell of the minimums: usec cpu_P16 cpu_P64"
+    for (k = 1; k <= 3; k++) {
+      m = "module-" kinds0[k]; c = "cell-" kinds0[k]
+      if (!((m, 3) in v) || !((c, 3) in v)) continue
+      line = kinds0[k]
+      for (j = 1; j <= 3; j++) line = line " " sprintf("%.3f", least(v[m, mcols[j]]) / least(v[c, mcols[j]]))
       print line
     }
     print "# ratios module / redis-cell, median of the per-round ratios: usec cpu_P16 cpu_P64 (CPU: lower is better) rps_P16 rps_P64 (higher is better)"
