@@ -92,13 +92,17 @@ use std::thread::Thread;
 use std::time::Duration;
 
 pub use self::builder::KeyedBuilder;
-use self::entry::{Entry, Mode};
+use self::entry::{Entry, Mode, ShardTag};
 use self::tier::{Policies, Tier};
 use crate::algorithm::{Algorithm, Carry, Gcra};
 use crate::clock::ClockSource;
 use crate::decision::{CostError, Decision};
 use crate::keymap::KeyMap;
 use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, RwLock};
+/// A string key stored inline up to 24 bytes (`compact_str`'s): the key
+/// type for string keys that should cost no heap block of their own. See
+/// ["Memory: bounded, and lossless"](self#memory-bounded-and-lossless).
+pub use compact_str::CompactString;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -140,7 +144,7 @@ pub type DefaultKeyedLimiter<K> = KeyedLimiter<K, Gcra>;
 
 struct Shared<K, A: Algorithm> {
     clock: ClockSource,
-    map: KeyMap<K, Entry<A>>,
+    map: KeyMap<K, ShardTag<A>, A::Cell, Entry<A>>,
     policies: RwLock<Policies<K, A>>,
     /// Bumped by every change of quota; an entry resolved under an older
     /// generation re-resolves its quota on its next request.
@@ -208,8 +212,8 @@ where
     #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         // Every algorithm admits a cost of 1 on a fresh state.
         self.shared.decide(key, 1, Mode::Check)
@@ -224,8 +228,8 @@ where
     #[inline]
     pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.shared.decide(key, cost, Mode::Check)
     }
@@ -235,8 +239,8 @@ where
     #[inline]
     pub fn peek<Q>(&self, key: &Q) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.shared.decide(key, 1, Mode::Peek)
     }
@@ -250,8 +254,8 @@ where
     #[inline]
     pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.shared.decide(key, cost, Mode::Peek)
     }
@@ -268,8 +272,8 @@ where
     #[inline]
     pub fn charge_n<Q>(&self, key: &Q, cost: u64) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         // A charge is never refused.
         self.shared.decide(key, cost, Mode::Charge)
