@@ -1,16 +1,17 @@
 //! The concurrent map behind [`KeyedLimiter`](crate::KeyedLimiter), reduced
-//! to the four operations it needs, each with the exclusion it relies on:
+//! to the operations it needs, each with the exclusion it relies on:
 //!
 //! - [`KeyMap::get`]: shared access to one key's entry for as long as the
-//!   returned guard lives (concurrent with other reads of it, exclusive with
-//!   `update`, `upsert` and `retain` on it);
-//! - [`KeyMap::update`] and [`KeyMap::upsert`]: exclusive access to one key;
+//!   returned guard lives (concurrent with other reads of its shard,
+//!   exclusive with every write to it);
+//! - [`KeyMap::write`]: exclusive access to one key's shard ([`ShardMut`]:
+//!   find, insert, retag, promote);
 //! - [`KeyMap::retain`]: exclusive access to each entry while it is judged.
 //!
 //! # Design: shards of `RwLock<hashbrown::HashTable>`
 //!
 //! The keys are split by hash over a power of two of shards, each a
-//! read/write lock around a `hashbrown` table, cache-padded so that two
+//! read/write lock around `hashbrown` tables, cache-padded so that two
 //! threads on keys of different shards never write the same line. A read
 //! is one hash, one atomic read-modify-write on its shard's lock word and
 //! its release; nothing else is shared.
@@ -28,46 +29,75 @@
 //! What the shards cost, and how it is bounded:
 //!
 //! - **A sweep** ([`KeyMap::retain`]) holds one shard's write lock for at
-//!   most [`SWEEP_CHUNK`] slots at a time, then releases it, so a request
-//!   never waits for more than one chunk of one shard. If the shard was
-//!   resized between chunks the walk goes on at the same slot index in the
-//!   new table: an entry may be judged twice or not at all in that sweep
-//!   (never wrongly removed, since it is judged under the lock), and the
-//!   next sweep sees it.
-//! - **Shrinking**: a shard whose table is under a quarter full after a
-//!   sweep is rehashed into one half full (and an empty shard frees its
-//!   table), under its write lock: a hold of O(keys in the shard), only
-//!   after the sweep removed most of them.
-//! - **Growing** doubles one shard's table under its write lock, a hold of
+//!   most [`SWEEP_CHUNK`] slots of one of its tables at a time, then
+//!   releases it, so a request never waits for more than one chunk of one
+//!   shard. If a table was resized (or its shard retagged) between chunks
+//!   the walk goes on at the same slot index: an entry may be judged twice
+//!   or not at all in that sweep (never wrongly removed, since it is judged
+//!   under the lock), and the next sweep sees it.
+//! - **Shrinking**: a table under a quarter full after a sweep is rehashed
+//!   into one half full (and an empty one frees its memory), under its
+//!   shard's write lock: a hold of O(keys in the shard), only after the
+//!   sweep removed most of them.
+//! - **Growing** doubles one table under its shard's write lock, a hold of
 //!   O(keys in the shard): with the default cap of 2^24 keys over 256
 //!   shards, about 65,536 keys (one rehash of that many entries), and only
 //!   for requests to that shard. `scc` grew incrementally; this map trades
 //!   that for reads without barriers.
 //!
-//! # Layout: entries inline in the table
+//! # Layout: 16-byte entries for keys on the shard's tag
 //!
-//! An entry (key, tier pointer, state: 24 bytes for a `u64` key) lives in
-//! its table slot. A table holds at most 7/8 of its power-of-two slots, so
-//! 10^6 keys take 2^21 slots: 52.4 bytes per key (measured by the `memory`
-//! bench), and even a 16-byte entry (governor's) takes 35.7. The one layout
-//! under 32 bytes keeps 4-byte indices in the table and the entries in a
-//! dense vector (31.5 bytes per key with a 4-byte tier id beside each), but
-//! its key comparison is one more dependent load, in another cache line:
-//! in the `layout` bench, a check at 10^6 keys took 70–87 ns against
-//! 39–48 ns inline (about twice, over five runs). Checks are what the map is for; it keeps them fast.
+//! Each shard holds a **tag** `T` (for the limiter: the default algorithm,
+//! as the rules of one generation resolved it) and two tables:
 //!
-//! Not yet built: 16-byte entries (key and state, governor's size: 35.7
-//! bytes per key at 10^6 keys instead of 52.4). The tier pointer would
-//! leave the entry for per-shard tables, one per tier (the default's first,
-//! probed first; override tiers after it, usually empty), each shard
-//! holding its tiers' algorithms beside its tables under the same lock, so
-//! that a known key still costs one probe and no extra cache line. What it
-//! costs: without a per-entry generation, a change of quota can no longer
-//! be picked up key by key; the first request to a shard after a change
-//! re-resolves that shard's keys under its write lock (a hold of O(keys in
-//! the shard), like growing it), carrying each state at that request's
-//! time rather than at the key's own next request; and override-function
-//! results beyond a few shared tiers need a side table of 24-byte entries.
+//! - **hot**: `(key, cell)`, nothing else: 16 bytes for a `u64` key and a
+//!   one-word state (GCRA's TAT and the fixed window's packed count are one
+//!   `AtomicU64`; the sliding log's and window's `Locked` cells are larger,
+//!   and an `AllOf` cell holds one cell per limit, all without a pointer to
+//!   their algorithm). Every hot entry runs under its shard's tag;
+//! - **other**: `(key, E)`, where `E` says itself what the key runs under
+//!   (for the limiter, a pointer to the key's own tier beside the cell: 24
+//!   bytes with a `u64` key). Keys on an override, and keys not yet
+//!   brought up to a change of rules, live here. It is empty, and
+//!   allocates nothing, while every key runs the default.
+//!
+//! A known key's lookup probes the hot table and, only if it misses and the
+//! other table holds anything, the other one. The tag, the tables' headers
+//! and the lock word are in the shard's own cache-padded lines, which the
+//! read lock has just brought in: a key on the default costs its control
+//! group and its slot, the lines governor's dashmap touches, and no line for
+//! a tier pointer. A table holds at most 7/8 of its power-of-two slots, so
+//! 10^6 keys take 2^21 slots: 35.7 bytes per `u64` key (measured by the
+//! `memory` bench; governor's dashmap 35.7), 52.4 with the 24-byte entries
+//! this layout replaced.
+//!
+//! Why this layout is the fastest that fits:
+//!
+//! - **A tier index packed beside the state** has nowhere to go: GCRA's
+//!   TAT and the fixed window's word use all 64 bits, and a separate 4-byte
+//!   index pads a `u64`-keyed entry back to 24 bytes.
+//! - **One table per tier per shard** would also make a key on an override
+//!   miss in the default's table first; one side table holds any number of
+//!   tiers (the override function's included) with the same single probe
+//!   for the default's keys.
+//! - **A dense vector behind 4-byte indices** is the one layout under 32
+//!   bytes per key (31.5 with a 4-byte tier id beside each entry), but its
+//!   key comparison is one more dependent load, in another cache line: in
+//!   the `layout` bench, a check at 10^6 keys took about twice as long as
+//!   with the entry inline.
+//!
+//! What it costs:
+//!
+//! - **A change of rules** ([`ShardMut::retag`]): the first request to a
+//!   shard after a change moves the shard's hot entries to its other table,
+//!   each carrying the old tag (a hold of O(keys in the shard), like growing
+//!   its table, once per change). Each key then re-resolves on its own next
+//!   request exactly as before (its state carried at that request's time,
+//!   by the change's rule) and, back on the default, moves to the hot table
+//!   again ([`ShardMut::promote`]). Until then it takes 24 bytes and a
+//!   second probe.
+//! - **Keys on an override** take 24 bytes and a second probe (a miss in
+//!   the hot table first).
 //!
 //! Under `--cfg loom` the locks are loom's (through [`crate::sync`]) and
 //! there is one shard, so the model checks run this very code.

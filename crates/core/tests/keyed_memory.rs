@@ -144,6 +144,30 @@ where
     }
 }
 
+/// Bytes per `u64` key once every key had a request after a change of the
+/// default quota, and a sweep ran: the change moves each shard's keys aside
+/// (24-byte entries, each with a pointer to the old default), each key's
+/// next request carries its state over and brings it back to a 16-byte
+/// entry, and the sweep frees the emptied side tables.
+fn after_a_change() -> f64 {
+    let clock = ManualClock::starting_at(Nanos::new(1_000_000_000_000));
+    let base = live_bytes();
+    let limiter: KeyedLimiter<u64> = builder(&clock).sweep_every(None).build();
+    for key in 0..KEYS {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    let twenty = Gcra::new(Quota::per_second(20).expect("valid quota")).expect("valid gcra");
+    limiter.set_default(twenty, tollgate::Carry::Keep);
+    for key in 0..KEYS {
+        // Keep: 1 of 10 used becomes 1 of 20 used.
+        assert_eq!(limiter.check(&key).remaining(), 18);
+    }
+    assert_eq!(limiter.sweep(), 0);
+    let per_key = (live_bytes() - base) as f64 / KEYS as f64;
+    drop(limiter);
+    per_key
+}
+
 /// How long the background sweeper takes to give the memory of 1,000,000
 /// swept keys back, sweeping every `interval`; and the limiter's empty size
 /// with its sweeper thread.
@@ -179,6 +203,7 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
     assert_eq!(format!("user-{:011}", 0).len(), 16);
     // The same keys inline: no heap block of their own.
     let inline_keys = measure(|i| CompactString::from(format!("user-{i:011}")));
+    let changed = after_a_change();
     let interval = Duration::from_millis(2);
     let (bg_empty, bg_left, bg_time) = background(interval);
 
@@ -202,6 +227,7 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
             m.after_sweep
         );
     }
+    println!("u64 keys after a change of the default and a request each: {changed:.1} B/key");
     println!(
         "background sweeper every {interval:?}: empty limiter {bg_empty} B; memory back to \
          {bg_left} B above empty {bg_time:?} after the keys went idle (~{} sweeps)",
@@ -231,6 +257,8 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
     // byte) for 10^6 keys, 35.7 bytes per key, governor's size. With the
     // 24-byte entry it replaced, 52.4.
     assert!(u64_keys.per_key() <= 36.0, "{u64_keys:?}");
+    // And again once every key had a request after a change of quota.
+    assert!(changed <= 36.0, "{changed} B/key after a change");
     // Issue 16: a short string key inline costs no allocation of its own:
     // the shards' tables only, and a 32-byte entry per key.
     assert!(

@@ -27,16 +27,37 @@
 //! pays for a sweep. [`sweep`](KeyedLimiter::sweep) runs one now. What a
 //! sweep removed is freed before it returns, and a shard it left mostly
 //! empty shrinks: 1,000,000 idle keys leave nothing, to the byte, above the
-//! empty limiter (measured in `tests/keyed_memory.rs`: 52.4 bytes per `u64`
-//! key, 102 per 16-byte `String` key, with GCRA at 1,000,000 keys in 2^21
-//! slots; the empty limiter, with its 256 shards, is 33 KB).
+//! empty limiter (measured in `tests/keyed_memory.rs`, GCRA at 1,000,000
+//! keys in 2^21 slots: 35.7 bytes per `u64` key, 69.2 per 16-byte
+//! [`CompactString`] key, 85.2 per 16-byte `String` key plus the
+//! allocator's overhead on its heap block; the empty limiter, with its 256
+//! shards, is 33 KB).
 //!
-//! An entry is the key, the cell and one pointer to the key's algorithm as
-//! resolved under the current rules (shared by every key of the tier, and
-//! carrying the rules' generation, so that a change of quota is noticed
-//! without a per-key generation): 24 bytes for a `u64` key and a one-word
-//! state.
+//! A key on the default quota is a 16-byte entry for a `u64` key and a
+//! one-word state: the key and the cell, nothing else. The algorithm it
+//! runs is its shard's, shared by every such key of the shard and tagged
+//! with the generation of the rules that resolved it, so that a change of
+//! quota is noticed without a per-key generation (see `src/keymap.rs` for
+//! the layout and why it was chosen). A key on an override, or one that
+//! has not had a request since the last change, holds a pointer to its own
+//! algorithm beside its cell (24 bytes), until it is back on the default.
+//! The first request to a shard after a change of quota moves that shard's
+//! keys aside (a hold of its write lock for O(keys in the shard), as when
+//! its table grows); each key's state is still carried over at its own
+//! next request.
 //!
+//! # String keys
+//!
+//! Requests name a key by any borrowed form `Q` of it (`K: Borrow<Q>`), and
+//! a new key is made from `Q`'s owned form (`K: From<Q::Owned>`): `&str` for
+//! `KeyedLimiter<String>` and for `KeyedLimiter<CompactString>`, `&u64` for
+//! `u64`. A known key is looked up without allocating. A `String` key holds
+//! its bytes in a heap block of its own (32 bytes from the allocator for a
+//! 16-byte key); a [`CompactString`] keeps up to 24 bytes inline in its
+//! 24-byte header, so that `"user:00001234"` costs no allocation at all, and
+//! longer ones go to the heap as a `String`'s do. It hashes and compares
+//! as its `str`, so that `check("alice")` finds it.
+
 //! # Clocks that go back
 //!
 //! A sweep judges a key idle at its own clock reading `t1`: the key's state
@@ -132,6 +153,19 @@ const SHARED_FUNCTION_RESULTS: usize = 64;
 /// assert!(per_user.check("alice").is_denied());
 /// assert!(per_user.check("bob").is_allowed());
 /// assert_eq!(per_user.check("admin").remaining(), 99);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The same with keys stored inline (no heap block per key up to 24 bytes):
+///
+/// ```
+/// use tollgate::{CompactString, Gcra, KeyedLimiter, Quota};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_user: KeyedLimiter<CompactString> = KeyedLimiter::new(Gcra::new(Quota::per_second(1)?)?);
+/// assert!(per_user.check("user:00001234").is_allowed());
+/// assert!(per_user.check("user:00001234").is_denied());
 /// # Ok(())
 /// # }
 /// ```
