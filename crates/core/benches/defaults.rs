@@ -25,7 +25,11 @@
 //! beside it. Results go to stdout and, as JSON lines, to the file named by
 //! `TOLLGATE_BENCH_DEFAULTS` (`scripts/bench` sets it).
 //!
-//! `cargo bench -p tollgate --bench defaults` (about a minute).
+//! `cargo bench -p tollgate --bench defaults` (about a minute). With
+//! `--profile` (one short round at the same key counts), under cachegrind:
+//! `valgrind --tool=cachegrind --cache-sim=yes target/release/deps/defaults-* --profile keyed_1m`
+//! then `cg_annotate`, for the simulated cache misses of each contender's
+//! check closure.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -57,6 +61,15 @@ struct Size {
 const MEASURE: Size = Size {
     checks: CHECKS,
     rounds: ROUNDS,
+    many_keys: MANY_KEYS,
+};
+
+/// One round of 200,000 checks at the measured key counts (`--profile`): a
+/// run short enough for `valgrind --tool=cachegrind`, whose simulated cache
+/// misses per check do not depend on the load of the machine.
+const PROFILE: Size = Size {
+    checks: 200_000,
+    rounds: 1,
     many_keys: MANY_KEYS,
 };
 
@@ -232,7 +245,9 @@ fn direct(size: Size, out: &mut Vec<String>) {
 
 fn main() {
     // A filter word picks scenarios: `direct`, `keyed_1k`, `keyed_1m`.
-    let size = if std::env::args().any(|a| a == "--bench") {
+    let size = if std::env::args().any(|a| a == "--profile") {
+        PROFILE
+    } else if std::env::args().any(|a| a == "--bench") {
         MEASURE
     } else {
         SMOKE
