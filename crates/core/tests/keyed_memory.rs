@@ -235,7 +235,7 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
     );
 
     // Bytes per key, with room for the table's load factor: a u64 key and its
-    // 16-byte entry take 24 bytes in a slot; a String key adds its 24-byte
+    // one-word state take 16 bytes in a slot; a String key adds its 24-byte
     // header and 16 bytes on the heap.
     assert!((24.0..=80.0).contains(&u64_keys.per_key()), "{u64_keys:?}");
     assert!(
