@@ -99,7 +99,9 @@ pub mod checked;
 pub use crate::tls::TlsSettings;
 use crate::yaml::{CheckedSeed, checked_mapping};
 use backend::BackendSection;
-pub use backend::{BackendSettings, RedisSettings, RedisTarget, redact_url};
+pub use backend::{
+    BackendSettings, RedisSettings, RedisTarget, RedisTls, SentinelSettings, redact_url,
+};
 pub use checked::{
     AlgorithmKind, BuiltAlgorithm, DescriptorConfig, DomainConfig, LimitConfig, Limits,
     QuotaConfig, Unit,
