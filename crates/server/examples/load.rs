@@ -85,6 +85,34 @@ impl Report {
     }
 }
 
+/// Redis's own CPU time (user + sys, seconds) and commands processed so
+/// far, from `INFO`: their deltas over a run divided by its decisions are
+/// what one decision costs Redis, i.e. the inverse of the Redis-bound rate,
+/// and unlike a wall-clock rate they hold on a loaded machine.
+fn redis_usage(server: &tollgate_testkit::RedisServer) -> (f64, u64) {
+    let info = server.cli(&["INFO", "all"]);
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        field("used_cpu_user") + field("used_cpu_sys"),
+        field("total_commands_processed") as u64,
+    )
+}
+
+/// Prints what `decisions` cost Redis between two [`redis_usage`] readings.
+fn print_redis_cost(api: &str, before: (f64, u64), after: (f64, u64), decisions: u64) {
+    let decisions = decisions.max(1) as f64;
+    println!(
+        "{api:5} redis cpu/decision {:>6.2} µs  commands/decision {:.3}",
+        (after.0 - before.0) * 1e6 / decisions,
+        (after.1 - before.1) as f64 / decisions,
+    );
+}
+
 fn key(worker: usize, i: u64) -> (&'static str, String) {
     if i % 10 == 0 {
         ("tight", format!("t{}", worker % 4))
@@ -324,9 +352,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{seconds} s, {workers} concurrent callers, tollgate-redis directly on {} (no server)",
             own.url()
         );
-        run_direct(&own.url(), workers, seconds)
-            .await
-            .print("direct");
+        let before = redis_usage(&own);
+        let report = run_direct(&own.url(), workers, seconds).await;
+        report.print("direct");
+        print_redis_cost("direct", before, redis_usage(&own), report.decisions);
         return Ok(());
     }
     if backend == "floor" {
@@ -337,7 +366,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         run_grpc(addr, workers, seconds).await.print("grpc");
         return Ok(());
     }
-    let (_own, redis_url) = match backend.as_str() {
+    let (own_redis, redis_url) = match backend.as_str() {
         "memory" => (None, None),
         "redis" => {
             // Its own redis-server on a free loopback port, killed on exit.
@@ -380,11 +409,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
     };
     if grpc_on {
-        run_grpc(grpc, workers, seconds).await.print("grpc");
+        let before = own_redis.as_ref().map(redis_usage);
+        let report = run_grpc(grpc, workers, seconds).await;
+        report.print("grpc");
+        if let (Some(own), Some(before)) = (&own_redis, before) {
+            print_redis_cost("grpc", before, redis_usage(own), report.decisions);
+        }
     }
     let (redis_grpc, policy_grpc) = (by(&service, "redis"), by(&service, "policy"));
     if http_on {
-        run_http(http, workers, seconds).await.print("http");
+        let before = own_redis.as_ref().map(redis_usage);
+        let report = run_http(http, workers, seconds).await;
+        report.print("http");
+        if let (Some(own), Some(before)) = (&own_redis, before) {
+            print_redis_cost("http", before, redis_usage(own), report.decisions);
+        }
     }
     if redis_url.is_some() {
         println!(
