@@ -285,9 +285,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if self.shared.ops.controls.list(key).is_none() {
-            return None;
-        }
+        self.shared.ops.controls.list(key)?;
         // Never over the cap: the key is there.
         self.set_list(key, None).ok().flatten()
     }
