@@ -21,6 +21,17 @@
 //! ```text
 //! cargo bench -p tollgate --bench observe --all-features
 //! ```
+//!
+//! Measured 2026-11-24 on the shared 2-core machine under heavy load (load
+//! average 11–12, other builds running): the rounds disagree by up to 3×,
+//! so only the fastest round of each variant says much. Fastest round:
+//! `floor` 7.8 ns, `limiter_none` 11.9 ns, `limiter_noop` 13.0 ns,
+//! `limiter_tracing` 15.9 ns, `limiter_metrics` 31.6 ns, `keyed_none`
+//! 24.6 ns, `keyed_noop` 41.4 ns. An observer's call costs about 1 ns
+//! beside none, `tracing` (no subscriber) about 4 ns, `metrics` (no
+//! recorder: the handle lookup under a read lock) about 20 ns. Whether
+//! "none" is within 2 ns of the limiter before observers existed needs a
+//! quiet machine (the `limiters` bench against the previous commit).
 
 use std::hint::black_box;
 use std::time::Duration;

@@ -20,7 +20,15 @@
 //! - **[`StripedLimiter`]**: one very hot GCRA limiter split over several
 //!   cache-padded words, for admissions from several cores at once; never
 //!   over-admits, but is not linearizable.
-//! - **[`AllOf`]**: several limits on one state, all-or-nothing.
+//! - **[`AllOf`]**: several limits on one state, all-or-nothing; of
+//!   different algorithms through [`AnyAlgorithm`](algorithm::any::AnyAlgorithm)
+//!   (a GCRA per second and a calendar month).
+//! - **calendar windows**: [`CalendarWindow`](algorithm::calendar::CalendarWindow),
+//!   a fixed window on UTC minutes, hours, days, weeks (Monday) or months
+//!   (the 1st), on a clock of UNIX time ([`SystemClock`]).
+//! - **live limits**: [`Limiter::set_algorithm`] and
+//!   [`KeyedLimiter::set_default`] change a quota while traffic flows, the
+//!   state carried over by a [`Carry`] rule.
 //! - **charge**: [`Limiter::charge_n`] / [`KeyedLimiter::charge_n`] record a
 //!   cost learnt after the fact (bytes sent, tokens generated), whether or
 //!   not it fits: *reserve, then settle*.

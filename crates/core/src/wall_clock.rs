@@ -18,8 +18,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::clock::{Clock, ClockSource, Nanos};
 
-/// The system's wall clock: nanoseconds since the UNIX epoch. See the
-/// [module docs](self).
+/// The system's wall clock: nanoseconds since the UNIX epoch (a reading
+/// before 1970 counts as the epoch), the time
+/// [`CalendarWindow`](crate::algorithm::calendar::CalendarWindow) reads. A
+/// wall clock set back is a clock going back: no permit is re-credited,
+/// waits are longer until it catches up. One `clock_gettime(CLOCK_REALTIME)`
+/// per reading.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 

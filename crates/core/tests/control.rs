@@ -135,8 +135,6 @@ fn refund_gives_back_never_above_full() {
 #[test]
 fn penalty_denies_counting_nothing_then_the_key_is_full() {
     each_algorithm(|name, make| {
-        let clock = ManualClock::new();
-        let _ = clock;
         let limiter = make();
         assert!(limiter.check_n(2).is_allowed(), "{name}");
         let boxed = limiter.penalize(Duration::from_secs(10));
@@ -171,7 +169,7 @@ fn penalty_ends_on_time_with_a_full_state() {
     let clock = ManualClock::new();
     let limiter = Limiter::with_clock(Gcra::new(quota()).unwrap(), clock.clone());
     assert!(limiter.check_n(4).unwrap().is_allowed());
-    limiter.penalize(Duration::from_secs(5));
+    let _ = limiter.penalize(Duration::from_secs(5));
     clock.advance(Duration::from_nanos(4_999_999_999));
     let last = limiter.check();
     assert!(last.is_denied());
@@ -180,8 +178,8 @@ fn penalty_ends_on_time_with_a_full_state() {
     // Full: the whole burst at once.
     assert!(limiter.check_n(4).unwrap().is_allowed());
     // A longer penalty extends a running one.
-    limiter.penalize(Duration::from_secs(1));
-    limiter.penalize(Duration::from_secs(3));
+    let _ = limiter.penalize(Duration::from_secs(1));
+    let _ = limiter.penalize(Duration::from_secs(3));
     assert_eq!(limiter.check().retry_after(), Duration::from_secs(3));
 }
 
@@ -221,19 +219,19 @@ fn lists_come_before_limits_and_penalties() {
             assert_eq!(allowed.remaining(), 1, "{name}");
         }
         // Allowed even in a penalty; the penalty applies once unlisted.
-        limiter.penalize(Duration::from_secs(1));
+        let _ = limiter.penalize(Duration::from_secs(1));
         assert!(limiter.check_n(1).is_allowed(), "{name}");
         assert_eq!(limiter.unlist(), Some(List::Allow), "{name}");
         assert!(limiter.check_n(1).is_denied(), "{name}");
         assert_eq!(limiter.unlist(), None, "{name}");
-        limiter.reset();
+        let _ = limiter.reset();
         // Charges while listed count nothing.
         limiter.allow();
-        limiter.charge_n(4);
-        limiter.penalize(Duration::from_secs(1));
-        limiter.charge_n(4);
+        let _ = limiter.charge_n(4);
+        let _ = limiter.penalize(Duration::from_secs(1));
+        let _ = limiter.charge_n(4);
         limiter.unlist();
-        limiter.reset();
+        let _ = limiter.reset();
         // Neither charge was recorded: the whole capacity is there.
         assert!(limiter.check_n(4).is_allowed(), "{name}");
         assert!(limiter.peek().is_denied(), "{name}");
@@ -261,11 +259,11 @@ fn observers_see_each_decision_with_its_outcome() {
     limiter.allow();
     assert!(limiter.check().is_allowed());
     limiter.unlist();
-    limiter.penalize(Duration::from_secs(1));
+    let _ = limiter.penalize(Duration::from_secs(1));
     assert!(limiter.check().is_denied());
     limiter.set_dry_run(true);
     assert!(limiter.check().is_denied());
-    limiter.reset();
+    let _ = limiter.reset();
     assert!(limiter.check().is_allowed());
     assert!(limiter.check().is_denied());
     assert_eq!(
@@ -342,7 +340,7 @@ fn set_algorithm_carries_the_state_by_the_carry_rule() {
     assert_eq!(gcra.peek_n(0).unwrap().remaining(), 4);
     // The controls keep working on the current state.
     assert_eq!(gcra.refund(4).remaining(), 8);
-    gcra.penalize(Duration::from_secs(1));
+    let _ = gcra.penalize(Duration::from_secs(1));
     assert!(gcra.check().is_denied());
     clock.advance(Duration::from_secs(1));
     assert_eq!(gcra.check_n(8).unwrap().remaining(), 0);

@@ -66,11 +66,11 @@ fn run<A: Algorithm + Guaranteed>(algorithm: A, ops: &[Op]) -> Result<(), TestCa
             Op::Refund(n) => {
                 let counted = capacity - limiter.peek_n(0).unwrap().remaining();
                 let given = n.min(counted).min(record.len() as u64);
-                limiter.refund(n);
+                let _ = limiter.refund(n);
                 record.truncate(record.len() - given as usize);
             }
             Op::Reset => {
-                limiter.reset();
+                let _ = limiter.reset();
                 segments.push(std::mem::take(&mut record));
             }
         }

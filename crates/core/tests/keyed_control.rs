@@ -98,11 +98,11 @@ fn penalty_per_key_only_extends_and_ends_full() {
     // Shorter: nothing changes; zero: a no-op.
     let same = limiter.penalize("a", Duration::from_secs(1)).unwrap();
     assert_eq!(same.retry_after(), Duration::from_secs(10));
-    limiter.penalize("a", Duration::ZERO).unwrap();
+    let _ = limiter.penalize("a", Duration::ZERO).unwrap();
     clock.advance(Duration::from_secs(4));
     assert_eq!(limiter.check("a").retry_after(), Duration::from_secs(6));
     // Charges count nothing in the box.
-    limiter.charge_n("a", 4);
+    let _ = limiter.charge_n("a", 4);
     clock.advance(Duration::from_secs(6));
     // Ended: full.
     assert!(limiter.check_n("a", 4).unwrap().is_allowed());
@@ -163,7 +163,7 @@ fn lists_decide_before_limits_and_penalties_and_are_bounded() {
     limiter.deny("eve").unwrap();
     // Lists come before penalties.
     limiter.unlist("eve");
-    limiter.penalize("eve", Duration::from_secs(5)).unwrap();
+    let _ = limiter.penalize("eve", Duration::from_secs(5)).unwrap();
     limiter.allow("eve").unwrap();
     assert!(limiter.check("eve").is_allowed());
     limiter.unlist("eve");

@@ -88,10 +88,13 @@ mod tracing_observer {
     use tracing_subscriber::layer::{Context, SubscriberExt};
     use tracing_subscriber::registry::LookupSpan;
 
+    /// A list of (name, value) fields.
+    type Recorded = Vec<(String, String)>;
+
     /// Every event's fields, and every field recorded on a span.
     #[derive(Clone, Default)]
     struct Capture {
-        events: Arc<Mutex<Vec<Vec<(String, String)>>>>,
+        events: Arc<Mutex<Vec<Recorded>>>,
         recorded: Arc<Mutex<Vec<(String, String)>>>,
     }
 

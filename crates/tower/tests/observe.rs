@@ -13,10 +13,13 @@ use tollgate::{Gcra, KeyedLimiter, ManualClock, Quota};
 use tollgate_tower::{HeaderKey, OnMissingKey, PeerIp, RateLimitLayer};
 use tower::Layer;
 
+/// (limit, outcome, cost, key) of one event.
+type Seen = (String, Outcome, u64, Option<String>);
+
 #[derive(Default)]
 struct Recorder {
     keys: bool,
-    events: Mutex<Vec<(String, Outcome, u64, Option<String>)>>,
+    events: Mutex<Vec<Seen>>,
 }
 
 impl Observer for Recorder {

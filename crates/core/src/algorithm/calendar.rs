@@ -429,8 +429,7 @@ mod tests {
         assert!(d.is_allowed());
         assert_eq!(d.reset_after(), Duration::from_nanos(u64::MAX));
         let taken = AtomicU64::new(0);
-        let closed = window.take_cell(&taken);
-        drop(closed);
+        let _taken = window.take_cell(&taken);
         assert!(window.check_cell(&taken, Nanos::new(5), 1).is_denied());
     }
 }

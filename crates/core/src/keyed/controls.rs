@@ -286,9 +286,7 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        if self.shared.ops.controls.list(key).is_none() {
-            return None;
-        }
+        self.shared.ops.controls.list(key)?;
         // Never over the cap: the key is there.
         self.set_list(key, None).ok().flatten()
     }
