@@ -40,6 +40,14 @@
 //! Redis answered. Dropping a permit instead spawns that release on the
 //! tokio runtime (if there is one); if it fails, the lease expires after
 //! its TTL.
+//!
+//! [`RedisPermit::detach`] turns a permit into a [`LeaseId`] (plain data:
+//! the key, the lease id, the cost) that nothing releases on drop; any
+//! node can later release it with
+//! [`RedisConcurrencyLimiter::release_lease`], which says whether the lease
+//! was still live (idempotent: a second release, or one after expiry,
+//! finds nothing). This is how a rate-limit server hands leases to HTTP
+//! clients and lets any server of its fleet take them back.
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};

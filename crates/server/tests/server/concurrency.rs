@@ -199,3 +199,65 @@ async fn the_rls_answers_over_limit_when_no_slot_is_free_until_the_ttl_passes() 
     assert_eq!(status, 200);
     server.stop().await;
 }
+
+/// On Redis the leases run on Redis's own clock (`TIME`), not the test's:
+/// a short TTL, whose expiry is awaited by polling (bounded by
+/// [`TIMEOUT`]), never asserted against a duration.
+const REDIS_RULES: &str = "
+domain: api
+descriptors:
+  - key: tenant
+    concurrency: {limit: 2, lease_ttl: 30s}
+  - key: job
+    concurrency: {limit: 1, lease_ttl: 3s}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_two_servers_share_the_slots_and_either_releases_a_lease() {
+    let redis = tollgate_testkit::RedisServer::start();
+    let rules = format!("{}{REDIS_RULES}", redis.backend(""));
+    let a = start_with("", &rules).await;
+    let b = start_with("", &rules).await;
+
+    let (status, _, first) = post(&a, "/v1/acquire", tenant("x")).await;
+    assert_eq!(status, 200, "{first}");
+    assert!(
+        first["lease"].as_str().unwrap().starts_with("r."),
+        "{first}"
+    );
+    assert_eq!(post(&b, "/v1/acquire", tenant("x")).await.0, 200);
+    let (status, retry_after, full) = post(&a, "/v1/acquire", tenant("x")).await;
+    assert_eq!(status, 429, "{full}");
+    assert!(retry_after.is_some());
+    assert_eq!(full["in_flight"], 2);
+    // A lease taken on `a` is released through `b`; twice is a 404.
+    let lease = json!({"lease": first["lease"]});
+    assert_eq!(post(&b, "/v1/release", lease.clone()).await.0, 200);
+    assert_eq!(post(&a, "/v1/release", lease).await.0, 404);
+    assert_eq!(post(&a, "/v1/acquire", tenant("x")).await.0, 200);
+    // Forged ids are unknown, never an error.
+    for forged in ["r.zz", "r.6170692e74656e616e74.7a.nope.1", "r...."] {
+        assert_eq!(
+            post(&a, "/v1/release", json!({"lease": forged})).await.0,
+            404
+        );
+    }
+
+    // A holder that dies: its slot comes back when the lease expires.
+    let job = json!({"domain": "api", "entries": [{"key": "job", "value": "j"}]});
+    let (status, _, dead) = post(&a, "/v1/acquire", job.clone()).await;
+    assert_eq!(status, 200, "{dead}");
+    assert_eq!(dead["ttl_ms"], 3_000);
+    let (status, _, _) = post(&b, "/v1/acquire", job.clone()).await;
+    assert_eq!(status, 429, "the slot is held (for the lease's 3 s)");
+    within(async {
+        while post(&b, "/v1/acquire", job.clone()).await.0 != 200 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let (status, _, _) = post(&a, "/v1/release", json!({"lease": dead["lease"]})).await;
+    assert_eq!(status, 404, "an expired lease is not held");
+    a.stop().await;
+    b.stop().await;
+}
