@@ -186,6 +186,32 @@ fn hammer_keyed_never_holds_more_than_the_limit_per_key() {
 }
 
 #[test]
+fn hammer_borrowed_permits_never_hold_more_than_the_limit() {
+    let limiter = ConcurrencyLimiter::builder(4)
+        .shares(Shares::none())
+        .build()
+        .unwrap();
+    let seen = hammer(1, 4, |_, cost, priority| {
+        limiter.try_acquire_borrowed_as(cost, priority).ok()
+    });
+    assert_eq!(seen.max_in_use, 4, "the limit was reached");
+    assert!(seen.admitted > 0);
+    assert_eq!(limiter.in_flight(), 0, "every slot came back");
+}
+
+#[test]
+fn a_panic_releases_a_borrowed_permit() {
+    let limiter = ConcurrencyLimiter::new(2).unwrap();
+    let result = std::panic::catch_unwind(|| {
+        let _permit = limiter.try_acquire_borrowed(2).unwrap();
+        panic!("the request handler panics");
+    });
+    assert!(result.is_err());
+    assert_eq!(limiter.in_flight(), 0);
+    assert!(limiter.try_acquire_borrowed(2).is_ok());
+}
+
+#[test]
 fn a_panic_releases_the_slots() {
     let limiter = ConcurrencyLimiter::new(2).unwrap();
     let clone = limiter.clone();

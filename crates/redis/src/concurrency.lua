@@ -12,7 +12,8 @@
 -- ARGV[6]  now (ms), or '' for the server's TIME
 --
 -- Reply: {ok (1/0), slots held after, ms until the first lease expires
--- (on a refusal; 0 otherwise)}.
+-- (on a refusal; 0 otherwise)}. For a release, ok says whether the lease
+-- was live (its slots found); for an extend, whether it still was.
 --
 -- Every write sets the key's TTL to at least the lease TTL: the key never
 -- outlives its last lease by more than that, and never lives without a TTL.
@@ -55,14 +56,18 @@ if op == 'a' then
   keep_ttl()
   return {1, held + cost, 0}
 elseif op == 'r' then
+  local removed = 0
   for i = 1, cost do
-    redis.call('ZREM', key, id .. '#' .. i)
+    removed = removed + redis.call('ZREM', key, id .. '#' .. i)
   end
   local held = redis.call('ZCARD', key)
   if held == 0 then
     redis.call('DEL', key)
   end
-  return {1, held, 0}
+  if removed == cost then
+    return {1, held, 0}
+  end
+  return {0, held, 0}
 elseif op == 'e' then
   local expiry = now + ttl
   local renewed = 0

@@ -40,6 +40,14 @@
 //! Redis answered. Dropping a permit instead spawns that release on the
 //! tokio runtime (if there is one); if it fails, the lease expires after
 //! its TTL.
+//!
+//! [`RedisPermit::detach`] turns a permit into a [`LeaseId`] (plain data:
+//! the key, the lease id, the cost) that nothing releases on drop; any
+//! node can later release it with
+//! [`RedisConcurrencyLimiter::release_lease`], which says whether the lease
+//! was still live (idempotent: a second release, or one after expiry,
+//! finds nothing). This is how a rate-limit server hands leases to HTTP
+//! clients and lets any server of its fleet take them back.
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -430,7 +438,61 @@ async fn call(
     }
 }
 
+/// A lease detached from its [`RedisPermit`] ([`RedisPermit::detach`]):
+/// plain data that names it, so that any node, later, can release it with
+/// [`RedisConcurrencyLimiter::release_lease`] (a rate-limit server handing
+/// leases to its clients over HTTP), or leave it to expire.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseId {
+    /// The limit's key (the bucket).
+    pub key: Vec<u8>,
+    /// The lease's id within the key.
+    pub id: String,
+    /// Its slots.
+    pub cost: u32,
+}
+
+impl RedisConcurrencyLimiter {
+    /// Releases a detached lease: one round trip. `Ok(true)` if it was live
+    /// (its slots are free now), `Ok(false)` if it was unknown, already
+    /// released or expired (nothing changed: releasing is idempotent).
+    ///
+    /// The lease must be of a limiter of the same name and prefix (the
+    /// limit and the TTL do not matter).
+    ///
+    /// # Errors
+    ///
+    /// [`Refusal::Unavailable`] if Redis did not answer (through the
+    /// breaker and the deadline): the lease expires after its TTL.
+    pub async fn release_lease(&self, lease: &LeaseId) -> Result<bool, Refusal> {
+        match self.ask(b'r', &lease.key, &lease.id, lease.cost).await {
+            Ok([live, _, _]) => Ok(live == 1),
+            Err((fault, retry_after)) => Err(Refusal::Unavailable { fault, retry_after }),
+        }
+    }
+
+    /// The lease TTL.
+    pub fn lease_ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+}
+
 impl RedisPermit {
+    /// Detaches the lease from this permit: nothing is released on drop;
+    /// the lease lives until [`RedisConcurrencyLimiter::release_lease`] or
+    /// its TTL. `None` for a permit granted by the failure policy (no lease
+    /// on Redis; its local slots, if any, are released now).
+    pub fn detach(mut self) -> Option<LeaseId> {
+        match std::mem::replace(&mut self.held, Held::Done) {
+            Held::Lease => Some(LeaseId {
+                key: std::mem::take(&mut self.key),
+                id: std::mem::take(&mut self.id),
+                cost: self.cost,
+            }),
+            Held::Policy { .. } | Held::Done => None,
+        }
+    }
+
     /// The slots this permit holds.
     pub fn cost(&self) -> u32 {
         self.cost

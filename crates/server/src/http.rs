@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `POST /v1/check` | the full decision for a domain and descriptors |
 //! | `GET /v1/rules` | the rules in force |
+//! | `POST /v1/acquire`, `POST /v1/release` | a concurrency rule's lease ([`crate::concurrency_http`]) |
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 while it takes traffic, 503 once shutting down |
 //! | `GET /metrics` | Prometheus text format |
@@ -73,6 +74,7 @@ pub fn router(
         .route("/v1/check", post(check))
         .route("/v1/rules", get(rules))
         .route("/metrics", get(metrics))
+        .merge(crate::concurrency_http::routes(Arc::clone(&state.service)))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

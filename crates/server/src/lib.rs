@@ -27,6 +27,8 @@
 //! # Modules
 //!
 //! [`config`] (the YAML), [`rules`] (matching), [`backend`] (state),
+//! [`concurrency`] (concurrency rules' leases; [`concurrency_http`] their
+//! HTTP routes),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
 //! [`http`] (JSON API), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
 //! [`auth`], [`server`].
@@ -35,6 +37,8 @@
 
 pub mod auth;
 pub mod backend;
+pub mod concurrency;
+pub mod concurrency_http;
 pub mod config;
 pub mod grpc;
 pub mod http;

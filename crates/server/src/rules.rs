@@ -34,7 +34,9 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::config::{Config, DescriptorConfig, LimitConfig, Limits, QuotaConfig};
+use crate::config::{
+    ConcurrencyConfig, Config, DescriptorConfig, LimitConfig, Limits, QuotaConfig,
+};
 
 /// One configured limit, at one node of a domain's tree.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +68,8 @@ pub struct Rule {
     /// entry; `value_to_metric` on a node: its entry; never an entry under
     /// `share_threshold`, named by its pattern). See [`crate::metrics`].
     pub metric_values: Vec<bool>,
+    /// The rule's concurrency limit, if any (see [`crate::concurrency`]).
+    pub concurrency: Option<ConcurrencyConfig>,
 }
 
 impl Rule {
@@ -239,11 +243,15 @@ fn insert(
         }
         Some(value) => branch.exact.entry(value.clone()).or_default(),
     };
-    if let Some(limit) = &descriptor.limit {
-        let (name, limits, blocked) = match limit {
-            LimitConfig::Unlimited { name } => (name.clone(), None, None),
-            LimitConfig::Blocked { name, quota } => (name.clone(), None, Some(*quota)),
-            LimitConfig::Limited { name, limits } => (name.clone(), Some(limits.clone()), None),
+    if descriptor.limit.is_some() || descriptor.concurrency.is_some() {
+        // A node with only `concurrency:` is a rule with no rate limit.
+        let (name, limits, blocked) = match &descriptor.limit {
+            None => (None, None, None),
+            Some(LimitConfig::Unlimited { name }) => (name.clone(), None, None),
+            Some(LimitConfig::Blocked { name, quota }) => (name.clone(), None, Some(*quota)),
+            Some(LimitConfig::Limited { name, limits }) => {
+                (name.clone(), Some(limits.clone()), None)
+            }
         };
         let rule = Arc::new(Rule {
             id: rule_id(domain, path).into(),
@@ -259,6 +267,7 @@ fn insert(
                 .iter()
                 .map(|&(by_value, shared)| (by_value || descriptor.detailed_metric) && !shared)
                 .collect(),
+            concurrency: descriptor.concurrency,
         });
         rules.push(Arc::clone(&rule));
         node.rule = Some(rule);

@@ -33,7 +33,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tollgate::ClockSource;
 
-use crate::backend::{Backend, MemoryBackend, SWEEP_EVERY};
+use crate::backend::{Backend, BackendError, MemoryBackend, SWEEP_EVERY};
+use crate::concurrency::Leases;
 use crate::config::{BackendSettings, Config, ConfigError};
 use crate::grpc::{self, RlsService};
 use crate::listen::Acceptor;
@@ -181,6 +182,12 @@ impl Server {
                     .map_err(ServeError::Backend)?,
             ),
         };
+        let leases = Arc::new(match &self.config.backend {
+            BackendSettings::Memory => Leases::memory(self.clock.clone()),
+            BackendSettings::Redis(redis) => Leases::connect(redis, self.clock.clone())
+                .await
+                .map_err(|error| ServeError::Backend(BackendError::new(error)))?,
+        });
         let mut metrics = Metrics::new();
         backend.register_metrics(metrics.registry_mut());
         let service = Arc::new(
@@ -191,7 +198,8 @@ impl Server {
                 RequestLimits::of(&settings),
                 settings.max_concurrent_requests,
             )
-            .map_err(ServeError::Backend)?,
+            .map_err(ServeError::Backend)?
+            .with_leases(leases),
         );
         service.metrics().config_loaded(true);
         // The bytes just validated; if the file changed since, the first
@@ -375,12 +383,18 @@ impl BoundServer {
             )
         });
         let backend = Arc::clone(self.service.backend());
+        let leases = Arc::clone(self.service.leases());
         let sweeper = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(SWEEP_EVERY);
             loop {
                 ticks.tick().await;
                 let backend = Arc::clone(&backend);
-                let _ = tokio::task::spawn_blocking(move || backend.sweep()).await;
+                let leases = Arc::clone(&leases);
+                let _ = tokio::task::spawn_blocking(move || {
+                    backend.sweep();
+                    leases.sweep();
+                })
+                .await;
             }
         });
         let ready = Arc::clone(&self.ready);

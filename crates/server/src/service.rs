@@ -11,6 +11,8 @@
 //! - `shadow_mode`: the bucket is decided and counted as usual, but a
 //!   denial is answered OK (and counted in `rule_shadow_mode`).
 //! - Costs: a cost of 0 only looks.
+//! - `concurrency:` rules take a lease that only its TTL ends (neither
+//!   API's check has a release): see [`crate::concurrency`].
 //! - `replaces` (envoyproxy/ratelimit's): a named rule matched in a request
 //!   where another matched rule lists it under `replaces` is not applied;
 //!   its descriptor is answered OK with no limit, nothing counted. A rule
@@ -68,6 +70,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tollgate::Decision;
 
 use crate::backend::{Backend, BackendError, Hit};
+use crate::concurrency::Leases;
 use std::fmt::Write as _;
 
 use crate::config::{AlgorithmKind, Limits, QuotaConfig, ServerSettings, Unit};
@@ -255,6 +258,8 @@ pub struct Service {
     metrics: Arc<Metrics>,
     limits: RequestLimits,
     in_flight: Arc<Semaphore>,
+    /// Concurrency rules' leases ([`crate::concurrency`]).
+    leases: Arc<Leases>,
 }
 
 impl std::fmt::Debug for Service {
@@ -287,7 +292,25 @@ impl Service {
             metrics,
             limits,
             in_flight: Arc::new(Semaphore::new(max_concurrent)),
+            leases: Arc::new(Leases::memory(tollgate::ClockSource::default())),
         })
+    }
+
+    /// Where concurrency rules keep their leases. By default, in memory
+    /// on the monotonic clock.
+    pub fn with_leases(mut self, leases: Arc<Leases>) -> Service {
+        self.leases = leases;
+        self
+    }
+
+    /// The limits on a request's shape.
+    pub fn request_limits(&self) -> RequestLimits {
+        self.limits
+    }
+
+    /// The concurrency rules' leases.
+    pub fn leases(&self) -> &Arc<Leases> {
+        &self.leases
     }
 
     /// The rules in force.
@@ -456,6 +479,7 @@ impl Service {
                 }
             });
         }
+        crate::concurrency::take_slots(&self.leases, &rules, request, &mut statuses).await;
         Ok(Outcome { statuses })
     }
 
@@ -659,6 +683,9 @@ fn dynamic_rule(
         dynamic: true,
         replaces: Vec::new(),
         metric_values: Vec::new(),
+        // The file rule's concurrency limit still applies (see
+        // `crate::concurrency`).
+        concurrency: None,
     }))
 }
 

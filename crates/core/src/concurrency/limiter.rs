@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::config::{ConfigError, Denied, Priority, Reason, checked_limit};
-use super::permit::{Permit, Ticket};
+use super::permit::{BorrowedPermit, Permit, Ticket};
 use super::settings::{Settings, settings_setters};
 use super::slots::{Enqueued, Slots};
 use crate::sync::Arc;
@@ -98,6 +98,52 @@ impl ConcurrencyLimiter {
         let cost = self.cost(cost, priority)?;
         let in_flight = self.slots.try_acquire(cost, priority)?;
         Ok(Permit::new(self.slots.clone(), cost, in_flight))
+    }
+
+    /// Takes `cost` slots at [`Priority::Default`] if they fit now, as
+    /// [`try_acquire`](Self::try_acquire), in a permit that borrows the
+    /// limiter (no reference count: the cheaper call for a permit that
+    /// lives inside one scope; see [`BorrowedPermit`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Denied`] if they do not fit (nothing is taken).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::concurrency::ConcurrencyLimiter;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = ConcurrencyLimiter::new(1)?;
+    /// {
+    ///     let _permit = limiter.try_acquire_borrowed(1)?;
+    ///     assert!(limiter.try_acquire_borrowed(1).is_err());
+    /// }
+    /// assert_eq!(limiter.in_flight(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn try_acquire_borrowed(&self, cost: u64) -> Result<BorrowedPermit<'_>, Denied> {
+        self.try_acquire_borrowed_as(cost, Priority::Default)
+    }
+
+    /// [`try_acquire_as`](Self::try_acquire_as) in a permit that borrows
+    /// the limiter; see [`try_acquire_borrowed`](Self::try_acquire_borrowed).
+    ///
+    /// # Errors
+    ///
+    /// [`Denied`] if they do not fit (nothing is taken).
+    #[inline]
+    pub fn try_acquire_borrowed_as(
+        &self,
+        cost: u64,
+        priority: Priority,
+    ) -> Result<BorrowedPermit<'_>, Denied> {
+        let cost = self.cost(cost, priority)?;
+        let in_flight = self.slots.try_acquire(cost, priority)?;
+        Ok(BorrowedPermit::new(&self.slots, cost, in_flight))
     }
 
     /// Takes `cost` slots at `priority` now if it may, else queues for them:

@@ -8,6 +8,8 @@
 //! - **slot**: the unit a concurrency limit counts; a request may take
 //!   several (its *cost*).
 //! - **[`Permit`]**: slots taken; dropping it gives them back.
+//!   [`BorrowedPermit`] is the same, borrowing its limiter (as tokio's
+//!   `SemaphorePermit` beside `OwnedSemaphorePermit`).
 //! - **[`Ticket`]**: a place in the waiting queue, a future of a permit.
 //! - **[`Priority`]** and **[`Shares`]**: critical, default and sheddable
 //!   requests, each allowed a share of the limit.
@@ -78,5 +80,5 @@ pub use adaptive::{Vegas, VegasState};
 pub use config::{ConfigError, Denied, MAX_LIMIT, Priority, Reason, Shares};
 pub use keyed::{DEFAULT_MAX_KEYS, KeyedConcurrencyBuilder, KeyedConcurrencyLimiter};
 pub use limiter::{ConcurrencyBuilder, ConcurrencyLimiter};
-pub use permit::{Permit, Ticket};
+pub use permit::{BorrowedPermit, Permit, Ticket};
 pub use settings::{DEFAULT_MAX_DELAY, DEFAULT_MAX_WAITERS};

@@ -1,5 +1,15 @@
-//! What a caller holds: a [`Permit`] (slots taken, released on drop) and a
-//! [`Ticket`] (a place in the waiting queue, that becomes a permit).
+//! What a caller holds: a [`Permit`] (slots taken, released on drop), its
+//! borrowing twin [`BorrowedPermit`], and a [`Ticket`] (a place in the
+//! waiting queue, that becomes a permit).
+//!
+//! # Owned or borrowed (decision)
+//!
+//! As tokio's `OwnedSemaphorePermit` and `SemaphorePermit`: a [`Permit`]
+//! owns a reference to its limit (an `Arc`), so that it can outlive the
+//! caller's borrow of the limiter (move it into a task, a response body:
+//! what the tower layer needs); a [`BorrowedPermit`] borrows the limiter
+//! and saves the reference count's increment and decrement, for a caller
+//! whose permit lives inside one scope. Both release exactly once on drop.
 
 use std::fmt;
 use std::future::Future;
@@ -68,6 +78,68 @@ impl Drop for Permit {
 impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit").field("cost", &self.cost).finish()
+    }
+}
+
+/// `cost` slots of a [`ConcurrencyLimiter`](super::ConcurrencyLimiter),
+/// held until dropped, borrowing the limiter; see
+/// [`ConcurrencyLimiter::try_acquire_borrowed`](super::ConcurrencyLimiter::try_acquire_borrowed).
+///
+/// The same as a [`Permit`] (released exactly once on drop, unwinding
+/// included; an adaptive limit's sample) but for the lifetime: it cannot
+/// outlive the limiter it borrows, and costs no reference count.
+#[must_use = "the slots are released as soon as the permit is dropped"]
+pub struct BorrowedPermit<'a> {
+    slots: &'a Slots,
+    cost: u32,
+    sample: Option<Sample>,
+    dropped: bool,
+}
+
+impl<'a> BorrowedPermit<'a> {
+    #[inline]
+    pub(crate) fn new(slots: &'a Slots, cost: u32, in_flight: u32) -> BorrowedPermit<'a> {
+        let sample = slots.start_sample(in_flight);
+        BorrowedPermit {
+            slots,
+            cost,
+            sample,
+            dropped: false,
+        }
+    }
+
+    /// The slots this permit holds.
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// As [`Permit::overloaded`].
+    pub fn overloaded(&mut self) {
+        self.dropped = true;
+    }
+
+    /// As [`Permit::ignore_sample`].
+    pub fn ignore_sample(&mut self) {
+        self.sample = None;
+    }
+}
+
+impl Drop for BorrowedPermit<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // `Drop` runs once per value: the slots go back exactly once.
+        self.slots.release(self.cost);
+        if let Some(sample) = self.sample.take() {
+            self.slots.finish_sample(sample, self.dropped);
+        }
+    }
+}
+
+impl fmt::Debug for BorrowedPermit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BorrowedPermit")
+            .field("cost", &self.cost)
+            .finish()
     }
 }
 

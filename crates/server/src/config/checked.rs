@@ -28,6 +28,9 @@ pub struct DescriptorConfig {
     pub value: Option<String>,
     /// The limit at this node, if any.
     pub limit: Option<LimitConfig>,
+    /// The concurrency limit at this node, if any
+    /// ([`super::concurrency`]).
+    pub concurrency: Option<super::ConcurrencyConfig>,
     /// Decide and count, but always answer OK.
     pub shadow_mode: bool,
     /// The names of the limits this node's limit replaces

@@ -24,6 +24,8 @@
 //!   - key: plan
 //!     value: internal
 //!     rate_limit: {unlimited: true}
+//!   - key: tenant
+//!     concurrency: 10                # at most 10 in flight per tenant
 //! ```
 //!
 //! # Layout
@@ -57,6 +59,10 @@
 //!   descriptor, decided all-or-nothing; they share one algorithm (the
 //!   core's `AllOf` runs one algorithm type), and a file mixing them is
 //!   refused.
+//! - `concurrency:` (an extension, beside or instead of `rate_limit`): at
+//!   most N leases at once per bucket, with a lease TTL; see
+//!   [`concurrency`] for the keys and [`crate::concurrency`] for what each
+//!   API does with it.
 //! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit;
 //!   `week` is 7 days.
 //! - `requests_per_unit: 0` in a `rate_limit:` block is envoyproxy/ratelimit's
@@ -97,6 +103,7 @@ use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow};
 
 mod backend;
 pub mod checked;
+pub mod concurrency;
 
 pub use crate::tls::TlsSettings;
 use crate::yaml::{CheckedSeed, checked_mapping};
@@ -108,6 +115,7 @@ pub use checked::{
     AlgorithmKind, BuiltAlgorithm, DescriptorConfig, DomainConfig, LimitConfig, Limits,
     QuotaConfig, Unit,
 };
+pub use concurrency::{ConcurrencyConfig, DEFAULT_LEASE_TTL};
 
 /// Why a configuration file was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -520,6 +528,9 @@ struct RawDescriptor {
     value_to_metric: bool,
     #[serde(default)]
     share_threshold: bool,
+    /// At most N in flight per bucket (see [`concurrency`]).
+    #[serde(default)]
+    concurrency: Option<concurrency::ConcurrencyYaml>,
     #[serde(default, deserialize_with = "unique_descriptors")]
     descriptors: Vec<DescriptorYaml>,
 }
@@ -788,12 +799,17 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
                 })
             }
         };
+        let concurrency = raw
+            .concurrency
+            .map(concurrency::ConcurrencyYaml::validate)
+            .transpose()?;
         // Duplicates were refused as they were read (`unique_descriptors`).
         let descriptors: Vec<DescriptorConfig> = raw.descriptors.into_iter().map(|d| d.0).collect();
         Ok(DescriptorYaml(DescriptorConfig {
             key: raw.key,
             value,
             limit,
+            concurrency,
             shadow_mode: raw.shadow_mode,
             replaces,
             share_threshold: raw.share_threshold,

@@ -5,6 +5,7 @@ mod accept;
 mod auth;
 mod backend_errors;
 mod bad_input;
+mod concurrency;
 mod conformance;
 mod descriptors;
 mod envoy_types;

@@ -12,25 +12,26 @@ use tollgate::concurrency::Permit;
 use crate::BoxError;
 
 pin_project! {
-    /// The inner service's body (or a refusal's), with the request's
-    /// [`Permit`]: released at the body's last frame, its first error, or
-    /// its drop, whichever comes first.
-    pub struct ConcurrencyBody<B> {
+    /// The inner service's body (or a refusal's), with the request's slot
+    /// (`H`: a [`Permit`] in memory, a Redis permit on Redis): released at
+    /// the body's last frame, its first error, or its drop, whichever comes
+    /// first.
+    pub struct ConcurrencyBody<B, H = Permit> {
         #[pin]
         inner: Either<B, Full<Bytes>>,
-        permit: Option<Permit>,
+        permit: Option<H>,
     }
 }
 
-impl<B> ConcurrencyBody<B> {
-    pub(crate) fn admitted(inner: B, permit: Permit) -> ConcurrencyBody<B> {
+impl<B, H> ConcurrencyBody<B, H> {
+    pub(crate) fn admitted(inner: B, permit: H) -> ConcurrencyBody<B, H> {
         ConcurrencyBody {
             inner: Either::Left(inner),
             permit: Some(permit),
         }
     }
 
-    pub(crate) fn refused(body: Full<Bytes>) -> ConcurrencyBody<B> {
+    pub(crate) fn refused(body: Full<Bytes>) -> ConcurrencyBody<B, H> {
         ConcurrencyBody {
             inner: Either::Right(body),
             permit: None,
@@ -43,7 +44,7 @@ impl<B> ConcurrencyBody<B> {
     }
 }
 
-impl<B> Body for ConcurrencyBody<B>
+impl<B, H> Body for ConcurrencyBody<B, H>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -73,7 +74,7 @@ where
     }
 }
 
-impl<B> std::fmt::Debug for ConcurrencyBody<B> {
+impl<B, H> std::fmt::Debug for ConcurrencyBody<B, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConcurrencyBody")
             .field("holds_slot", &self.permit.is_some())

@@ -9,6 +9,7 @@ use http::request::Parts;
 use tollgate::concurrency::{KeyedConcurrencyLimiter, Priority};
 use tower_layer::Layer;
 
+use super::backend::ConcurrencyBackend;
 use super::service::ConcurrencyLimitService;
 use crate::KeyExtractor;
 
@@ -32,15 +33,15 @@ pub enum Refusal {
 type PriorityFn = dyn Fn(&Parts) -> Priority + Send + Sync;
 
 /// What every clone of the layer and its services share.
-pub(crate) struct Config<E: KeyExtractor> {
+pub(crate) struct Config<E: KeyExtractor, B> {
     pub(crate) extractor: E,
-    pub(crate) limiter: KeyedConcurrencyLimiter<E::Key>,
+    pub(crate) limiter: B,
     pub(crate) refusal: Refusal,
     pub(crate) priority: Option<Box<PriorityFn>>,
     pub(crate) wait: bool,
 }
 
-impl<E: KeyExtractor> Config<E> {
+impl<E: KeyExtractor, B> Config<E, B> {
     pub(crate) fn priority(&self, parts: &Parts) -> Priority {
         self.priority
             .as_ref()
@@ -68,11 +69,18 @@ impl<E: KeyExtractor> Config<E> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct ConcurrencyLimitLayer<E: KeyExtractor> {
-    config: Arc<Config<E>>,
+///
+/// On Redis (feature `redis`), pass a
+/// `tollgate_redis::concurrency::RedisConcurrencyLimiter` as the limiter:
+/// see [`ConcurrencyBackend`].
+pub struct ConcurrencyLimitLayer<
+    E: KeyExtractor,
+    B = KeyedConcurrencyLimiter<<E as KeyExtractor>::Key>,
+> {
+    config: Arc<Config<E, B>>,
 }
 
-impl<E: KeyExtractor> Clone for ConcurrencyLimitLayer<E> {
+impl<E: KeyExtractor, B> Clone for ConcurrencyLimitLayer<E, B> {
     fn clone(&self) -> Self {
         ConcurrencyLimitLayer {
             config: self.config.clone(),
@@ -80,7 +88,7 @@ impl<E: KeyExtractor> Clone for ConcurrencyLimitLayer<E> {
     }
 }
 
-impl<E: KeyExtractor> fmt::Debug for ConcurrencyLimitLayer<E> {
+impl<E: KeyExtractor, B> fmt::Debug for ConcurrencyLimitLayer<E, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimitLayer")
             .field("refusal", &self.config.refusal)
@@ -89,22 +97,21 @@ impl<E: KeyExtractor> fmt::Debug for ConcurrencyLimitLayer<E> {
     }
 }
 
-impl<E> ConcurrencyLimitLayer<E>
+impl<E, B> ConcurrencyLimitLayer<E, B>
 where
     E: KeyExtractor,
     E::Key: Hash + Eq,
+    B: ConcurrencyBackend<E::Key>,
 {
-    /// A layer limiting each key of `extractor` with `limiter`, with the
-    /// default answers (`503`, no waiting).
-    pub fn new(extractor: E, limiter: KeyedConcurrencyLimiter<E::Key>) -> Self {
+    /// A layer limiting each key of `extractor` with `limiter` (in memory,
+    /// or any [`ConcurrencyBackend`]), with the default answers (`503`, no
+    /// waiting).
+    pub fn new(extractor: E, limiter: B) -> Self {
         ConcurrencyLimitLayer::builder(extractor, limiter).build()
     }
 
     /// Starts configuring a layer.
-    pub fn builder(
-        extractor: E,
-        limiter: KeyedConcurrencyLimiter<E::Key>,
-    ) -> ConcurrencyBuilder<E> {
+    pub fn builder(extractor: E, limiter: B) -> ConcurrencyBuilder<E, B> {
         ConcurrencyBuilder {
             config: Config {
                 extractor,
@@ -117,13 +124,13 @@ where
     }
 
     /// The limiter, shared with the layer.
-    pub fn limiter(&self) -> &KeyedConcurrencyLimiter<E::Key> {
+    pub fn limiter(&self) -> &B {
         &self.config.limiter
     }
 }
 
-impl<S, E: KeyExtractor> Layer<S> for ConcurrencyLimitLayer<E> {
-    type Service = ConcurrencyLimitService<S, E>;
+impl<S, E: KeyExtractor, B> Layer<S> for ConcurrencyLimitLayer<E, B> {
+    type Service = ConcurrencyLimitService<S, E, B>;
 
     fn layer(&self, inner: S) -> Self::Service {
         ConcurrencyLimitService::new(inner, self.config.clone())
@@ -131,11 +138,14 @@ impl<S, E: KeyExtractor> Layer<S> for ConcurrencyLimitLayer<E> {
 }
 
 /// Configures a [`ConcurrencyLimitLayer`].
-pub struct ConcurrencyBuilder<E: KeyExtractor> {
-    config: Config<E>,
+pub struct ConcurrencyBuilder<
+    E: KeyExtractor,
+    B = KeyedConcurrencyLimiter<<E as KeyExtractor>::Key>,
+> {
+    config: Config<E, B>,
 }
 
-impl<E: KeyExtractor> fmt::Debug for ConcurrencyBuilder<E> {
+impl<E: KeyExtractor, B> fmt::Debug for ConcurrencyBuilder<E, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyBuilder")
             .field("refusal", &self.config.refusal)
@@ -144,7 +154,7 @@ impl<E: KeyExtractor> fmt::Debug for ConcurrencyBuilder<E> {
     }
 }
 
-impl<E: KeyExtractor> ConcurrencyBuilder<E> {
+impl<E: KeyExtractor, B> ConcurrencyBuilder<E, B> {
     /// Answers `503 Service Unavailable`, with `Retry-After: hint` if
     /// given. By default, `503` without `Retry-After`.
     pub fn service_unavailable(mut self, retry_after: Option<Duration>) -> Self {
@@ -170,15 +180,16 @@ impl<E: KeyExtractor> ConcurrencyBuilder<E> {
     }
 
     /// Whether a request that finds no slot waits for one (FIFO by
-    /// priority, at most the limiter's `max_delay`). By default, `false`:
-    /// answered at once.
+    /// priority, at most the limiter's `max_delay`; a backend without a
+    /// queue, as Redis, answers at once). By default, `false`: answered at
+    /// once.
     pub fn wait(mut self, wait: bool) -> Self {
         self.config.wait = wait;
         self
     }
 
     /// The layer.
-    pub fn build(self) -> ConcurrencyLimitLayer<E> {
+    pub fn build(self) -> ConcurrencyLimitLayer<E, B> {
         ConcurrencyLimitLayer {
             config: Arc::new(self.config),
         }

@@ -11,6 +11,10 @@
 //!   [`KeyedConcurrencyLimiter`] through an `Arc`.
 //! - **key**: any [`KeyExtractor`](crate::KeyExtractor) of the rate-limit
 //!   layer ([`Global`](crate::Global) for one limit for the whole service).
+//! - **backend**: who holds the slots ([`ConcurrencyBackend`]): a
+//!   [`KeyedConcurrencyLimiter`] in memory, or (feature `redis`) a
+//!   `tollgate_redis::concurrency::RedisConcurrencyLimiter`, whose leases
+//!   expire so that a node that dies frees its slots after the lease TTL.
 //! - **priority**: a function of the request's parts
 //!   ([`ConcurrencyBuilder::priority`]); [`Priority::Default`] otherwise.
 //!
@@ -52,11 +56,13 @@
 //! priority) for at most the limiter's `max_delay`, then is answered as
 //! above; a request whose connection drops while waiting leaves the queue.
 
+pub mod backend;
 mod body;
 mod layer;
 mod response;
 mod service;
 
+pub use backend::{Acquire, AcquireFuture, ConcurrencyBackend, Refused};
 pub use body::ConcurrencyBody;
 pub use layer::{ConcurrencyBuilder, ConcurrencyLimitLayer, Refusal};
 pub use service::{ConcurrencyFuture, ConcurrencyLimitService};

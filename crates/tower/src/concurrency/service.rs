@@ -11,22 +11,27 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
-use tollgate::concurrency::{Denied, Permit, Reason};
+use tollgate::concurrency::{KeyedConcurrencyLimiter, Permit};
 use tower_service::Service;
 
+use super::backend::{Acquire, AcquireFuture, ConcurrencyBackend, Refused};
 use super::body::ConcurrencyBody;
 use super::layer::Config;
 use super::response::{is_grpc, no_key, refused};
 use crate::{BoxError, KeyExtractor};
 
 /// The service of [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer).
-pub struct ConcurrencyLimitService<S, E: KeyExtractor> {
+pub struct ConcurrencyLimitService<
+    S,
+    E: KeyExtractor,
+    B = KeyedConcurrencyLimiter<<E as KeyExtractor>::Key>,
+> {
     inner: S,
-    config: Arc<Config<E>>,
+    config: Arc<Config<E, B>>,
 }
 
-impl<S, E: KeyExtractor> ConcurrencyLimitService<S, E> {
-    pub(crate) fn new(inner: S, config: Arc<Config<E>>) -> Self {
+impl<S, E: KeyExtractor, B> ConcurrencyLimitService<S, E, B> {
+    pub(crate) fn new(inner: S, config: Arc<Config<E, B>>) -> Self {
         ConcurrencyLimitService { inner, config }
     }
 
@@ -36,7 +41,7 @@ impl<S, E: KeyExtractor> ConcurrencyLimitService<S, E> {
     }
 }
 
-impl<S: Clone, E: KeyExtractor> Clone for ConcurrencyLimitService<S, E> {
+impl<S: Clone, E: KeyExtractor, B> Clone for ConcurrencyLimitService<S, E, B> {
     fn clone(&self) -> Self {
         ConcurrencyLimitService {
             inner: self.inner.clone(),
@@ -45,7 +50,7 @@ impl<S: Clone, E: KeyExtractor> Clone for ConcurrencyLimitService<S, E> {
     }
 }
 
-impl<S: fmt::Debug, E: KeyExtractor> fmt::Debug for ConcurrencyLimitService<S, E> {
+impl<S: fmt::Debug, E: KeyExtractor, B> fmt::Debug for ConcurrencyLimitService<S, E, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimitService")
             .field("inner", &self.inner)
@@ -53,45 +58,45 @@ impl<S: fmt::Debug, E: KeyExtractor> fmt::Debug for ConcurrencyLimitService<S, E
     }
 }
 
-type WaitFuture = Pin<Box<dyn Future<Output = Result<Permit, Denied>> + Send>>;
-
 pin_project! {
     /// The response future of [`ConcurrencyLimitService`]: holds the
-    /// request's permit until the response body takes it over.
+    /// request's slot until the response body takes it over.
     #[project = StateProj]
-    enum State<F, S, Req> {
-        Waiting { wait: WaitFuture, inner: Option<S>, request: Option<Req>, grpc: bool },
-        Running { #[pin] future: F, permit: Option<Permit> },
+    enum State<F, S, Req, H> {
+        // Waiting for the backend (a round trip) or in its queue.
+        Waiting { wait: AcquireFuture<H>, inner: Option<S>, request: Option<Req>, grpc: bool },
+        Running { #[pin] future: F, permit: Option<H> },
         Answered { response: Option<Response<http_body_util::Full<Bytes>>> },
     }
 }
 
 pin_project! {
     /// The response future of [`ConcurrencyLimitService`].
-    pub struct ConcurrencyFuture<F, S, Req> {
+    pub struct ConcurrencyFuture<F, S, Req, H = Permit> {
         #[pin]
-        state: State<F, S, Req>,
+        state: State<F, S, Req, H>,
         refusal: super::Refusal,
     }
 }
 
-impl<F, S, Req> fmt::Debug for ConcurrencyFuture<F, S, Req> {
+impl<F, S, Req, H> fmt::Debug for ConcurrencyFuture<F, S, Req, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyFuture").finish_non_exhaustive()
     }
 }
 
-impl<S, E, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimitService<S, E>
+impl<S, E, B, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimitService<S, E, B>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     E: KeyExtractor,
     E::Key: Hash + Eq,
+    B: ConcurrencyBackend<E::Key>,
     ResBody: Body<Data = Bytes>,
     ResBody::Error: Into<BoxError>,
 {
-    type Response = Response<ConcurrencyBody<ResBody>>;
+    type Response = Response<ConcurrencyBody<ResBody, B::Held>>;
     type Error = S::Error;
-    type Future = ConcurrencyFuture<S::Future, S, Request<ReqBody>>;
+    type Future = ConcurrencyFuture<S::Future, S, Request<ReqBody>, B::Held>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // The slot is taken in `call`, per request and key: readiness is
@@ -117,48 +122,47 @@ where
         };
         let priority = config.priority(&parts);
         let request = Request::from_parts(parts, body);
-        match config.limiter.try_acquire_as(&key, 1, priority) {
-            Ok(permit) => ConcurrencyFuture {
-                state: State::Running {
-                    future: self.inner.call(request),
-                    permit: Some(permit),
-                },
-                refusal,
-            },
-            Err(denied) if config.wait && waitable(&denied) => {
-                let limiter = config.limiter.clone();
-                let wait: WaitFuture =
-                    Box::pin(async move { limiter.acquire(&key, 1, priority).await });
-                // The inner service made ready for this call goes with it;
-                // a clone takes its place (tower's `ready-cache` idiom).
-                let ready = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, ready);
-                ConcurrencyFuture {
-                    state: State::Waiting {
-                        wait,
-                        inner: Some(inner),
-                        request: Some(request),
-                        grpc,
+        let wait = match config.limiter.acquire(&key, priority) {
+            Acquire::Now(Ok(permit)) => {
+                return ConcurrencyFuture {
+                    state: State::Running {
+                        future: self.inner.call(request),
+                        permit: Some(permit),
                     },
                     refusal,
+                };
+            }
+            Acquire::Now(Err(Refused::Full)) if config.wait => {
+                match config.limiter.wait(key, priority) {
+                    Some(wait) => wait,
+                    None => return answered(refused(refusal, grpc)),
                 }
             }
-            Err(_) => answered(refused(refusal, grpc)),
+            Acquire::Now(Err(_)) => return answered(refused(refusal, grpc)),
+            Acquire::Later(wait) => wait,
+        };
+        // The inner service made ready for this call goes with it; a clone
+        // takes its place (tower's `ready-cache` idiom).
+        let ready = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, ready);
+        ConcurrencyFuture {
+            state: State::Waiting {
+                wait,
+                inner: Some(inner),
+                request: Some(request),
+                grpc,
+            },
+            refusal,
         }
     }
 }
 
-/// Whether waiting could help a refusal.
-fn waitable(denied: &Denied) -> bool {
-    matches!(denied.reason(), Reason::Full | Reason::Queued)
-}
-
-impl<F, S, ReqBody, ResBody, Error> Future for ConcurrencyFuture<F, S, Request<ReqBody>>
+impl<F, S, ReqBody, ResBody, Error, H> Future for ConcurrencyFuture<F, S, Request<ReqBody>, H>
 where
     F: Future<Output = Result<Response<ResBody>, Error>>,
     S: Service<Request<ReqBody>, Future = F, Response = Response<ResBody>, Error = Error>,
 {
-    type Output = Result<Response<ConcurrencyBody<ResBody>>, Error>;
+    type Output = Result<Response<ConcurrencyBody<ResBody, H>>, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();

@@ -1,0 +1,797 @@
+//! Concurrency limits in the server: a rule's `concurrency:` slots, held as
+//! **leases** that expire.
+//!
+//! # What each API can express
+//!
+//! - **HTTP** (`POST /v1/acquire`, `POST /v1/release`, see
+//!   [`crate::concurrency_http`]): a caller takes a lease for one
+//!   descriptor and gives it back when its work is done. The lease holds
+//!   `cost` slots of the rule's bucket until released or until its TTL
+//!   (the rule's `lease_ttl`) passes, so that a caller that dies frees its
+//!   slots after at most the TTL. This is a true in-flight limit for
+//!   callers that release.
+//! - **Envoy's RLS** (`ShouldRateLimit`) has no release call: Envoy asks
+//!   once before the request and never says when it ended. So a
+//!   `concurrency:` rule matched over gRPC takes a lease of one slot (or
+//!   the descriptor's `hits_addend`) that **only its TTL ends**: the limit
+//!   the RLS enforces is "at most N requests *started* within the last
+//!   `lease_ttl`", which approximates "at most N in flight" when
+//!   `lease_ttl` is about the upstream's latency (Little's law: in-flight =
+//!   rate × latency), and is stricter when requests finish faster than the
+//!   TTL (their slots stay taken). Envoy cannot express a true in-flight
+//!   limit through the RLS; its own circuit breakers
+//!   (`max_requests` per cluster) or the adaptive-concurrency filter do
+//!   that in the proxy. When no slot is free the descriptor is answered
+//!   **OVER_LIMIT** (with no `current_limit`: the slots are not a rate).
+//!
+//! # Decisions
+//!
+//! - **RLS concurrency rules are allowed** (with the approximation above,
+//!   written in the README): refusing them would make a file shared by
+//!   Envoy and HTTP callers unusable, and ignoring them over gRPC would
+//!   silently admit everything (failing open).
+//! - The rate limit of the same rule (`rate_limit` beside `concurrency`)
+//!   is decided first, over RLS; a descriptor over its rate limit takes no
+//!   slot. `POST /v1/acquire` decides the concurrency limit only (`POST
+//!   /v1/check` decides the rate limits).
+//! - A request's `limit` override (Envoy's dynamic limits) replaces the
+//!   rule's rate limit, not its concurrency limit.
+//! - A slot refused is `retry_after` = the time until the first lease of
+//!   the bucket expires: a bound (leases are usually released earlier).
+//! - **Lowering a limit** by a reload revokes no lease: no new slot is
+//!   granted until the bucket is back under the new limit (as the core's
+//!   [`tollgate::concurrency`]). Leases outlive reloads; a lease of a rule
+//!   removed by a reload still releases.
+//! - **Lease ids** are opaque strings. In memory they are 128 random bits
+//!   (a client cannot guess another's); they are valid on the server that
+//!   granted them only. On Redis they name the Redis lease (rule, bucket,
+//!   id, cost), so that any server of the fleet can release it.
+//! - In memory, leases are held in one table under one mutex, at most
+//!   [`MAX_LEASES`] at once (then refused as unavailable, never granted
+//!   past the cap); expired leases are pruned, earliest first, on every
+//!   acquire and release and by the server's sweep, so their slots come
+//!   back without a timer.
+//! - On Redis, the leases are `tollgate-redis`'s concurrency leases
+//!   (`tollgate_redis::concurrency`), on the server's clock (`TIME`), one
+//!   round trip to acquire and one to release, with the backend's
+//!   failure policy: fail open grants a lease that holds nothing; fail
+//!   closed refuses (503 / OVER_LIMIT); local decides on this server's
+//!   memory leases holding `max(1, ⌊limit · share⌋)` slots per bucket.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tollgate::{Clock, ClockSource};
+use tollgate_redis::concurrency::{LeaseId, RedisConcurrencyLimiter, Refusal};
+use tollgate_redis::{FailurePolicy, Redis};
+
+use crate::config::{ConcurrencyConfig, RedisSettings, RedisTarget, redact_url};
+use crate::rules::{Rule, RuleSet};
+use crate::service::{CheckRequest, Status};
+
+/// The most leases the memory table holds at once.
+pub const MAX_LEASES: usize = 1 << 20;
+
+/// A lease granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Granted {
+    /// The lease's id, to release it.
+    pub lease: String,
+    /// How long it holds its slots unless released.
+    pub ttl: Duration,
+    /// The rule's limit.
+    pub limit: u32,
+    /// Slots held in the bucket, this lease's included (`None` when the
+    /// failure policy granted it without Redis).
+    pub in_flight: Option<u32>,
+}
+
+/// Why no lease was granted. Nothing was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denial {
+    /// The bucket's slots are taken.
+    Full {
+        /// The limit.
+        limit: u32,
+        /// Slots held by unexpired leases.
+        in_flight: u32,
+        /// Until the bucket's first lease expires.
+        retry_after: Duration,
+    },
+    /// The cost is above the limit: never grantable.
+    Cost {
+        /// The limit.
+        limit: u32,
+    },
+    /// The store cannot grant now (Redis down and the policy refuses, or
+    /// the memory table is full).
+    Unavailable {
+        /// When to try again.
+        retry_after: Duration,
+    },
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Denial::Full {
+                limit, in_flight, ..
+            } => write!(
+                f,
+                "concurrency limit reached: {in_flight} of {limit} slots leased"
+            ),
+            Denial::Cost { limit } => {
+                write!(f, "the cost is above the concurrency limit of {limit}")
+            }
+            Denial::Unavailable { .. } => f.write_str("the lease store is unavailable"),
+        }
+    }
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// The lease was live; its slots are free now.
+    Freed,
+    /// No such live lease: unknown, already released, or expired.
+    Unknown,
+}
+
+/// The store could not answer a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unavailable {
+    /// When to try again.
+    pub retry_after: Duration,
+}
+
+/// Where leases live; see the [module docs](self).
+pub struct Leases {
+    store: Store,
+}
+
+enum Store {
+    Memory(Box<MemoryLeases>),
+    Redis(Box<RedisLeases>),
+}
+
+impl fmt::Debug for Leases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.store {
+            Store::Memory(_) => "memory",
+            Store::Redis(_) => "redis",
+        };
+        f.debug_struct("Leases").field("store", &kind).finish()
+    }
+}
+
+impl Leases {
+    /// Leases in this process's memory, timed by `clock`.
+    pub fn memory(clock: ClockSource) -> Leases {
+        Leases {
+            store: Store::Memory(Box::new(MemoryLeases::new(clock))),
+        }
+    }
+
+    /// Leases on Redis (`tollgate-redis`'s concurrency leases) through
+    /// `redis`, with the settings' prefix, deadline, breaker and failure
+    /// policy; the local policy decides on memory leases timed by `clock`.
+    pub fn redis(redis: Redis, settings: &RedisSettings, clock: ClockSource) -> Leases {
+        Leases {
+            store: Store::Redis(Box::new(RedisLeases {
+                redis,
+                settings: settings.clone(),
+                limiters: Mutex::new(HashMap::new()),
+                local: MemoryLeases::new(clock),
+            })),
+        }
+    }
+
+    /// Connects to the Redis of `settings` (its own multiplexed connection
+    /// beside the rate limits').
+    ///
+    /// # Errors
+    ///
+    /// Redis cannot be reached.
+    pub async fn connect(settings: &RedisSettings, clock: ClockSource) -> Result<Leases, String> {
+        let options = tollgate_redis::Options {
+            response_timeout: settings.response_timeout,
+            connection_timeout: settings.connection_timeout,
+            retries: settings.retries,
+        };
+        let redis = match &settings.target {
+            RedisTarget::Single(url) => Redis::connect(url, &options)
+                .await
+                .map_err(|error| format!("cannot connect to {}: {error}", redact_url(url)))?,
+            RedisTarget::Cluster(urls) => {
+                let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+                Redis::connect_cluster(&nodes, &options)
+                    .await
+                    .map_err(|error| format!("cannot connect to the cluster: {error}"))?
+            }
+        };
+        Ok(Leases::redis(redis, settings, clock))
+    }
+
+    /// Takes `cost` slots of `bucket` under `rule`'s concurrency limit, in
+    /// a lease of the rule's TTL.
+    ///
+    /// # Errors
+    ///
+    /// A [`Denial`]; nothing was taken.
+    pub async fn acquire(
+        &self,
+        rule: &Rule,
+        config: ConcurrencyConfig,
+        bucket: &str,
+        cost: u32,
+    ) -> Result<Granted, Denial> {
+        if cost > config.limit {
+            return Err(Denial::Cost {
+                limit: config.limit,
+            });
+        }
+        match &self.store {
+            Store::Memory(memory) => memory.acquire(&rule.id, config, bucket, cost),
+            Store::Redis(redis) => redis.acquire(rule, config, bucket, cost).await,
+        }
+    }
+
+    /// Gives a lease back. Idempotent: a lease released twice, expired or
+    /// unknown is [`Released::Unknown`] and changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] if the store could not answer (the lease then
+    /// expires after its TTL).
+    pub async fn release(&self, lease: &str) -> Result<Released, Unavailable> {
+        match &self.store {
+            Store::Memory(memory) => Ok(memory.release(lease)),
+            Store::Redis(redis) => redis.release(lease).await,
+        }
+    }
+
+    /// Prunes expired leases (memory); called every second by the server.
+    pub fn sweep(&self) {
+        match &self.store {
+            Store::Memory(memory) => memory.prune(),
+            Store::Redis(redis) => redis.local.prune(),
+        }
+    }
+
+    /// Slots held now in `bucket` of rule `id`, expired leases pruned
+    /// (memory only; `None` on Redis).
+    pub fn in_flight(&self, id: &str, bucket: &str) -> Option<u32> {
+        match &self.store {
+            Store::Memory(memory) => Some(memory.in_flight(id, bucket)),
+            Store::Redis(_) => None,
+        }
+    }
+}
+
+/// The check path of both APIs (`ShouldRateLimit`, `POST /v1/check`):
+/// every descriptor answered OK so far whose file rule has a
+/// `concurrency:` limit takes a lease of its cost that only the TTL ends
+/// (see the module docs); one that gets no slot is answered OVER_LIMIT
+/// (unless the rule is in shadow mode), with nothing else undone. A cost
+/// of 0 (a dry run) takes nothing.
+pub(crate) async fn take_slots(
+    leases: &Leases,
+    rules: &RuleSet,
+    request: &CheckRequest,
+    statuses: &mut [Status],
+) {
+    for (descriptor, status) in request.descriptors.iter().zip(statuses.iter_mut()) {
+        if !matches!(status, Status::Decided { .. } | Status::Unlimited { .. })
+            || status.is_over_limit()
+        {
+            continue;
+        }
+        let entries = descriptor
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()));
+        let Some((rule, bucket)) = rules.find_bucket(&request.domain, entries) else {
+            continue;
+        };
+        let Some(config) = rule.concurrency else {
+            continue;
+        };
+        let cost = descriptor.cost.unwrap_or(request.cost);
+        if cost == 0 {
+            continue;
+        }
+        let outcome = match u32::try_from(cost) {
+            Ok(cost) => leases.acquire(rule, config, &bucket, cost).await.err(),
+            Err(_) => Some(Denial::Cost {
+                limit: config.limit,
+            }),
+        };
+        if let Some(denial) = outcome {
+            *status = Status::Refused {
+                rule: Some(Arc::clone(rule)),
+                quota: None,
+                reason: denial.to_string(),
+            };
+        }
+    }
+}
+
+// ---- memory ----
+
+/// One table of leases under one mutex: the same steps as
+/// `tollgate-redis`'s `concurrency.lua` (prune the expired, count, add if
+/// it fits), on the server's clock.
+struct MemoryLeases {
+    clock: ClockSource,
+    ids: std::collections::hash_map::RandomState,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    /// Per (rule id, bucket) holding slots; an entry leaves at 0.
+    held: HashMap<(Arc<str>, String), Bucket>,
+    /// Live leases by id.
+    leases: HashMap<String, MemoryLease>,
+    /// `(expiry ns, id)` of every live lease, earliest first.
+    expiries: BTreeSet<(u64, String)>,
+    next: u64,
+}
+
+/// One bucket's live leases.
+#[derive(Default)]
+struct Bucket {
+    /// Slots held.
+    held: u32,
+    /// Expiry (ns) → leases expiring then: the first is `retry_after`.
+    expiries: std::collections::BTreeMap<u64, u32>,
+}
+
+struct MemoryLease {
+    rule: Arc<str>,
+    bucket: String,
+    cost: u32,
+    expires: u64,
+}
+
+impl MemoryLeases {
+    fn new(clock: ClockSource) -> MemoryLeases {
+        MemoryLeases {
+            clock,
+            ids: std::collections::hash_map::RandomState::new(),
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now().as_u64()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// 128 unguessable bits: two keyed hashes of a counter.
+    fn new_id(&self, counter: u64) -> String {
+        let mut words = [0u64; 2];
+        for (salt, word) in words.iter_mut().enumerate() {
+            let mut hasher = self.ids.build_hasher();
+            hasher.write_u64(counter);
+            hasher.write_usize(salt);
+            *word = hasher.finish();
+        }
+        format!("m{:016x}{:016x}", words[0], words[1])
+    }
+
+    fn acquire(
+        &self,
+        rule: &Arc<str>,
+        config: ConcurrencyConfig,
+        bucket: &str,
+        cost: u32,
+    ) -> Result<Granted, Denial> {
+        let now = self.now();
+        let mut table = self.lock();
+        table.prune(now);
+        let slot = (Arc::clone(rule), bucket.to_owned());
+        let (held, first) = table.held.get(&slot).map_or((0, now), |b| {
+            (b.held, b.expiries.keys().next().copied().unwrap_or(now))
+        });
+        if u64::from(held) + u64::from(cost) > u64::from(config.limit) {
+            return Err(Denial::Full {
+                limit: config.limit,
+                in_flight: held,
+                retry_after: Duration::from_nanos(first.saturating_sub(now)),
+            });
+        }
+        if table.leases.len() >= MAX_LEASES {
+            return Err(Denial::Unavailable {
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        let counter = table.next;
+        table.next += 1;
+        let id = self.new_id(counter);
+        let ttl_ns = u64::try_from(config.lease_ttl.as_nanos()).unwrap_or(u64::MAX);
+        let expires = now.saturating_add(ttl_ns);
+        let entry = table.held.entry(slot).or_default();
+        entry.held = held + cost;
+        *entry.expiries.entry(expires).or_default() += 1;
+        table.expiries.insert((expires, id.clone()));
+        table.leases.insert(
+            id.clone(),
+            MemoryLease {
+                rule: Arc::clone(rule),
+                bucket: bucket.to_owned(),
+                cost,
+                expires,
+            },
+        );
+        Ok(Granted {
+            lease: id,
+            ttl: config.lease_ttl,
+            limit: config.limit,
+            in_flight: Some(held + cost),
+        })
+    }
+
+    fn release(&self, id: &str) -> Released {
+        let now = self.now();
+        let mut table = self.lock();
+        table.prune(now);
+        match table.remove(id) {
+            true => Released::Freed,
+            false => Released::Unknown,
+        }
+    }
+
+    fn prune(&self) {
+        let now = self.now();
+        self.lock().prune(now);
+    }
+
+    fn in_flight(&self, rule: &str, bucket: &str) -> u32 {
+        let now = self.now();
+        let mut table = self.lock();
+        table.prune(now);
+        table
+            .held
+            .get(&(Arc::from(rule), bucket.to_owned()))
+            .map_or(0, |b| b.held)
+    }
+}
+
+impl Table {
+    /// Drops every lease whose expiry is at or before `now` (a lease of
+    /// TTL `t` taken at `s` holds its slots over `[s, s + t)`).
+    fn prune(&mut self, now: u64) {
+        while let Some((expires, _)) = self.expiries.first() {
+            if *expires > now {
+                break;
+            }
+            if let Some((_, id)) = self.expiries.pop_first() {
+                self.remove(&id);
+            }
+        }
+    }
+
+    /// Removes lease `id` and its slots; whether it was live.
+    fn remove(&mut self, id: &str) -> bool {
+        let Some(lease) = self.leases.remove(id) else {
+            return false;
+        };
+        self.expiries.remove(&(lease.expires, id.to_owned()));
+        let slot = (lease.rule, lease.bucket);
+        if let Some(bucket) = self.held.get_mut(&slot) {
+            debug_assert!(
+                bucket.held >= lease.cost,
+                "{} held, releasing {}",
+                bucket.held,
+                lease.cost
+            );
+            bucket.held = bucket.held.saturating_sub(lease.cost);
+            if let Some(count) = bucket.expiries.get_mut(&lease.expires) {
+                *count -= 1;
+                if *count == 0 {
+                    bucket.expiries.remove(&lease.expires);
+                }
+            }
+            if bucket.held == 0 {
+                self.held.remove(&slot);
+            }
+        }
+        true
+    }
+}
+
+// ---- Redis ----
+
+/// (rule id, limit, lease TTL): what a Redis concurrency limiter holds.
+type LimiterKey = (Arc<str>, u32, Duration);
+
+struct RedisLeases {
+    redis: Redis,
+    settings: RedisSettings,
+    /// One limiter per (rule id, limit, TTL): the parameters a limiter
+    /// holds; releasing needs only the rule's id (the keys' name).
+    limiters: Mutex<HashMap<LimiterKey, RedisConcurrencyLimiter>>,
+    /// The local failure policy's leases.
+    local: MemoryLeases,
+}
+
+/// The prefix of a lease granted by fail open: it holds nothing.
+const OPEN: &str = "o";
+/// The prefix of a Redis lease id.
+const REDIS: &str = "r";
+
+impl RedisLeases {
+    fn limiter(
+        &self,
+        id: &Arc<str>,
+        config: ConcurrencyConfig,
+    ) -> Result<RedisConcurrencyLimiter, Denial> {
+        let mut limiters = self.limiters.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = (Arc::clone(id), config.limit, config.lease_ttl);
+        if let Some(limiter) = limiters.get(&entry) {
+            return Ok(limiter.clone());
+        }
+        let s = &self.settings;
+        let limiter = RedisConcurrencyLimiter::builder(self.redis.clone(), id, config.limit.into())
+            .prefix(&s.key_prefix)
+            .lease_ttl(config.lease_ttl)
+            .deadline(s.deadline)
+            .breaker(s.breaker)
+            // The policy is applied here (a local lease must be held in
+            // this table, not in a permit).
+            .failure_policy(FailurePolicy::FailClosed)
+            .build()
+            .map_err(|error| {
+                tracing::warn!(rule = %id, %error, "cannot build the Redis concurrency limiter");
+                Denial::Unavailable {
+                    retry_after: Duration::from_secs(1),
+                }
+            })?;
+        limiters.insert(entry, limiter.clone());
+        Ok(limiter)
+    }
+
+    async fn acquire(
+        &self,
+        rule: &Rule,
+        config: ConcurrencyConfig,
+        bucket: &str,
+        cost: u32,
+    ) -> Result<Granted, Denial> {
+        let limiter = self.limiter(&rule.id, config)?;
+        match limiter.try_acquire(bucket.as_bytes(), cost).await {
+            Ok(permit) => match permit.detach() {
+                Some(lease) => Ok(Granted {
+                    lease: encode(&rule.id, &lease),
+                    ttl: config.lease_ttl,
+                    limit: config.limit,
+                    in_flight: None,
+                }),
+                // Unreachable: the limiter fails closed.
+                None => Err(Denial::Unavailable {
+                    retry_after: Duration::from_secs(1),
+                }),
+            },
+            Err(Refusal::Full {
+                held,
+                limit,
+                first_expiry,
+            }) => Err(Denial::Full {
+                limit,
+                in_flight: held,
+                retry_after: first_expiry,
+            }),
+            Err(Refusal::Cost { limit }) => Err(Denial::Cost { limit }),
+            Err(Refusal::Unavailable { retry_after, .. }) => match self.settings.failure_policy {
+                FailurePolicy::FailOpen => Ok(Granted {
+                    lease: format!("{OPEN}{}", self.local.new_id(u64::MAX)),
+                    ttl: config.lease_ttl,
+                    limit: config.limit,
+                    in_flight: None,
+                }),
+                FailurePolicy::Local { share } => {
+                    let slots = ((f64::from(config.limit) * share).floor() as u32).max(1);
+                    let local = ConcurrencyConfig {
+                        limit: slots,
+                        ..config
+                    };
+                    self.local.acquire(&rule.id, local, bucket, cost)
+                }
+                _ => Err(Denial::Unavailable { retry_after }),
+            },
+            Err(_) => Err(Denial::Unavailable {
+                retry_after: Duration::from_secs(1),
+            }),
+        }
+    }
+
+    async fn release(&self, lease: &str) -> Result<Released, Unavailable> {
+        if lease.starts_with(OPEN) {
+            return Ok(Released::Unknown);
+        }
+        if lease.starts_with('m') {
+            return Ok(self.local.release(lease));
+        }
+        let Some((rule, id)) = decode(lease) else {
+            return Ok(Released::Unknown);
+        };
+        // Any limit and TTL: a release names the lease's keys only.
+        let any = ConcurrencyConfig {
+            limit: id.cost.max(1),
+            lease_ttl: Duration::from_secs(1),
+        };
+        let limiter = self
+            .limiter(&Arc::from(rule.as_str()), any)
+            .map_err(|_| Unavailable {
+                retry_after: Duration::from_secs(1),
+            })?;
+        match limiter.release_lease(&id).await {
+            Ok(true) => Ok(Released::Freed),
+            Ok(false) => Ok(Released::Unknown),
+            Err(Refusal::Unavailable { retry_after, .. }) => Err(Unavailable { retry_after }),
+            Err(_) => Err(Unavailable {
+                retry_after: Duration::from_secs(1),
+            }),
+        }
+    }
+}
+
+/// `r.<hex rule id>.<hex bucket>.<lease id>.<cost>`.
+fn encode(rule: &str, lease: &LeaseId) -> String {
+    format!(
+        "{REDIS}.{}.{}.{}.{}",
+        hex(rule.as_bytes()),
+        hex(&lease.key),
+        lease.id,
+        lease.cost
+    )
+}
+
+fn decode(text: &str) -> Option<(String, LeaseId)> {
+    let mut parts = text.split('.');
+    if parts.next()? != REDIS {
+        return None;
+    }
+    let rule = String::from_utf8(unhex(parts.next()?)?).ok()?;
+    let key = unhex(parts.next()?)?;
+    let id = parts.next()?;
+    let cost: u32 = parts.next()?.parse().ok()?;
+    if parts.next().is_some() || id.is_empty() || cost == 0 || id.contains('#') {
+        return None;
+    }
+    Some((
+        rule,
+        LeaseId {
+            key,
+            id: id.to_owned(),
+            cost,
+        },
+    ))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::ManualClock;
+
+    fn rule(id: &str) -> Rule {
+        Rule {
+            id: id.into(),
+            domain: "d".into(),
+            path: Vec::new(),
+            name: None,
+            shadow_mode: false,
+            limits: None,
+            blocked: None,
+            dynamic: false,
+            replaces: Vec::new(),
+            metric_values: Vec::new(),
+            concurrency: None,
+        }
+    }
+
+    const TWO: ConcurrencyConfig = ConcurrencyConfig {
+        limit: 2,
+        lease_ttl: Duration::from_secs(10),
+    };
+
+    #[test]
+    fn redis_lease_ids_round_trip_and_refuse_forgeries() {
+        let lease = LeaseId {
+            key: b"\x00user|a.b".to_vec(),
+            id: "00ab:1f".into(),
+            cost: 3,
+        };
+        let text = encode("api.user", &lease);
+        assert_eq!(decode(&text), Some(("api.user".to_owned(), lease)));
+        for bad in [
+            "",
+            "r",
+            "r.zz.00.x.1",
+            "r.61.62.x.0",
+            "r.61.62.x#1.1",
+            "r.61.62.x.1.9",
+            "m0",
+        ] {
+            assert_eq!(decode(bad), None, "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn memory_leases_count_release_and_expire_on_the_clock() {
+        let clock = ManualClock::new();
+        let leases = Leases::memory(clock.clone().into());
+        let r = rule("d.k");
+        let a = leases.acquire(&r, TWO, "b", 1).await.unwrap();
+        let b = leases.acquire(&r, TWO, "b", 1).await.unwrap();
+        assert_ne!(a.lease, b.lease);
+        assert_eq!(b.in_flight, Some(2));
+        // Another bucket has its own slots.
+        assert!(leases.acquire(&r, TWO, "other", 2).await.is_ok());
+        clock.advance(Duration::from_secs(4));
+        assert_eq!(
+            leases.acquire(&r, TWO, "b", 1).await,
+            Err(Denial::Full {
+                limit: 2,
+                in_flight: 2,
+                retry_after: Duration::from_secs(6)
+            })
+        );
+        assert_eq!(leases.release(&a.lease).await, Ok(Released::Freed));
+        assert_eq!(leases.release(&a.lease).await, Ok(Released::Unknown));
+        assert_eq!(leases.release("nonsense").await, Ok(Released::Unknown));
+        let c = leases.acquire(&r, TWO, "b", 1).await.unwrap();
+        // `b` expires at 10 s: its slot comes back, the lease is gone.
+        clock.advance(Duration::from_secs(6));
+        assert_eq!(leases.in_flight("d.k", "b"), Some(1));
+        assert_eq!(leases.release(&b.lease).await, Ok(Released::Unknown));
+        assert_eq!(leases.release(&c.lease).await, Ok(Released::Freed));
+        assert_eq!(leases.in_flight("d.k", "b"), Some(0));
+        assert_eq!(
+            leases.acquire(&r, TWO, "b", 3).await,
+            Err(Denial::Cost { limit: 2 })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lowered_limit_revokes_nothing_and_grants_nothing_until_under_it() {
+        let leases = Leases::memory(ManualClock::new().into());
+        let r = rule("d.k");
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(leases.acquire(&r, TWO, "b", 1).await.unwrap());
+        }
+        let one = ConcurrencyConfig { limit: 1, ..TWO };
+        assert!(leases.acquire(&r, one, "b", 1).await.is_err());
+        leases.release(&held[0].lease).await.unwrap();
+        assert!(leases.acquire(&r, one, "b", 1).await.is_err());
+        leases.release(&held[1].lease).await.unwrap();
+        assert!(leases.acquire(&r, one, "b", 1).await.is_ok());
+    }
+}
