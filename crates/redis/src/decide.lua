@@ -74,11 +74,14 @@ local function gcra_module()
     local us = unit * p.scale
     p.M = p.m * us
     st.cur = math.fmod(now, p.m) * us
-    local tat = tonumber(get(key))
+    local raw = get(key)
+    local tat = tonumber(raw)
     if tat and tat >= 0 and tat < p.M and tat % 1 == 0 then
       local debt = tat - st.cur
       if debt < 0 then debt = debt + p.M end
       if debt <= p.M - 2000000000000000 then st.debt = debt end
+    elseif raw and string.byte(raw, 1) == 33 then
+      st.mark = raw
     end
     return st
   end
@@ -143,6 +146,8 @@ local function fixed_module()
         st.window = w
         st.count = tonumber(c)
       end
+    elseif raw and string.byte(raw, 1) == 33 then
+      st.mark = raw
     end
     local window_end = (st.window + 1) * p.period
     st.until_next = (window_end - math.min(now, window_end)) * unit
@@ -241,8 +246,12 @@ local function sliding_module()
       if sum ~= st.total then ok = false end
     end
     if not ok then
-      -- Not a state of this limit: read as none, and replaced at admission.
+      -- Not a state of this limit: read as none, and replaced at admission;
+      -- a string may be a control's marker (src/controls.rs).
+      local mark = nil
+      if type(raw) == 'table' and raw.err then mark = get(key) end
       st = {head = 0, total = 0, counts = {}, foreign = true}
+      if mark and string.byte(mark, 1) == 33 then st.mark = mark end
     end
     st.current = math.max(epoch_of(now, p), st.head)
     -- Permits still in the window ending with `current`.
@@ -385,6 +394,45 @@ for i = 1, #KEYS do
   p.x = x
   limits[i] = p
   states[i] = p.alg.load(KEYS[i], p)
+end
+
+-- Controls' markers (src/controls.rs): a deny or allow list, then a penalty,
+-- decide before any limit and count nothing.
+local mark, mark_end = nil, nil
+for i = 1, #KEYS do
+  local raw = states[i].mark
+  if raw then
+    local kind = string.sub(raw, 2, 2)
+    if kind == 'd' then
+      mark = 'd'
+    elseif kind == 'a' and mark ~= 'd' then
+      mark = 'a'
+    elseif kind == 'p' and (mark == nil or mark == 'p') then
+      local e = tonumber(string.sub(raw, 3))
+      if e == nil then
+        mark, mark_end = 'p', -1
+      elseif e > now and mark_end ~= -1 and (mark_end == nil or e > mark_end) then
+        mark, mark_end = 'p', e
+      end
+    end
+  end
+end
+if mark then
+  if op == 'r' then return {1, 0, now} end
+  local reply = {1, 0, now}
+  if mark ~= 'a' then reply[1] = 0 end
+  for i = 1, #KEYS do
+    local p, at = limits[i], 3 + (i - 1) * 4
+    if mark == 'a' then
+      local full = p.capacity or p.limit
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 1, full, 0, 0
+    else
+      local left = -1
+      if mark == 'p' and mark_end ~= -1 then left = (mark_end - now) * unit * (p.scale or 1) end
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 0, 0, left, left
+    end
+  end
+  return reply
 end
 
 if op == 'r' then

@@ -149,6 +149,16 @@ impl KeyCodec {
         out
     }
 
+    /// The limiter's registry of listed keys (see
+    /// [`controls`](crate::controls)): `<prefix>{<name>|#}lists`. No user
+    /// key's tag ends in a bare `#` (an inline `#` is escaped, a hashed key
+    /// is `#<length>:…`), so it names no user key's state.
+    pub fn registry(&self) -> Vec<u8> {
+        let mut out = self.head.clone();
+        out.extend_from_slice(b"#}lists");
+        out
+    }
+
     /// The Redis keys of every limit of `key`, in the limits' order.
     pub fn keys(&self, key: &[u8]) -> Vec<Vec<u8>> {
         self.keys_of(&BoundedKey::new(key))

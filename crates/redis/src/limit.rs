@@ -228,16 +228,21 @@ impl Limit {
 
     /// The decision from the script's four numbers for this limit:
     /// allowed, headroom, retry and reset (ticks of 1/scale ns for GCRA, ns
-    /// for windows; a retry of -1 is "never").
+    /// for windows; a retry or reset of -1 is "never").
     pub(crate) fn decision(&self, raw: [i64; 4]) -> Option<Decision> {
         let [allowed, headroom, retry, reset] = raw;
         let headroom = u64::try_from(headroom).ok()?;
-        let reset = u64::try_from(reset).ok()?;
-        let retry = if retry == -1 {
-            u64::MAX
-        } else {
-            u64::try_from(retry).ok()?
+        // -1 is "never" (a deny-listed key, a penalty past the clock's end:
+        // see `controls`).
+        let never = |v: i64| {
+            if v == -1 {
+                Some(u64::MAX)
+            } else {
+                u64::try_from(v).ok()
+            }
         };
+        let reset = never(reset)?;
+        let retry = never(retry)?;
         let (limit, remaining, scale) = match self {
             Limit::Gcra(g) => (g.capacity(), headroom / g.interval_ticks(), g.scale()),
             Limit::FixedWindow(_) | Limit::SlidingWindow(_) => (self.capacity(), headroom, 1),

@@ -47,6 +47,7 @@ use crate::lease::{LeaseConfig, Leases};
 use crate::limit::{ConfigError, Limit, Unit, binding};
 use crate::policy::{Counters, FailurePolicy, Fault, Policy, Source, Stats};
 use crate::script::{self, Op, Script};
+use redis::Cmd;
 
 /// A request that can never be admitted: its cost is above a limit's
 /// capacity.
@@ -134,6 +135,7 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     deny_cache: Option<DenyCache>,
     leases: Option<Leases>,
+    list_capacity: usize,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -160,6 +162,7 @@ pub struct RedisLimiterBuilder {
     leases: Option<LeaseConfig>,
     manual: Option<ManualClock>,
     slack: Option<Duration>,
+    list_capacity: usize,
 }
 
 impl RedisLimiterBuilder {
@@ -233,6 +236,15 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// The most keys the deny and allow lists hold together (see
+    /// [`controls`](crate::controls)); listing one more is
+    /// [`ControlError::ListFull`](crate::ControlError::ListFull). By
+    /// default, 100,000.
+    pub fn list_capacity(mut self, capacity: usize) -> Self {
+        self.list_capacity = capacity;
+        self
+    }
+
     /// The limiter.
     ///
     /// # Errors
@@ -303,6 +315,7 @@ impl RedisLimiterBuilder {
                 counters: Counters::default(),
                 deny_cache: self.deny_cache.map(DenyCache::new),
                 leases,
+                list_capacity: self.list_capacity,
             }),
         };
         if let Some(ttl) = lease_ttl {
@@ -343,6 +356,7 @@ impl RedisLimiter {
             leases: None,
             manual: None,
             slack: None,
+            list_capacity: 100_000,
         }
     }
 
@@ -635,6 +649,87 @@ impl RedisLimiter {
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    /// Runs a control's script (always a script, never the module: see
+    /// [`controls`](crate::controls)) through the breaker, the in-flight
+    /// bound and the deadline, as a decision is; a fault is returned, never
+    /// answered by the failure policy.
+    pub(crate) async fn run_control(
+        &self,
+        which: Script,
+        keys: &[Vec<u8>],
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Vec<i64>, Fault> {
+        let s = &self.shared;
+        if let Pass::Refuse(_) = s.breaker.pass() {
+            return Err(Fault::BreakerOpen);
+        }
+        let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
+            return Err(Fault::Overloaded);
+        };
+        let mut connection = s.redis.connection();
+        let call = script::run(&mut connection, which, keys, args);
+        let fault = match tokio::time::timeout(s.deadline, call).await {
+            Ok(Ok(reply)) => {
+                s.breaker.success();
+                return Ok(reply);
+            }
+            Ok(Err(e)) if script::is_call_error(&e) => {
+                s.breaker.success();
+                return Err(Fault::Script);
+            }
+            Ok(Err(_)) => Fault::Error,
+            Err(_) => Fault::Timeout,
+        };
+        if s.breaker.failure() {
+            s.redis.reconnect();
+        }
+        Err(fault)
+    }
+
+    /// The arguments of a control's call: the decision's, with `op` and
+    /// `cost` (see [`controls`](crate::controls)).
+    pub(crate) fn control_args(&self, op: &str, cost: u64, cmd: &mut Cmd) {
+        let s = &self.shared;
+        let now = match &s.time {
+            Time::Server => String::new(),
+            Time::Manual(clock) => clock.now().as_u64().to_string(),
+        };
+        cmd.arg(op).arg(now).arg(cost).arg(s.slack_ms).arg(0);
+        for args in &s.args {
+            for a in args {
+                cmd.arg(a.as_str());
+            }
+            cmd.arg(0);
+        }
+    }
+
+    /// Nanoseconds per clock unit of the scripts.
+    pub(crate) fn unit_nanos(&self) -> u64 {
+        match self.shared.time {
+            Time::Server => 1_000,
+            Time::Manual(_) => 1,
+        }
+    }
+
+    pub(crate) fn list_capacity(&self) -> usize {
+        self.shared.list_capacity
+    }
+
+    pub(crate) fn codec(&self) -> &KeyCodec {
+        &self.shared.codec
+    }
+
+    /// Forgets what this node holds locally for `key` (a cached denial, a
+    /// lease's permits) after a control changed its state on Redis.
+    pub(crate) fn forget_local(&self, key: &BoundedKey) {
+        if let Some(cache) = &self.shared.deny_cache {
+            cache.remove(key);
+        }
+        if let Some(leases) = &self.shared.leases {
+            leases.forget(key);
+        }
     }
 }
 

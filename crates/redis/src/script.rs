@@ -135,6 +135,15 @@ static DECIDE_SHA: LazyLock<String> =
 /// The SHA-1 of the lean GCRA script.
 static GCRA_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_GCRA).get_hash().to_owned());
+/// The SHA-1 of the controls' script.
+static CONTROLS_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_CONTROLS).get_hash().to_owned());
+/// The SHA-1 of the lists' registry script.
+static LISTS_SHA: LazyLock<String> = LazyLock::new(|| {
+    redis::Script::new(crate::controls::LISTS)
+        .get_hash()
+        .to_owned()
+});
 /// The SHA-1 of the lean fixed window script.
 static FIXED_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_FIXED).get_hash().to_owned());
@@ -148,6 +157,12 @@ pub(crate) enum Script {
     Gcra,
     /// `fixed.lua`: one fixed window, check or peek.
     Fixed,
+    /// `controls.lua`: reset, refund, penalty and lists of one key (see
+    /// [`controls`](crate::controls)).
+    Controls,
+    /// The lists' registry, in the limiter's own slot (see
+    /// [`controls`](crate::controls)).
+    Lists,
 }
 
 impl Script {
@@ -156,6 +171,8 @@ impl Script {
             Script::Decide => (SOURCE, &DECIDE_SHA),
             Script::Gcra => (SOURCE_GCRA, &GCRA_SHA),
             Script::Fixed => (SOURCE_FIXED, &FIXED_SHA),
+            Script::Controls => (SOURCE_CONTROLS, &CONTROLS_SHA),
+            Script::Lists => (crate::controls::LISTS, &LISTS_SHA),
         }
     }
 }
@@ -234,6 +251,10 @@ pub const SOURCE_GCRA: &str = include_str!("gcra.lua");
 /// The lean fixed window script's source (one fixed window, check or peek;
 /// the same contract and reply as [`SOURCE`]).
 pub const SOURCE_FIXED: &str = include_str!("fixed.lua");
+
+/// The controls' script (reset, refund, penalty, lists; the same arguments
+/// as [`SOURCE`], see [`controls`](crate::controls)).
+pub const SOURCE_CONTROLS: &str = include_str!("controls.lua");
 
 /// Reply values before the per-limit ones.
 pub(crate) const HEAD_REPLY: usize = 3;
