@@ -69,6 +69,7 @@
 //! go through the SDK's safe wrappers.
 
 pub mod args;
+mod controls;
 pub mod transition;
 
 #[cfg(not(test))]

@@ -38,3 +38,16 @@ async fn a_control_redis_does_not_apply_is_an_error() {
     assert!(backend(l.unlist(b"k").await));
     let _ = Fault::Timeout;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refunds_and_a_deny_racing_checks_are_atomic() {
+    let server = support::Server::start();
+    let connections = futures_util::future::join_all((0..16).map(|_| server.connect())).await;
+    scenarios::controls::refunds_racing_checks_admit_exactly_the_refunds(
+        &connections,
+        "race",
+        b"k",
+        20,
+    )
+    .await;
+}

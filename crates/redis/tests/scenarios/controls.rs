@@ -228,3 +228,79 @@ pub async fn lists_are_bounded(redis: &Redis, name: &str) {
     assert_eq!(l.deny(b"c").await, Ok(true));
     denied_until(&l.check(b"c").await, NEVER);
 }
+
+/// Atomicity: refunds and a deny racing `connections` × `calls` checks on
+/// one key, time frozen (`limits` on the key all in one slot). After the
+/// key is spent, exactly the refunded permits are admitted again, in every
+/// limit at once; once the deny is in, nothing more is.
+pub async fn refunds_racing_checks_admit_exactly_the_refunds(
+    connections: &[Redis],
+    name: &str,
+    key: &[u8],
+    calls: usize,
+) {
+    const REFUNDS: u64 = 10;
+    const EACH: u64 = 5;
+    let clock = clock();
+    let limits = [
+        gcra(300, Duration::from_secs(3_600), 300),
+        fixed(400, Duration::from_secs(86_400)),
+    ];
+    let limiters: Vec<RedisLimiter> = connections
+        .iter()
+        .map(|r| limiter(r, name, &limits, &clock))
+        .collect();
+    let l = &limiters[0];
+    assert!(l.check_n(key, 300).await.unwrap().is_allowed());
+    let checks = limiters.iter().map(|l| {
+        let l = l.clone();
+        let key = key.to_vec();
+        tokio::spawn(async move {
+            let mut admitted = 0u64;
+            for _ in 0..calls {
+                admitted += u64::from(l.check(&key).await.is_allowed());
+            }
+            admitted
+        })
+    });
+    let refunds = (0..REFUNDS).map(|i| {
+        let l = limiters[i as usize % limiters.len()].clone();
+        let key = key.to_vec();
+        tokio::spawn(async move { l.refund(&key, EACH).await })
+    });
+    let (admitted, refunded) = futures_util::future::join(
+        futures_util::future::join_all(checks),
+        futures_util::future::join_all(refunds),
+    )
+    .await;
+    for r in refunded {
+        // The debt never falls below 250 permits: each refund gives 5 back.
+        assert_eq!(r.unwrap(), Ok(true), "{name}");
+    }
+    let admitted: u64 = admitted.into_iter().map(|r| r.unwrap()).sum();
+    assert_eq!(
+        admitted,
+        REFUNDS * EACH,
+        "{name}: admitted after the refunds"
+    );
+    // The fixed window counted the same: 300 + 50 admitted − 50 refunded.
+    let day = RedisLimiter::builder(l_redis(connections), name)
+        .limit(limits[1].clone())
+        .manual_time(clock.clone())
+        .build()
+        .unwrap();
+    assert_eq!(day.peek_n(key, 0).await.unwrap().remaining(), 100, "{name}");
+    // A deny racing checks: after it returns, every check is denied.
+    assert_eq!(l.refund(key, 300).await, Ok(true));
+    let deny = l.deny(key);
+    let racing = futures_util::future::join_all(limiters.iter().map(|l| l.check(key)));
+    let (denied, _) = futures_util::future::join(deny, racing).await;
+    assert_eq!(denied, Ok(true));
+    for l in &limiters {
+        denied_until(&l.check(key).await, NEVER);
+    }
+}
+
+fn l_redis(connections: &[Redis]) -> Redis {
+    connections[0].clone()
+}
