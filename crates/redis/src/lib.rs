@@ -43,6 +43,7 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod carry;
 pub mod concurrency;
 pub mod config;
 mod connect;

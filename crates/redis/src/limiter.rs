@@ -136,6 +136,7 @@ pub(crate) struct Shared {
     deny_cache: Option<DenyCache>,
     leases: Option<Leases>,
     list_capacity: usize,
+    carry: Option<crate::carry::CarrySpec>,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -163,6 +164,7 @@ pub struct RedisLimiterBuilder {
     manual: Option<ManualClock>,
     slack: Option<Duration>,
     list_capacity: usize,
+    carry_from: Option<(Vec<Limit>, tollgate::Carry)>,
 }
 
 impl RedisLimiterBuilder {
@@ -245,6 +247,20 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// Carries each key's state from `previous` limits (the same number,
+    /// in the same order: limit `i` replaces `previous[i]`) by the `carry`
+    /// rule, atomically on the key's first decision under the new limits
+    /// (see [`carry`](crate::carry)). By default, nothing is carried: a
+    /// changed limit starts its keys afresh.
+    pub fn carry_from(
+        mut self,
+        previous: impl IntoIterator<Item = Limit>,
+        carry: tollgate::Carry,
+    ) -> Self {
+        self.carry_from = Some((previous.into_iter().collect(), carry));
+        self
+    }
+
     /// The limiter.
     ///
     /// # Errors
@@ -297,6 +313,18 @@ impl RedisLimiterBuilder {
             None => None,
         };
         let lease_ttl = leases.as_ref().map(Leases::ttl);
+        let carry = match self.carry_from {
+            Some((previous, rule)) => crate::carry::CarrySpec::new(
+                &self.prefix,
+                &self.name,
+                &previous,
+                &self.limits,
+                rule,
+                unit,
+                clock.now().saturating_add(slack),
+            )?,
+            None => None,
+        };
         let limiter = RedisLimiter {
             shared: Arc::new(Shared {
                 redis: self.redis,
@@ -316,6 +344,7 @@ impl RedisLimiterBuilder {
                 deny_cache: self.deny_cache.map(DenyCache::new),
                 leases,
                 list_capacity: self.list_capacity,
+                carry,
             }),
         };
         if let Some(ttl) = lease_ttl {
@@ -357,6 +386,7 @@ impl RedisLimiter {
             manual: None,
             slack: None,
             list_capacity: 100_000,
+            carry_from: None,
         }
     }
 
@@ -578,7 +608,7 @@ impl RedisLimiter {
             (Op::Check | Op::Peek, [Limit::FixedWindow(_)]) => Script::Fixed,
             _ => Script::Decide,
         };
-        let raw = Redis::decide(&s.redis, &mut connection, which, &keys, |cmd| {
+        let args = |cmd: &mut Cmd| {
             cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
             match refund {
                 Some(lease) => cmd.arg(lease.now),
@@ -591,8 +621,21 @@ impl RedisLimiter {
                 let x = refund.map_or(0, |lease| lease.resets.get(i).copied().unwrap_or(0));
                 cmd.arg(x);
             }
-        })
-        .await?;
+        };
+        let carrying = s.carry.as_ref().filter(|c| c.active(s.clock.now()));
+        let raw = match carrying {
+            // Always the script: the module takes no previous limits.
+            Some(carry) => {
+                let mut all = keys.clone();
+                all.extend(carry.keys_of(key));
+                script::run(&mut connection, Script::Carry, &all, |cmd| {
+                    args(cmd);
+                    carry.args(cmd);
+                })
+                .await?
+            }
+            None => Redis::decide(&s.redis, &mut connection, which, &keys, args).await?,
+        };
         self.decode(&raw).ok_or_else(|| {
             redis::RedisError::from((
                 redis::ErrorKind::Parse,

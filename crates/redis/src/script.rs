@@ -135,6 +135,9 @@ static DECIDE_SHA: LazyLock<String> =
 /// The SHA-1 of the lean GCRA script.
 static GCRA_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_GCRA).get_hash().to_owned());
+/// The SHA-1 of the carrying script.
+static CARRY_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_CARRY).get_hash().to_owned());
 /// The SHA-1 of the controls' script.
 static CONTROLS_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_CONTROLS).get_hash().to_owned());
@@ -157,6 +160,9 @@ pub(crate) enum Script {
     Gcra,
     /// `fixed.lua`: one fixed window, check or peek.
     Fixed,
+    /// `carry.lua` then `decide.lua`: a decision that first carries the
+    /// state of the previous limits' keys (see [`carry`](crate::carry)).
+    Carry,
     /// `controls.lua`: reset, refund, penalty and lists of one key (see
     /// [`controls`](crate::controls)).
     Controls,
@@ -172,6 +178,7 @@ impl Script {
             Script::Gcra => (SOURCE_GCRA, &GCRA_SHA),
             Script::Fixed => (SOURCE_FIXED, &FIXED_SHA),
             Script::Controls => (SOURCE_CONTROLS, &CONTROLS_SHA),
+            Script::Carry => (SOURCE_CARRY, &CARRY_SHA),
             Script::Lists => (crate::controls::LISTS, &LISTS_SHA),
         }
     }
@@ -255,6 +262,10 @@ pub const SOURCE_FIXED: &str = include_str!("fixed.lua");
 /// The controls' script (reset, refund, penalty, lists; the same arguments
 /// as [`SOURCE`], see [`controls`](crate::controls)).
 pub const SOURCE_CONTROLS: &str = include_str!("controls.lua");
+
+/// The carrying script: `carry.lua`'s prelude, then [`SOURCE`] (see
+/// [`carry`](crate::carry)).
+pub const SOURCE_CARRY: &str = concat!(include_str!("carry.lua"), include_str!("decide.lua"));
 
 /// Reply values before the per-limit ones.
 pub(crate) const HEAD_REPLY: usize = 3;
