@@ -18,21 +18,24 @@ rounds=${1:-5}
 n=${N:-200000}
 base=${BASE:-main}
 : "${BEFORE_SO:?a module built from $base}" "${AFTER_SO:?a module built from the working tree}"
+BEFORE_SO=$(realpath "$BEFORE_SO")
+AFTER_SO=$(realpath "$AFTER_SO")
 dirs=()
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "${dirs[@]}"' EXIT
-start() { # so -> port
-    local port=$((20000 + RANDOM % 20000)) dir
+start() { # so port
+    local dir
     dir=$(mktemp -d)
     dirs+=("$dir")
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+    redis-server --port "$2" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
         --loadmodule "$1" >/dev/null 2>&1 &
     pids+=($!)
-    until [[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]]; do sleep 0.05; done
-    echo "$port"
+    until [[ $(redis-cli -p "$2" PING 2>/dev/null) == PONG ]]; do sleep 0.05; done
 }
-before=$(start "$BEFORE_SO")
-after=$(start "$AFTER_SO")
+before=$((20000 + RANDOM % 20000))
+after=$((before + 1))
+start "$BEFORE_SO" "$before"
+start "$AFTER_SO" "$after"
 load() { redis-cli -p "$1" SCRIPT LOAD "$2"; }
 gb=$(load "$before" "$(git show "$base":crates/redis/src/gcra.lua)")
 fb=$(load "$before" "$(git show "$base":crates/redis/src/fixed.lua)")

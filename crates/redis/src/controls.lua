@@ -51,7 +51,7 @@ for i = 1, #KEYS do
   local b = 5 + (i - 1) * 6
   local p = {alg = ARGV[b + 1], a1 = tonumber(ARGV[b + 2]), a2 = tonumber(ARGV[b + 3]),
     a3 = tonumber(ARGV[b + 4]), a4 = tonumber(ARGV[b + 5])}
-  if not ((p.alg == 'g' or p.alg == 'f' or p.alg == 's') and nat(p.a1) and p.a1 >= 1
+  if not ((p.alg == 'g' or p.alg == 'f' or p.alg == 's' or p.alg == 'c') and nat(p.a1) and p.a1 >= 1
       and nat(p.a2) and p.a2 >= 1 and nat(p.a3) and nat(p.a4)) then
     return invalid()
   end
@@ -157,10 +157,13 @@ for i = 1, #KEYS do
         end
       end
     end
-  elseif p.alg == 'f' then
+  elseif p.alg == 'f' or p.alg == 'c' then
     -- The current window's count - n, floored at 0 (an earlier reading is
-    -- decided in the stored window, as in decide.lua).
-    local window = fdiv(now, p.a1)
+    -- decided in the stored window, as in decide.lua). A calendar window's
+    -- stored window is taken as current: a stale one (within the TTL's
+    -- slack after its end) is read as no state by decisions anyway.
+    local window = 0
+    if p.alg == 'f' then window = fdiv(now, p.a1) end
     local w, c
     if raw then w, c = string.match(raw, '^(%d+) (%d+)$') end
     w, c = tonumber(w), tonumber(c)
@@ -169,10 +172,18 @@ for i = 1, #KEYS do
       local left = c - math.min(c, cost)
       if left == 0 then
         redis.call('DEL', key)
-      else
+      elseif p.alg == 'f' then
         local window_end = (w + 1) * p.a1
         local ns = (window_end - math.min(now, window_end)) * unit
         redis.call('SET', key, int(w) .. ' ' .. int(left), 'PX', ttl_ms(ns))
+      else
+        -- The same window: its TTL stays (PTTL, not KEEPTTL: Redis 5).
+        local pttl = redis.call('PTTL', key)
+        if pttl > 0 then
+          redis.call('SET', key, int(w) .. ' ' .. int(left), 'PX', pttl)
+        else
+          redis.call('SET', key, int(w) .. ' ' .. int(left))
+        end
       end
     end
   else

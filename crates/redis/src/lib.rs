@@ -43,6 +43,7 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod calendar;
 pub mod carry;
 pub mod concurrency;
 pub mod config;
@@ -59,6 +60,7 @@ pub mod script;
 
 pub use backend::Redis;
 pub use breaker::BreakerConfig;
+pub use calendar::{CalendarUnit, CalendarWindow};
 pub use config::{Options, RedisConfig, Secret, SentinelConfig, Target, TlsConfig};
 pub use controls::ControlError;
 pub use lease::LeaseConfig;

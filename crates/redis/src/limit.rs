@@ -46,6 +46,15 @@ pub enum Limit {
     FixedWindow(FixedWindow),
     /// Sliding window counter (time wheel).
     SlidingWindow(SlidingWindow),
+    /// Fixed window aligned to UTC calendar units (see
+    /// [`calendar`](crate::calendar)).
+    Calendar(crate::calendar::CalendarWindow),
+}
+
+impl From<crate::calendar::CalendarWindow> for Limit {
+    fn from(w: crate::calendar::CalendarWindow) -> Limit {
+        Limit::Calendar(w)
+    }
 }
 
 impl From<Gcra> for Limit {
@@ -118,6 +127,7 @@ impl Limit {
             Limit::Gcra(g) => g.capacity(),
             Limit::FixedWindow(w) => w.capacity(),
             Limit::SlidingWindow(w) => w.capacity(),
+            Limit::Calendar(w) => w.limit(),
         }
     }
 
@@ -127,6 +137,7 @@ impl Limit {
             Limit::Gcra(g) => g.quota(),
             Limit::FixedWindow(w) => w.quota(),
             Limit::SlidingWindow(w) => w.quota(),
+            Limit::Calendar(w) => w.quota(),
         }
     }
 
@@ -140,6 +151,7 @@ impl Limit {
             Limit::SlidingWindow(w) => {
                 format!("s:{}/{}/{}", q.limit(), q.period_nanos(), w.slots())
             }
+            Limit::Calendar(w) => format!("c:{}/{}", q.limit(), w.unit().code()),
         }
     }
 
@@ -177,6 +189,8 @@ impl Limit {
                     return Err(inexact("burst × emission interval is 2^52 ticks or more"));
                 }
             }
+            // Unix time in clock units stays below 2^53 (server: until 2255).
+            Limit::Calendar(_) => {}
             Limit::FixedWindow(_) | Limit::SlidingWindow(_) => {
                 if q.period_nanos() % unit.0 != 0 {
                     return Err(inexact(
@@ -216,6 +230,13 @@ impl Limit {
                 "0".into(),
                 "0".into(),
             ],
+            Limit::Calendar(w) => [
+                "c".into(),
+                w.unit().code().to_string(),
+                q.limit().to_string(),
+                "0".into(),
+                "0".into(),
+            ],
             Limit::SlidingWindow(w) => [
                 "s".into(),
                 (q.period_nanos() / unit.0).to_string(),
@@ -245,7 +266,9 @@ impl Limit {
         let retry = never(retry)?;
         let (limit, remaining, scale) = match self {
             Limit::Gcra(g) => (g.capacity(), headroom / g.interval_ticks(), g.scale()),
-            Limit::FixedWindow(_) | Limit::SlidingWindow(_) => (self.capacity(), headroom, 1),
+            Limit::FixedWindow(_) | Limit::SlidingWindow(_) | Limit::Calendar(_) => {
+                (self.capacity(), headroom, 1)
+            }
         };
         let nanos = |ticks: u64| {
             if ticks == u64::MAX {

@@ -137,6 +137,8 @@ pub(crate) struct Shared {
     leases: Option<Leases>,
     list_capacity: usize,
     carry: Option<crate::carry::CarrySpec>,
+    /// A limit the module does not run (a calendar window): scripts only.
+    scripts_only: bool,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -313,6 +315,7 @@ impl RedisLimiterBuilder {
             None => None,
         };
         let lease_ttl = leases.as_ref().map(Leases::ttl);
+        let scripts_only = self.limits.iter().any(|l| matches!(l, Limit::Calendar(_)));
         let carry = match self.carry_from {
             Some((previous, rule)) => crate::carry::CarrySpec::new(
                 &self.prefix,
@@ -345,6 +348,7 @@ impl RedisLimiterBuilder {
                 leases,
                 list_capacity: self.list_capacity,
                 carry,
+                scripts_only,
             }),
         };
         if let Some(ttl) = lease_ttl {
@@ -634,6 +638,8 @@ impl RedisLimiter {
                 })
                 .await?
             }
+            // The module knows no calendar (see `calendar`).
+            None if s.scripts_only => script::run(&mut connection, which, &keys, args).await?,
             None => Redis::decide(&s.redis, &mut connection, which, &keys, args).await?,
         };
         self.decode(&raw).ok_or_else(|| {
@@ -670,7 +676,7 @@ impl RedisLimiter {
         {
             let raw: [i64; 4] = chunk.try_into().ok()?;
             let decision = limit.decision(raw)?;
-            if let Limit::FixedWindow(_) = limit {
+            if let Limit::FixedWindow(_) | Limit::Calendar(_) = limit {
                 let end = decision.reset_after();
                 window_end = Some(window_end.map_or(end, |w| w.min(end)));
             }
