@@ -18,6 +18,12 @@
 //! - **deny cache**: standing denials answered locally ([`deny_cache`]).
 //! - **lease**: a batch of permits taken in one round trip and spent
 //!   locally ([`lease`]).
+//! - **controls**: reset, refund, penalty, deny and allow lists of one key,
+//!   each one atomic script call ([`controls`]).
+//! - **carry**: a changed quota carries each key's state by the core's
+//!   `Carry` rule ([`carry`]).
+//! - **calendar window**: a fixed window aligned to UTC minutes, hours,
+//!   days, weeks (Monday) or months (the 1st) ([`calendar`]).
 //!
 //! # Examples
 //!

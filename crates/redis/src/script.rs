@@ -55,6 +55,9 @@
 //!   - `f period limit 0 0`: fixed window, `period` in clock units;
 //!   - `s period slots limit 0`: sliding window counter, `period` in clock
 //!     units;
+//!   - `c unit limit 0 0`: calendar window (unit 1 minute, 2 hour, 3 day,
+//!     4 week from Monday, 5 month from the 1st; see
+//!     [`calendar`](crate::calendar)), general script only;
 //!   - `x`: for a GCRA refund, the lease's `reset` for this limit (ticks),
 //!     else 0.
 //!
@@ -92,7 +95,7 @@
 //!   field per non-empty slot (`epoch mod slots`); every write keeps `t` the
 //!   sum of the slots, and a hash where it is not is foreign (below).
 //!
-//! # Foreign values
+//! # Foreign values and markers
 //!
 //! A key holding something that is not a state of its limit (another Redis
 //! type, garbage, a number out of range) is **read as no state**, and the next
@@ -107,6 +110,21 @@
 //! per call: the client tells them from Redis being down, and answers them
 //! through the failure policy as [`Fault::Script`](crate::Fault::Script)
 //! without counting them towards the breaker.
+//!
+//! One kind of value that is not a state is read on purpose: a control's
+//! **marker** (`!d`, `!a`, `!p<end>`, `!pn`: a deny or allow list entry, a
+//! penalty), which every script and the module recognise only in the branch
+//! where the value is not a state, so that an ordinary decision pays nothing
+//! for it (see [`controls`](crate::controls)). A listed or penalised key is
+//! decided before any limit and counts nothing.
+//!
+//! # Other scripts
+//!
+//! - `src/controls.lua`: the controls, the same arguments with `op` one of
+//!   `z n k d a u` (see [`controls`](crate::controls)); always a script.
+//! - `src/carry.lua`: a prelude run before `decide.lua` in one script by a
+//!   limiter carrying state from previous limits (see
+//!   [`carry`](crate::carry)); always a script.
 //!
 //! # Resolution
 //!
