@@ -1,6 +1,7 @@
-//! Calendar windows on Redis: a fixed window aligned to wall-clock UTC
-//! units, decided on the server's `TIME` (Unix time, which survives a
-//! restart of Redis or of the client).
+//! Calendar windows on Redis: the core's [`CalendarWindow`] (a fixed window
+//! aligned to wall-clock UTC units), decided on the server's `TIME` (Unix
+//! time, which survives a restart of Redis or of the client), with the
+//! core's boundaries (parity tested against the core's type).
 //!
 //! # Boundaries (the workspace's contract for issue 20)
 //!
@@ -33,90 +34,18 @@
 //! - A quota change ([`carry`](crate::carry)) does not carry a calendar
 //!   window's count.
 
-use std::time::Duration;
+pub use tollgate::algorithm::calendar::{CalendarUnit, CalendarWindow};
 
-use tollgate::{Quota, QuotaError};
-
-/// The calendar unit a window is aligned to (UTC).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CalendarUnit {
-    /// Every minute, at second 0.
-    Minute,
-    /// Every hour, at minute 0.
-    Hour,
-    /// Every day at 00:00 UTC.
-    Day,
-    /// Every Monday at 00:00 UTC.
-    Week,
-    /// The 1st of every month at 00:00 UTC.
-    Month,
-}
-
-impl CalendarUnit {
-    /// The script's code (1 to 5).
-    pub(crate) fn code(self) -> u8 {
-        match self {
-            CalendarUnit::Minute => 1,
-            CalendarUnit::Hour => 2,
-            CalendarUnit::Day => 3,
-            CalendarUnit::Week => 4,
-            CalendarUnit::Month => 5,
-        }
-    }
-
-    /// The longest a window of this unit lasts.
-    pub fn longest(self) -> Duration {
-        const DAY: u64 = 86_400;
-        Duration::from_secs(match self {
-            CalendarUnit::Minute => 60,
-            CalendarUnit::Hour => 3_600,
-            CalendarUnit::Day => DAY,
-            CalendarUnit::Week => 7 * DAY,
-            CalendarUnit::Month => 31 * DAY,
-        })
-    }
-}
-
-/// `limit` permits per calendar `unit`, windows aligned to UTC boundaries.
-///
-/// ```
-/// use tollgate_redis::{CalendarUnit, CalendarWindow};
-/// let monthly = CalendarWindow::new(10_000, CalendarUnit::Month).unwrap();
-/// assert_eq!(monthly.limit(), 10_000);
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CalendarWindow {
-    unit: CalendarUnit,
-    /// `limit` per the unit's longest length (for the local fallback).
-    quota: Quota,
-}
-
-impl CalendarWindow {
-    /// `limit` permits per `unit`.
-    ///
-    /// # Errors
-    ///
-    /// [`QuotaError`] for a limit of 0.
-    pub fn new(limit: u64, unit: CalendarUnit) -> Result<CalendarWindow, QuotaError> {
-        Ok(CalendarWindow {
-            unit,
-            quota: Quota::new(limit, unit.longest())?,
-        })
-    }
-
-    /// Permits per window.
-    pub fn limit(&self) -> u64 {
-        self.quota.limit()
-    }
-
-    /// The unit.
-    pub fn unit(&self) -> CalendarUnit {
-        self.unit
-    }
-
-    /// The limit over the unit's longest length.
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+/// The script's code of `unit` (1 to 5; see [`script`](crate::script)).
+pub(crate) fn code(unit: CalendarUnit) -> u8 {
+    match unit {
+        CalendarUnit::Minute => 1,
+        CalendarUnit::Hour => 2,
+        CalendarUnit::Day => 3,
+        CalendarUnit::Week => 4,
+        // The core's unit is non-exhaustive; a unit added there and not here
+        // would be refused by the script (an error, never "allow").
+        CalendarUnit::Month => 5,
+        _ => 0,
     }
 }

@@ -127,7 +127,7 @@ impl Limit {
             Limit::Gcra(g) => g.capacity(),
             Limit::FixedWindow(w) => w.capacity(),
             Limit::SlidingWindow(w) => w.capacity(),
-            Limit::Calendar(w) => w.limit(),
+            Limit::Calendar(w) => w.capacity(),
         }
     }
 
@@ -151,7 +151,9 @@ impl Limit {
             Limit::SlidingWindow(w) => {
                 format!("s:{}/{}/{}", q.limit(), q.period_nanos(), w.slots())
             }
-            Limit::Calendar(w) => format!("c:{}/{}", q.limit(), w.unit().code()),
+            Limit::Calendar(w) => {
+                format!("c:{}/{}", q.limit(), crate::calendar::code(w.unit()))
+            }
         }
     }
 
@@ -232,7 +234,7 @@ impl Limit {
             ],
             Limit::Calendar(w) => [
                 "c".into(),
-                w.unit().code().to_string(),
+                crate::calendar::code(w.unit()).to_string(),
                 q.limit().to_string(),
                 "0".into(),
                 "0".into(),

@@ -27,7 +27,7 @@ fn limiter(redis: &Redis, name: &str, limits: Vec<Limit>, clock: &ManualClock) -
 }
 
 fn calendar(limit: u64, unit: CalendarUnit) -> Limit {
-    CalendarWindow::new(limit, unit).unwrap().into()
+    CalendarWindow::new(unit, limit).unwrap().into()
 }
 
 /// `limit` taken at `at` (Unix ns); the next one waits exactly until
@@ -125,4 +125,40 @@ async fn gcra_per_second_and_a_calendar_month_together() {
     assert_eq!(l.peek_n("k", 0).await.unwrap().remaining(), 9);
     assert_eq!(l.reset("k").await, Ok(true));
     assert_eq!(l.peek_n("k", 0).await.unwrap().remaining(), 10);
+}
+
+/// Parity with the core's `CalendarWindow` on the same manual Unix clock:
+/// every decision the same, across boundaries of every unit.
+#[tokio::test]
+async fn decisions_match_the_core_calendar_window() {
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    use CalendarUnit::*;
+    for (unit, start, step) in [
+        (Minute, 50 * SEC, 3 * SEC),
+        (Hour, 3_500 * SEC, 20 * SEC),
+        (Day, DAY - 600 * SEC, 40 * SEC),
+        (Week, 4 * DAY - 600 * SEC, 50 * SEC),
+        (Month, 31 * DAY - 900 * SEC, 60 * SEC),
+        (Month, 59 * DAY - 900 * SEC, 60 * SEC),
+    ] {
+        let window = CalendarWindow::new(unit, 4).unwrap();
+        let core_clock = ManualClock::starting_at(Nanos::new(start));
+        let core = tollgate::Limiter::with_clock(window.clone(), core_clock.clone());
+        let clock = ManualClock::starting_at(Nanos::new(start));
+        let l = limiter(
+            &redis,
+            &format!("parity-{unit:?}-{start}"),
+            vec![window.into()],
+            &clock,
+        );
+        for i in 0..40 {
+            let cost = [1, 2, 1, 3][i % 4];
+            let want = core.check_n(cost).unwrap();
+            let got = l.check_n("k", cost).await.unwrap();
+            assert_eq!(got, want, "{unit:?} from {start}: call {i}");
+            core_clock.advance(Duration::from_nanos(step));
+            clock.advance(Duration::from_nanos(step));
+        }
+    }
 }
