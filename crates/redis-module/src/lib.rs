@@ -75,6 +75,7 @@
 //! wrap) has three small `unsafe` blocks, each with its `SAFETY:` reason.
 
 pub mod args;
+mod controls;
 pub mod transition;
 
 #[cfg(not(test))]

@@ -168,6 +168,10 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
     for (i, limit) in call.limits.iter().enumerate() {
         states.push(load(store, i, &limit.params, &clock)?);
     }
+    // The controls' markers, looked for only where a state read as none.
+    if let Some(reply) = crate::controls::marked(call, now, unit, store, |i| blank(&states[i])) {
+        return Ok(reply);
+    }
     if call.op == Op::Refund {
         for (i, (limit, state)) in call.limits.iter().zip(&mut states).enumerate() {
             refund(store, i, &limit.params, state, &clock, call.cost, limit.x);
@@ -199,6 +203,15 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
         reply[1] = clamp(take);
     }
     Ok(reply)
+}
+
+/// Whether a loaded state is "none" (where a control's marker may be).
+fn blank(state: &State) -> bool {
+    match state {
+        State::Gcra { debt, .. } => *debt == 0,
+        State::Fixed { count, .. } => *count == 0,
+        State::Sliding(w) => w.foreign,
+    }
 }
 
 fn clamp(v: i128) -> i64 {

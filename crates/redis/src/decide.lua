@@ -74,11 +74,14 @@ local function gcra_module()
     local us = unit * p.scale
     p.M = p.m * us
     st.cur = math.fmod(now, p.m) * us
-    local tat = tonumber(get(key))
+    local raw = get(key)
+    local tat = tonumber(raw)
     if tat and tat >= 0 and tat < p.M and tat % 1 == 0 then
       local debt = tat - st.cur
       if debt < 0 then debt = debt + p.M end
       if debt <= p.M - 2000000000000000 then st.debt = debt end
+    elseif raw and string.byte(raw, 1) == 33 then
+      st.mark = raw
     end
     return st
   end
@@ -131,8 +134,41 @@ end
 local function fixed_module()
   local F = {}
 
+  -- Calendar windows (src/calendar.rs): the window index of time `t` and
+  -- the start of window `i`, in clock units of Unix time.
+  local function cal_index(t, p)
+    if p.cal == 4 then return fdiv(t + 3 * p.day, 7 * p.day) end
+    if p.cal ~= 5 then return fdiv(t, p.period) end
+    -- civil_from_days (H. Hinnant), days since 1970-01-01 >= 0.
+    local z = fdiv(t, p.day) + 719468
+    local era = fdiv(z, 146097)
+    local doe = z - era * 146097
+    local yoe = fdiv(doe - fdiv(doe, 1460) + fdiv(doe, 36524) - fdiv(doe, 146096), 365)
+    local doy = doe - (365 * yoe + fdiv(yoe, 4) - fdiv(yoe, 100))
+    local mp = fdiv(5 * doy + 2, 153)
+    local y, m = yoe + era * 400, mp + 3
+    if mp >= 10 then m = mp - 9 end
+    if m <= 2 then y = y + 1 end
+    return (y - 1970) * 12 + m - 1
+  end
+  local function cal_start(i, p)
+    if p.cal == 4 then return i * 7 * p.day - 3 * p.day end
+    if p.cal ~= 5 then return i * p.period end
+    -- days_from_civil (H. Hinnant) of the 1st of month i.
+    local y, m = 1970 + fdiv(i, 12), math.fmod(i, 12) + 1
+    if m <= 2 then y = y - 1 end
+    local era = fdiv(y, 400)
+    local yoe = y - era * 400
+    local mp = m - 3
+    if m <= 2 then mp = m + 9 end
+    local doy = fdiv(153 * mp + 2, 5)
+    local doe = yoe * 365 + fdiv(yoe, 4) - fdiv(yoe, 100) + doy
+    return (era * 146097 + doe - 719468) * p.day
+  end
+
   function F.load(key, p)
     local st = {window = fdiv(now, p.period), count = 0}
+    if p.cal then st.window = cal_index(now, p) end
     local raw = get(key)
     local w, c
     if raw then w, c = string.match(raw, '^(%d+) (%d+)$') end
@@ -143,8 +179,11 @@ local function fixed_module()
         st.window = w
         st.count = tonumber(c)
       end
+    elseif raw and string.byte(raw, 1) == 33 then
+      st.mark = raw
     end
     local window_end = (st.window + 1) * p.period
+    if p.cal then window_end = cal_start(st.window + 1, p) end
     st.until_next = (window_end - math.min(now, window_end)) * unit
     return st
   end
@@ -181,7 +220,9 @@ local function fixed_module()
 
   function F.refund(key, st, p, r, x)
     -- Only into the window the lease was taken in, if it is still the stored one.
-    if st.count > 0 and st.window == fdiv(stamp, p.period) then
+    local lease_window = fdiv(stamp, p.period)
+    if p.cal then lease_window = cal_index(stamp, p) end
+    if st.count > 0 and st.window == lease_window then
       fixed_store(key, st, st.count - math.min(r, st.count))
     end
   end
@@ -241,8 +282,12 @@ local function sliding_module()
       if sum ~= st.total then ok = false end
     end
     if not ok then
-      -- Not a state of this limit: read as none, and replaced at admission.
+      -- Not a state of this limit: read as none, and replaced at admission;
+      -- a string may be a control's marker (src/controls.rs).
+      local mark = nil
+      if type(raw) == 'table' and raw.err then mark = get(key) end
       st = {head = 0, total = 0, counts = {}, foreign = true}
+      if mark and string.byte(mark, 1) == 33 then st.mark = mark end
     end
     st.current = math.max(epoch_of(now, p), st.head)
     -- Permits still in the window ending with `current`.
@@ -375,6 +420,14 @@ for i = 1, #KEYS do
     if a1 >= 4503599627370496 or a3 ~= 0 or a4 ~= 0 then return invalid() end
     F = F or fixed_module()
     p = {alg = F, period = a1, limit = a2}
+  elseif alg == 'c' then
+    -- Calendar window: a1 the unit (1 minute ... 5 month), a2 the limit.
+    if a1 > 5 or a3 ~= 0 or a4 ~= 0 then return invalid() end
+    F = F or fixed_module()
+    local second = 1000000000 / unit
+    local day = 86400 * second
+    local periods = {60 * second, 3600 * second, day, 7 * day, day}
+    p = {alg = F, period = periods[a1], limit = a2, cal = a1, day = day}
   elseif alg == 's' then
     if a3 < 1 or a4 ~= 0 or a1 * a2 >= 9007199254740992 then return invalid() end
     S = S or sliding_module()
@@ -385,6 +438,45 @@ for i = 1, #KEYS do
   p.x = x
   limits[i] = p
   states[i] = p.alg.load(KEYS[i], p)
+end
+
+-- Controls' markers (src/controls.rs): a deny or allow list, then a penalty,
+-- decide before any limit and count nothing.
+local mark, mark_end = nil, nil
+for i = 1, #KEYS do
+  local raw = states[i].mark
+  if raw then
+    local kind = string.sub(raw, 2, 2)
+    if kind == 'd' then
+      mark = 'd'
+    elseif kind == 'a' and mark ~= 'd' then
+      mark = 'a'
+    elseif kind == 'p' and (mark == nil or mark == 'p') then
+      local e = tonumber(string.sub(raw, 3))
+      if e == nil then
+        mark, mark_end = 'p', -1
+      elseif e > now and mark_end ~= -1 and (mark_end == nil or e > mark_end) then
+        mark, mark_end = 'p', e
+      end
+    end
+  end
+end
+if mark then
+  if op == 'r' then return {1, 0, now} end
+  local reply = {1, 0, now}
+  if mark ~= 'a' then reply[1] = 0 end
+  for i = 1, #KEYS do
+    local p, at = limits[i], 3 + (i - 1) * 4
+    if mark == 'a' then
+      local full = p.capacity or p.limit
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 1, full, 0, 0
+    else
+      local left = -1
+      if mark == 'p' and mark_end ~= -1 then left = (mark_end - now) * unit * (p.scale or 1) end
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 0, 0, left, left
+    end
+  end
+  return reply
 end
 
 if op == 'r' then

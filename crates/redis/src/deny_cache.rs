@@ -111,6 +111,11 @@ impl DenyCache {
         inner.entries.insert(slot, entry);
     }
 
+    /// Forgets every cached denial of `key` (a control changed its state).
+    pub(crate) fn remove(&self, key: &BoundedKey) {
+        self.lock().entries.retain(|(k, _), _| k != key);
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().entries.len()

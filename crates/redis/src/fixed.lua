@@ -32,6 +32,19 @@ if type(raw) == 'string' then
   -- stored window (no re-credit).
   if w and w < 9007199254740992 and c <= limit and w >= window then
     window, count = w, c
+  elseif string.byte(raw, 1) == 33 then
+    -- A control's marker (src/controls.rs), only read where a state is not.
+    local kind = string.sub(raw, 2, 2)
+    if kind == 'd' then return {0, 0, now, 0, 0, -1, -1} end
+    if kind == 'a' then return {1, 0, now, 1, limit, 0, 0} end
+    if kind == 'p' then
+      local e = tonumber(string.sub(raw, 3))
+      if e == nil then return {0, 0, now, 0, 0, -1, -1} end
+      if e > now then
+        local left = (e - now) * unit
+        return {0, 0, now, 0, 0, left, left}
+      end
+    end
   end
 end
 local window_end = (window + 1) * period

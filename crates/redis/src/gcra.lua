@@ -33,11 +33,25 @@ end
 -- as 0 (a TAT in the past) in the last 2e15 ticks below M.
 local cur = fmod(now, m) * us
 local debt = 0
-local tat = tonumber(redis.pcall('GET', KEYS[1]))
+local raw = redis.pcall('GET', KEYS[1])
+local tat = tonumber(raw)
 if tat and tat >= 0 and tat < M and tat % 1 == 0 then
   debt = tat - cur
   if debt < 0 then debt = debt + M end
   if debt > M - 2000000000000000 then debt = 0 end
+elseif type(raw) == 'string' and string.byte(raw, 1) == 33 then
+  -- A control's marker (src/controls.rs), only read where a state is not.
+  local kind = string.sub(raw, 2, 2)
+  if kind == 'd' then return {0, 0, now, 0, 0, -1, -1} end
+  if kind == 'a' then return {1, 0, now, 1, cap, 0, 0} end
+  if kind == 'p' then
+    local e = tonumber(string.sub(raw, 3))
+    if e == nil then return {0, 0, now, 0, 0, -1, -1} end
+    if e > now then
+      local left = (e - now) * us
+      return {0, 0, now, 0, 0, left, left}
+    end
+  end
 end
 local wanted = debt + cost * iv
 if wanted <= cap then

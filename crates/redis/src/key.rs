@@ -20,10 +20,12 @@
 //!   (prefix + name + 96 bytes + descriptor).
 //! - The **limit tag** names the algorithm and its exact quota in 6 bytes:
 //!   36 bits of the SHA-256 of the limit spelled out (`g:10/1000000000/3`),
-//!   in URL-safe base64. A limiter whose quota changes starts its keys
-//!   afresh rather than reading a state written under other parameters
-//!   (the core's [`Carry::Reset`](tollgate::Carry::Reset)); the old keys
-//!   expire by their TTL. Two limits of one limiter name share a tag with
+//!   in URL-safe base64. A limiter whose quota changes has new keys: built
+//!   with [`carry_from`](crate::RedisLimiterBuilder::carry_from) it carries
+//!   each key's state into them by a [`Carry`](tollgate::Carry) rule on the
+//!   key's first decision (see [`carry`](crate::carry)); without, its keys
+//!   start afresh (the core's [`Carry::Reset`](tollgate::Carry::Reset)).
+//!   The old keys expire by their TTL. Two limits of one limiter name share a tag with
 //!   probability 2^-36; the scripts then read the other's state as any state
 //!   (within their own checks: a foreign or out-of-range value reads as
 //!   none), never as an error, until it expires. Short tags keep the bytes
@@ -146,6 +148,16 @@ impl KeyCodec {
         let mut out = Vec::with_capacity(self.head.len() + key.0.len());
         out.extend_from_slice(&self.head);
         out.extend_from_slice(&key.0);
+        out
+    }
+
+    /// The limiter's registry of listed keys (see
+    /// [`controls`](crate::controls)): `<prefix>{<name>|#}lists`. No user
+    /// key's tag ends in a bare `#` (an inline `#` is escaped, a hashed key
+    /// is `#<length>:…`), so it names no user key's state.
+    pub fn registry(&self) -> Vec<u8> {
+        let mut out = self.head.clone();
+        out.extend_from_slice(b"#}lists");
         out
     }
 

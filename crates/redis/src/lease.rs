@@ -277,6 +277,15 @@ impl Leases {
         futures_util::future::join_all(all.iter().map(|(k, h)| give_back(limiter, k, h))).await;
     }
 
+    /// Drops the lease held for `key` without giving its permits back: a
+    /// control replaced the state they were taken from (see
+    /// [`controls`](crate::controls)).
+    pub(crate) fn forget(&self, key: &BoundedKey) {
+        if let Some(entry) = self.lock().get_mut(key) {
+            entry.held = None;
+        }
+    }
+
     pub(crate) fn ttl(&self) -> Duration {
         self.config.ttl
     }

@@ -18,6 +18,12 @@
 //! - **deny cache**: standing denials answered locally ([`deny_cache`]).
 //! - **lease**: a batch of permits taken in one round trip and spent
 //!   locally ([`lease`]).
+//! - **controls**: reset, refund, penalty, deny and allow lists of one key,
+//!   each one atomic script call ([`controls`]).
+//! - **carry**: a changed quota carries each key's state by the core's
+//!   `Carry` rule ([`carry`]).
+//! - **calendar window**: a fixed window aligned to UTC minutes, hours,
+//!   days, weeks (Monday) or months (the 1st) ([`calendar`]).
 //!
 //! # Examples
 //!
@@ -43,9 +49,12 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod calendar;
+pub mod carry;
 pub mod concurrency;
 pub mod config;
 mod connect;
+pub mod controls;
 pub mod deny_cache;
 pub mod key;
 pub mod lease;
@@ -57,7 +66,9 @@ pub mod script;
 
 pub use backend::Redis;
 pub use breaker::BreakerConfig;
+pub use calendar::{CalendarUnit, CalendarWindow};
 pub use config::{Options, RedisConfig, Secret, SentinelConfig, Target, TlsConfig};
+pub use controls::ControlError;
 pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};

@@ -46,6 +46,15 @@ pub enum Limit {
     FixedWindow(FixedWindow),
     /// Sliding window counter (time wheel).
     SlidingWindow(SlidingWindow),
+    /// Fixed window aligned to UTC calendar units (see
+    /// [`calendar`](crate::calendar)).
+    Calendar(crate::calendar::CalendarWindow),
+}
+
+impl From<crate::calendar::CalendarWindow> for Limit {
+    fn from(w: crate::calendar::CalendarWindow) -> Limit {
+        Limit::Calendar(w)
+    }
 }
 
 impl From<Gcra> for Limit {
@@ -118,6 +127,7 @@ impl Limit {
             Limit::Gcra(g) => g.capacity(),
             Limit::FixedWindow(w) => w.capacity(),
             Limit::SlidingWindow(w) => w.capacity(),
+            Limit::Calendar(w) => w.capacity(),
         }
     }
 
@@ -127,6 +137,7 @@ impl Limit {
             Limit::Gcra(g) => g.quota(),
             Limit::FixedWindow(w) => w.quota(),
             Limit::SlidingWindow(w) => w.quota(),
+            Limit::Calendar(w) => w.quota(),
         }
     }
 
@@ -139,6 +150,9 @@ impl Limit {
             Limit::FixedWindow(_) => format!("f:{}/{}", q.limit(), q.period_nanos()),
             Limit::SlidingWindow(w) => {
                 format!("s:{}/{}/{}", q.limit(), q.period_nanos(), w.slots())
+            }
+            Limit::Calendar(w) => {
+                format!("c:{}/{}", q.limit(), crate::calendar::code(w.unit()))
             }
         }
     }
@@ -177,6 +191,8 @@ impl Limit {
                     return Err(inexact("burst × emission interval is 2^52 ticks or more"));
                 }
             }
+            // Unix time in clock units stays below 2^53 (server: until 2255).
+            Limit::Calendar(_) => {}
             Limit::FixedWindow(_) | Limit::SlidingWindow(_) => {
                 if q.period_nanos() % unit.0 != 0 {
                     return Err(inexact(
@@ -216,6 +232,13 @@ impl Limit {
                 "0".into(),
                 "0".into(),
             ],
+            Limit::Calendar(w) => [
+                "c".into(),
+                crate::calendar::code(w.unit()).to_string(),
+                q.limit().to_string(),
+                "0".into(),
+                "0".into(),
+            ],
             Limit::SlidingWindow(w) => [
                 "s".into(),
                 (q.period_nanos() / unit.0).to_string(),
@@ -228,19 +251,26 @@ impl Limit {
 
     /// The decision from the script's four numbers for this limit:
     /// allowed, headroom, retry and reset (ticks of 1/scale ns for GCRA, ns
-    /// for windows; a retry of -1 is "never").
+    /// for windows; a retry or reset of -1 is "never").
     pub(crate) fn decision(&self, raw: [i64; 4]) -> Option<Decision> {
         let [allowed, headroom, retry, reset] = raw;
         let headroom = u64::try_from(headroom).ok()?;
-        let reset = u64::try_from(reset).ok()?;
-        let retry = if retry == -1 {
-            u64::MAX
-        } else {
-            u64::try_from(retry).ok()?
+        // -1 is "never" (a deny-listed key, a penalty past the clock's end:
+        // see `controls`).
+        let never = |v: i64| {
+            if v == -1 {
+                Some(u64::MAX)
+            } else {
+                u64::try_from(v).ok()
+            }
         };
+        let reset = never(reset)?;
+        let retry = never(retry)?;
         let (limit, remaining, scale) = match self {
             Limit::Gcra(g) => (g.capacity(), headroom / g.interval_ticks(), g.scale()),
-            Limit::FixedWindow(_) | Limit::SlidingWindow(_) => (self.capacity(), headroom, 1),
+            Limit::FixedWindow(_) | Limit::SlidingWindow(_) | Limit::Calendar(_) => {
+                (self.capacity(), headroom, 1)
+            }
         };
         let nanos = |ticks: u64| {
             if ticks == u64::MAX {

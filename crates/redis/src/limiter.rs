@@ -47,6 +47,7 @@ use crate::lease::{LeaseConfig, Leases};
 use crate::limit::{ConfigError, Limit, Unit, binding};
 use crate::policy::{Counters, FailurePolicy, Fault, Policy, Source, Stats};
 use crate::script::{self, Op, Script};
+use redis::Cmd;
 
 /// A request that can never be admitted: its cost is above a limit's
 /// capacity.
@@ -134,6 +135,10 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     deny_cache: Option<DenyCache>,
     leases: Option<Leases>,
+    list_capacity: usize,
+    carry: Option<crate::carry::CarrySpec>,
+    /// A limit the module does not run (a calendar window): scripts only.
+    scripts_only: bool,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -160,6 +165,8 @@ pub struct RedisLimiterBuilder {
     leases: Option<LeaseConfig>,
     manual: Option<ManualClock>,
     slack: Option<Duration>,
+    list_capacity: usize,
+    carry_from: Option<(Vec<Limit>, tollgate::Carry)>,
 }
 
 impl RedisLimiterBuilder {
@@ -233,6 +240,29 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// The most keys the deny and allow lists hold together (see
+    /// [`controls`](crate::controls)); listing one more is
+    /// [`ControlError::ListFull`](crate::ControlError::ListFull). By
+    /// default, 100,000.
+    pub fn list_capacity(mut self, capacity: usize) -> Self {
+        self.list_capacity = capacity;
+        self
+    }
+
+    /// Carries each key's state from `previous` limits (the same number,
+    /// in the same order: limit `i` replaces `previous[i]`) by the `carry`
+    /// rule, atomically on the key's first decision under the new limits
+    /// (see [`carry`](crate::carry)). By default, nothing is carried: a
+    /// changed limit starts its keys afresh.
+    pub fn carry_from(
+        mut self,
+        previous: impl IntoIterator<Item = Limit>,
+        carry: tollgate::Carry,
+    ) -> Self {
+        self.carry_from = Some((previous.into_iter().collect(), carry));
+        self
+    }
+
     /// The limiter.
     ///
     /// # Errors
@@ -285,6 +315,19 @@ impl RedisLimiterBuilder {
             None => None,
         };
         let lease_ttl = leases.as_ref().map(Leases::ttl);
+        let scripts_only = self.limits.iter().any(|l| matches!(l, Limit::Calendar(_)));
+        let carry = match self.carry_from {
+            Some((previous, rule)) => crate::carry::CarrySpec::new(
+                &self.prefix,
+                &self.name,
+                &previous,
+                &self.limits,
+                rule,
+                unit,
+                clock.now().saturating_add(slack),
+            )?,
+            None => None,
+        };
         let limiter = RedisLimiter {
             shared: Arc::new(Shared {
                 redis: self.redis,
@@ -303,6 +346,9 @@ impl RedisLimiterBuilder {
                 counters: Counters::default(),
                 deny_cache: self.deny_cache.map(DenyCache::new),
                 leases,
+                list_capacity: self.list_capacity,
+                carry,
+                scripts_only,
             }),
         };
         if let Some(ttl) = lease_ttl {
@@ -343,6 +389,8 @@ impl RedisLimiter {
             leases: None,
             manual: None,
             slack: None,
+            list_capacity: 100_000,
+            carry_from: None,
         }
     }
 
@@ -564,7 +612,7 @@ impl RedisLimiter {
             (Op::Check | Op::Peek, [Limit::FixedWindow(_)]) => Script::Fixed,
             _ => Script::Decide,
         };
-        let raw = Redis::decide(&s.redis, &mut connection, which, &keys, |cmd| {
+        let args = |cmd: &mut Cmd| {
             cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
             match refund {
                 Some(lease) => cmd.arg(lease.now),
@@ -577,8 +625,23 @@ impl RedisLimiter {
                 let x = refund.map_or(0, |lease| lease.resets.get(i).copied().unwrap_or(0));
                 cmd.arg(x);
             }
-        })
-        .await?;
+        };
+        let carrying = s.carry.as_ref().filter(|c| c.active(s.clock.now()));
+        let raw = match carrying {
+            // Always the script: the module takes no previous limits.
+            Some(carry) => {
+                let mut all = keys.clone();
+                all.extend(carry.keys_of(key));
+                script::run(&mut connection, Script::Carry, &all, |cmd| {
+                    args(cmd);
+                    carry.args(cmd);
+                })
+                .await?
+            }
+            // The module knows no calendar (see `calendar`).
+            None if s.scripts_only => script::run(&mut connection, which, &keys, args).await?,
+            None => Redis::decide(&s.redis, &mut connection, which, &keys, args).await?,
+        };
         self.decode(&raw).ok_or_else(|| {
             redis::RedisError::from((
                 redis::ErrorKind::Parse,
@@ -613,7 +676,7 @@ impl RedisLimiter {
         {
             let raw: [i64; 4] = chunk.try_into().ok()?;
             let decision = limit.decision(raw)?;
-            if let Limit::FixedWindow(_) = limit {
+            if let Limit::FixedWindow(_) | Limit::Calendar(_) = limit {
                 let end = decision.reset_after();
                 window_end = Some(window_end.map_or(end, |w| w.min(end)));
             }
@@ -635,6 +698,87 @@ impl RedisLimiter {
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    /// Runs a control's script (always a script, never the module: see
+    /// [`controls`](crate::controls)) through the breaker, the in-flight
+    /// bound and the deadline, as a decision is; a fault is returned, never
+    /// answered by the failure policy.
+    pub(crate) async fn run_control(
+        &self,
+        which: Script,
+        keys: &[Vec<u8>],
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Vec<i64>, Fault> {
+        let s = &self.shared;
+        if let Pass::Refuse(_) = s.breaker.pass() {
+            return Err(Fault::BreakerOpen);
+        }
+        let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
+            return Err(Fault::Overloaded);
+        };
+        let mut connection = s.redis.connection();
+        let call = script::run(&mut connection, which, keys, args);
+        let fault = match tokio::time::timeout(s.deadline, call).await {
+            Ok(Ok(reply)) => {
+                s.breaker.success();
+                return Ok(reply);
+            }
+            Ok(Err(e)) if script::is_call_error(&e) => {
+                s.breaker.success();
+                return Err(Fault::Script);
+            }
+            Ok(Err(_)) => Fault::Error,
+            Err(_) => Fault::Timeout,
+        };
+        if s.breaker.failure() {
+            s.redis.reconnect();
+        }
+        Err(fault)
+    }
+
+    /// The arguments of a control's call: the decision's, with `op` and
+    /// `cost` (see [`controls`](crate::controls)).
+    pub(crate) fn control_args(&self, op: &str, cost: u64, cmd: &mut Cmd) {
+        let s = &self.shared;
+        let now = match &s.time {
+            Time::Server => String::new(),
+            Time::Manual(clock) => clock.now().as_u64().to_string(),
+        };
+        cmd.arg(op).arg(now).arg(cost).arg(s.slack_ms).arg(0);
+        for args in &s.args {
+            for a in args {
+                cmd.arg(a.as_str());
+            }
+            cmd.arg(0);
+        }
+    }
+
+    /// Nanoseconds per clock unit of the scripts.
+    pub(crate) fn unit_nanos(&self) -> u64 {
+        match self.shared.time {
+            Time::Server => 1_000,
+            Time::Manual(_) => 1,
+        }
+    }
+
+    pub(crate) fn list_capacity(&self) -> usize {
+        self.shared.list_capacity
+    }
+
+    pub(crate) fn codec(&self) -> &KeyCodec {
+        &self.shared.codec
+    }
+
+    /// Forgets what this node holds locally for `key` (a cached denial, a
+    /// lease's permits) after a control changed its state on Redis.
+    pub(crate) fn forget_local(&self, key: &BoundedKey) {
+        if let Some(cache) = &self.shared.deny_cache {
+            cache.remove(key);
+        }
+        if let Some(leases) = &self.shared.leases {
+            leases.forget(key);
+        }
     }
 }
 

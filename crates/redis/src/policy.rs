@@ -260,7 +260,9 @@ impl Policy {
                                 .max_keys(LOCAL_MAX_KEYS)
                                 .build(),
                         ),
-                        Limit::FixedWindow(_) => LocalLimit::Fixed(
+                        // A calendar window: a fixed window of the unit's
+                        // longest length (no wall clock here).
+                        Limit::FixedWindow(_) | Limit::Calendar(_) => LocalLimit::Fixed(
                             KeyedLimiter::builder(
                                 FixedWindow::new(scaled).map_err(ConfigError::Quota)?,
                             )

@@ -55,6 +55,9 @@
 //!   - `f period limit 0 0`: fixed window, `period` in clock units;
 //!   - `s period slots limit 0`: sliding window counter, `period` in clock
 //!     units;
+//!   - `c unit limit 0 0`: calendar window (unit 1 minute, 2 hour, 3 day,
+//!     4 week from Monday, 5 month from the 1st; see
+//!     [`calendar`](crate::calendar)), general script only;
 //!   - `x`: for a GCRA refund, the lease's `reset` for this limit (ticks),
 //!     else 0.
 //!
@@ -92,7 +95,7 @@
 //!   field per non-empty slot (`epoch mod slots`); every write keeps `t` the
 //!   sum of the slots, and a hash where it is not is foreign (below).
 //!
-//! # Foreign values
+//! # Foreign values and markers
 //!
 //! A key holding something that is not a state of its limit (another Redis
 //! type, garbage, a number out of range) is **read as no state**, and the next
@@ -107,6 +110,21 @@
 //! per call: the client tells them from Redis being down, and answers them
 //! through the failure policy as [`Fault::Script`](crate::Fault::Script)
 //! without counting them towards the breaker.
+//!
+//! One kind of value that is not a state is read on purpose: a control's
+//! **marker** (`!d`, `!a`, `!p<end>`, `!pn`: a deny or allow list entry, a
+//! penalty), which every script and the module recognise only in the branch
+//! where the value is not a state, so that an ordinary decision pays nothing
+//! for it (see [`controls`](crate::controls)). A listed or penalised key is
+//! decided before any limit and counts nothing.
+//!
+//! # Other scripts
+//!
+//! - `src/controls.lua`: the controls, the same arguments with `op` one of
+//!   `z n k d a u` (see [`controls`](crate::controls)); always a script.
+//! - `src/carry.lua`: a prelude run before `decide.lua` in one script by a
+//!   limiter carrying state from previous limits (see
+//!   [`carry`](crate::carry)); always a script.
 //!
 //! # Resolution
 //!
@@ -135,6 +153,18 @@ static DECIDE_SHA: LazyLock<String> =
 /// The SHA-1 of the lean GCRA script.
 static GCRA_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_GCRA).get_hash().to_owned());
+/// The SHA-1 of the carrying script.
+static CARRY_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_CARRY).get_hash().to_owned());
+/// The SHA-1 of the controls' script.
+static CONTROLS_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_CONTROLS).get_hash().to_owned());
+/// The SHA-1 of the lists' registry script.
+static LISTS_SHA: LazyLock<String> = LazyLock::new(|| {
+    redis::Script::new(crate::controls::LISTS)
+        .get_hash()
+        .to_owned()
+});
 /// The SHA-1 of the lean fixed window script.
 static FIXED_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_FIXED).get_hash().to_owned());
@@ -148,6 +178,15 @@ pub(crate) enum Script {
     Gcra,
     /// `fixed.lua`: one fixed window, check or peek.
     Fixed,
+    /// `carry.lua` then `decide.lua`: a decision that first carries the
+    /// state of the previous limits' keys (see [`carry`](crate::carry)).
+    Carry,
+    /// `controls.lua`: reset, refund, penalty and lists of one key (see
+    /// [`controls`](crate::controls)).
+    Controls,
+    /// The lists' registry, in the limiter's own slot (see
+    /// [`controls`](crate::controls)).
+    Lists,
 }
 
 impl Script {
@@ -156,6 +195,9 @@ impl Script {
             Script::Decide => (SOURCE, &DECIDE_SHA),
             Script::Gcra => (SOURCE_GCRA, &GCRA_SHA),
             Script::Fixed => (SOURCE_FIXED, &FIXED_SHA),
+            Script::Controls => (SOURCE_CONTROLS, &CONTROLS_SHA),
+            Script::Carry => (SOURCE_CARRY, &CARRY_SHA),
+            Script::Lists => (crate::controls::LISTS, &LISTS_SHA),
         }
     }
 }
@@ -234,6 +276,14 @@ pub const SOURCE_GCRA: &str = include_str!("gcra.lua");
 /// The lean fixed window script's source (one fixed window, check or peek;
 /// the same contract and reply as [`SOURCE`]).
 pub const SOURCE_FIXED: &str = include_str!("fixed.lua");
+
+/// The controls' script (reset, refund, penalty, lists; the same arguments
+/// as [`SOURCE`], see [`controls`](crate::controls)).
+pub const SOURCE_CONTROLS: &str = include_str!("controls.lua");
+
+/// The carrying script: `carry.lua`'s prelude, then [`SOURCE`] (see
+/// [`carry`](crate::carry)).
+pub const SOURCE_CARRY: &str = concat!(include_str!("carry.lua"), include_str!("decide.lua"));
 
 /// Reply values before the per-limit ones.
 pub(crate) const HEAD_REPLY: usize = 3;

@@ -63,6 +63,19 @@ async fn cluster_scenarios() {
     // Several limits of one key: one slot, all-or-nothing.
     several_limits_are_all_or_nothing(&redis, "and").await;
 
+    // Issue 20's controls: every one on every shape, keys on every shard,
+    // and refunds and a deny racing 64 connections on one key.
+    scenarios::controls::every_control_on_every_shape(&redis, "ctl").await;
+    for key in ["a", "b", "c"] {
+        scenarios::controls::refunds_racing_checks_admit_exactly_the_refunds(
+            &connections,
+            "ctl-race",
+            key.as_bytes(),
+            10,
+        )
+        .await;
+    }
+
     // TTL invariant.
     let urls = cluster.urls();
     let mut raw = redis::cluster::ClusterClient::new(urls.clone())

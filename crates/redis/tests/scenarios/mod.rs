@@ -1,6 +1,7 @@
 //! Scenarios run on a single server and on a cluster alike.
 #![allow(dead_code)]
 
+pub mod controls;
 pub mod vectors;
 
 use std::time::{Duration, Instant};
@@ -150,12 +151,10 @@ pub async fn several_limits_are_all_or_nothing(redis: &Redis, name: &str) {
     assert!(ok.is_allowed());
     // The tightest limit reports: the day, with 0 left.
     assert_eq!((ok.limit(), ok.remaining()), (12, 0));
-    // The bucket lost only those 2.
-    let bucket = RedisLimiter::builder(redis.clone(), name)
-        .limit(gcra(10, Duration::from_secs(1), 10))
-        .manual_time(clock.clone())
-        .build()
-        .unwrap();
+    // The bucket lost only those 2. (Only Redis may answer: with the
+    // default 5 ms deadline a loaded machine sent this peek to the local
+    // fallback, whose share reads 2.)
+    let bucket = frozen(redis, name, gcra(10, Duration::from_secs(1), 10), &clock);
     assert_eq!(bucket.peek_n(b"k", 0).await.unwrap().remaining(), 8);
     let keys = limiter.redis_keys(b"k");
     assert_eq!(

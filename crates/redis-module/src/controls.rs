@@ -1,0 +1,123 @@
+//! The operator's controls' markers, read in decisions: a key on the deny
+//! or allow list, or under a penalty, holds a marker instead of its state
+//! (`!d`, `!a`, `!p<end>`, `!pn`; written by `tollgate-redis`'s
+//! `controls.lua`, whose module docs, `tollgate_redis::controls`, state the
+//! contract). The controls themselves always run as that script, with or
+//! without this module: they are rare, and one implementation of each is
+//! simpler to keep exact than two.
+//!
+//! A marker is only looked for where a limit's value read as *no state*
+//! (a GCRA with no debt, a window with no count, a foreign hash), the way
+//! the scripts look for it only where the value is not a state: a key with
+//! a live state, the common case under load, pays nothing. The answer is
+//! the scripts' to the value: deny list denied with `retry` and `reset`
+//! "never" (`-1`); allow list admitted, counting nothing, reported full; a
+//! penalty denied with `retry` = `reset` = the time left; the lists first,
+//! then the latest penalty. A penalty past its end is no marker (the key is
+//! full). A lease's refund on a marked key changes nothing.
+
+use crate::args::{Call, Op, Params};
+use crate::transition::Store;
+
+/// A control's marker, as the scripts read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Marker {
+    Deny,
+    Allow,
+    /// Until this clock reading; `None`: never.
+    Penalty(Option<i128>),
+}
+
+/// The marker in `raw`, if any (a penalty past `now` is none).
+fn marker(raw: &[u8], now: i128) -> Option<Marker> {
+    match raw {
+        [b'!', b'd', ..] => Some(Marker::Deny),
+        [b'!', b'a', ..] => Some(Marker::Allow),
+        [b'!', b'p', end @ ..] => {
+            // The scripts read the end with `tonumber`: anything that is not
+            // a number is "never".
+            match crate::transition::lua_number(end) {
+                #[allow(clippy::cast_possible_truncation)] // Whole, < 2^53.
+                Some(e) if e.is_finite() => {
+                    ((e as i128) > now).then_some(Marker::Penalty(Some(e as i128)))
+                }
+                _ => Some(Marker::Penalty(None)),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The reply to `call` if a key whose state read as none (`blank`) holds a
+/// marker; `None` otherwise (the decision goes on).
+pub(crate) fn marked(
+    call: &Call,
+    now: i128,
+    unit: i128,
+    store: &mut dyn Store,
+    blank: impl Fn(usize) -> bool,
+) -> Option<Vec<i64>> {
+    let mut found: Option<Marker> = None;
+    for i in 0..call.limits.len() {
+        if !blank(i) {
+            continue;
+        }
+        let Some(raw) = store.get(i).ok().flatten() else {
+            continue;
+        };
+        let Some(m) = marker(&raw, now) else {
+            continue;
+        };
+        found = Some(match (found, m) {
+            (Some(Marker::Deny), _) | (_, Marker::Deny) => Marker::Deny,
+            (Some(Marker::Allow), _) | (_, Marker::Allow) => Marker::Allow,
+            (Some(Marker::Penalty(None)), _) | (_, Marker::Penalty(None)) => Marker::Penalty(None),
+            (Some(Marker::Penalty(Some(a))), Marker::Penalty(Some(b))) => {
+                Marker::Penalty(Some(a.max(b)))
+            }
+            (None, m) => m,
+        });
+    }
+    let found = found?;
+    let now64 = i64::try_from(now).unwrap_or(i64::MAX);
+    if call.op == Op::Refund {
+        return Some(vec![1, 0, now64]);
+    }
+    let mut reply = Vec::with_capacity(3 + 4 * call.limits.len());
+    reply.extend([i64::from(found == Marker::Allow), 0, now64]);
+    for limit in &call.limits {
+        let (full, scale) = match limit.params {
+            Params::Gcra {
+                capacity, scale, ..
+            } => (capacity, scale),
+            Params::Fixed { limit, .. } | Params::Sliding { limit, .. } => (limit, 1),
+        };
+        let verdict: [i128; 4] = match found {
+            Marker::Allow => [1, full, 0, 0],
+            Marker::Deny | Marker::Penalty(None) => [0, 0, -1, -1],
+            Marker::Penalty(Some(end)) => {
+                let left = (end - now) * unit * scale;
+                [0, 0, left, left]
+            }
+        };
+        reply.extend(verdict.map(|v| i64::try_from(v).unwrap_or(i64::MAX)));
+    }
+    Some(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_read_as_the_scripts_read_them() {
+        assert_eq!(marker(b"!d", 5), Some(Marker::Deny));
+        assert_eq!(marker(b"!a", 5), Some(Marker::Allow));
+        assert_eq!(marker(b"!p9", 5), Some(Marker::Penalty(Some(9))));
+        assert_eq!(marker(b"!p5", 5), None, "over at its end");
+        assert_eq!(marker(b"!pn", 5), Some(Marker::Penalty(None)));
+        for state in [&b"12"[..], b"3 4", b"", b"!", b"garbage"] {
+            assert_eq!(marker(state, 5), None, "{state:?}");
+        }
+    }
+}

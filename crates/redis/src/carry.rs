@@ -1,0 +1,138 @@
+//! Live limit changes on Redis: a limiter built with
+//! [`carry_from`](crate::RedisLimiterBuilder::carry_from) carries each key's
+//! state from the previous limits by the core's [`Carry`] rule, atomically,
+//! on the key's first decision under the new limits.
+//!
+//! # Why
+//!
+//! A limit's keys are named by its quota (see [`key`](crate::key)), so a
+//! changed quota has new keys: without a carry, every client found a fresh
+//! key and briefly had a whole new quota (the bug of issue 20).
+//!
+//! # How
+//!
+//! While the previous limits' keys may still live (until the longest of
+//! their reset horizons plus the TTL slack has passed on this node's clock,
+//! counted from the build), every decision runs `src/carry.lua` before
+//! `src/decide.lua`, in one script call: for each limit whose new key is
+//! absent and whose old key (same hash tag, so the same slot on a cluster)
+//! holds a state, the state is converted by the rule, written under the new
+//! key with its TTL, and the old key deleted; then the decision is taken as
+//! usual. A key written under the new limits is never carried again, so two
+//! clients racing on the first decision carry once. After that period the
+//! limiter decides on the ordinary path (lean scripts or module) again.
+//!
+//! # The rules (the core's `carry_cell`, per algorithm)
+//!
+//! - **GCRA**: the debt, in permits, in the new quota's ticks:
+//!   [`Carry::Keep`] scales it by the emission intervals, [`Carry::Proportional`]
+//!   by the capacities, rounded up. Exact while `debt · new value` stays
+//!   below 2^53; beyond, within one tick (1/scale ns) in the doubles of Lua,
+//!   still rounded up. A carried debt is capped at 2·10^15 ticks (what the
+//!   state reads exactly; a quarter-day at 16 ticks per ns, more at lower
+//!   scales): a limit lowered so far that the old debt is longer than that
+//!   waits that long, not longer.
+//! - **Fixed window**: the count if its window is still current under the
+//!   old period, counted in the window current under the new period;
+//!   [`Carry::Proportional`] scales it by the limits, rounded up. A count
+//!   above the new limit is capped at it: the key is spent until the window
+//!   ends, as the core's (larger) count leaves it.
+//! - **Sliding window** and a change of algorithm: not carried (the key
+//!   starts afresh, as [`Carry::Reset`]). Documented rather than
+//!   approximated: the wheel's slots do not map onto another geometry
+//!   without the core's "move into the newest slot" rule, left for later.
+//! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
+//!   whatever the rule, with their TTL: a listed key stays listed across a
+//!   quota change, as long as a decision meets it during the carry period.
+//!   A key listed but not decided during that period keeps its marker under
+//!   the old key: list it again (the lists' registry names every listed
+//!   key).
+
+use tollgate::{Carry, Nanos};
+
+use crate::key::{BoundedKey, KeyCodec};
+use crate::limit::{ConfigError, Limit, Unit};
+
+/// What a carrying limiter sends beside its own keys and arguments.
+#[derive(Clone, Debug)]
+pub(crate) struct CarrySpec {
+    /// The previous limits' keys.
+    codec: KeyCodec,
+    /// Per previous limit: its five script arguments and the rule.
+    args: Vec<[String; 6]>,
+    /// Local time after which no previous key can live.
+    until: Nanos,
+}
+
+impl CarrySpec {
+    /// The carry from `previous` to `limits`, or `None` if no key changes
+    /// (every limit kept its quota). `start` is the build's local time plus
+    /// the TTL slack.
+    pub(crate) fn new(
+        prefix: &str,
+        name: &str,
+        previous: &[Limit],
+        limits: &[Limit],
+        rule: Carry,
+        unit: Unit,
+        start: Nanos,
+    ) -> Result<Option<CarrySpec>, ConfigError> {
+        if previous.len() != limits.len() {
+            return Err(ConfigError::Invalid(
+                "carry_from needs one previous limit per limit, in the same order",
+            ));
+        }
+        if previous.iter().zip(limits).all(|(p, l)| p.tag() == l.tag()) {
+            return Ok(None);
+        }
+        let mut args = Vec::with_capacity(previous.len());
+        let mut horizon = std::time::Duration::ZERO;
+        for (old, new) in previous.iter().zip(limits) {
+            old.check_exact(unit)?;
+            let same_kind = matches!(
+                (old, new),
+                (Limit::Gcra(_), Limit::Gcra(_)) | (Limit::FixedWindow(_), Limit::FixedWindow(_))
+            );
+            let code = match rule {
+                _ if !same_kind || old.tag() == new.tag() => "-",
+                Carry::Keep => "k",
+                Carry::Proportional => "p",
+                _ => "-",
+            };
+            let [a, b, c, d, e] = old.args(unit);
+            args.push([a, b, c, d, e, code.to_owned()]);
+            horizon = horizon.max(old.quota().period().max(match old {
+                Limit::Gcra(g) => {
+                    std::time::Duration::from_nanos(g.capacity_ticks().div_ceil(g.scale()))
+                }
+                _ => std::time::Duration::ZERO,
+            }));
+        }
+        let descriptors: Vec<String> = previous.iter().map(Limit::tag).collect();
+        let codec = KeyCodec::new(prefix, name, &descriptors).map_err(ConfigError::Name)?;
+        Ok(Some(CarrySpec {
+            codec,
+            args,
+            until: start.saturating_add(horizon),
+        }))
+    }
+
+    /// Whether a previous key may still live at local time `now`.
+    pub(crate) fn active(&self, now: Nanos) -> bool {
+        now < self.until
+    }
+
+    /// The previous limits' keys of `key`.
+    pub(crate) fn keys_of(&self, key: &BoundedKey) -> Vec<Vec<u8>> {
+        self.codec.keys_of(key)
+    }
+
+    /// Appends the previous limits' arguments.
+    pub(crate) fn args(&self, cmd: &mut redis::Cmd) {
+        for limit in &self.args {
+            for a in limit {
+                cmd.arg(a.as_str());
+            }
+        }
+    }
+}

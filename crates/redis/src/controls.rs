@@ -1,0 +1,321 @@
+//! The operator's controls on a Redis limiter: [`reset`], [`refund`],
+//! [`penalize`], [`deny`], [`allow`] and [`unlist`] (issue 20; the meaning of
+//! each is the workspace's shared contract, the same as the core's).
+//!
+//! [`reset`]: RedisLimiter::reset
+//! [`refund`]: RedisLimiter::refund
+//! [`penalize`]: RedisLimiter::penalize
+//! [`deny`]: RedisLimiter::deny
+//! [`allow`]: RedisLimiter::allow
+//! [`unlist`]: RedisLimiter::unlist
+//!
+//! # Guarantees
+//!
+//! - **Atomic, one round trip**: each control is one call of
+//!   `src/controls.lua` over every limit's key of the user key. Those keys
+//!   share the user key's hash tag (see [`key`](crate::key)), so the call is
+//!   atomic on a single server and on Redis Cluster alike, and a decision
+//!   sees the key either wholly before or wholly after a control.
+//! - **Never "done" on a fault**: a timeout, a connection error, an open
+//!   breaker or a refused call is [`ControlError::Backend`], never `Ok`; the
+//!   failure policy (which answers *decisions* when Redis cannot) never
+//!   answers a control. A timed-out control may still have been applied:
+//!   every control but [`refund`](RedisLimiter::refund) is idempotent and
+//!   can be sent again.
+//! - **The server's clock**: a penalty's end is `TIME` + duration, read in
+//!   the same script, so every client of the key sees the same end.
+//!
+//! # Markers, not extra reads (the hot path is unchanged)
+//!
+//! A penalty or a list entry is written **in place of the key's state**, in
+//! each of its limits' keys, as a string starting with `!`: `!d` (deny
+//! list), `!a` (allow list), `!p<end>` (penalty until `end`, in the
+//! scripts' clock units, with the key's TTL set to the penalty's end plus
+//! the slack) or `!pn` (a penalty past the clock's end: "never"). Every
+//! decision already reads that value; the scripts and the module recognise
+//! a marker only where the value is not a state of the limit (the branch
+//! that reads a foreign value), so an ordinary decision pays no extra read
+//! and no extra comparison on its common path. The controls always run as a
+//! script, with or without the native module: they are rare, and the module
+//! reads the same markers in its decisions (`crates/redis-module`,
+//! `controls.rs`).
+//!
+//! Decisions that meet a marker:
+//!
+//! - **deny list**: denied, `remaining` 0, `retry_after` and `reset_after`
+//!   "never" (`u64::MAX` ns); counts nothing.
+//! - **allow list**: admitted, counts nothing, and reports the key full
+//!   (`remaining` = the limit's capacity): the state was dropped when the
+//!   key was listed (see below), so full *is* its current state.
+//! - **penalty**: denied, `remaining` 0, `retry_after` = `reset_after` = the
+//!   time left (the key is full when the penalty ends, so the time to full
+//!   after it is zero); counts nothing.
+//!
+//! The lists are checked before the penalty (a listed key cannot carry one:
+//! see below).
+//!
+//! # Decisions where the contract is silent
+//!
+//! - **Listing drops the key's state** (and any penalty): one value holds
+//!   either a state or a marker. An allowed key therefore reports full, and
+//!   a key unlisted from either list starts full. (Keeping the state inside
+//!   an allow marker would keep it past its TTL, where the GCRA state's
+//!   modular reading is no longer exact; see [`script`](crate::script).)
+//! - **A listed key takes no penalty and no refund, and `reset` leaves it
+//!   listed** ("does not touch lists"): each answers `Ok(false)`.
+//! - **A penalty drops the state**: when it ends the key is full, as the
+//!   contract says; a refund during a penalty changes nothing.
+//! - **Lists live with the limits' keys**: a list entry has no TTL, and
+//!   survives everything but [`unlist`](RedisLimiter::unlist), a `reset`
+//!   of the key by hand (`DEL`), and a change of the limits' quotas, whose
+//!   keys are new (see [`key`](crate::key)) unless the change carries the
+//!   old state.
+//! - **Local copies**: after a control that changed something, this node
+//!   forgets its cached denial and its lease for the key. Other nodes keep
+//!   theirs until they end by themselves: a cached denial until its
+//!   `retry_after` (never past a penalty's end), a lease until its TTL.
+//!
+//! # Bounded lists
+//!
+//! The deny and allow lists hold at most
+//! [`list_capacity`](crate::RedisLimiterBuilder::list_capacity) keys
+//! together. The keys listed are counted in a registry, a set in the
+//! limiter's own slot (`<prefix>{<name>|#}lists`): the user keys live in
+//! many slots, so the count cannot be kept in the same atomic call as the
+//! marker on a cluster. Listing first reserves the key in the registry
+//! (refused with [`ControlError::ListFull`] when full: never a silent
+//! drop), then writes the marker; unlisting removes the marker, then the
+//! registry entry. The registry may thus over-count after a failure between
+//! the two calls (never under-count: the cap errs on refusing), and listing
+//! or unlisting the key again repairs it.
+
+use std::time::Duration;
+
+use crate::RedisLimiter;
+use crate::key::BoundedKey;
+use crate::policy::Fault;
+use crate::script::Script;
+
+/// The lists' registry: `KEYS[1]` the set, `ARGV` = member, capacity, `+`
+/// (reserve) or `-` (release). Reserving answers `{1}` if the key is (now)
+/// in the set, `{0}` if the set is full.
+pub(crate) const LISTS: &str = r"
+local key, member = KEYS[1], ARGV[1]
+if ARGV[3] == '-' then
+  redis.call('SREM', key, member)
+  return {1}
+end
+if redis.call('SISMEMBER', key, member) == 1 then return {1} end
+if redis.call('SCARD', key) >= tonumber(ARGV[2]) then return {0} end
+redis.call('SADD', key, member)
+return {1}
+";
+
+/// The largest number the scripts take (`2^53 − 1`).
+const MAX_ARG: u64 = (1 << 53) - 1;
+
+/// Why a control was not applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// Redis did not answer in time, answered an error, or was not asked
+    /// (breaker open, too many calls in flight). The control may have been
+    /// applied if the fault is a timeout.
+    Backend(Fault),
+    /// The deny and allow lists hold `capacity` keys already.
+    ListFull {
+        /// The limiter's list capacity.
+        capacity: usize,
+    },
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlError::Backend(fault) => write!(f, "Redis did not apply the control: {fault:?}"),
+            ControlError::ListFull { capacity } => write!(
+                f,
+                "the deny and allow lists already hold {capacity} keys (the limiter's list capacity)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+/// The controls' operation codes (see `controls.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Control {
+    Reset,
+    Refund,
+    Penalize,
+    Deny,
+    Allow,
+    Unlist,
+}
+
+impl Control {
+    fn code(self) -> &'static str {
+        match self {
+            Control::Reset => "z",
+            Control::Refund => "n",
+            Control::Penalize => "k",
+            Control::Deny => "d",
+            Control::Allow => "a",
+            Control::Unlist => "u",
+        }
+    }
+}
+
+impl RedisLimiter {
+    /// Puts `key` back to full: its state in every limit is dropped, and a
+    /// penalty with it. A listed key stays listed. Idempotent. `Ok(true)` if
+    /// there was a state or a penalty to drop.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::Backend`] if Redis did not apply it.
+    pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<bool, ControlError> {
+        self.control(&BoundedKey::new(key.as_ref()), Control::Reset, 0)
+            .await
+    }
+
+    /// Gives back `n` permits of `key` in every limit, never above full: the
+    /// most recent `n` admissions as far as they are still counted (GCRA:
+    /// `tat = max(now, tat − n·T)`; fixed window: the current window's count
+    /// − `n`, floored at 0; sliding window: the current slot first, then
+    /// older ones). A refund on an absent, full, listed or penalised key
+    /// changes nothing. `Ok(true)` if a count changed.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::Backend`] if Redis did not answer (a timed-out refund
+    /// may have been applied: do not send it again blindly).
+    pub async fn refund(&self, key: impl AsRef<[u8]>, n: u64) -> Result<bool, ControlError> {
+        if n == 0 {
+            return Ok(false);
+        }
+        self.control(
+            &BoundedKey::new(key.as_ref()),
+            Control::Refund,
+            n.min(MAX_ARG),
+        )
+        .await
+    }
+
+    /// Denies every request on `key` for `duration` from now (a penalty
+    /// box), counting nothing; the key's state is dropped, so it is full
+    /// when the penalty ends. Penalties only extend: one ending no later
+    /// than the current one changes nothing. A `duration` of zero is a
+    /// no-op; one past the clock's end denies until "never" (until
+    /// [`reset`](Self::reset)). A listed key takes no penalty. `Ok(true)` if
+    /// the penalty was set or extended.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::Backend`] if Redis did not apply it.
+    pub async fn penalize(
+        &self,
+        key: impl AsRef<[u8]>,
+        duration: Duration,
+    ) -> Result<bool, ControlError> {
+        if duration.is_zero() {
+            return Ok(false);
+        }
+        // Clock units, rounded up; anything at or past 2^53 units is "never".
+        let unit = u128::from(self.unit_nanos());
+        let units = duration.as_nanos().div_ceil(unit);
+        let units = u64::try_from(units).unwrap_or(MAX_ARG).min(MAX_ARG);
+        self.control(&BoundedKey::new(key.as_ref()), Control::Penalize, units)
+            .await
+    }
+
+    /// Puts `key` on the deny list: every request denied, "never" to
+    /// retry, counting nothing, until [`unlist`](Self::unlist). Drops its
+    /// state and any penalty. `Ok(true)` if it was not on the deny list.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::ListFull`] if the lists are full,
+    /// [`ControlError::Backend`] if Redis did not apply it.
+    pub async fn deny(&self, key: impl AsRef<[u8]>) -> Result<bool, ControlError> {
+        self.list(&BoundedKey::new(key.as_ref()), Control::Deny)
+            .await
+    }
+
+    /// Puts `key` on the allow list: every request admitted without
+    /// counting, reported full, until [`unlist`](Self::unlist). Drops its
+    /// state and any penalty. `Ok(true)` if it was not on the allow list.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::ListFull`] if the lists are full,
+    /// [`ControlError::Backend`] if Redis did not apply it.
+    pub async fn allow(&self, key: impl AsRef<[u8]>) -> Result<bool, ControlError> {
+        self.list(&BoundedKey::new(key.as_ref()), Control::Allow)
+            .await
+    }
+
+    /// Takes `key` off the deny or allow list; it starts full. `Ok(true)`
+    /// if it was listed.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::Backend`] if Redis did not apply it.
+    pub async fn unlist(&self, key: impl AsRef<[u8]>) -> Result<bool, ControlError> {
+        let key = BoundedKey::new(key.as_ref());
+        let changed = self.control(&key, Control::Unlist, 0).await?;
+        self.registry(&key, false).await?;
+        Ok(changed)
+    }
+
+    async fn list(&self, key: &BoundedKey, control: Control) -> Result<bool, ControlError> {
+        if !self.registry(key, true).await? {
+            return Err(ControlError::ListFull {
+                capacity: self.list_capacity(),
+            });
+        }
+        self.control(key, control, 0).await
+    }
+
+    /// Reserves (`add`) or releases `key` in the lists' registry; `false`
+    /// if a reservation found the registry full.
+    async fn registry(&self, key: &BoundedKey, add: bool) -> Result<bool, ControlError> {
+        let registry = [self.codec().registry()];
+        let capacity = self.list_capacity();
+        let reply = self
+            .run_control(Script::Lists, &registry, |cmd| {
+                cmd.arg(key.as_bytes())
+                    .arg(capacity)
+                    .arg(if add { "+" } else { "-" });
+            })
+            .await
+            .map_err(ControlError::Backend)?;
+        Ok(reply.first() == Some(&1))
+    }
+
+    async fn control(
+        &self,
+        key: &BoundedKey,
+        control: Control,
+        cost: u64,
+    ) -> Result<bool, ControlError> {
+        let keys = self.codec().keys_of(key);
+        let reply = self
+            .run_control(Script::Controls, &keys, |cmd| {
+                self.control_args(control.code(), cost, cmd);
+            })
+            .await
+            .map_err(ControlError::Backend)?;
+        let changed = match reply.first() {
+            Some(&1) => true,
+            Some(&0) => false,
+            // Redis answered something that is not the script's reply.
+            _ => return Err(ControlError::Backend(Fault::Error)),
+        };
+        if changed {
+            self.forget_local(key);
+        }
+        Ok(changed)
+    }
+}
