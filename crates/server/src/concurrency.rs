@@ -68,7 +68,8 @@ use tollgate::{Clock, ClockSource};
 use tollgate_redis::concurrency::{LeaseId, RedisConcurrencyLimiter, Refusal};
 use tollgate_redis::{FailurePolicy, Redis};
 
-use crate::config::{ConcurrencyConfig, RedisSettings, RedisTarget, redact_url};
+use crate::config::{ConcurrencyConfig, RedisSettings};
+use crate::redis_backend::{redis_config, target_name};
 use crate::rules::{Rule, RuleSet};
 use crate::service::{CheckRequest, Status};
 
@@ -196,22 +197,11 @@ impl Leases {
     ///
     /// Redis cannot be reached.
     pub async fn connect(settings: &RedisSettings, clock: ClockSource) -> Result<Leases, String> {
-        let options = tollgate_redis::Options {
-            response_timeout: settings.response_timeout,
-            connection_timeout: settings.connection_timeout,
-            retries: settings.retries,
-        };
-        let redis = match &settings.target {
-            RedisTarget::Single(url) => Redis::connect(url, &options)
-                .await
-                .map_err(|error| format!("cannot connect to {}: {error}", redact_url(url)))?,
-            RedisTarget::Cluster(urls) => {
-                let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-                Redis::connect_cluster(&nodes, &options)
-                    .await
-                    .map_err(|error| format!("cannot connect to the cluster: {error}"))?
-            }
-        };
+        // The same connection settings as the rate limits' (TLS, ACL user,
+        // Sentinel, module use).
+        let redis = Redis::open(&redis_config(settings))
+            .await
+            .map_err(|error| format!("cannot connect to {}: {error}", target_name(settings)))?;
         Ok(Leases::redis(redis, settings, clock))
     }
 

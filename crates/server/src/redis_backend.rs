@@ -195,7 +195,7 @@ impl RedisBackend {
 }
 
 /// `tollgate-redis`'s connection settings for `settings`.
-fn redis_config(settings: &RedisSettings) -> RedisConfig {
+pub(crate) fn redis_config(settings: &RedisSettings) -> RedisConfig {
     let mut config = match &settings.target {
         RedisTarget::Single(url) => RedisConfig::single(url.clone()),
         RedisTarget::Cluster(urls) => RedisConfig::cluster(urls.iter().cloned()),
@@ -222,7 +222,7 @@ fn redis_config(settings: &RedisSettings) -> RedisConfig {
 }
 
 /// What `settings` connect to, for messages (no credentials).
-fn target_name(settings: &RedisSettings) -> String {
+pub(crate) fn target_name(settings: &RedisSettings) -> String {
     let urls = |urls: &[String]| {
         urls.iter()
             .map(|url| redact_url(url))
