@@ -29,10 +29,11 @@
 //! [`config`] (the YAML), [`rules`] (matching), [`backend`] (state),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
 //! [`http`] (JSON API), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
-//! [`auth`], [`server`].
+//! [`auth`], [`server`], [`status`] (the status page), [`admin`] (the admin API).
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod auth;
 pub mod backend;
 pub mod config;
@@ -45,6 +46,7 @@ pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod service;
+pub mod status;
 pub mod tls;
 mod yaml;
 

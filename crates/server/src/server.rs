@@ -158,6 +158,13 @@ impl Server {
             settings.bearer_token_file.as_deref(),
         )
         .map_err(ServeError::Token)?;
+        // The file's check makes this unreachable; never run the admin API open.
+        let admin = self.config.admin.enabled.then(|| token.clone());
+        if admin == Some(None) {
+            return Err(ServeError::Token(std::io::Error::other(
+                "the admin API needs a bearer token",
+            )));
+        }
         let grpc_listener = bind(settings.grpc_listen).await?;
         let http_listener = bind(settings.http_listen).await?;
         let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
@@ -211,6 +218,7 @@ impl Server {
             service,
             reloader,
             token,
+            admin: admin.flatten(),
             settings,
             grpc_tls,
             http_tls,
@@ -257,6 +265,8 @@ pub struct BoundServer {
     service: Arc<Service>,
     reloader: Arc<Reloader>,
     token: Option<Arc<str>>,
+    /// The admin API's token, when it is enabled ([`crate::admin`]).
+    admin: Option<Arc<str>>,
     settings: crate::config::ServerSettings,
     grpc_tls: Option<Identity>,
     http_tls: Option<Identity>,
@@ -344,6 +354,14 @@ impl BoundServer {
             Arc::clone(&self.ready),
             self.settings.max_request_bytes,
         );
+        let router = match &self.admin {
+            Some(token) => router.merge(crate::admin::router(
+                Arc::clone(&self.service),
+                Arc::clone(token),
+                self.settings.max_request_bytes,
+            )),
+            None => router,
+        };
         let http_stopped = stopped();
         let http = async move {
             match &self.http_tls {
@@ -381,6 +399,14 @@ impl BoundServer {
                 let _ = tokio::task::spawn_blocking(move || backend.sweep()).await;
             }
         });
+        let status = Arc::clone(&self.service);
+        let sampler = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(crate::status::SAMPLE_EVERY);
+            loop {
+                ticks.tick().await;
+                status.sample_status();
+            }
+        });
         let ready = Arc::clone(&self.ready);
         tokio::spawn(async move {
             shutdown.await;
@@ -400,6 +426,7 @@ impl BoundServer {
             reload.abort();
         }
         sweeper.abort();
+        sampler.abort();
         // After the last answer: give back what the backend holds (leases).
         self.service.backend().shutdown().await;
         grpc.map_err(ServeError::Grpc)?;
