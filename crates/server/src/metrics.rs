@@ -176,7 +176,8 @@ fn count(counters: &StatCounters, cost: u64, decision: &Decision, shadow: bool) 
 }
 
 impl RuleCounters {
-    /// tollgate's counts so far, in [`LYFT_RULE_NAMES`]' order (what
+    /// tollgate's counts so far: total_hits, over_limit, near_limit,
+    /// within_limit, shadow_mode (what
     /// `/metrics` shows; the status page reads them, see
     /// [`crate::status`]). Each is read on its own: a read racing a
     /// decision may see it in one counter and not yet in another, which

@@ -81,6 +81,22 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
+/// A refusal: the status and the message of `{"error": ...}`.
+#[derive(Debug)]
+struct Refused(StatusCode, String);
+
+impl Refused {
+    fn new(status: StatusCode, message: impl Into<String>) -> Refused {
+        Refused(status, message.into())
+    }
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        error(self.0, self.1)
+    }
+}
+
 async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
     let given = request
         .headers()
@@ -123,18 +139,21 @@ fn resolve(
     service: &Service,
     domain: &str,
     entries: &[(String, String)],
-) -> Result<(Arc<Rule>, String), Response> {
+) -> Result<(Arc<Rule>, String), Refused> {
     if domain.is_empty() {
-        return Err(error(StatusCode::BAD_REQUEST, "domain: must not be empty"));
+        return Err(Refused::new(
+            StatusCode::BAD_REQUEST,
+            "domain: must not be empty",
+        ));
     }
     if entries.is_empty() {
-        return Err(error(
+        return Err(Refused::new(
             StatusCode::BAD_REQUEST,
             "descriptor: needs at least one entry",
         ));
     }
     if let Some(i) = entries.iter().position(|(key, _)| key.is_empty()) {
-        return Err(error(
+        return Err(Refused::new(
             StatusCode::BAD_REQUEST,
             format!("descriptor[{i}].key: must not be empty"),
         ));
@@ -144,7 +163,7 @@ fn resolve(
         domain,
         entries.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     ) else {
-        return Err(error(
+        return Err(Refused::new(
             StatusCode::NOT_FOUND,
             format!("no rule of domain '{domain}' matches this descriptor"),
         ));
@@ -152,9 +171,9 @@ fn resolve(
     Ok((Arc::clone(rule), key))
 }
 
-fn limited(rule: &Rule) -> Result<(), Response> {
+fn limited(rule: &Rule) -> Result<(), Refused> {
     if rule.limits.is_none() {
-        return Err(error(
+        return Err(Refused::new(
             StatusCode::CONFLICT,
             format!(
                 "rule {} counts nothing ({}): no state to change",
@@ -206,17 +225,16 @@ async fn key_answer(
     entries: Vec<(String, String)>,
     rule: &Rule,
     key: &str,
-) -> Result<KeyAnswer, Response> {
+) -> Result<KeyAnswer, Refused> {
     let state = match rule.limits {
         None => None,
         Some(_) => {
             let hits = [Hit { rule, key, cost: 0 }];
-            let decisions =
-                service.backend().decide(&hits).await.map_err(|failure| {
-                    error(StatusCode::SERVICE_UNAVAILABLE, failure.to_string())
-                })?;
+            let decisions = service.backend().decide(&hits).await.map_err(|failure| {
+                Refused::new(StatusCode::SERVICE_UNAVAILABLE, failure.to_string())
+            })?;
             let Some(decision) = decisions.first() else {
-                return Err(error(
+                return Err(Refused::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "backend: no decision",
                 ));
@@ -279,17 +297,17 @@ async fn inspect(
     };
     let (rule, key) = match resolve(&state.service, &domain, &entries) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(refused) => return refused.into_response(),
     };
     match key_answer(&state.service, domain, entries, &rule, &key).await {
         Ok(answer) => axum::Json(answer).into_response(),
-        Err(response) => response,
+        Err(refused) => refused.into_response(),
     }
 }
 
-fn key_body(body: &Bytes) -> Result<KeyBody, Response> {
+fn key_body(body: &Bytes) -> Result<KeyBody, Refused> {
     serde_json::from_slice::<KeyBody>(body)
-        .map_err(|failure| error(StatusCode::BAD_REQUEST, failure.to_string()))
+        .map_err(|failure| Refused::new(StatusCode::BAD_REQUEST, failure.to_string()))
 }
 
 /// Applies `control` to the key of `body`, then answers the key's state.
@@ -301,10 +319,10 @@ async fn apply(state: &AdminState, body: KeyBody, control: Control) -> Response 
         .collect();
     let (rule, key) = match resolve(&state.service, &body.domain, &entries) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(refused) => return refused.into_response(),
     };
-    if let Err(response) = limited(&rule) {
-        return response;
+    if let Err(refused) = limited(&rule) {
+        return refused.into_response();
     }
     match state.service.backend().control(&rule, &key, control).await {
         Ok(()) => {}
@@ -323,21 +341,21 @@ async fn apply(state: &AdminState, body: KeyBody, control: Control) -> Response 
     tracing::info!(control = ?control, rule = %rule.id, "admin: applied");
     match key_answer(&state.service, body.domain, entries, &rule, &key).await {
         Ok(answer) => axum::Json(json!({ "done": control.name(), "key": answer })).into_response(),
-        Err(response) => response,
+        Err(refused) => refused.into_response(),
     }
 }
 
 async fn reset(State(state): State<AdminState>, body: Bytes) -> Response {
     match key_body(&body) {
         Ok(body) => apply(&state, body, Control::Reset).await,
-        Err(response) => response,
+        Err(refused) => refused.into_response(),
     }
 }
 
 async fn refund(State(state): State<AdminState>, body: Bytes) -> Response {
     let body = match key_body(&body) {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(refused) => return refused.into_response(),
     };
     match body.permits {
         Some(0) | None => error(
@@ -351,7 +369,7 @@ async fn refund(State(state): State<AdminState>, body: Bytes) -> Response {
 async fn penalize(State(state): State<AdminState>, body: Bytes) -> Response {
     let body = match key_body(&body) {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(refused) => return refused.into_response(),
     };
     match body.duration_ms {
         Some(0) | None => error(
@@ -362,12 +380,12 @@ async fn penalize(State(state): State<AdminState>, body: Bytes) -> Response {
     }
 }
 
-fn list_control(list: &str, add: bool) -> Result<Control, Response> {
+fn list_control(list: &str, add: bool) -> Result<Control, Refused> {
     match (list, add) {
         ("deny", true) => Ok(Control::Deny),
         ("allow", true) => Ok(Control::Allow),
         ("deny" | "allow", false) => Ok(Control::Unlist),
-        _ => Err(error(
+        _ => Err(Refused::new(
             StatusCode::NOT_FOUND,
             format!("no list '{list}' (deny, allow)"),
         )),
@@ -393,11 +411,11 @@ async fn list_remove(
 async fn list_change(state: &AdminState, list: &str, add: bool, body: &Bytes) -> Response {
     let control = match list_control(list, add) {
         Ok(control) => control,
-        Err(response) => return response,
+        Err(refused) => return refused.into_response(),
     };
     match key_body(body) {
         Ok(body) => apply(state, body, control).await,
-        Err(response) => response,
+        Err(refused) => refused.into_response(),
     }
 }
 
