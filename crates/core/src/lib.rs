@@ -28,6 +28,9 @@
 //!   `tokio`); see [`wait`].
 //! - **[`Shaper`]**: the leaky bucket as a queue: FIFO releases spaced at
 //!   `1/rate`, `max_delay`, reservations that can be cancelled or settled.
+//! - **operating**: a name and an [`observe::Observer`] per limiter, dry-run
+//!   (shadow), and the controls of [`control`]: reset, refund, penalty, deny
+//!   and allow lists.
 //! - **[`Clock`]**: where time comes from: [`QuantaClock`] (default: the
 //!   CPU's time-stamp counter where it is invariant, the monotonic clock
 //!   elsewhere), [`MonotonicClock`] (`Instant`), [`CachedClock`] (fastest),
@@ -71,10 +74,12 @@
 pub mod algorithm;
 pub mod clock;
 pub mod concurrency;
+pub mod control;
 pub mod decision;
 pub mod keyed;
 mod keymap;
 mod limiter;
+pub mod observe;
 pub mod quota;
 #[cfg(feature = "opentelemetry")]
 pub mod sampler;
@@ -83,6 +88,7 @@ pub mod store;
 pub mod striped;
 mod sync;
 pub mod wait;
+mod wall_clock;
 
 pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
 #[cfg(feature = "tokio")]
@@ -90,10 +96,11 @@ pub use clock::TokioClock;
 pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos, QuantaClock};
 pub use decision::{CostError, Decision};
 pub use keyed::{DefaultKeyedLimiter, KeyedBuilder, KeyedLimiter, KeyedStats};
-pub use limiter::{DefaultLimiter, Limiter};
+pub use limiter::{DefaultLimiter, Limiter, LimiterBuilder};
 pub use quota::{Quota, QuotaError};
 pub use shaper::{Refusal, Reservation, Shaper, ShaperBuilder};
 pub use striped::StripedLimiter;
+pub use wall_clock::SystemClock;
 
 /// The README's tour, compiled and run as a doctest so that it stays true.
 #[cfg(doctest)]

@@ -4,11 +4,18 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
+use crate::algorithm::Carry;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::control::DirectControls;
 use crate::decision::{CostError, Decision};
+use crate::observe::{Event, Observer, Outcome};
 use crate::quota::Quota;
-use crate::sync::Arc;
+use crate::sync::{Arc, AtomicBool, Ordering, RwLock, read, write};
+
+/// How an observer is held: a `std` `Arc` even under loom (whose `Arc`
+/// cannot hold a trait object), since it is read-only shared data.
+type ObserverArc = std::sync::Arc<dyn Observer>;
 
 /// A rate limiter: one state shared by every clone.
 ///
@@ -35,6 +42,16 @@ use crate::sync::Arc;
 /// `Limiter::with_clock(algorithm, MonotonicClock::new())`.
 /// Aliases name the common types: [`DefaultLimiter`].
 ///
+/// # Operating it
+///
+/// [`Limiter::builder`] gives a limiter a name and an
+/// [`Observer`](crate::observe::Observer) (called once per `check`), and
+/// sets it in dry-run; the controls ([`reset`](Limiter::reset),
+/// [`refund`](Limiter::refund), [`penalize`](Limiter::penalize),
+/// [`deny`](Limiter::deny) / [`allow`](Limiter::allow)) are described in
+/// [`control`](crate::control). Unused, each costs one predictable branch
+/// per check.
+///
 /// # Examples
 ///
 /// ```
@@ -59,8 +76,22 @@ pub struct Limiter<A: Algorithm = Gcra, C: Clock = QuantaClock> {
 struct Shared<A: Algorithm, C> {
     algorithm: A,
     clock: C,
+    name: Box<str>,
+    observer: Option<ObserverArc>,
+    dry_run: AtomicBool,
+    controls: DirectControls,
+    /// The algorithm and state since the first
+    /// [`set_algorithm`](Limiter::set_algorithm); `None` before (then
+    /// `algorithm` and `cell` are current).
+    replaced: RwLock<Option<Tier<A>>>,
     /// Padded: the state is the one word every thread writes; it must not
     /// share a cache line with the read-only fields above.
+    cell: CachePadded<A::Cell>,
+}
+
+/// An algorithm and its state, after a change.
+struct Tier<A: Algorithm> {
+    algorithm: A,
     cell: CachePadded<A::Cell>,
 }
 
@@ -68,6 +99,32 @@ struct Shared<A: Algorithm, C> {
 pub type DefaultLimiter = Limiter<Gcra, QuantaClock>;
 
 impl<A: Algorithm> Limiter<A, QuantaClock> {
+    /// Starts building a limiter running `algorithm`: its clock, its name,
+    /// its observer, dry-run.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Gcra, Limiter, ManualClock, Quota};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::builder(Gcra::new(Quota::per_second(1)?)?)
+    ///     .clock(ManualClock::new())
+    ///     .name("signup")
+    ///     .dry_run(true)
+    ///     .build();
+    /// assert_eq!(limiter.name(), "signup");
+    /// assert!(limiter.check().is_allowed());
+    /// // The real decision; a caller in dry-run lets the request through.
+    /// assert!(limiter.check().is_denied());
+    /// assert!(limiter.is_dry_run());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(algorithm: A) -> LimiterBuilder<A, QuantaClock> {
+        LimiterBuilder::new(algorithm, QuantaClock::new())
+    }
+
     /// A limiter running `algorithm` on the default clock, [`QuantaClock`]:
     /// the time-stamp counter where the CPU says it is invariant, the
     /// monotonic clock elsewhere (see [`QuantaClock`] for how that is
@@ -81,14 +138,7 @@ impl<A: Algorithm> Limiter<A, QuantaClock> {
 impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// A limiter running `algorithm` on `clock`.
     pub fn with_clock(algorithm: A, clock: C) -> Limiter<A, C> {
-        let cell = CachePadded::new(algorithm.new_cell());
-        Limiter {
-            shared: Arc::new(Shared {
-                algorithm,
-                clock,
-                cell,
-            }),
-        }
+        LimiterBuilder::new(algorithm, clock).build()
     }
 
     /// Takes one permit if it is available now.
@@ -158,18 +208,79 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     pub fn charge_n(&self, cost: u64) -> Decision {
         let shared = &*self.shared;
         let now: Nanos = shared.clock.now();
+        if shared.controls.any() {
+            return self.with_current(|algorithm, cell| {
+                shared.controls.charge(algorithm, cell, now, cost)
+            });
+        }
         shared.algorithm.charge_cell(&shared.cell, now, cost);
         shared.algorithm.peek_cell(&shared.cell, now, 1)
     }
 
-    /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> &A {
-        &self.shared.algorithm
+    /// The algorithm and its parameters now (a copy: it can change, see
+    /// [`set_algorithm`](Self::set_algorithm)).
+    pub fn algorithm(&self) -> A {
+        self.with_current(|algorithm, _| algorithm.clone())
     }
 
-    /// The quota.
-    pub fn quota(&self) -> &Quota {
-        self.shared.algorithm.quota()
+    /// The quota now.
+    pub fn quota(&self) -> Quota {
+        self.with_current(|algorithm, _| *algorithm.quota())
+    }
+
+    /// Runs `algorithm` from now on; the state is carried over by `carry`
+    /// with the rules of [`Carry`], as
+    /// [`KeyedLimiter::set_default`](crate::KeyedLimiter::set_default)
+    /// does for its keys. The change takes effect at one instant: a
+    /// decision is taken wholly under the old algorithm or wholly under the
+    /// new one. A request that had already read the old state and decides
+    /// on it as the change lands is refused (the old state is closed, see
+    /// [`Algorithm::take_cell`]): never counted where nobody looks.
+    ///
+    /// Cost: from the first change on, every decision takes the limiter's
+    /// controlled path, which reads the current algorithm under a shared
+    /// read lock (an uncontended lock is a few nanoseconds; under heavy
+    /// contention its counter bounces between cores). A limiter that never
+    /// changes pays nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Carry, FixedWindow, Limiter, ManualClock, Quota};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::with_clock(FixedWindow::new(Quota::per_minute(10)?)?, ManualClock::new());
+    /// assert_eq!(limiter.check_n(7)?.remaining(), 3);
+    /// // Raised to 20: the 7 taken stay taken.
+    /// limiter.set_algorithm(FixedWindow::new(Quota::per_minute(20)?)?, Carry::Keep);
+    /// assert_eq!(limiter.peek_n(0)?.remaining(), 13);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_algorithm(&self, algorithm: A, carry: Carry) {
+        let shared = &*self.shared;
+        let mut current = write(&shared.replaced);
+        let now = shared.clock.now();
+        let (previous, taken) = match current.take() {
+            // Nobody decides on it while the write lock is held.
+            Some(tier) => (tier.algorithm, CachePadded::into_inner(tier.cell)),
+            None => (
+                shared.algorithm.clone(),
+                shared.algorithm.take_cell(&shared.cell),
+            ),
+        };
+        let cell = if previous == algorithm {
+            taken
+        } else {
+            algorithm.carry_cell(&previous, &taken, now, carry)
+        };
+        *current = Some(Tier {
+            algorithm,
+            cell: CachePadded::new(cell),
+        });
+        // Under the write lock: a decision that sees the flag and then
+        // takes the read lock finds the new tier.
+        shared.controls.mark_replaced();
     }
 
     /// The clock.
@@ -178,7 +289,12 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     }
 
     fn within_capacity(&self, cost: u64) -> Result<(), CostError> {
-        let capacity = self.shared.algorithm.capacity();
+        let shared = &*self.shared;
+        let capacity = if shared.controls.is_replaced() {
+            self.with_current(|algorithm, _| algorithm.capacity())
+        } else {
+            shared.algorithm.capacity()
+        };
         if cost > capacity {
             return Err(CostError::new(cost, capacity));
         }
@@ -191,11 +307,186 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     fn decide(&self, cost: u64, record: bool) -> Decision {
         let shared = &*self.shared;
         let now: Nanos = shared.clock.now();
+        if shared.controls.any() {
+            return self.decide_controlled(now, cost, record);
+        }
         if record {
-            shared.algorithm.check_cell(&shared.cell, now, cost)
+            let decision = shared.algorithm.check_cell(&shared.cell, now, cost);
+            if let Some(observer) = &shared.observer {
+                shared.report(
+                    &**observer,
+                    Outcome::of(&decision, shared.is_dry_run()),
+                    cost,
+                    &decision,
+                );
+            }
+            decision
         } else {
             shared.algorithm.peek_cell(&shared.cell, now, cost)
         }
+    }
+
+    /// The name given at build time (`""` when unnamed).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Whether this limiter is in dry-run (shadow): its decisions are the
+    /// real ones, counted as usual, but a caller acting on them lets refused
+    /// requests through, and observers see [`Outcome::Shadow`] for them.
+    pub fn is_dry_run(&self) -> bool {
+        self.shared.is_dry_run()
+    }
+
+    /// Turns dry-run on or off, for every clone, from the next decision on.
+    pub fn set_dry_run(&self, dry_run: bool) {
+        // Relaxed: a flag read on its own; a decision racing the change may
+        // see either value.
+        self.shared.dry_run.store(dry_run, Ordering::Relaxed);
+    }
+
+    /// The observer, if any.
+    pub fn observer(&self) -> Option<&std::sync::Arc<dyn Observer>> {
+        self.shared.observer.as_ref()
+    }
+
+    /// The clock's reading and the controls.
+    pub(crate) fn now_and_controls(&self) -> (Nanos, &DirectControls) {
+        (self.shared.clock.now(), &self.shared.controls)
+    }
+
+    /// Runs `f` on the current algorithm and state.
+    pub(crate) fn with_current<R>(&self, f: impl FnOnce(&A, &A::Cell) -> R) -> R {
+        let shared = &*self.shared;
+        if shared.controls.is_replaced() {
+            let current = read(&shared.replaced);
+            if let Some(tier) = current.as_ref() {
+                return f(&tier.algorithm, &tier.cell);
+            }
+        }
+        f(&shared.algorithm, &shared.cell)
+    }
+
+    /// A decision while a list or a penalty is set (see [`crate::control`]).
+    #[cold]
+    #[inline(never)]
+    fn decide_controlled(&self, now: Nanos, cost: u64, record: bool) -> Decision {
+        let shared = &*self.shared;
+        let (outcome, decision) = self.with_current(|algorithm, cell| {
+            shared.controls.decide(algorithm, cell, now, cost, record)
+        });
+        if record {
+            if let Some(observer) = &shared.observer {
+                let outcome = match outcome {
+                    outcome if shared.is_dry_run() && !outcome.is_let_through() => Outcome::Shadow,
+                    outcome => outcome,
+                };
+                shared.report(&**observer, outcome, cost, &decision);
+            }
+        }
+        decision
+    }
+}
+
+impl<A: Algorithm, C> Shared<A, C> {
+    #[inline]
+    fn is_dry_run(&self) -> bool {
+        // Relaxed: see `set_dry_run`.
+        self.dry_run.load(Ordering::Relaxed)
+    }
+
+    /// Calls the observer; out of line, so that a limiter without one pays
+    /// only the branch on the `Option`.
+    #[inline(never)]
+    fn report(&self, observer: &dyn Observer, outcome: Outcome, cost: u64, decision: &Decision) {
+        observer.on_decision(&Event {
+            limit: &self.name,
+            outcome,
+            cost,
+            decision,
+            key: None,
+        });
+    }
+}
+
+/// Builds a [`Limiter`]: see [`Limiter::builder`].
+#[must_use = "a builder does nothing until `build`"]
+pub struct LimiterBuilder<A: Algorithm, C: Clock> {
+    algorithm: A,
+    clock: C,
+    name: Box<str>,
+    observer: Option<ObserverArc>,
+    dry_run: bool,
+}
+
+impl<A: Algorithm, C: Clock> LimiterBuilder<A, C> {
+    fn new(algorithm: A, clock: C) -> LimiterBuilder<A, C> {
+        LimiterBuilder {
+            algorithm,
+            clock,
+            name: Box::from(""),
+            observer: None,
+            dry_run: false,
+        }
+    }
+
+    /// Reads time from `clock`. By default, [`QuantaClock`].
+    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<A, C2> {
+        LimiterBuilder {
+            algorithm: self.algorithm,
+            clock,
+            name: self.name,
+            observer: self.observer,
+            dry_run: self.dry_run,
+        }
+    }
+
+    /// Names the limit, for observers (a bounded label: a rule's name, not a
+    /// client's). By default, `""`.
+    pub fn name(mut self, name: impl Into<Box<str>>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Calls `observer` once per decision (`check`, `check_n`; not `peek`,
+    /// nor charges and controls). By default, none.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.observer = Some(std::sync::Arc::new(observer));
+        self
+    }
+
+    /// Starts in dry-run (see [`Limiter::is_dry_run`]). By default, `false`.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// The limiter.
+    pub fn build(self) -> Limiter<A, C> {
+        let cell = CachePadded::new(self.algorithm.new_cell());
+        Limiter {
+            shared: Arc::new(Shared {
+                algorithm: self.algorithm,
+                clock: self.clock,
+                name: self.name,
+                observer: self.observer,
+                dry_run: AtomicBool::new(self.dry_run),
+                controls: DirectControls::new(),
+                replaced: RwLock::new(None),
+                cell,
+            }),
+        }
+    }
+}
+
+impl<A: Algorithm + fmt::Debug, C: Clock> fmt::Debug for LimiterBuilder<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimiterBuilder")
+            .field("algorithm", &self.algorithm)
+            .field("name", &self.name)
+            .field("observer", &self.observer.is_some())
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
     }
 }
 
@@ -210,7 +501,9 @@ impl<A: Algorithm, C: Clock> Clone for Limiter<A, C> {
 impl<A: Algorithm + fmt::Debug, C: Clock> fmt::Debug for Limiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("algorithm", &self.shared.algorithm)
+            .field("algorithm", &self.algorithm())
+            .field("name", &self.shared.name)
+            .field("dry_run", &self.shared.is_dry_run())
             .finish_non_exhaustive()
     }
 }

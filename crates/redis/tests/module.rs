@@ -20,7 +20,7 @@ use scenarios::*;
 use serde::Deserialize;
 use tollgate::{FixedWindow, Gcra, ManualClock, Nanos, Quota, SlidingWindow};
 use tollgate_redis::{FailurePolicy, Limit, Options, Redis, RedisLimiter, Source};
-use tollgate_testkit::free_port;
+use tollgate_testkit::{redis_is_process, spawn_on_free_port};
 
 /// The module's shared library, built once per test binary.
 fn module_path() -> &'static PathBuf {
@@ -75,37 +75,39 @@ mod tempfile_dir {
 
 impl ModuleServer {
     fn start(cluster: bool) -> ModuleServer {
-        let port = free_port();
-        let dir = tempfile_dir::Dir::new(port);
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir.0)
-            .arg("--loadmodule")
-            .arg(module_path())
-            .args(["--enable-module-command", "local"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if cluster {
-            command
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--cluster-node-timeout", "2000"]);
-        }
-        let child = command.spawn().expect("redis-server (see .ci/deps)");
-        let server = ModuleServer {
+        let mut dirs = Vec::new();
+        // The port is checked to be this server's own (see the testkit).
+        let (port, child) = spawn_on_free_port(
+            "redis-server --loadmodule",
+            |port| {
+                let dir = tempfile_dir::Dir::new(port);
+                let mut command = Command::new("redis-server");
+                command
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .arg("--dir")
+                    .arg(&dir.0)
+                    .arg("--loadmodule")
+                    .arg(module_path())
+                    .args(["--enable-module-command", "local"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                if cluster {
+                    command
+                        .args(["--cluster-enabled", "yes"])
+                        .args(["--cluster-config-file", "nodes.conf"])
+                        .args(["--cluster-node-timeout", "2000"]);
+                }
+                dirs.push(dir);
+                command
+            },
+            redis_is_process,
+        );
+        ModuleServer {
             port,
             child,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.cli(&["PING"]) != "PONG" {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
+            _dir: dirs.pop().expect("one directory per attempt"),
         }
-        server
     }
 
     fn url(&self) -> String {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Gcra, Quota};
 use tollgate_redis::{FailurePolicy, Options, Redis, RedisConfig, RedisLimiter, Source};
-use tollgate_testkit::{RedisServer, free_port};
+use tollgate_testkit::{RedisServer, redis_is_process, spawn_on_free_port};
 
 /// A `redis-sentinel` process, killed on drop.
 struct Sentinel {
@@ -19,28 +19,40 @@ struct Sentinel {
 
 impl Sentinel {
     fn start(master_port: u16) -> Sentinel {
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-sentinel-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let conf = dir.join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\n\
-                 sentinel monitor main 127.0.0.1 {master_port} 1\n\
-                 sentinel down-after-milliseconds main 500\n\
-                 sentinel failover-timeout main 2000\n",
-                dir.display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("redis-sentinel")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-sentinel (see .ci/deps)");
+        let mut dirs = Vec::new();
+        // The port is checked to be this sentinel's own (see the testkit).
+        let (port, child) = spawn_on_free_port(
+            "redis-sentinel",
+            |port| {
+                let dir = std::env::temp_dir()
+                    .join(format!("tollgate-sentinel-{}-{port}", std::process::id()));
+                std::fs::create_dir_all(&dir).unwrap();
+                let conf = dir.join("sentinel.conf");
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "port {port}\nbind 127.0.0.1\ndir {}\n\
+                         sentinel monitor main 127.0.0.1 {master_port} 1\n\
+                         sentinel down-after-milliseconds main 500\n\
+                         sentinel failover-timeout main 2000\n",
+                        dir.display()
+                    ),
+                )
+                .unwrap();
+                let mut command = Command::new("redis-sentinel");
+                command
+                    .arg(&conf)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                dirs.push(dir);
+                command
+            },
+            redis_is_process,
+        );
+        let dir = dirs.pop().expect("one directory per attempt");
+        for stale in dirs {
+            let _ = std::fs::remove_dir_all(stale);
+        }
         Sentinel { port, child, dir }
     }
 

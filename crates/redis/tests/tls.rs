@@ -3,10 +3,10 @@
 //! certificates generated here by rcgen and a user `alice` that has a
 //! password, the `default` user switched off.
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, KeyPair,
@@ -15,7 +15,7 @@ use tollgate::{Gcra, Quota};
 use tollgate_redis::{
     FailurePolicy, Options, Redis, RedisConfig, RedisLimiter, Secret, Source, TlsConfig,
 };
-use tollgate_testkit::free_port;
+use tollgate_testkit::spawn_on_free_port;
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, PEM.
 struct Pki {
@@ -65,49 +65,87 @@ struct TlsServer {
 
 impl TlsServer {
     fn start(pki: &Pki) -> TlsServer {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("tollgate-tls-{}-{port}", std::process::id()));
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-tls-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let file = |name: &str, pem: &str| {
             let path = dir.join(name);
             std::fs::write(&path, pem).unwrap();
             path
         };
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--bind", "127.0.0.1"])
-            .args(["--tls-port", &port.to_string()])
-            .arg("--tls-cert-file")
-            .arg(file("server.crt", &pki.server_cert))
-            .arg("--tls-key-file")
-            .arg(file("server.key", &pki.server_key))
-            .arg("--tls-ca-cert-file")
-            .arg(file("ca.crt", &pki.ca))
-            .args(["--tls-auth-clients", "yes"])
-            .args([
-                "--user",
-                "alice",
-                "on",
-                ">alice-secret",
-                "~*",
-                "&*",
-                "+@all",
-            ])
-            .args(["--user", "default", "off"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (see .ci/deps)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server (TLS) did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (cert, key, ca) = (
+            file("server.crt", &pki.server_cert),
+            file("server.key", &pki.server_key),
+            file("ca.crt", &pki.ca),
+        );
+        let (client_cert, client_key) = (
+            file("client.crt", &pki.client_cert),
+            file("client.key", &pki.client_key),
+        );
+        // The port is checked to be this server's own (see the testkit),
+        // over TLS as alice.
+        let (port, child) = spawn_on_free_port(
+            "redis-server (TLS)",
+            |port| {
+                let mut command = Command::new("redis-server");
+                command
+                    .args(["--port", "0", "--bind", "127.0.0.1"])
+                    .args(["--tls-port", &port.to_string()])
+                    .arg("--tls-cert-file")
+                    .arg(&cert)
+                    .arg("--tls-key-file")
+                    .arg(&key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&ca)
+                    .args(["--tls-auth-clients", "yes"])
+                    .args([
+                        "--user",
+                        "alice",
+                        "on",
+                        ">alice-secret",
+                        "~*",
+                        "&*",
+                        "+@all",
+                    ])
+                    .args(["--user", "default", "off"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .arg("--dir")
+                    .arg(&dir)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                command
+            },
+            |port, pid| {
+                Command::new("redis-cli")
+                    .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--tls"])
+                    .arg("--cacert")
+                    .arg(&ca)
+                    .arg("--cert")
+                    .arg(&client_cert)
+                    .arg("--key")
+                    .arg(&client_key)
+                    .args([
+                        "--user",
+                        "alice",
+                        "--pass",
+                        "alice-secret",
+                        "--no-auth-warning",
+                    ])
+                    .args(["INFO", "server"])
+                    .stdin(Stdio::null())
+                    .stderr(Stdio::null())
+                    .output()
+                    .is_ok_and(|out| {
+                        String::from_utf8_lossy(&out.stdout)
+                            .lines()
+                            .any(|line| line.trim() == format!("process_id:{pid}"))
+                    })
+            },
+        );
         TlsServer { port, child, dir }
     }
 

@@ -6,14 +6,87 @@
 //! Everything here panics on failure: it runs in tests and benchmarks,
 //! where a missing server is a broken set-up, not an error to handle.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// A free loopback port: bound, read, released.
+/// A free loopback port: bound, read, released; never one this process was
+/// given before. A port freed by one test's killed server and handed to the
+/// next test's server would receive the first test's reconnecting clients
+/// (it happened: a module test saw calls it never made).
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").port()
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local addr").port();
+        if given.insert(port) {
+            return port;
+        }
+    }
+}
+
+/// Starts a process that must listen on a free loopback port, and makes sure
+/// the process answering there is the one started.
+///
+/// Between [`free_port`] releasing a port and the new process binding it,
+/// another process (a parallel test, a helper's test on the same machine)
+/// may take it: the new process then exits on its bind error while the
+/// other one answers, and a test would silently share another test's server
+/// and its keys. So: `command(port)` is spawned on a fresh free port, and
+/// `owns(port, pid)` is polled until it confirms that the process answering
+/// on `port` has the child's pid (e.g. `process_id` in `INFO server`). If
+/// the child exits first, the port was taken: a new port is tried, up to 5
+/// times. Panics (this is test set-up) if no attempt works within 10 s each.
+pub fn spawn_on_free_port(
+    what: &str,
+    mut command: impl FnMut(u16) -> Command,
+    mut owns: impl FnMut(u16, u32) -> bool,
+) -> (u16, Child) {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = command(port)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: spawn failed ({e}); see .ci/deps"));
+        if wait_until_owned(&mut child, port, &mut owns) {
+            return (port, child);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("{what}: no free port could be bound in 5 attempts");
+}
+
+/// Polls `owns(port, pid)` until it holds (true), or until the child exits
+/// (false: its port was taken). Panics after 10 s.
+fn wait_until_owned(child: &mut Child, port: u16, owns: &mut impl FnMut(u16, u32) -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return false;
+        }
+        if owns(port, child.id()) {
+            return true;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the process on port {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether the Redis (or Sentinel) answering plain-text `redis-cli` on
+/// `port` is the process `pid`, by its `INFO server` `process_id`.
+pub fn redis_is_process(port: u16, pid: u32) -> bool {
+    redis_cli(port, &["INFO", "server"]).is_some_and(|info| {
+        info.lines()
+            .any(|line| line.trim() == format!("process_id:{pid}"))
+    })
 }
 
 /// `redis-cli` against `port`: its trimmed output if it succeeded.
@@ -41,7 +114,24 @@ pub struct RedisServer {
 impl RedisServer {
     /// A fresh server on a free port, answering PING.
     pub fn start() -> RedisServer {
-        RedisServer::start_on(free_port(), false)
+        RedisServer::start_free(false)
+    }
+
+    /// A fresh server on a free port that it is checked to own (see
+    /// [`spawn_on_free_port`]), in cluster mode if `cluster`.
+    fn start_free(cluster: bool) -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (port, child) = spawn_on_free_port(
+            "redis-server",
+            |port| RedisServer::command(port, dir.path(), cluster),
+            redis_is_process,
+        );
+        RedisServer {
+            port,
+            child: Some(child),
+            dir,
+            cluster,
+        }
     }
 
     /// A fresh server on `port`, in cluster mode if `cluster`.
@@ -56,35 +146,33 @@ impl RedisServer {
         server
     }
 
-    fn spawn(&mut self) {
+    fn command(port: u16, dir: &std::path::Path, cluster: bool) -> Command {
         let mut command = Command::new("redis-server");
         command
-            .args(["--port", &self.port.to_string()])
+            .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
-            .args(["--dir", self.dir.path().to_str().expect("utf-8 temp dir")])
+            .args(["--dir", dir.to_str().expect("utf-8 temp dir")])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if self.cluster {
+        if cluster {
             command
                 .args(["--cluster-enabled", "yes"])
                 .args(["--cluster-config-file", "nodes.conf"])
                 .args(["--cluster-node-timeout", "2000"]);
         }
-        self.child = Some(
-            command
-                .spawn()
-                .expect("redis-server is installed (see .ci/deps)"),
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while redis_cli(self.port, &["PING"]).as_deref() != Some("PONG") {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on {} did not start",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        command
+    }
+
+    /// Starts the process on its own port again; panics if another process
+    /// took the port meanwhile (a test must never talk to another's server).
+    fn spawn(&mut self) {
+        let mut child = RedisServer::command(self.port, self.dir.path(), self.cluster)
+            .spawn()
+            .expect("redis-server is installed (see .ci/deps)");
+        let owned = wait_until_owned(&mut child, self.port, &mut redis_is_process);
+        self.child = Some(child);
+        assert!(owned, "port {} was taken by another process", self.port);
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -156,9 +244,7 @@ impl RedisCluster {
     /// Three cluster-mode servers joined by `redis-cli --cluster create`,
     /// once every node reports `cluster_state:ok`.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| RedisServer::start_on(free_port(), true))
-            .collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_free(true)).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port))
@@ -204,5 +290,52 @@ impl RedisCluster {
                     .is_ok_and(|count| count > 0)
             })
             .unwrap_or(usize::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice() {
+        let ports: Vec<u16> = (0..500).map(|_| free_port()).collect();
+        let distinct: BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+    }
+
+    /// The bug behind a flaky CI run: a port taken between `free_port` and
+    /// the bind left the new redis-server dead while another test's server
+    /// answered PING, and the test shared that server's keys. Here the first
+    /// attempt's port is taken by a rogue server first: a PING there still
+    /// answers (what the old start-up check trusted), but the process is not
+    /// ours, so a second port is used.
+    #[test]
+    fn a_port_taken_before_the_bind_is_never_mistaken_for_ours() {
+        let mut rogue = None;
+        let mut attempts = 0;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (port, mut child) = spawn_on_free_port(
+            "redis-server",
+            |port| {
+                attempts += 1;
+                if rogue.is_none() {
+                    rogue = Some(RedisServer::start_on(port, false));
+                }
+                RedisServer::command(port, dir.path(), false)
+            },
+            |port, pid| {
+                // What the old check saw: the rogue answers on the first port.
+                redis_is_process(port, pid)
+            },
+        );
+        let rogue = rogue.expect("the rogue server");
+        assert_eq!(attempts, 2, "the taken port was retried");
+        assert_ne!(port, rogue.port);
+        assert_eq!(redis_cli(rogue.port, &["PING"]).as_deref(), Some("PONG"));
+        assert!(redis_is_process(port, child.id()));
+        assert!(!redis_is_process(rogue.port, child.id()));
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

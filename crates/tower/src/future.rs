@@ -12,7 +12,7 @@ use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
 use tollgate::Decision;
 
-use crate::response::HeaderPolicy;
+use crate::response::{HeaderPolicy, add_limit_headers};
 use crate::settle::{AdmittedBody, Settlement};
 
 /// The response body: the inner service's (settled when done, in settle
@@ -27,6 +27,9 @@ pub(crate) type SlowResponse<B, E> =
 pub(crate) struct Success {
     pub(crate) decision: Decision,
     pub(crate) policy: Arc<HeaderPolicy>,
+    /// A refusal let through in dry-run: `Retry-After` too, as its `429`
+    /// would have had.
+    pub(crate) shadow: bool,
 }
 
 pin_project! {
@@ -126,7 +129,11 @@ pub(crate) fn admitted<B>(
 ) -> Response<ResponseBody<B>> {
     let (mut head, body) = response.into_parts();
     if let Some(success) = success {
-        success.policy.write(&success.decision, &mut head.headers);
+        if success.shadow {
+            add_limit_headers(&success.decision, &success.policy, &mut head.headers);
+        } else {
+            success.policy.write(&success.decision, &mut head.headers);
+        }
     }
     let body = match settlement {
         None => AdmittedBody::plain(body),

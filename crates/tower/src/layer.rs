@@ -35,10 +35,12 @@ use crate::backend::{Backend, Charge};
 use crate::cost::CostFn;
 use crate::error::BuildError;
 use crate::key::KeyExtractor;
+use crate::observe::{Observed, ShowKey};
 use crate::response::{HeaderPolicy, Rejection, RejectionFn, sf_string};
 use crate::service::RateLimitService;
 use crate::settle::SettleFn;
 use tollgate::Quota;
+use tollgate::observe::Observer;
 
 /// What to do with a request whose key cannot be extracted.
 #[derive(Clone, Debug, Default)]
@@ -79,6 +81,10 @@ pub(crate) struct Config<E: KeyExtractor, L> {
     pub(crate) settle: Option<Settler<E::Key, L>>,
     /// Methods passed on uncharged.
     pub(crate) skip_methods: Vec<Method>,
+    /// Called once per decision (see [`observe`](crate::observe)).
+    pub(crate) observed: Option<Observed<E::Key>>,
+    /// Dry-run: never answer a request here (see [`observe`](crate::observe)).
+    pub(crate) dry_run: bool,
 }
 
 /// Settle mode: what a response cost, and how to charge the backend.
@@ -118,6 +124,8 @@ impl<E: KeyExtractor, L: Backend<E::Key>> RateLimitLayer<E, L> {
                 on_rejection: None,
                 settle: None,
                 skip_methods: Vec::new(),
+                observed: None,
+                dry_run: false,
             },
             policy_name: None,
             policy_quota: None,
@@ -310,6 +318,44 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
         self
     }
 
+    /// Calls `observer` once per decision the layer acts on, without the
+    /// key, naming the limit by the [`policy_name`](Self::policy_name) (see
+    /// [`observe`](crate::observe)). By default, none.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.config.observed = Some(Observed {
+            observer: Arc::new(observer),
+            show_key: None,
+            name: Box::from(""),
+        });
+        self
+    }
+
+    /// As [`observer`](Self::observer), and hands it the key when it asks
+    /// for keys ([`Observer::wants_keys`]).
+    pub fn observer_with_keys(mut self, observer: impl Observer) -> Self
+    where
+        E::Key: fmt::Display,
+    {
+        let show_key = observer
+            .wants_keys()
+            .then_some((|key| key) as ShowKey<E::Key>);
+        self.config.observed = Some(Observed {
+            observer: Arc::new(observer),
+            show_key,
+            name: Box::from(""),
+        });
+        self
+    }
+
+    /// Dry-run (shadow): decide, count and report as usual, but let every
+    /// request through, a refused one with the headers its `429` would
+    /// have carried; observers see [`Outcome::Shadow`](tollgate::observe::Outcome::Shadow)
+    /// (see [`observe`](crate::observe)). By default, `false`.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.config.dry_run = dry_run;
+        self
+    }
+
     /// The layer.
     ///
     /// # Errors
@@ -319,6 +365,10 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     /// [`policy_quota`](Self::policy_quota) whose period is not a whole
     /// number of seconds.
     pub fn build(mut self) -> Result<RateLimitLayer<E, L>, BuildError> {
+        let raw_name = self.policy_name.as_deref().unwrap_or("default");
+        if let Some(observed) = &mut self.config.observed {
+            observed.name = Box::from(raw_name);
+        }
         if let Some(name) = self.policy_name.take() {
             let quoted = sf_string(&name).ok_or(BuildError::PolicyName { name })?;
             self.policy_mut().name = quoted;

@@ -176,6 +176,7 @@ mod future;
 pub mod ip;
 pub mod key;
 mod layer;
+pub mod observe;
 #[cfg(feature = "redis")]
 mod redis;
 pub mod response;

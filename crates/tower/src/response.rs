@@ -279,7 +279,11 @@ pub(crate) fn reject(
 }
 
 /// `Retry-After` and the RateLimit headers, where not already set.
-fn add_limit_headers(decision: &Decision, policy: &HeaderPolicy, headers: &mut HeaderMap) {
+pub(crate) fn add_limit_headers(
+    decision: &Decision,
+    policy: &HeaderPolicy,
+    headers: &mut HeaderMap,
+) {
     if !headers.contains_key(RETRY_AFTER) {
         headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(decision)));
     }

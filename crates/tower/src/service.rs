@@ -18,6 +18,7 @@ use crate::key::KeyExtractor;
 use crate::layer::{Config, OnMissingKey};
 use crate::response::{Rejection, is_grpc, reject};
 use crate::settle::Settlement;
+use tollgate::Decision;
 
 /// The shortest sleep between two decisions in the wait mode.
 const MIN_WAIT: Duration = Duration::from_millis(1);
@@ -92,7 +93,17 @@ where
         let key = match config.extractor.extract(&parts) {
             Ok(key) => key,
             Err(error) => match &config.on_missing_key {
-                OnMissingKey::Reject => return rejected(config, &Rejection::NoKey(error), &parts),
+                OnMissingKey::Reject if !config.dry_run => {
+                    return rejected(config, &Rejection::NoKey(error), &parts);
+                }
+                OnMissingKey::Reject => {
+                    // Dry-run: never answered here.
+                    return ResponseFuture::called(
+                        inner.call(Request::from_parts(parts, body)),
+                        None,
+                        None,
+                    );
+                }
                 OnMissingKey::Allow => {
                     return ResponseFuture::called(
                         inner.call(Request::from_parts(parts, body)),
@@ -106,6 +117,13 @@ where
         let cost = config.cost.as_ref().map_or(1, |cost| cost(&parts));
         let decision = match config.backend.decide(&key, cost) {
             Decided::Now(Ok(decision)) => decision,
+            Decided::Now(Err(_)) if config.dry_run => {
+                return ResponseFuture::called(
+                    inner.call(Request::from_parts(parts, body)),
+                    None,
+                    None,
+                );
+            }
             Decided::Now(Err(error)) => {
                 return rejected(config, &Rejection::Backend(error), &parts);
             }
@@ -120,12 +138,9 @@ where
                 );
             }
         };
-        if decision.is_allowed() {
-            let success = config.headers_on_success.then(|| Success {
-                decision,
-                policy: Arc::clone(&config.policy),
-            });
-            let settlement = settlement(config, key, cost);
+        if decision.is_allowed() || config.dry_run {
+            report(config, &key, cost, &decision);
+            let (success, settlement) = let_through(config, decision, key, cost);
             // The handler can read it (axum: `Extension<Decision>`).
             parts.extensions.insert(decision);
             return ResponseFuture::called(
@@ -148,8 +163,45 @@ where
                 first,
             );
         }
+        report(config, &key, cost, &decision);
         rejected(config, &Rejection::Limited(decision), &parts)
     }
+}
+
+/// Reports a decision the layer acts on to its observer, if any.
+fn report<E: KeyExtractor, L>(config: &Config<E, L>, key: &E::Key, cost: u64, decision: &Decision) {
+    if let Some(observed) = &config.observed {
+        observed.report(key, cost, decision, config.dry_run);
+    }
+}
+
+/// What an admitted request (or, in dry-run, a refused one let through)
+/// carries: its headers, and its settlement (only if admitted: a refusal
+/// counted nothing, so there is nothing to settle).
+fn let_through<E, L>(
+    config: &Arc<Config<E, L>>,
+    decision: Decision,
+    key: E::Key,
+    cost: u64,
+) -> (Option<Success>, Option<Settlement>)
+where
+    E: KeyExtractor,
+    L: Backend<E::Key>,
+{
+    if decision.is_denied() {
+        let shadow = Success {
+            decision,
+            policy: Arc::clone(&config.policy),
+            shadow: true,
+        };
+        return (Some(shadow), None);
+    }
+    let success = config.headers_on_success.then(|| Success {
+        decision,
+        policy: Arc::clone(&config.policy),
+        shadow: false,
+    });
+    (success, settlement(config, key, cost))
 }
 
 /// In settle mode, what charges `key` for the response once its body is
@@ -249,17 +301,18 @@ where
         };
         let decision = match result {
             Ok(decision) => decision,
+            Err(_) if config.dry_run => {
+                let response = inner.call(Request::from_parts(parts, body)).await?;
+                return Ok(admitted(response, None, None));
+            }
             Err(error) => {
                 let response = answer(&config, &Rejection::Backend(error), &parts);
                 return Ok(response.map(Either::Right));
             }
         };
-        if decision.is_allowed() {
-            let success = config.headers_on_success.then(|| Success {
-                decision,
-                policy: Arc::clone(&config.policy),
-            });
-            let settlement = settlement(&config, key, cost);
+        if decision.is_allowed() || config.dry_run {
+            report(&config, &key, cost, &decision);
+            let (success, settlement) = let_through(&config, decision, key, cost);
             parts.extensions.insert(decision);
             // `inner` was ready when it was taken: it must accept this call.
             let response = inner.call(Request::from_parts(parts, body)).await?;
@@ -274,6 +327,7 @@ where
                 .is_some_and(|ready_at| ready_at <= deadline)
         });
         if !fits {
+            report(&config, &key, cost, &decision);
             let response = answer(&config, &Rejection::Limited(decision), &parts);
             return Ok(response.map(Either::Right));
         }

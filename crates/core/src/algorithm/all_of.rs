@@ -234,6 +234,35 @@ impl<A: Algorithm> Algorithm for AllOf<A> {
             .all(|(limit, cell)| limit.is_idle(cell, now))
     }
 
+    /// Refunds every limit by its own rule, under the admission lock (as a
+    /// charge): each limit's guarantee holds for it, so the set's does.
+    fn refund_cell(&self, cell: &AllCell<A::Cell>, now: Nanos, permits: u64) {
+        let _admitting = lock(&cell.admit);
+        for (limit, cell) in self.limits.iter().zip(cell.cells.iter()) {
+            limit.refund_cell(cell, now, permits);
+        }
+    }
+
+    fn take_cell(&self, cell: &AllCell<A::Cell>) -> AllCell<A::Cell> {
+        let _admitting = lock(&cell.admit);
+        AllCell {
+            admit: Mutex::new(()),
+            cells: self
+                .limits
+                .iter()
+                .zip(cell.cells.iter())
+                .map(|(limit, cell)| limit.take_cell(cell))
+                .collect(),
+        }
+    }
+
+    fn reset_cell(&self, cell: &AllCell<A::Cell>) {
+        let _admitting = lock(&cell.admit);
+        for (limit, cell) in self.limits.iter().zip(cell.cells.iter()) {
+            limit.reset_cell(cell);
+        }
+    }
+
     /// Carries limit `i` from the previous set's limit `i`; limits beyond the
     /// previous set's length start fresh.
     fn carry_cell(

@@ -44,7 +44,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, sealed};
+use crate::algorithm::{Algorithm, Carry, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -165,6 +165,23 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// The refund: `permits` given back at `now` from the window the state
+    /// counts in, floored at 0. `None` when there is nothing to give back
+    /// (the stored window is over, or empty) or nothing to give. A window
+    /// over is never credited: its permits no longer count anyway, and the
+    /// next one starts empty.
+    #[inline]
+    pub fn refund(&self, state: u64, now: Nanos, permits: u64) -> Option<u64> {
+        let (stored, count) = self.unpack(state);
+        let index = now.as_u64() / self.quota.period_nanos();
+        if index > stored || count == 0 || permits == 0 {
+            return None;
+        }
+        Some(self.pack(stored, count.saturating_sub(permits)))
+    }
+}
+
 fn sat_u64(value: u128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
 }
@@ -209,6 +226,20 @@ impl Algorithm for FixedWindow {
     fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {
         let (window, count) = self.unpack(store::word_load(cell));
         count == 0 || window < now.as_u64() / self.quota.period_nanos()
+    }
+
+    fn refund_cell(&self, cell: &AtomicU64, now: Nanos, permits: u64) {
+        apply::word_try_apply(cell, |state| self.refund(state, now, permits));
+    }
+
+    fn reset_cell(&self, cell: &AtomicU64) {
+        apply::word_store(cell, 0);
+    }
+
+    /// Closed: the last window a clock can reach, its count field full
+    /// (at least the limit): no later window replaces it.
+    fn take_cell(&self, cell: &AtomicU64) -> AtomicU64 {
+        apply::word_take(cell, u64::MAX)
     }
 
     fn carry_cell(

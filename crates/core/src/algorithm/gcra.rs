@@ -58,7 +58,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, sealed};
+use crate::algorithm::{Algorithm, Carry, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -221,6 +221,27 @@ impl Gcra {
             .saturating_add(cost.saturating_mul(self.interval))
     }
 
+    /// The refund: `permits` given back at `now`, never above full. The TAT
+    /// moves back by `permits · T`, but not before `now` (a full bucket):
+    /// `tat := max(now, tat − permits·T)`. `None` when there is nothing to
+    /// give back (the bucket is full at `now`) or nothing to give.
+    ///
+    /// Never more generous than if the permits had not been taken: without
+    /// them every TAT along the way would have been at least `permits · T`
+    /// earlier or at `now`'s floor, since `max(x, t) + c` moves by at most
+    /// what `x` moves.
+    #[inline]
+    pub fn refund(&self, tat: u64, now: Nanos, permits: u64) -> Option<u64> {
+        let now_ticks = now.as_u64().saturating_mul(self.scale);
+        if tat <= now_ticks || permits == 0 {
+            return None;
+        }
+        Some(
+            tat.saturating_sub(permits.saturating_mul(self.interval))
+                .max(now_ticks),
+        )
+    }
+
     /// Whether a denied request ending at `wanted` ticks can ever be admitted:
     /// at the first whole nanosecond at which it fits (which, rounded up, may
     /// fall after the TAT) it must still end within the last tick.
@@ -321,6 +342,19 @@ impl Algorithm for Gcra {
 
     fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {
         u128::from(store::word_load(cell)) <= self.now_ticks(now)
+    }
+
+    fn refund_cell(&self, cell: &AtomicU64, now: Nanos, permits: u64) {
+        apply::word_try_apply(cell, |tat| self.refund(tat, now, permits));
+    }
+
+    fn reset_cell(&self, cell: &AtomicU64) {
+        apply::word_store(cell, 0);
+    }
+
+    /// Closed: a TAT at the last tick (see "The end of the ticks").
+    fn take_cell(&self, cell: &AtomicU64) -> AtomicU64 {
+        apply::word_take(cell, u64::MAX)
     }
 
     /// The debt (the TAT ahead of now) is rescaled to this quota's ticks,

@@ -6,6 +6,8 @@
 //! | [`FixedWindow`] | every aligned window `[kT, (k+1)T)` admits ≤ `limit` | 8 bytes | one word, compare-and-swap |
 //! | [`SlidingLog`] | every window of length `T`, at any start, admits ≤ `limit` | ≤ 16 bytes per permit in the window | mutex + lock-free denials |
 //! | [`SlidingWindow`] (time wheel, `n` slots) | slot-aligned windows of length `T` ≤ `limit`; any window of `T − T/n` ≤ `limit`; any window of `T` ≤ `2·limit` | `8·n + 16` bytes | mutex + lock-free denials |
+//! | [`CalendarWindow`](calendar::CalendarWindow) | every UTC minute / hour / day / week (Monday) / month (1st) admits ≤ `limit` | 8 bytes | one word, compare-and-swap |
+//! | [`AnyAlgorithm`](any::AnyAlgorithm) | its variant's | its variant's | its variant's |
 //! | [`AllOf`] (several limits) | each limit's own, all-or-nothing | the limits' cells and a mutex | lock-free denials, admissions under the mutex |
 //!
 //! Every transition is a function of (state, now, cost) and the algorithm's
@@ -15,6 +17,9 @@
 //! never changes the state.
 
 pub mod all_of;
+pub mod any;
+pub(crate) mod apply;
+pub mod calendar;
 pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_log;
@@ -92,6 +97,25 @@ pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static 
     /// `now` and at every later instant (bucket full, window over, log
     /// expired): dropping it then changes no future decision.
     fn is_idle(&self, cell: &Self::Cell, now: Nanos) -> bool;
+
+    /// Gives back `permits` taken from `cell`, as of `now`, never above
+    /// full: the most recent admissions are undone as far as they still
+    /// count (see each algorithm's `refund`). A refund on a full cell
+    /// changes nothing, and a refund never lets more be admitted in any
+    /// window than the quota allows counting the refunded permits as never
+    /// taken.
+    fn refund_cell(&self, cell: &Self::Cell, now: Nanos, permits: u64);
+
+    /// Drops the state in `cell`: it is fresh (full) again.
+    fn reset_cell(&self, cell: &Self::Cell);
+
+    /// Moves the state out of `cell` into a new cell, atomically leaving
+    /// `cell` *closed*: every later request of cost ≥ 1 on it is denied,
+    /// "never" to retry. A limiter whose algorithm changes takes its state
+    /// this way before carrying it over, so that a request still deciding
+    /// on the old cell is refused rather than counted where nobody looks
+    /// any more (fail closed, never open).
+    fn take_cell(&self, cell: &Self::Cell) -> Self::Cell;
 
     /// A cell for this algorithm holding the state of `cell`, which was
     /// written under `previous`, carried over by `carry` at `now`.

@@ -36,7 +36,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, LockedTransition, sealed};
+use crate::algorithm::{Algorithm, Carry, LockedTransition, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -170,13 +170,7 @@ impl SlidingLog {
     /// [`SlidingLog::decide`] allowed them.
     pub fn admit(&self, state: &mut LogState, now: Nanos, cost: u64) {
         let now = now.as_u64();
-        while let Some(&(time, count)) = state.runs.front() {
-            if self.is_live(time, now) {
-                break;
-            }
-            state.runs.pop_front();
-            state.total -= count;
-        }
+        self.prune(state, now);
         if cost == 0 {
             return;
         }
@@ -195,6 +189,38 @@ impl SlidingLog {
             state.total,
             self.quota.limit()
         );
+    }
+
+    /// Drops the runs that no longer count at `now`.
+    fn prune(&self, state: &mut LogState, now: u64) {
+        while let Some(&(time, count)) = state.runs.front() {
+            if self.is_live(time, now) {
+                break;
+            }
+            state.runs.pop_front();
+            state.total -= count;
+        }
+    }
+
+    /// The refund: drops the `permits` newest admission times still in the
+    /// log at `now` (fewer if fewer are there). The log that remains is a
+    /// sub-log of what it would have been without the refunded admissions,
+    /// so no window at any start can count more than the limit allows.
+    pub fn refund(&self, state: &mut LogState, now: Nanos, permits: u64) {
+        self.prune(state, now.as_u64());
+        let mut left = permits;
+        while left > 0 {
+            let Some((_, count)) = state.runs.back_mut() else {
+                break;
+            };
+            let take = (*count).min(left);
+            *count -= take;
+            state.total -= take;
+            left -= take;
+            if *count == 0 {
+                state.runs.pop_back();
+            }
+        }
     }
 
     /// What a request of cost 1 can be denied from, after an admission.
@@ -277,6 +303,27 @@ impl Algorithm for SlidingLog {
 
     fn is_idle(&self, cell: &Locked<LogState>, now: Nanos) -> bool {
         self.live(&cell.lock(), now.as_u64()) == 0
+    }
+
+    fn refund_cell(&self, cell: &Locked<LogState>, now: Nanos, permits: u64) {
+        if permits > 0 {
+            apply::locked_change(self, cell, |state| self.refund(state, now, permits));
+        }
+    }
+
+    fn reset_cell(&self, cell: &Locked<LogState>) {
+        apply::locked_change(self, cell, |state| *state = LogState::default());
+    }
+
+    /// Closed: the whole limit admitted at the last instant, counting for
+    /// ever.
+    fn take_cell(&self, cell: &Locked<LogState>) -> Locked<LogState> {
+        let limit = self.quota.limit();
+        let closed = LogState {
+            runs: VecDeque::from([(u64::MAX, limit)]),
+            total: limit,
+        };
+        apply::locked_take(self, cell, closed)
     }
 
     fn carry_cell(

@@ -44,7 +44,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, LockedTransition, sealed};
+use crate::algorithm::{Algorithm, Carry, LockedTransition, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -243,6 +243,41 @@ impl SlidingWindow {
     /// Records `cost` permits admitted at `now`; call only after
     /// [`SlidingWindow::decide`] allowed them.
     pub fn admit(&self, state: &mut WheelState, now: Nanos, cost: u64) {
+        let current = self.advance(state, now);
+        state.counts[(current % self.n()) as usize] += cost;
+        state.total += cost;
+        debug_assert!(
+            state.total <= self.quota.limit(),
+            "sliding window: {} permits in the wheel at epoch {}, limit {}",
+            state.total,
+            state.head,
+            self.quota.limit()
+        );
+    }
+
+    /// The refund: takes `permits` out of the wheel as of `now`, from the
+    /// newest slot first, then older ones (fewer if fewer still count). Every
+    /// slot then holds at most what it would have held without the refunded
+    /// admissions, so every window counts no more than it would have.
+    pub fn refund(&self, state: &mut WheelState, now: Nanos, permits: u64) {
+        let n = self.n();
+        let current = self.advance(state, now);
+        let mut left = permits;
+        for epoch in (current.saturating_sub(n - 1)..=current).rev() {
+            if left == 0 {
+                break;
+            }
+            let slot = &mut state.counts[(epoch % n) as usize];
+            let take = (*slot).min(left);
+            *slot -= take;
+            state.total -= take;
+            left -= take;
+        }
+    }
+
+    /// Moves the wheel's head to the slot of `now` (never back), emptying the
+    /// slots that left the window; returns the head.
+    fn advance(&self, state: &mut WheelState, now: Nanos) -> u64 {
         let n = self.n();
         let current = self.epoch(now.as_u64()).max(state.head);
         if current - state.head >= n {
@@ -257,15 +292,7 @@ impl SlidingWindow {
             }
         }
         state.head = current;
-        state.counts[(current % n) as usize] += cost;
-        state.total += cost;
-        debug_assert!(
-            state.total <= self.quota.limit(),
-            "sliding window: {} permits in the wheel at epoch {}, limit {}",
-            state.total,
-            state.head,
-            self.quota.limit()
-        );
+        current
     }
 
     /// What a request of cost 1 can be denied from, after an admission.
@@ -366,6 +393,26 @@ impl Algorithm for SlidingWindow {
         let state = cell.lock();
         let current = self.epoch(now.as_u64()).max(state.head);
         self.live(&state, current) == 0
+    }
+
+    fn refund_cell(&self, cell: &Locked<WheelState>, now: Nanos, permits: u64) {
+        if permits > 0 {
+            apply::locked_change(self, cell, |state| self.refund(state, now, permits));
+        }
+    }
+
+    fn reset_cell(&self, cell: &Locked<WheelState>) {
+        apply::locked_change(self, cell, |state| *state = self.new_state());
+    }
+
+    /// Closed: the whole limit in the last slot a clock can reach, which
+    /// every later reading is decided in.
+    fn take_cell(&self, cell: &Locked<WheelState>) -> Locked<WheelState> {
+        let mut closed = self.new_state();
+        closed.head = self.epoch(u64::MAX);
+        closed.counts[(closed.head % self.n()) as usize] = self.quota.limit();
+        closed.total = self.quota.limit();
+        apply::locked_take(self, cell, closed)
     }
 
     fn carry_cell(

@@ -1,0 +1,203 @@
+//! The check path: a known key under its shard's shared lock, a new or
+//! re-resolved key under its exclusive lock, the overflow state, and the
+//! sweep.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use super::entry::{Answer, Entry, Mode};
+use super::{DEFAULT_SWEEP_EVERY, Shared};
+use crate::algorithm::Algorithm;
+use crate::clock::{Clock, Nanos};
+use crate::decision::Decision;
+use crate::keymap::Slot;
+use crate::sync::Ordering;
+
+impl<K, A> Shared<K, A>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+{
+    /// Decides `cost` for `key`: the path of a known key of the current
+    /// rules here, inlined into the public methods (and through them into
+    /// their callers) so that the decision is built where it is used; the
+    /// rest in [`decide_slow`](Self::decide_slow). It answers in the
+    /// caller's own type ([`Answer`]) rather than in a `Result` the caller
+    /// unwraps: a 48-byte decision built in one slot and copied to another is
+    /// read with wider loads than it was written with, which stalled on
+    /// store forwarding (seen with perf: a quarter of a keyed check).
+    #[inline(always)]
+    pub(super) fn decide<Q, R: Answer>(&self, key: &Q, cost: u64, mode: Mode) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        // Acquire: pairs with the Release of a change, so that an entry of the
+        // current generation is decided under the rules that change published.
+        let generation = self.generation.load(Ordering::Acquire);
+        // A known key of the current generation: its shard's shared lock
+        // only. (An entry may be newer than the generation read: a request
+        // that read a later one refreshed it; its rules are then the current
+        // ones.) The guard is dropped at the end of the arm, before any
+        // write lock.
+        let known = match self.map.get(key) {
+            Some(found) => {
+                if let Some(entry) = found.value() {
+                    if entry.algorithm.generation >= generation {
+                        return entry.run(now, cost, mode);
+                    }
+                }
+                true
+            }
+            None => false,
+        };
+        self.decide_slow(key, cost, mode, now, generation, known)
+    }
+
+    /// A key that is new, or whose quota changed since its last request.
+    #[inline(never)]
+    fn decide_slow<Q, R: Answer>(
+        &self,
+        key: &Q,
+        cost: u64,
+        mode: Mode,
+        now: Nanos,
+        generation: u64,
+        known: bool,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if known {
+            // Its quota changed: re-resolve and carry its state over.
+            let updated = self.map.update(key, |key, entry| {
+                self.refresh(key, entry, now);
+                entry.run(now, cost, mode)
+            });
+            if let Some(result) = updated {
+                return result;
+            }
+            // Swept meanwhile: it is new again.
+        }
+        let owned = key.to_owned();
+        let tier = self.resolve(&owned);
+        let fresh = Entry {
+            cell: tier.algorithm.new_cell(),
+            algorithm: Arc::clone(&tier.algorithm),
+        };
+        // A state that a sweep removed was idle at the sweep's reading and at
+        // every later instant, not before: a fresh state answers for it only
+        // from there on, so it decides at the later of `now` and the latest
+        // sweep's reading (a swept key never re-credits, whether the sweep
+        // raced this request or the clock went back since).
+        if mode == Mode::Peek || cost == 0 {
+            // Looking never creates a state, nor does a charge of nothing: a
+            // fresh one answers (a charge answers for one permit).
+            let looked = if mode == Mode::Charge { 1 } else { cost };
+            return fresh.run(self.fresh_time(now), looked, Mode::Peek);
+        }
+        if mode == Mode::Check {
+            if let Err(error) = fresh.within_capacity(cost) {
+                return R::refused(error);
+            }
+        }
+        // The tier carries the rule of a removed override: it is spent now.
+        self.spend(&tier, &owned);
+        if !self.reserve_slot() {
+            return R::decided(self.decide_overflow(now, cost, generation, mode));
+        }
+        self.map.upsert(owned, fresh, |slot| match slot {
+            Slot::Inserted(entry) => entry.run(self.fresh_time(now), cost, mode),
+            Slot::Occupied(entry) => {
+                // Another request created it first: give back the slot.
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                if entry.algorithm.generation < generation {
+                    entry.adopt(&tier, now);
+                }
+                entry.run(now, cost, mode)
+            }
+        })
+    }
+
+    /// Takes one of the `max_keys` slots, if any is free.
+    fn reserve_slot(&self) -> bool {
+        // Relaxed: the count is a bound, not a publication of other memory;
+        // fetch_update makes "below the cap, then one more" one step.
+        let reserved = self
+            .live
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |live| {
+                (live < self.max_keys).then_some(live + 1)
+            })
+            .is_ok();
+        if !reserved {
+            if let Some(sweeper) = self.sweeper.get() {
+                sweeper.unpark();
+            }
+        }
+        reserved
+    }
+
+    /// Decides a request for a new key while the map is full.
+    fn decide_overflow(&self, now: Nanos, cost: u64, generation: u64, mode: Mode) -> Decision {
+        self.counters.overflowed.fetch_add(1, Ordering::Relaxed);
+        let mut overflow = crate::sync::lock(&self.overflow);
+        if overflow.algorithm.generation < generation {
+            let tier = self.read_policies().default.clone();
+            overflow.adopt(&tier, now);
+        }
+        if mode == Mode::Charge {
+            overflow.algorithm.charge_cell(&overflow.cell, now, cost);
+            return overflow.algorithm.peek_cell(&overflow.cell, now, 1);
+        }
+        let capacity = overflow.algorithm.capacity();
+        if cost > capacity {
+            // The key's own quota allows this cost, the shared default does
+            // not: it waits for a slot, which a sweep may free.
+            let shared = overflow.algorithm.peek_cell(&overflow.cell, now, capacity);
+            let retry_after = self.sweep_every.unwrap_or(DEFAULT_SWEEP_EVERY);
+            return Decision::deny(
+                shared.limit(),
+                shared.remaining(),
+                crate::clock::saturating_nanos(retry_after),
+                crate::clock::saturating_nanos(shared.reset_after()),
+            );
+        }
+        overflow.algorithm.check_cell(&overflow.cell, now, cost)
+    }
+
+    /// When a state created fresh after a miss decides: the later of `now`
+    /// and the latest reading a sweep judged idleness at.
+    #[inline]
+    fn fresh_time(&self, now: Nanos) -> Nanos {
+        // Relaxed: a sweep stores its reading before it takes any shard's
+        // lock to remove a key, and a request that missed that key did so
+        // under the same shard's lock taken after the removal (its read
+        // lock on the miss, its write lock on the insert): the lock's
+        // release/acquire makes the store visible here. A reading from a
+        // sweep that removed nothing this request depends on only makes
+        // the decision later, never earlier.
+        now.max(Nanos::new(self.swept_at.load(Ordering::Relaxed)))
+    }
+
+    pub(super) fn sweep(&self) -> usize {
+        let now = self.clock.now();
+        // Relaxed: ordered before every removal by the shard locks (see
+        // `fresh_time`); `fetch_max` keeps the latest of concurrent sweeps.
+        self.swept_at.fetch_max(now.as_u64(), Ordering::Relaxed);
+        let mut removed = 0;
+        self.map.retain(|_, entry| {
+            let idle = entry.algorithm.is_idle(&entry.cell, now);
+            removed += usize::from(idle);
+            !idle
+        });
+        // Relaxed: see `reserve_slot`.
+        self.live.fetch_sub(removed, Ordering::Relaxed);
+        self.counters
+            .evicted
+            .fetch_add(removed as u64, Ordering::Relaxed);
+        removed
+    }
+}

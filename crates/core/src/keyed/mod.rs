@@ -1,0 +1,380 @@
+//! [`KeyedLimiter`]: one state per key, for millions of keys.
+//!
+//! `is_allow(resource)`: each key (a user, an IP, an API key, a route) has
+//! its own state under its own quota, created on first use and dropped by
+//! itself once it can no longer change a decision.
+//!
+//! # Per-key quotas
+//!
+//! Every key runs the default algorithm unless an exact override or the
+//! override function gives it another. Both the default and the exact
+//! overrides can change while traffic flows
+//! ([`set_default`](KeyedLimiter::set_default),
+//! [`set_override`](KeyedLimiter::set_override)); a key picks the change up on
+//! its next request, and its state is carried over by the [`Carry`] rule
+//! given with the change. Several limits on one key, all-or-nothing, are an
+//! [`AllOf`](crate::AllOf) algorithm.
+//!
+//! # Memory: bounded, and lossless
+//!
+//! A key whose state is indistinguishable from a fresh one (bucket full,
+//! window over, log expired: [`Algorithm::is_idle`]) is removed, atomically
+//! with respect to requests for that key, so that no future decision
+//! changes. A background thread sweeps the map every
+//! [`sweep_every`](KeyedBuilder::sweep_every) (1 s by default; it stops when
+//! the limiter is dropped), 16 slots at a time: a request waits
+//! for at most one such chunk of its own shard, and no caller's thread ever
+//! pays for a sweep. [`sweep`](KeyedLimiter::sweep) runs one now. What a
+//! sweep removed is freed before it returns, and a shard it left mostly
+//! empty shrinks: 1,000,000 idle keys leave nothing, to the byte, above the
+//! empty limiter (measured in `tests/keyed_memory.rs`: 52.4 bytes per `u64`
+//! key, 102 per 16-byte `String` key, with GCRA at 1,000,000 keys in 2^21
+//! slots; the empty limiter, with its 256 shards, is 33 KB).
+//!
+//! An entry is the key, the cell and one pointer to the key's algorithm as
+//! resolved under the current rules (shared by every key of the tier, and
+//! carrying the rules' generation, so that a change of quota is noticed
+//! without a per-key generation): 24 bytes for a `u64` key and a one-word
+//! state.
+//!
+//! # Clocks that go back
+//!
+//! A sweep judges a key idle at its own clock reading `t1`: the key's state
+//! is then indistinguishable from a fresh one at `t1` and at every later
+//! instant, not before. So that a removal never re-credits a key whose
+//! clock then reads an earlier `t0 < t1` (a clock set back, a sweeper on a
+//! core whose counter runs ahead, or a sweep racing the request), a key
+//! created fresh is decided at the later of the reading and the latest
+//! reading any sweep took: exactly what the removed state would have
+//! answered there. The request is then counted at `t1`, as if the
+//! limiter's time were the running maximum of every reading it has seen,
+//! the sweeps' included; known keys are decided at their own reading, as a
+//! [`Limiter`](crate::Limiter) is (pinned by `tests/keyed_clock_back.rs`).
+//!
+//! The number of live keys is capped ([`max_keys`](KeyedBuilder::max_keys),
+//! 2^24 by default). When the map is full, no live key is ever evicted
+//! (evicting a throttled key would let it escape, as LRU eviction does):
+//! requests for new keys are decided together on one **overflow state**
+//! under the default quota, so a flood of fresh keys shares one key's quota
+//! until idle keys are swept (a full map wakes the sweeper at once). A cost
+//! above the overflow state's capacity (a key whose own quota is larger) is
+//! denied with `retry_after` set to the sweep interval. A key decided on the
+//! overflow state has no state of its own: once it gets a slot, it starts
+//! fresh, within what the overflow state let through.
+//!
+//! # Concurrency and hashing
+//!
+//! The map is split by hash into shards, each a read/write lock around a
+//! `hashbrown` table (see `src/keymap.rs` for the choice and its bounds): a
+//! request for an existing key takes its shard's shared lock (an atomic
+//! read-modify-write on a word of its own cache line, and its release) and
+//! runs the algorithm on the key's own state. A new key takes its shard's
+//! exclusive lock, which also grows the shard's table when it is full (a
+//! hold of O(keys in the shard): at most 65,536 keys at the default cap).
+//! There are enough shards that a full one holds about 2^16 keys at the cap
+//! ([`max_keys`](KeyedBuilder::max_keys)), from 8 to 256. The hasher is
+//! foldhash, seeded at random per limiter, so that keys chosen by an
+//! attacker cannot be made to collide.
+//!
+//! Decisions are linearizable per key, with the same instant rule as
+//! [`Limiter`](crate::Limiter).
+
+mod builder;
+mod check;
+mod controls;
+mod entry;
+mod operate;
+mod tier;
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::Duration;
+
+pub use self::builder::KeyedBuilder;
+use self::entry::{Entry, Mode};
+use self::tier::{Policies, Tier};
+use crate::algorithm::{Algorithm, Carry, Gcra};
+use crate::clock::ClockSource;
+use crate::decision::{CostError, Decision};
+use crate::keymap::KeyMap;
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, RwLock};
+
+type Hasher = foldhash::fast::RandomState;
+
+/// The default cap on live keys.
+pub const DEFAULT_MAX_KEYS: usize = 1 << 24;
+/// The default interval between background sweeps.
+pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How many distinct algorithms returned by an override function are shared
+/// between keys (beyond that, each key holds its own copy).
+const SHARED_FUNCTION_RESULTS: usize = 64;
+
+/// A rate limiter with one state per key; clones share everything.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Gcra, KeyedLimiter, Quota};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_user: KeyedLimiter<String> = KeyedLimiter::builder(Gcra::new(Quota::per_second(2)?)?)
+///     .override_key("admin".to_string(), Gcra::new(Quota::per_second(100)?)?)
+///     .build();
+///
+/// // Look up by &str: no allocation for a key already known.
+/// assert!(per_user.check("alice").is_allowed());
+/// assert!(per_user.check("alice").is_allowed());
+/// assert!(per_user.check("alice").is_denied());
+/// assert!(per_user.check("bob").is_allowed());
+/// assert_eq!(per_user.check("admin").remaining(), 99);
+/// # Ok(())
+/// # }
+/// ```
+pub struct KeyedLimiter<K, A: Algorithm = Gcra> {
+    shared: Arc<Shared<K, A>>,
+}
+
+/// A GCRA keyed limiter: the type most code needs to name.
+pub type DefaultKeyedLimiter<K> = KeyedLimiter<K, Gcra>;
+
+struct Shared<K, A: Algorithm> {
+    clock: ClockSource,
+    map: KeyMap<K, Entry<A>>,
+    policies: RwLock<Policies<K, A>>,
+    /// Bumped by every change of quota; an entry resolved under an older
+    /// generation re-resolves its quota on its next request.
+    generation: AtomicU64,
+    /// Live keys; only inserts and removals write it.
+    live: AtomicUsize,
+    /// The latest clock reading any sweep judged idleness at (ns): a key
+    /// created fresh is decided no earlier (see "Clocks that go back" in
+    /// the module docs). Written once per sweep, read on a key's creation
+    /// only, never on the path of a known key.
+    swept_at: AtomicU64,
+    max_keys: usize,
+    sweep_every: Option<Duration>,
+    /// The state new keys share while the map is full, under the default.
+    overflow: Mutex<Entry<A>>,
+    sweeper: OnceLock<Thread>,
+    counters: Counters,
+    /// Name, observer, dry-run, lists and penalties (`operate.rs`).
+    ops: operate::Ops<K>,
+}
+#[derive(Default)]
+struct Counters {
+    evicted: AtomicU64,
+    overflowed: AtomicU64,
+}
+
+/// What a keyed limiter has done, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyedStats {
+    /// Keys with a state now.
+    pub live_keys: usize,
+    /// The cap on live keys.
+    pub max_keys: usize,
+    /// Idle keys removed since the limiter was built.
+    pub evicted: u64,
+    /// Requests for new keys decided on the overflow state because the map
+    /// was full.
+    pub overflowed: u64,
+}
+
+impl<K, A> KeyedLimiter<K, A>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+{
+    /// A limiter running `default` for every key, with every other setting
+    /// at its default.
+    pub fn new(default: A) -> KeyedLimiter<K, A> {
+        KeyedLimiter::builder(default).build()
+    }
+
+    /// Starts building a limiter running `default` for every key without an
+    /// override.
+    pub fn builder(default: A) -> KeyedBuilder<K, A> {
+        KeyedBuilder {
+            default,
+            clock: ClockSource::default(),
+            exact: Vec::new(),
+            function: None,
+            max_keys: DEFAULT_MAX_KEYS,
+            sweep_every: Some(DEFAULT_SWEEP_EVERY),
+            ops: operate::OpsBuilder::default(),
+        }
+    }
+
+    /// Takes one permit for `key` if it is available now.
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // Every algorithm admits a cost of 1 on a fresh state.
+        if self.shared.ops.engaged() {
+            return self.operated(key, 1, Mode::Check);
+        }
+        self.shared.decide(key, 1, Mode::Check)
+    }
+
+    /// Takes `cost` permits for `key` at once if they are all available now;
+    /// none otherwise. A cost of 0 only looks.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError`] if `cost` is above the capacity of the key's quota.
+    #[inline]
+    pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if self.shared.ops.engaged() {
+            return self.operated(key, cost, Mode::Check);
+        }
+        self.shared.decide(key, cost, Mode::Check)
+    }
+
+    /// What [`check`](Self::check) would answer for `key` now, without taking
+    /// anything (and without creating a state for an unknown key).
+    #[inline]
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if self.shared.ops.engaged() {
+            return self.operated(key, 1, Mode::Peek);
+        }
+        self.shared.decide(key, 1, Mode::Peek)
+    }
+
+    /// What [`check_n`](Self::check_n) would answer for `key` now, without
+    /// taking anything.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Self::check_n).
+    #[inline]
+    pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if self.shared.ops.engaged() {
+            return self.operated(key, cost, Mode::Peek);
+        }
+        self.shared.decide(key, cost, Mode::Peek)
+    }
+
+    /// Records `cost` permits used by `key` now, whether or not they fit,
+    /// and returns what a request of one permit would be told right after:
+    /// the second half of *reserve, then settle*. What each algorithm can
+    /// owe is in [`Limiter::charge_n`](crate::Limiter::charge_n).
+    ///
+    /// A key without a state gets one (a key swept between its request and
+    /// its charge starts fresh, which is what it would have been); while the
+    /// map is full, a new key's charge goes to the overflow state. A cost of
+    /// 0 records nothing; no cost is an error.
+    #[inline]
+    pub fn charge_n<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // A charge is never refused.
+        if self.shared.ops.engaged() {
+            return self.operated(key, cost, Mode::Charge);
+        }
+        self.shared.decide(key, cost, Mode::Charge)
+    }
+
+    /// Runs `algorithm` for every key without an override from now on; the
+    /// state of keys already in use is carried over by `carry`.
+    pub fn set_default(&self, algorithm: A, carry: Carry) {
+        self.shared.change(|policies| {
+            policies.default = Tier::new(algorithm, 0, carry);
+        });
+    }
+
+    /// Runs `algorithm` for `key` from now on; its state, if any, is carried
+    /// over by `carry`.
+    pub fn set_override(&self, key: K, algorithm: A, carry: Carry) {
+        self.shared.change(|policies| {
+            policies.exact.insert(key, Tier::new(algorithm, 0, carry));
+        });
+    }
+
+    /// Removes the exact override of `key`, which then runs what the
+    /// function or the default gives it; its state, if any, is carried over
+    /// by `carry`. Returns whether there was one.
+    pub fn remove_override<Q>(&self, key: &Q, carry: Carry) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut removed = false;
+        self.shared.change(|policies| {
+            if let Some((key, _)) = policies.exact.remove_entry(key) {
+                // Its next refresh carries its state by this rule.
+                policies.pending_carry.insert(key, carry);
+                removed = true;
+            }
+        });
+        removed
+    }
+
+    /// Removes every idle key now (those whose state is indistinguishable
+    /// from a fresh one); returns how many. The background thread does this
+    /// by itself unless it was turned off.
+    pub fn sweep(&self) -> usize {
+        self.shared.sweep()
+    }
+
+    /// Keys with a state now.
+    pub fn len(&self) -> usize {
+        self.shared.live.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key has a state.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters for metrics.
+    pub fn stats(&self) -> KeyedStats {
+        KeyedStats {
+            live_keys: self.len(),
+            max_keys: self.shared.max_keys,
+            evicted: self.shared.counters.evicted.load(Ordering::Relaxed),
+            overflowed: self.shared.counters.overflowed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &ClockSource {
+        &self.shared.clock
+    }
+}
+impl<K, A: Algorithm> Clone for KeyedLimiter<K, A> {
+    fn clone(&self) -> KeyedLimiter<K, A> {
+        KeyedLimiter {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<K, A: Algorithm + fmt::Debug> fmt::Debug for KeyedLimiter<K, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("live_keys", &self.shared.live.load(Ordering::Relaxed))
+            .field("max_keys", &self.shared.max_keys)
+            .finish_non_exhaustive()
+    }
+}
