@@ -298,6 +298,41 @@ impl RuleLimiter {
         }
     }
 
+    /// Applies `control` to `key` (the core's keyed controls).
+    fn control(&self, key: &str, control: Control) -> Result<(), ControlError> {
+        let full =
+            |error: tollgate::control::ControlError| ControlError::ListFull(error.to_string());
+        macro_rules! run {
+            ($l:expr) => {
+                match control {
+                    Control::Reset => {
+                        let _ = $l.reset(key);
+                        Ok(())
+                    }
+                    Control::Refund(n) => {
+                        let _ = $l.refund(key, n);
+                        Ok(())
+                    }
+                    Control::Penalize(duration) => {
+                        $l.penalize(key, duration).map(drop).map_err(full)
+                    }
+                    Control::Deny => $l.deny(key).map_err(full),
+                    Control::Allow => $l.allow(key).map_err(full),
+                    Control::Unlist => {
+                        let _ = $l.unlist(key);
+                        Ok(())
+                    }
+                }
+            };
+        }
+        match self {
+            RuleLimiter::Gcra(l) => run!(l),
+            RuleLimiter::FixedWindow(l) => run!(l),
+            RuleLimiter::SlidingLog(l) => run!(l),
+            RuleLimiter::SlidingWindow(l) => run!(l),
+        }
+    }
+
     fn sweep(&self) {
         match self {
             RuleLimiter::Gcra(l) => l.sweep(),
@@ -393,6 +428,17 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
+    fn control<'a>(&'a self, rule: &'a Rule, key: &'a str, control: Control) -> ControlFuture<'a> {
+        let result = match self.limiters.load().get(&rule.id) {
+            Some(installed) => installed.limiter.control(key, control),
+            None => Err(ControlError::Backend(BackendError::new(format!(
+                "rule {} is not in force (a reload raced)",
+                rule.id
+            )))),
+        };
+        Box::pin(std::future::ready(result))
+    }
+
     fn health(&self) -> BackendHealth {
         BackendHealth {
             kind: "memory",

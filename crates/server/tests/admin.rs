@@ -210,9 +210,155 @@ async fn admin_api(server: &TestServer, file: &str, carried: bool) {
     assert_eq!(key["limit"], "3/minute fixed_window");
 }
 
+async fn post(server: &TestServer, path: &str, user: &str, extra: Value) -> (StatusCode, Value) {
+    let mut body = json!({"domain": "rl", "descriptor": [{"key": "user", "value": user}]});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    call(server, Method::POST, path, Some(body)).await
+}
+
+/// Reset, refund, penalty and the lists, each checked by the requests
+/// that follow it.
+async fn controls(server: &TestServer) {
+    // Reset: a spent key is full again.
+    for _ in 0..3 {
+        assert!(take(server, "carol").await);
+    }
+    assert!(!take(server, "carol").await);
+    let (status, done) = post(server, "/v1/admin/reset", "carol", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["done"], "reset");
+    assert_eq!(done["key"]["state"]["remaining"], 3, "{done}");
+    assert!(take(server, "carol").await);
+
+    // Refund: gives back, never above full.
+    assert!(take(server, "carol").await);
+    let (status, done) = post(server, "/v1/admin/refund", "carol", json!({"permits": 1})).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["key"]["state"]["remaining"], 2, "{done}");
+    let (_, done) = post(server, "/v1/admin/refund", "carol", json!({"permits": 10})).await;
+    assert_eq!(
+        done["key"]["state"]["remaining"], 3,
+        "never above full: {done}"
+    );
+
+    // Penalty: denied for its time, counting nothing; a reset ends it.
+    let (status, done) = post(
+        server,
+        "/v1/admin/penalize",
+        "dave",
+        json!({"duration_ms": 60_000}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let state = &done["key"]["state"];
+    assert_eq!(state["remaining"], 0, "{done}");
+    let retry = state["retry_after_ms"].as_u64().expect("a retry time");
+    assert!((50_000..=60_000).contains(&retry), "{done}");
+    assert!(!take(server, "dave").await);
+    post(server, "/v1/admin/reset", "dave", json!({})).await;
+    assert!(take(server, "dave").await);
+
+    // Deny list: denied "never" to retry; unlisted, the key is back.
+    let (status, done) = post(server, "/v1/admin/lists/deny", "erin", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(
+        done["key"]["state"]["retry_after_ms"],
+        Value::Null,
+        "{done}"
+    );
+    assert!(!take(server, "erin").await);
+    let (status, _) = call(
+        server,
+        Method::DELETE,
+        "/v1/admin/lists/deny",
+        Some(json!({"domain": "rl", "descriptor": [{"key": "user", "value": "erin"}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(take(server, "erin").await);
+
+    // Allow list: admitted beyond the limit, counting nothing.
+    post(server, "/v1/admin/lists/allow", "fay", json!({})).await;
+    for _ in 0..5 {
+        assert!(take(server, "fay").await, "fay is allowed");
+    }
+    call(
+        server,
+        Method::DELETE,
+        "/v1/admin/lists/allow",
+        Some(json!({"domain": "rl", "descriptor": [{"key": "user", "value": "fay"}]})),
+    )
+    .await;
+    for _ in 0..3 {
+        assert!(take(server, "fay").await);
+    }
+    assert!(!take(server, "fay").await, "fay is limited again");
+
+    // Refusals.
+    for (path, user, extra, want) in [
+        (
+            "/v1/admin/refund",
+            "carol",
+            json!({}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/v1/admin/refund",
+            "carol",
+            json!({"permits": 0}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/v1/admin/penalize",
+            "carol",
+            json!({}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/v1/admin/lists/gray",
+            "carol",
+            json!({}),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/v1/admin/reset",
+            "carol",
+            json!({"extra": 1}),
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let (status, answer) = post(server, path, user, extra).await;
+        assert_eq!(status, want, "{path}: {answer}");
+        assert!(answer["error"].is_string());
+    }
+    let (status, _) = call(
+        server,
+        Method::POST,
+        "/v1/admin/reset",
+        Some(json!({"domain": "rl", "descriptor": [{"key": "internal", "value": "x"}]})),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "an unlimited rule has no state"
+    );
+    let (status, _) = call(
+        server,
+        Method::POST,
+        "/v1/admin/reset",
+        Some(json!({"domain": "rl", "descriptor": [{"key": "nope", "value": "x"}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test]
 async fn admin_api_in_memory() {
     let server = start_with(ADMIN, RULES).await;
+    controls(&server).await;
     admin_api(&server, RULES, true).await;
     server.stop().await;
 }
