@@ -25,7 +25,12 @@
 //! beside it. Results go to stdout and, as JSON lines, to the file named by
 //! `TOLLGATE_BENCH_DEFAULTS` (`scripts/bench` sets it).
 //!
-//! `cargo bench -p tollgate --bench defaults` (about a minute).
+//! `cargo bench -p tollgate --bench defaults` (about a minute). With
+//! `--profile` (one short round at the same key counts), under cachegrind:
+//! `valgrind --tool=cachegrind --cache-sim=yes target/release/deps/defaults-* --profile keyed_1m`
+//! once per contender with `TOLLGATE_BENCH_ONLY=<name>` and once with
+//! `TOLLGATE_BENCH_ONLY=none`: the difference of the totals, over the
+//! checks, is one contender's instructions and simulated L1 misses per check.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -57,6 +62,15 @@ struct Size {
 const MEASURE: Size = Size {
     checks: CHECKS,
     rounds: ROUNDS,
+    many_keys: MANY_KEYS,
+};
+
+/// One round of 200,000 checks at the measured key counts (`--profile`): a
+/// run short enough for `valgrind --tool=cachegrind`, whose simulated cache
+/// misses per check do not depend on the load of the machine.
+const PROFILE: Size = Size {
+    checks: 200_000,
+    rounds: 1,
     many_keys: MANY_KEYS,
 };
 
@@ -132,9 +146,15 @@ fn scenario(
     out: &mut Vec<String>,
 ) {
     let Size { checks, rounds, .. } = size;
+    // For a profile of one contender: `TOLLGATE_BENCH_ONLY=name` runs only
+    // that one (`none`: the rest of the program alone, to subtract).
+    let only = std::env::var("TOLLGATE_BENCH_ONLY").ok();
     for round in 0..rounds {
         for offset in 0..contenders.len() {
             let contender = &mut contenders[(round + offset) % contenders.len()];
+            if only.as_ref().is_some_and(|only| *only != contender.name) {
+                continue;
+            }
             let mut picker = Uniform {
                 state: 0x5EED ^ round as u64,
                 n: keys.max(1),
@@ -156,7 +176,7 @@ fn scenario(
                 .push(elapsed.as_nanos() as f64 / checks as f64);
         }
     }
-    for contender in contenders.iter_mut() {
+    for contender in contenders.iter_mut().filter(|c| !c.rounds.is_empty()) {
         contender.rounds.sort_by(f64::total_cmp);
         let min = contender.rounds[0];
         let median = contender.rounds[rounds / 2];
@@ -181,7 +201,15 @@ type GovernorFoldhash =
     governor::RateLimiter<u64, DashMapStateStore<u64, foldhash::fast::RandomState>, DefaultClock>;
 
 fn keyed(size: Size, n: u64, out: &mut Vec<String>) {
-    let tollgate_default = KeyedLimiter::<u64, Gcra>::new(gcra());
+    // Under a one-contender profile, the default limiter's background
+    // sweeps would be counted in every run: its sweeper is off unless it is
+    // the one profiled.
+    let tollgate_default = match std::env::var("TOLLGATE_BENCH_ONLY") {
+        Ok(only) if only != "tollgate_default" => {
+            KeyedLimiter::builder(gcra()).sweep_every(None).build()
+        }
+        _ => KeyedLimiter::<u64, Gcra>::new(gcra()),
+    };
     let tollgate_no_sweeper: KeyedLimiter<u64> =
         KeyedLimiter::builder(gcra()).sweep_every(None).build();
     let governor_default = governor::RateLimiter::keyed(governor_quota());
@@ -232,7 +260,9 @@ fn direct(size: Size, out: &mut Vec<String>) {
 
 fn main() {
     // A filter word picks scenarios: `direct`, `keyed_1k`, `keyed_1m`.
-    let size = if std::env::args().any(|a| a == "--bench") {
+    let size = if std::env::args().any(|a| a == "--profile") {
+        PROFILE
+    } else if std::env::args().any(|a| a == "--bench") {
         MEASURE
     } else {
         SMOKE

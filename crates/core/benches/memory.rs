@@ -22,7 +22,10 @@
 //! Cases: `tollgate_u64`, `governor_u64`, `floor_dashmap_u64` (the bare
 //! `DashMap<u64, AtomicU64>` with foldhash, for reference), and the same with
 //! 21-byte `String` keys, whose own heap copy each map holds (the
-//! `string_heap` case measures those copies alone).
+//! `string_heap` case measures those copies alone); and
+//! `tollgate_compact_string`, the same 21-byte keys as
+//! `KeyedLimiter<CompactString>` (checked by `&str`), which keeps them
+//! inline, without a heap copy.
 //!
 //! `cargo bench -p tollgate --bench memory` prints one JSON object per case
 //! on standard output; `scripts/bench` puts them in `BENCHMARKS.md`.
@@ -46,11 +49,12 @@ const KEYS: u64 = 1_000_000;
 /// smoke test of every case, not a measurement.
 const SMOKE_KEYS: u64 = 10_000;
 
-const CASES: [&str; 7] = [
+const CASES: [&str; 8] = [
     "tollgate_u64",
     "governor_u64",
     "floor_dashmap_u64",
     "tollgate_string",
+    "tollgate_compact_string",
     "governor_string",
     "floor_dashmap_string",
     "string_heap",
@@ -141,6 +145,14 @@ fn run_case(case: &str, keys: u64) {
         }
         "tollgate_string" => {
             let limiter = tollgate_keyed::<String>();
+            measure(
+                keys,
+                |i| limiter.check(key(i)).is_allowed(),
+                || assert_eq!(limiter.sweep(), 0),
+            )
+        }
+        "tollgate_compact_string" => {
+            let limiter = tollgate_keyed::<tollgate::CompactString>();
             measure(
                 keys,
                 |i| limiter.check(key(i)).is_allowed(),

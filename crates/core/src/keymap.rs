@@ -1,16 +1,17 @@
 //! The concurrent map behind [`KeyedLimiter`](crate::KeyedLimiter), reduced
-//! to the four operations it needs, each with the exclusion it relies on:
+//! to the operations it needs, each with the exclusion it relies on:
 //!
 //! - [`KeyMap::get`]: shared access to one key's entry for as long as the
-//!   returned guard lives (concurrent with other reads of it, exclusive with
-//!   `update`, `upsert` and `retain` on it);
-//! - [`KeyMap::update`] and [`KeyMap::upsert`]: exclusive access to one key;
+//!   returned guard lives (concurrent with other reads of its shard,
+//!   exclusive with every write to it);
+//! - [`KeyMap::write`]: exclusive access to one key's shard ([`ShardMut`]:
+//!   find, insert, retag, promote);
 //! - [`KeyMap::retain`]: exclusive access to each entry while it is judged.
 //!
 //! # Design: shards of `RwLock<hashbrown::HashTable>`
 //!
 //! The keys are split by hash over a power of two of shards, each a
-//! read/write lock around a `hashbrown` table, cache-padded so that two
+//! read/write lock around `hashbrown` tables, cache-padded so that two
 //! threads on keys of different shards never write the same line. A read
 //! is one hash, one atomic read-modify-write on its shard's lock word and
 //! its release; nothing else is shared.
@@ -28,46 +29,86 @@
 //! What the shards cost, and how it is bounded:
 //!
 //! - **A sweep** ([`KeyMap::retain`]) holds one shard's write lock for at
-//!   most [`SWEEP_CHUNK`] slots at a time, then releases it, so a request
-//!   never waits for more than one chunk of one shard. If the shard was
-//!   resized between chunks the walk goes on at the same slot index in the
-//!   new table: an entry may be judged twice or not at all in that sweep
-//!   (never wrongly removed, since it is judged under the lock), and the
-//!   next sweep sees it.
-//! - **Shrinking**: a shard whose table is under a quarter full after a
-//!   sweep is rehashed into one half full (and an empty shard frees its
-//!   table), under its write lock: a hold of O(keys in the shard), only
-//!   after the sweep removed most of them.
-//! - **Growing** doubles one shard's table under its write lock, a hold of
+//!   most [`SWEEP_CHUNK`] slots of one of its tables at a time, then
+//!   releases it, so a request never waits for more than one chunk of one
+//!   shard. If a table was resized (or its shard retagged) between chunks
+//!   the walk goes on at the same slot index: an entry may be judged twice
+//!   or not at all in that sweep (never wrongly removed, since it is judged
+//!   under the lock), and the next sweep sees it.
+//! - **Shrinking**: a table under a quarter full after a sweep is rehashed
+//!   into one half full (and an empty one frees its memory), under its
+//!   shard's write lock: a hold of O(keys in the shard), only after the
+//!   sweep removed most of them.
+//! - **Growing** doubles one table under its shard's write lock, a hold of
 //!   O(keys in the shard): with the default cap of 2^24 keys over 256
 //!   shards, about 65,536 keys (one rehash of that many entries), and only
 //!   for requests to that shard. `scc` grew incrementally; this map trades
 //!   that for reads without barriers.
 //!
-//! # Layout: entries inline in the table
+//! # Layout: 16-byte entries for keys on the shard's tag
 //!
-//! An entry (key, tier pointer, state: 24 bytes for a `u64` key) lives in
-//! its table slot. A table holds at most 7/8 of its power-of-two slots, so
-//! 10^6 keys take 2^21 slots: 52.4 bytes per key (measured by the `memory`
-//! bench), and even a 16-byte entry (governor's) takes 35.7. The one layout
-//! under 32 bytes keeps 4-byte indices in the table and the entries in a
-//! dense vector (31.5 bytes per key with a 4-byte tier id beside each), but
-//! its key comparison is one more dependent load, in another cache line:
-//! in the `layout` bench, a check at 10^6 keys took 70–87 ns against
-//! 39–48 ns inline (about twice, over five runs). Checks are what the map is for; it keeps them fast.
+//! Each shard holds a **tag** `T` (for the limiter: the default algorithm,
+//! as the rules of one generation resolved it) and two tables:
 //!
-//! Not yet built: 16-byte entries (key and state, governor's size: 35.7
-//! bytes per key at 10^6 keys instead of 52.4). The tier pointer would
-//! leave the entry for per-shard tables, one per tier (the default's first,
-//! probed first; override tiers after it, usually empty), each shard
-//! holding its tiers' algorithms beside its tables under the same lock, so
-//! that a known key still costs one probe and no extra cache line. What it
-//! costs: without a per-entry generation, a change of quota can no longer
-//! be picked up key by key; the first request to a shard after a change
-//! re-resolves that shard's keys under its write lock (a hold of O(keys in
-//! the shard), like growing it), carrying each state at that request's
-//! time rather than at the key's own next request; and override-function
-//! results beyond a few shared tiers need a side table of 24-byte entries.
+//! - **hot**: `(key, cell)`, nothing else: 16 bytes for a `u64` key and a
+//!   one-word state (GCRA's TAT and the fixed window's packed count are one
+//!   `AtomicU64`; the sliding log's and window's `Locked` cells are larger,
+//!   and an `AllOf` cell holds one cell per limit, all without a pointer to
+//!   their algorithm). Every hot entry runs under its shard's tag;
+//! - **other**: `(key, E)`, where `E` says itself what the key runs under
+//!   (for the limiter, a pointer to the key's own tier beside the cell: 24
+//!   bytes with a `u64` key). Keys on an override, and keys not yet
+//!   brought up to a change of rules, live here. It is empty, and
+//!   allocates nothing, while every key runs the default.
+//!
+//! A known key's lookup probes the hot table and, only if it misses and the
+//! other table holds anything, the other one. The tag, the tables' headers
+//! and the lock word are in the shard's own cache-padded lines, which the
+//! read lock has just brought in: a key on the default costs its control
+//! group and its slot, the lines governor's dashmap touches, and no line for
+//! a tier pointer. A table holds at most 7/8 of its power-of-two slots, so
+//! 10^6 keys take 2^21 slots: 35.7 bytes per `u64` key (measured by the
+//! `memory` bench; governor's dashmap 35.7), 52.4 with the 24-byte entries
+//! this layout replaced.
+//!
+//! Why this layout is the fastest that fits:
+//!
+//! - **A tier index packed beside the state** has nowhere to go: GCRA's
+//!   TAT and the fixed window's word use all 64 bits, and a separate 4-byte
+//!   index pads a `u64`-keyed entry back to 24 bytes.
+//! - **One table per tier per shard** would also make a key on an override
+//!   miss in the default's table first; one side table holds any number of
+//!   tiers (the override function's included) with the same single probe
+//!   for the default's keys.
+//! - **A dense vector behind 4-byte indices** is the one layout under 32
+//!   bytes per key (31.5 with a 4-byte tier id beside each entry), but its
+//!   key comparison is one more dependent load, in another cache line: in
+//!   the `layout` bench, a check at 10^6 keys took about twice as long as
+//!   with the entry inline.
+//!
+//! Profiled under cachegrind at 10^6 keys (`benches/defaults.rs`,
+//! `--profile`; simulated, so independent of the machine's load), per
+//! check: this map with GCRA 261 instructions and 2.39 L1 read misses,
+//! governor with foldhash 203 and 1.99, governor by default (SipHash) 347
+//! and 1.97. Both take a miss on the control group and one on the slot
+//! (two trips to memory when the table is far larger than the cache); the
+//! 0.4 more here is the shard's own line (256 shards of 128 bytes, 32 KB,
+//! compete with the table's lines for L1; dashmap's 8 stay in it), an L2
+//! hit; of the instructions, 52 are GCRA's decision (limit, remaining,
+//! `retry_after`, `reset_after`).
+//!
+//! What it costs:
+//!
+//! - **A change of rules** ([`ShardMut::retag`]): the first request to a
+//!   shard after a change moves the shard's hot entries to its other table,
+//!   each carrying the old tag (a hold of O(keys in the shard), like growing
+//!   its table, once per change). Each key then re-resolves on its own next
+//!   request exactly as before (its state carried at that request's time,
+//!   by the change's rule) and, back on the default, moves to the hot table
+//!   again ([`ShardMut::promote`]). Until then it takes 24 bytes and a
+//!   second probe.
+//! - **Keys on an override** take 24 bytes and a second probe (a miss in
+//!   the hot table first).
 //!
 //! Under `--cfg loom` the locks are loom's (through [`crate::sync`]) and
 //! there is one shard, so the model checks run this very code.
@@ -78,10 +119,10 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
-// A panic under a shard's lock (in an algorithm) leaves the table whole and
+// A panic under a shard's lock (in an algorithm) leaves the tables whole and
 // every entry's state valid between transitions: a poisoned shard is used
 // as it is.
-use crate::sync::{RwLock, RwLockReadGuard, read, write};
+use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, read, write};
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -102,43 +143,179 @@ const MIN_SHARDS: usize = 8;
 /// Keys per shard aimed at when the cap on live keys is reached.
 const KEYS_PER_SHARD_AT_CAP: usize = 1 << 16;
 
-/// A concurrent map from keys to entries.
-pub(crate) struct KeyMap<K, V> {
+/// A concurrent map from keys to entries of two kinds: a *hot* entry is the
+/// key and a cell `C`, and runs under its shard's tag `T`; an *other* entry
+/// is the key and an `E` that says on its own what it runs under.
+pub(crate) struct KeyMap<K, T, C, E> {
     hasher: Hasher,
-    shards: Box<[CachePadded<Shard<K, V>>]>,
+    shards: Box<[Locked<K, T, C, E>]>,
 }
 
-/// One shard: its keys' entries, behind one lock.
-type Shard<K, V> = RwLock<HashTable<(K, V)>>;
+/// A shard behind its lock, on cache lines of its own.
+type Locked<K, T, C, E> = CachePadded<RwLock<Shard<K, T, C, E>>>;
+
+/// One shard: its tag and its keys' entries, behind one lock. A key is in
+/// at most one of the two tables.
+struct Shard<K, T, C, E> {
+    tag: T,
+    hot: HashTable<(K, C)>,
+    other: HashTable<(K, E)>,
+}
+
+/// Where [`KeyMap::get`] found a key.
+#[derive(Clone, Copy)]
+enum Place {
+    Hot(usize),
+    Other(usize),
+}
 
 /// A key's entry, with its shard read-locked until this is dropped.
-pub(crate) struct Found<'a, K, V> {
-    table: RwLockReadGuard<'a, HashTable<(K, V)>>,
-    index: usize,
+pub(crate) struct Found<'a, K, T, C, E> {
+    shard: RwLockReadGuard<'a, Shard<K, T, C, E>>,
+    place: Place,
 }
 
-impl<K, V> Found<'_, K, V> {
+/// A key's entry, read.
+pub(crate) enum Held<'a, T, C, E> {
+    /// A hot entry's cell, with the tag it runs under.
+    Hot(&'a T, &'a C),
+    /// Any other entry.
+    Other(&'a E),
+}
+
+/// A key's entry, with its shard write-locked.
+pub(crate) enum HeldMut<'a, K, T, C, E> {
+    /// A hot entry's cell, with the tag it runs under.
+    Hot(&'a T, &'a mut C),
+    /// Any other entry, with its key and its shard's tag.
+    Other(&'a T, &'a K, &'a mut E),
+}
+
+impl<K, T, C, E> Found<'_, K, T, C, E> {
     /// The entry.
     #[inline(always)]
-    pub(crate) fn value(&self) -> Option<&V> {
+    pub(crate) fn held(&self) -> Option<Held<'_, T, C, E>> {
         // The slot was found full under this very guard, and nothing can
         // empty it while the guard lives: this is always `Some`.
-        self.table.get_bucket(self.index).map(|(_, v)| v)
+        match self.place {
+            Place::Hot(index) => self
+                .shard
+                .hot
+                .get_bucket(index)
+                .map(|(_, cell)| Held::Hot(&self.shard.tag, cell)),
+            Place::Other(index) => self
+                .shard
+                .other
+                .get_bucket(index)
+                .map(|(_, entry)| Held::Other(entry)),
+        }
     }
 }
 
-/// What [`KeyMap::upsert`] found.
-pub(crate) enum Slot<'a, V> {
-    /// The key was there.
-    Occupied(&'a mut V),
-    /// The key was not there; the value passed to `upsert` is now its entry.
-    Inserted(&'a V),
+/// One shard, write-locked: the slow paths' view of it.
+pub(crate) struct ShardMut<'a, K, T, C, E> {
+    shard: RwLockWriteGuard<'a, Shard<K, T, C, E>>,
+    hasher: &'a Hasher,
 }
 
-impl<K: Hash + Eq, V> KeyMap<K, V> {
+impl<K: Hash + Eq, T, C, E> ShardMut<'_, K, T, C, E> {
+    /// The tag every hot entry runs under.
+    pub(crate) fn tag(&self) -> &T {
+        &self.shard.tag
+    }
+
+    /// Replaces the tag. Every hot entry ran under the old one: each becomes
+    /// an other entry, made by `demote` from the old tag and its cell. A
+    /// hold of O(hot keys in the shard), like growing its table.
+    pub(crate) fn retag(&mut self, tag: T, mut demote: impl FnMut(&T, C) -> E) {
+        let hasher = self.hasher;
+        let shard = &mut *self.shard;
+        let old = std::mem::replace(&mut shard.tag, tag);
+        shard
+            .other
+            .reserve(shard.hot.len(), |(k, _)| hasher.hash_one(k));
+        for (key, cell) in shard.hot.drain() {
+            let entry = demote(&old, cell);
+            shard
+                .other
+                .insert_unique(hasher.hash_one(&key), (key, entry), |(k, _)| {
+                    hasher.hash_one(k)
+                });
+        }
+    }
+
+    /// `key`'s entry, if it has one.
+    pub(crate) fn find<Q>(&mut self, key: &Q) -> Option<HeldMut<'_, K, T, C, E>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = &mut *self.shard;
+        if let Some((_, cell)) = shard.hot.find_mut(hash, |(k, _)| k.borrow() == key) {
+            return Some(HeldMut::Hot(&shard.tag, cell));
+        }
+        shard
+            .other
+            .find_mut(hash, |(k, _)| k.borrow() == key)
+            .map(|(k, entry)| HeldMut::Other(&shard.tag, &*k, entry))
+    }
+
+    /// Moves `key`'s other entry to the hot table, its cell made by `cell`
+    /// from the entry; returns it, with the tag it now runs under.
+    pub(crate) fn promote<Q>(&mut self, key: &Q, cell: impl FnOnce(E) -> C) -> Option<(&T, &C)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = &mut *self.shard;
+        let (key, entry) = shard
+            .other
+            .find_entry(hash, |(k, _)| k.borrow() == key)
+            .ok()?
+            .remove()
+            .0;
+        Some(Self::put_hot(shard, self.hasher, key, cell(entry)))
+    }
+
+    /// Adds a hot entry for `key`, which has none.
+    pub(crate) fn insert_hot(&mut self, key: K, cell: C) -> (&T, &C) {
+        Self::put_hot(&mut self.shard, self.hasher, key, cell)
+    }
+
+    /// Adds an other entry for `key`, which has none.
+    pub(crate) fn insert_other(&mut self, key: K, entry: E) -> &E {
+        let hasher = self.hasher;
+        let hash = hasher.hash_one(&key);
+        &self
+            .shard
+            .other
+            .insert_unique(hash, (key, entry), |(k, _)| hasher.hash_one(k))
+            .into_mut()
+            .1
+    }
+
+    fn put_hot<'s>(
+        shard: &'s mut Shard<K, T, C, E>,
+        hasher: &Hasher,
+        key: K,
+        cell: C,
+    ) -> (&'s T, &'s C) {
+        let hash = hasher.hash_one(&key);
+        let (_, cell) = shard
+            .hot
+            .insert_unique(hash, (key, cell), |(k, _)| hasher.hash_one(k))
+            .into_mut();
+        (&shard.tag, cell)
+    }
+}
+
+impl<K: Hash + Eq, T, C, E> KeyMap<K, T, C, E> {
     /// A map sized for at most `max_keys` live keys: enough shards that a
-    /// full shard holds about 2^16 keys, between 8 and 256 of them.
-    pub(crate) fn new(max_keys: usize) -> KeyMap<K, V> {
+    /// full shard holds about 2^16 keys, between 8 and 256 of them, each
+    /// tagged by `tag()`.
+    pub(crate) fn new(max_keys: usize, tag: impl Fn() -> T) -> KeyMap<K, T, C, E> {
         let shards = if cfg!(loom) {
             1
         } else {
@@ -150,7 +327,13 @@ impl<K: Hash + Eq, V> KeyMap<K, V> {
         KeyMap {
             hasher: Hasher::default(),
             shards: (0..shards)
-                .map(|_| CachePadded::new(RwLock::new(HashTable::new())))
+                .map(|_| {
+                    CachePadded::new(RwLock::new(Shard {
+                        tag: tag(),
+                        hot: HashTable::new(),
+                        other: HashTable::new(),
+                    }))
+                })
                 .collect(),
         }
     }
@@ -170,7 +353,7 @@ impl<K: Hash + Eq, V> KeyMap<K, V> {
     /// top bits) and above the bits it indexes a table of < 2^32 slots by,
     /// so that a shard's keys still spread over its table.
     #[inline]
-    fn shard(&self, hash: u64) -> &Shard<K, V> {
+    fn shard(&self, hash: u64) -> &RwLock<Shard<K, T, C, E>> {
         // The length is a power of two: the mask keeps the index in range.
         &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]
     }
@@ -179,79 +362,105 @@ impl<K: Hash + Eq, V> KeyMap<K, V> {
     /// lives: the caller computes its answer with the shard read-locked and
     /// returns it directly, so that a decision is built in its caller's
     /// slot rather than moved out of a closure (a copy that stalled on
-    /// store forwarding, about a quarter of a keyed check).
+    /// store forwarding, about a quarter of a keyed check). The hot table
+    /// is probed first; the other one only if it holds anything.
     #[inline(always)]
-    pub(crate) fn get<Q>(&self, key: &Q) -> Option<Found<'_, K, V>>
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<Found<'_, K, T, C, E>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hash(key);
-        let table = read(self.shard(hash));
-        let index = table.find_bucket_index(hash, |(k, _)| k.borrow() == key)?;
-        Some(Found { table, index })
+        let shard = read(self.shard(hash));
+        let place = match shard
+            .hot
+            .find_bucket_index(hash, |(k, _)| k.borrow() == key)
+        {
+            Some(index) => Place::Hot(index),
+            None if shard.other.is_empty() => return None,
+            None => Place::Other(
+                shard
+                    .other
+                    .find_bucket_index(hash, |(k, _)| k.borrow() == key)?,
+            ),
+        };
+        Some(Found { shard, place })
     }
 
-    pub(crate) fn update<Q, R>(&self, key: &Q, updater: impl FnOnce(&K, &mut V) -> R) -> Option<R>
+    /// Exclusive access to `key`'s shard.
+    pub(crate) fn write<Q>(&self, key: &Q) -> ShardMut<'_, K, T, C, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let hash = self.hash(key);
-        let mut table = write(self.shard(hash));
-        table
-            .find_mut(hash, |(k, _)| k.borrow() == key)
-            .map(|(k, v)| updater(k, v))
-    }
-
-    /// Inserts `value` under `key` unless the key is there; then runs `then`
-    /// on what is there, with the key held exclusively.
-    pub(crate) fn upsert<R>(&self, key: K, value: V, then: impl FnOnce(Slot<'_, V>) -> R) -> R {
-        let hash = self.hash(&key);
-        let mut table = write(self.shard(hash));
-        let hasher = &self.hasher;
-        match table.entry(hash, |(k, _)| *k == key, |(k, _)| hasher.hash_one(k)) {
-            hashbrown::hash_table::Entry::Occupied(mut occupied) => {
-                then(Slot::Occupied(&mut occupied.get_mut().1))
-            }
-            hashbrown::hash_table::Entry::Vacant(vacant) => {
-                let occupied = vacant.insert((key, value));
-                then(Slot::Inserted(&occupied.into_mut().1))
-            }
+        ShardMut {
+            shard: write(self.shard(self.hash(key))),
+            hasher: &self.hasher,
         }
     }
 
-    /// Removes every entry `keep` rejects, one [`SWEEP_CHUNK`] of one shard
-    /// at a time, and gives back the memory of tables left mostly empty.
-    pub(crate) fn retain(&self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+    /// Removes every entry `keep` rejects, one [`SWEEP_CHUNK`] of one
+    /// table of one shard at a time, and gives back the memory of tables
+    /// left mostly empty.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(HeldMut<'_, K, T, C, E>) -> bool) {
         for shard in self.shards.iter() {
             let mut start = 0;
+            // The hot table, then the other one.
+            let mut hot = true;
             loop {
-                let mut table = write(shard);
-                let end = table.num_buckets().min(start + SWEEP_CHUNK);
+                let mut guard = write(shard);
+                let Shard {
+                    tag,
+                    hot: hot_table,
+                    other,
+                } = &mut *guard;
+                let buckets = if hot {
+                    hot_table.num_buckets()
+                } else {
+                    other.num_buckets()
+                };
+                let end = buckets.min(start + SWEEP_CHUNK);
                 for index in start..end {
-                    if let Ok(mut entry) = table.get_bucket_entry(index) {
-                        let (k, v) = entry.get_mut();
-                        if !keep(k, v) {
+                    if hot {
+                        if let Ok(mut entry) = hot_table.get_bucket_entry(index) {
+                            if !keep(HeldMut::Hot(tag, &mut entry.get_mut().1)) {
+                                entry.remove();
+                            }
+                        }
+                    } else if let Ok(mut entry) = other.get_bucket_entry(index) {
+                        let (k, e) = entry.get_mut();
+                        if !keep(HeldMut::Other(tag, &*k, e)) {
                             entry.remove();
                         }
                     }
                 }
-                if end >= table.num_buckets() {
-                    self.shrink(&mut table);
+                start = end;
+                if end >= buckets {
+                    if hot {
+                        hot = false;
+                        start = 0;
+                        continue;
+                    }
+                    self.shrink(&mut guard);
                     break;
                 }
-                start = end;
             }
         }
     }
 
     /// Rehashes a table under a quarter full into one about half full; an
     /// empty one gives its memory back entirely.
-    fn shrink(&self, table: &mut HashTable<(K, V)>) {
-        if table.len() * 4 < table.capacity() {
-            let hasher = &self.hasher;
-            table.shrink_to(table.len() * 2, |(k, _)| hasher.hash_one(k));
+    fn shrink(&self, shard: &mut Shard<K, T, C, E>) {
+        let hasher = &self.hasher;
+        if shard.hot.len() * 4 < shard.hot.capacity() {
+            shard
+                .hot
+                .shrink_to(shard.hot.len() * 2, |(k, _)| hasher.hash_one(k));
+        }
+        if shard.other.len() * 4 < shard.other.capacity() {
+            shard
+                .other
+                .shrink_to(shard.other.len() * 2, |(k, _)| hasher.hash_one(k));
         }
     }
 }
@@ -262,70 +471,130 @@ mod tests {
 
     use super::*;
 
-    fn full_map(keys: u64) -> KeyMap<u64, u64> {
-        let map = KeyMap::new(1 << 24);
+    /// Tag: a number added to every hot cell's value; other entries hold
+    /// their value whole.
+    type Map = KeyMap<u64, u64, u64, u64>;
+
+    fn full_map(keys: u64) -> Map {
+        let map = KeyMap::new(1 << 24, || 0);
         for key in 0..keys {
-            map.upsert(key, key * 10, |_| ());
+            map.write(&key).insert_hot(key, key * 10);
         }
         map
     }
 
-    fn value_of(map: &KeyMap<u64, u64>, key: u64) -> Option<u64> {
-        map.get(&key).and_then(|found| found.value().copied())
+    fn value_of(map: &Map, key: u64) -> Option<u64> {
+        map.get(&key).and_then(|found| {
+            found.held().map(|held| match held {
+                Held::Hot(tag, cell) => tag + cell,
+                Held::Other(entry) => *entry,
+            })
+        })
+    }
+
+    fn judged(held: &HeldMut<'_, u64, u64, u64, u64>) -> u64 {
+        match held {
+            HeldMut::Hot(tag, cell) => **tag + **cell,
+            HeldMut::Other(_, _, entry) => **entry,
+        }
     }
 
     #[test]
     fn shard_count_follows_the_key_cap() {
-        assert_eq!(KeyMap::<u64, u64>::new(1 << 24).shard_count(), 256);
-        assert_eq!(KeyMap::<u64, u64>::new(1 << 30).shard_count(), 256);
-        assert_eq!(KeyMap::<u64, u64>::new(usize::MAX).shard_count(), 256);
-        assert_eq!(KeyMap::<u64, u64>::new(1 << 20).shard_count(), 16);
-        assert_eq!(KeyMap::<u64, u64>::new(1000).shard_count(), 8);
-        assert_eq!(KeyMap::<u64, u64>::new(0).shard_count(), 8);
+        assert_eq!(Map::new(1 << 24, || 0).shard_count(), 256);
+        assert_eq!(Map::new(1 << 30, || 0).shard_count(), 256);
+        assert_eq!(Map::new(usize::MAX, || 0).shard_count(), 256);
+        assert_eq!(Map::new(1 << 20, || 0).shard_count(), 16);
+        assert_eq!(Map::new(1000, || 0).shard_count(), 8);
+        assert_eq!(Map::new(0, || 0).shard_count(), 8);
     }
 
     #[test]
-    fn read_update_and_upsert_see_one_entry_per_key() {
+    fn read_find_and_insert_see_one_entry_per_key() {
         let map = full_map(1000);
         for key in 0..1000 {
             assert_eq!(value_of(&map, key), Some(key * 10));
         }
         assert_eq!(value_of(&map, 1000), None);
-        assert_eq!(map.update(&7, |_, v| std::mem::replace(v, 1)), Some(70));
+        match map.write(&7).find(&7) {
+            Some(HeldMut::Hot(_, cell)) => *cell = 1,
+            _ => panic!("key 7 is hot"),
+        }
         assert_eq!(value_of(&map, 7), Some(1));
-        assert_eq!(map.update(&1000, |_, v| *v), None);
-        map.upsert(7, 99, |slot| match slot {
-            Slot::Occupied(v) => *v += 1,
-            Slot::Inserted(_) => panic!("key 7 is there"),
-        });
-        assert_eq!(value_of(&map, 7), Some(2));
-        map.upsert(1000, 5, |slot| assert!(matches!(slot, Slot::Inserted(5))));
+        assert!(map.write(&1000).find(&1000).is_none());
+        assert_eq!(*map.write(&1000).insert_other(1000, 5), 5);
         assert_eq!(value_of(&map, 1000), Some(5));
+        assert!(matches!(
+            map.write(&1000).find(&1000),
+            Some(HeldMut::Other(_, 1000, 5))
+        ));
+    }
+
+    #[test]
+    fn retag_demotes_every_hot_entry_under_the_old_tag_and_promote_brings_one_back() {
+        let map = full_map(1000);
+        for shard in map.shards.iter() {
+            let mut shard = ShardMut {
+                shard: write(shard),
+                hasher: &map.hasher,
+            };
+            // The new tag would change every hot value: the old one is
+            // folded into each demoted entry, so no value changes.
+            shard.retag(1_000_000, |old, cell| old + cell);
+            assert_eq!(*shard.tag(), 1_000_000);
+        }
+        for key in 0..1000 {
+            assert_eq!(value_of(&map, key), Some(key * 10));
+            assert!(matches!(
+                map.write(&key).find(&key),
+                Some(HeldMut::Other(..))
+            ));
+        }
+        let mut shard = map.write(&7);
+        let (tag, cell) = shard.promote(&7, |entry| entry + 1).unwrap();
+        assert_eq!((*tag, *cell), (1_000_000, 71));
+        assert!(shard.promote(&7, |entry| entry).is_none(), "moved once");
+        drop(shard);
+        assert_eq!(value_of(&map, 7), Some(1_000_071));
+        assert!(matches!(map.write(&7).find(&7), Some(HeldMut::Hot(..))));
     }
 
     #[test]
     fn retain_judges_every_entry_once_and_frees_emptied_tables() {
-        let map = full_map(100_000);
-        let mut judged = 0;
-        map.retain(|k, _| {
-            judged += 1;
-            k % 1000 == 0
+        // Odd keys in the other tables, even ones hot.
+        let map = Map::new(1 << 24, || 0);
+        for key in 0..100_000 {
+            let mut shard = map.write(&key);
+            if key % 2 == 1 {
+                shard.insert_other(key, key * 10);
+            } else {
+                shard.insert_hot(key, key * 10);
+            }
+        }
+        let mut judged_count = 0;
+        map.retain(|held| {
+            judged_count += 1;
+            judged(&held) % 10_000 == 0
         });
-        assert_eq!(judged, 100_000);
+        assert_eq!(judged_count, 100_000);
         for key in 0..100_000 {
             assert_eq!(value_of(&map, key).is_some(), key % 1000 == 0);
         }
         // 100 keys left over 256 shards: every table is at most half full.
         for shard in map.shards.iter() {
-            let table = read(shard);
-            assert!(
-                table.len() * 2 <= table.capacity().max(1),
-                "{}",
-                table.len()
-            );
+            let shard = read(shard);
+            for (len, capacity) in [
+                (shard.hot.len(), shard.hot.capacity()),
+                (shard.other.len(), shard.other.capacity()),
+            ] {
+                assert!(len * 2 <= capacity.max(1), "{len}");
+            }
         }
-        map.retain(|_, _| false);
-        assert!(map.shards.iter().all(|shard| read(shard).capacity() == 0));
+        map.retain(|_| false);
+        assert!(map.shards.iter().all(|shard| {
+            let shard = read(shard);
+            shard.hot.capacity() == 0 && shard.other.capacity() == 0
+        }));
     }
 
     /// Sweeps racing inserts that grow the shards between a sweep's chunks:
@@ -333,12 +602,19 @@ mod tests {
     #[test]
     fn retain_racing_growth_loses_nothing_it_keeps() {
         const KEYS: u64 = 200_000;
-        let map = KeyMap::<u64, u64>::new(1 << 16);
+        let map = Map::new(1 << 16, || 0);
         let inserted = AtomicU64::new(0);
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 for key in 0..KEYS {
-                    map.upsert(key, key, |_| ());
+                    // Odd keys in the other tables, even ones hot.
+                    let mut shard = map.write(&key);
+                    if key % 2 == 0 {
+                        shard.insert_hot(key, key);
+                    } else {
+                        shard.insert_other(key, key);
+                    }
+                    drop(shard);
                     // Release: a sweeper that reads this count sees the key.
                     inserted.store(key + 1, Ordering::Release);
                 }
@@ -347,9 +623,9 @@ mod tests {
                 loop {
                     // Acquire: pairs with the inserter's Release.
                     let before = inserted.load(Ordering::Acquire);
-                    map.retain(|_, v| *v % 2 == 0);
-                    // Every even key inserted before the sweep is still there.
-                    for key in (0..before).step_by(997).filter(|k| k % 2 == 0) {
+                    map.retain(|held| judged(&held) % 4 < 2);
+                    // Every kept key inserted before the sweep is still there.
+                    for key in (0..before).step_by(997).filter(|k| k % 4 < 2) {
                         assert_eq!(value_of(&map, key), Some(key), "kept key {key} lost");
                     }
                     if before == KEYS {
@@ -358,9 +634,9 @@ mod tests {
                 }
             });
         });
-        map.retain(|_, v| *v % 2 == 0);
+        map.retain(|held| judged(&held) % 4 < 2);
         for key in 0..KEYS {
-            let expected = (key % 2 == 0).then_some(key);
+            let expected = (key % 4 < 2).then_some(key);
             assert_eq!(value_of(&map, key), expected);
         }
     }

@@ -95,7 +95,7 @@ pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, Slid
 pub use clock::TokioClock;
 pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos, QuantaClock};
 pub use decision::{CostError, Decision};
-pub use keyed::{DefaultKeyedLimiter, KeyedBuilder, KeyedLimiter, KeyedStats};
+pub use keyed::{CompactString, DefaultKeyedLimiter, KeyedBuilder, KeyedLimiter, KeyedStats};
 pub use limiter::{DefaultLimiter, Limiter, LimiterBuilder};
 pub use quota::{Quota, QuotaError};
 pub use shaper::{Refusal, Reservation, Shaper, ShaperBuilder};

@@ -83,8 +83,8 @@ where
     /// Takes one permit for `key`, blocking the thread until it is available.
     pub fn acquire<Q>(&self, key: &Q) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         loop {
             let decision = self.check(key);
@@ -104,8 +104,8 @@ where
     /// quota.
     pub fn acquire_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         loop {
             let decision = self.check_n(key, cost)?;
@@ -178,8 +178,8 @@ mod with_tokio {
         /// Dropping the future takes nothing.
         pub async fn until_ready<Q>(&self, key: &Q) -> Decision
         where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+            K: Borrow<Q> + From<Q::Owned>,
+            Q: Hash + Eq + ToOwned + ?Sized,
         {
             loop {
                 let decision = self.check(key);
@@ -199,8 +199,8 @@ mod with_tokio {
         /// quota.
         pub async fn until_ready_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
         where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+            K: Borrow<Q> + From<Q::Owned>,
+            Q: Hash + Eq + ToOwned + ?Sized,
         {
             loop {
                 let decision = self.check_n(key, cost)?;

@@ -28,7 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
-use tollgate::{Gcra, KeyedBuilder, KeyedLimiter, ManualClock, Nanos, Quota};
+use tollgate::{CompactString, Gcra, KeyedBuilder, KeyedLimiter, ManualClock, Nanos, Quota};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -144,6 +144,30 @@ where
     }
 }
 
+/// Bytes per `u64` key once every key had a request after a change of the
+/// default quota, and a sweep ran: the change moves each shard's keys aside
+/// (24-byte entries, each with a pointer to the old default), each key's
+/// next request carries its state over and brings it back to a 16-byte
+/// entry, and the sweep frees the emptied side tables.
+fn after_a_change() -> f64 {
+    let clock = ManualClock::starting_at(Nanos::new(1_000_000_000_000));
+    let base = live_bytes();
+    let limiter: KeyedLimiter<u64> = builder(&clock).sweep_every(None).build();
+    for key in 0..KEYS {
+        assert!(limiter.check(&key).is_allowed());
+    }
+    let twenty = Gcra::new(Quota::per_second(20).expect("valid quota")).expect("valid gcra");
+    limiter.set_default(twenty, tollgate::Carry::Keep);
+    for key in 0..KEYS {
+        // Keep: 1 of 10 used becomes 1 of 20 used.
+        assert_eq!(limiter.check(&key).remaining(), 18);
+    }
+    assert_eq!(limiter.sweep(), 0);
+    let per_key = (live_bytes() - base) as f64 / KEYS as f64;
+    drop(limiter);
+    per_key
+}
+
 /// How long the background sweeper takes to give the memory of 1,000,000
 /// swept keys back, sweeping every `interval`; and the limiter's empty size
 /// with its sweeper thread.
@@ -177,10 +201,17 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
     // 16 bytes: "user-" and 11 digits.
     let string_keys = measure(|i| format!("user-{i:011}"));
     assert_eq!(format!("user-{:011}", 0).len(), 16);
+    // The same keys inline: no heap block of their own.
+    let inline_keys = measure(|i| CompactString::from(format!("user-{i:011}")));
+    let changed = after_a_change();
     let interval = Duration::from_millis(2);
     let (bg_empty, bg_left, bg_time) = background(interval);
 
-    for (name, m) in [("u64", &u64_keys), ("16-byte String", &string_keys)] {
+    for (name, m) in [
+        ("u64", &u64_keys),
+        ("16-byte String", &string_keys),
+        ("16-byte CompactString", &inline_keys),
+    ] {
         println!(
             "{name} keys, GCRA: empty limiter {} B; {KEYS} keys {} B = {:.1} B/key \
              ({:.2} allocations/key), inserted in {:?}, swept in {:?}",
@@ -196,6 +227,7 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
             m.after_sweep
         );
     }
+    println!("u64 keys after a change of the default and a request each: {changed:.1} B/key");
     println!(
         "background sweeper every {interval:?}: empty limiter {bg_empty} B; memory back to \
          {bg_left} B above empty {bg_time:?} after the keys went idle (~{} sweeps)",
@@ -203,7 +235,7 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
     );
 
     // Bytes per key, with room for the table's load factor: a u64 key and its
-    // 16-byte entry take 24 bytes in a slot; a String key adds its 24-byte
+    // one-word state take 16 bytes in a slot; a String key adds its 24-byte
     // header and 16 bytes on the heap.
     assert!((24.0..=80.0).contains(&u64_keys.per_key()), "{u64_keys:?}");
     assert!(
@@ -220,8 +252,26 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
         (1..=SHARDS + HARNESS_ALLOCATIONS).contains(&(string_keys.allocations - KEYS as i64)),
         "one allocation per String key, and the shards' tables: {string_keys:?}"
     );
+    // Issue 16: a key on the default quota is a 16-byte entry (key and
+    // state, no tier pointer): 2^21 slots of 17 bytes (with its control
+    // byte) for 10^6 keys, 35.7 bytes per key, governor's size. With the
+    // 24-byte entry it replaced, 52.4.
+    assert!(u64_keys.per_key() <= 36.0, "{u64_keys:?}");
+    // And again once every key had a request after a change of quota.
+    assert!(changed <= 36.0, "{changed} B/key after a change");
+    // Issue 16: a short string key inline costs no allocation of its own:
+    // the shards' tables only, and a 32-byte entry per key.
+    assert!(
+        (1..=SHARDS + HARNESS_ALLOCATIONS).contains(&inline_keys.allocations),
+        "inline keys live in the shards' tables: {inline_keys:?}"
+    );
+    assert!(inline_keys.per_key() <= 70.0, "{inline_keys:?}");
     // The memory is back as soon as the sweep returns.
-    for (name, m) in [("u64", &u64_keys), ("String", &string_keys)] {
+    for (name, m) in [
+        ("u64", &u64_keys),
+        ("String", &string_keys),
+        ("CompactString", &inline_keys),
+    ] {
         assert!(
             m.after_sweep <= HARNESS_BYTES,
             "{name}: {} bytes above the empty size {} after the sweep",

@@ -154,3 +154,44 @@ fn a_check_set_back_before_a_racing_sweep_is_not_recredited() {
         );
     });
 }
+
+/// Issue 16: keys on the default live in their shard's hot table under the
+/// shard's tag, keys on an override in its side table with their own
+/// algorithm. A change of the default racing a check of a default key
+/// (which moves the shard's hot keys aside, then brings the key back),
+/// beside a key on an override in the same shard: the default key's state
+/// is carried over exactly once, and the override key keeps its quota and
+/// its state.
+#[test]
+fn a_default_change_racing_a_check_leaves_an_override_key_alone() {
+    explore("change/check beside an override", || {
+        let clock = ManualClock::new();
+        let three = Gcra::new(Quota::per_second(3).unwrap()).unwrap();
+        let keyed: KeyedLimiter<u64> = KeyedLimiter::builder(one_per_second())
+            .override_key(1, three)
+            .clock(clock.clone())
+            .max_keys(10)
+            .sweep_every(None)
+            .build();
+        assert!(keyed.check(&1).is_allowed());
+        assert!(keyed.check(&7).is_allowed());
+        let changer = keyed.clone();
+        let change = thread::spawn(move || {
+            let two = Gcra::new(Quota::per_second(2).unwrap()).unwrap();
+            changer.set_default(two, Carry::Keep);
+        });
+        let during = keyed.check(&7);
+        change.join().unwrap();
+        let after = keyed.check(&7);
+        assert_eq!(
+            u8::from(during.is_allowed()) + u8::from(after.is_allowed()),
+            1,
+            "during: {during}, after: {after}"
+        );
+        assert!(keyed.peek(&7).is_denied());
+        // 1 of 3 taken before the change, whatever the order: 1 left after
+        // a second.
+        assert_eq!(keyed.check(&1).remaining(), 1);
+        assert_eq!(keyed.len(), 2);
+    });
+}

@@ -1,19 +1,32 @@
 //! The command's binding to Redis: arguments in, [`Store`] over the keys,
 //! reply and replication out.
 
+use std::ffi::c_long;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis_module::raw::KeyType;
+use redis_module::raw::{self, KeyType};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, redis_module};
 
-use crate::args::{self, Params, STRIDE};
+use crate::args::{self, LimitArgs, Params, STRIDE};
+use crate::effects;
 use crate::transition::{self, Fields, Store};
 
 /// `TOLLGATE.DECIDE`: see the [crate docs](crate).
 fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let args = argv.get(1..).unwrap_or_default();
-    let raw: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-    let call = args::parse(&raw).map_err(|e| RedisError::String(e.0))?;
+    // The arguments' bytes, on the stack up to five limits (no allocation).
+    let mut stack: [&[u8]; 5 * STRIDE + args::TAIL] = [&[]; 5 * STRIDE + args::TAIL];
+    let heap: Vec<&[u8]>;
+    let raw: &[&[u8]] = if args.len() <= stack.len() {
+        for (slot, arg) in stack.iter_mut().zip(args) {
+            *slot = arg.as_slice();
+        }
+        &stack[..args.len()]
+    } else {
+        heap = args.iter().map(RedisString::as_slice).collect();
+        &heap
+    };
+    let call = args::parse(raw).map_err(|e| RedisError::String(e.0))?;
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
@@ -21,34 +34,31 @@ fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         None => (i128::try_from(wall.as_micros()).unwrap_or(0), 1_000),
         Some(ns) => (ns, 1),
     };
-    let keys: Vec<&RedisString> = args
-        .iter()
-        .step_by(STRIDE)
-        .take(call.limits.len())
-        .collect();
     let mut store = RedisStore {
         ctx,
-        strings: call
-            .limits
-            .iter()
-            .map(|limit| !matches!(limit.params, Params::Sliding { .. }))
-            .collect(),
-        keys,
+        args,
+        limits: &call.limits,
         wall_ms: i128::try_from(wall.as_millis()).unwrap_or(0),
     };
     let reply = transition::run(&call, now, unit, &mut store).map_err(RedisError::String)?;
-    Ok(RedisValue::Array(
-        reply.into_iter().map(RedisValue::Integer).collect(),
-    ))
+    // Straight to the client: no intermediate `RedisValue` array.
+    let raw_ctx = ctx.get_raw();
+    raw::reply_with_array(raw_ctx, c_long::try_from(reply.len()).unwrap_or(0));
+    for value in reply {
+        raw::reply_with_long_long(raw_ctx, value);
+    }
+    Ok(RedisValue::NoReply)
 }
 
 /// The call's keys on the server: strings through the key API, hashes
 /// through `RedisModule_Call`; every write replicated as its effect.
 struct RedisStore<'a> {
     ctx: &'a Context,
-    keys: Vec<&'a RedisString>,
-    /// Whether key `i` holds a string (through the key API) or a hash.
-    strings: Vec<bool>,
+    /// The command's arguments: key `i` is argument `i · STRIDE`.
+    args: &'a [RedisString],
+    /// The limits, one per key: whether key `i` holds a string (through
+    /// the key API) or a hash.
+    limits: &'a [LimitArgs],
     /// The real time, for the absolute expiries sent to replicas.
     wall_ms: i128,
 }
@@ -56,8 +66,16 @@ struct RedisStore<'a> {
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 impl RedisStore<'_> {
+    fn key_string(&self, i: usize) -> &RedisString {
+        &self.args[i * STRIDE]
+    }
+
     fn key(&self, i: usize) -> &[u8] {
-        self.keys[i].as_slice()
+        self.key_string(i).as_slice()
+    }
+
+    fn is_string(&self, i: usize) -> bool {
+        !matches!(self.limits[i].params, Params::Sliding { .. })
     }
 
     fn call(&self, command: &str, args: &[&[u8]]) -> Result<RedisValue, String> {
@@ -89,7 +107,7 @@ fn bytes(value: RedisValue) -> Option<Vec<u8>> {
 impl Store for RedisStore<'_> {
     fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
         // Read-only: a read for writing would unshare the stored string.
-        let key = self.ctx.open_key(self.keys[i]);
+        let key = self.ctx.open_key(self.key_string(i));
         match key.key_type() {
             KeyType::Empty => Ok(None),
             KeyType::String => key
@@ -101,32 +119,15 @@ impl Store for RedisStore<'_> {
     }
 
     fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
-        {
-            // A key of another type is foreign (read as no state): replaced,
-            // as `SET` replaces it. Errors are then impossible on a key
-            // opened for writing, empty or a string.
-            let key = self.ctx.open_key_writable(self.keys[i]);
-            if !matches!(key.key_type(), KeyType::Empty | KeyType::String) {
-                let _ = key.delete();
-            }
-            let _ = key.write(value);
-            let ttl = u64::try_from(ttl_ms.max(1)).unwrap_or(u64::MAX);
-            let _ = key.set_expire(Duration::from_millis(ttl));
-        }
-        let at = self.at_ms(ttl_ms.max(1));
-        // The key's own string (no copy) beside three new ones.
-        let (value, pxat, at) = (
-            self.ctx.create_string(value),
-            self.ctx.create_string("PXAT"),
-            self.ctx.create_string(at),
-        );
-        self.ctx
-            .replicate("SET", &[self.keys[i], &value, &pxat, &at][..]);
+        // A key of another type is foreign (read as no state): replaced,
+        // as `SET` replaces it. See `effects` for how and what it costs.
+        let at = i64::try_from(self.wall_ms + ttl_ms.max(1)).unwrap_or(i64::MAX);
+        effects::set_string(self.ctx, self.key_string(i), value.as_bytes(), at);
     }
 
     fn del(&mut self, i: usize) {
-        if self.strings[i] {
-            let _ = self.ctx.open_key_writable(self.keys[i]).delete();
+        if self.is_string(i) {
+            let _ = self.ctx.open_key_writable(self.key_string(i)).delete();
         } else {
             let _ = self.call("DEL", &[self.key(i)]);
         }

@@ -44,8 +44,12 @@
 //!   key with nothing to hold is deleted; a denial writes nothing.
 //! - **Replication by effects**: replicas and the AOF receive the writes
 //!   (`SET … PXAT`, `HSET`, `HDEL`, `PEXPIREAT`, `DEL`, wrapped in one
-//!   `MULTI`/`EXEC` by Redis), never the command, whose answer depends on
-//!   the clock of the server that ran it.
+//!   `MULTI`/`EXEC` by Redis when there are several), never the command,
+//!   whose answer depends on the clock of the server that ran it; a string
+//!   state's expiry on the master is the same absolute time as the one
+//!   replicated, so a replica, or a server restarted from the AOF, holds
+//!   exactly the master's keys, values and expiry times, without the module
+//!   (`tests/replication.rs`).
 //! - **Shared state with the scripts**: the stored formats are the
 //!   script's, so clients that use the module and clients that fall back to
 //!   the script decide on the same keys consistently.
@@ -64,12 +68,16 @@
 //! The module SDK ([`redis_module`]) is a binding over Redis's C module API:
 //! registering the command and the server's allocator expands to `unsafe`
 //! FFI code in this crate (the `redis_module!` macro), so this crate alone
-//! opts out of the workspace's `forbid(unsafe_code)`. The code written here
-//! has no `unsafe` block of its own: keys, strings, replies and replication
-//! go through the SDK's safe wrappers.
+//! opts out of the workspace's `forbid(unsafe_code)`. Keys, strings, replies
+//! and most writes go through the SDK's safe wrappers; the admission's write
+//! path (`effects`: the in-place write of a string state, its absolute
+//! expiry and its replication with a static format, which the SDK does not
+//! wrap) has three small `unsafe` blocks, each with its `SAFETY:` reason.
 
 pub mod args;
 pub mod transition;
 
 #[cfg(not(test))]
 mod command;
+#[cfg(not(test))]
+mod effects;

@@ -540,7 +540,9 @@ fn gcra_store(
         store.del(i);
     } else {
         let tat = (cur + debt) % modulus;
-        store.set(i, &tat.to_string(), c.ttl_ms(cdiv(debt, scale)));
+        // Formatted on the stack: the admission's hot path allocates nothing.
+        let mut digits = itoa::Buffer::new();
+        store.set(i, digits.format(tat), c.ttl_ms(cdiv(debt, scale)));
     }
 }
 

@@ -412,7 +412,9 @@ async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
     let ok: Vec<i64> = call("{v}a", "2").query_async(&mut c).await.unwrap();
     assert_eq!(&ok[..2], &[1, 2]);
     let ttl: i64 = c.pttl("{v}a").await.unwrap();
-    assert!(ttl > 0, "an admitted call left a key without TTL: {ttl}");
+    // -1 is "no TTL"; -2 (already expired: the TTL is a few ms and the
+    // machine may be loaded) is fine.
+    assert_ne!(ttl, -1, "an admitted call left a key without TTL");
 
     // The old GCRA parameters (a burst in place of the modulus) are refused.
     let mut old = redis::cmd("TOLLGATE.DECIDE");
@@ -439,5 +441,5 @@ async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
         .unwrap();
     assert_eq!(kind, "string", "the hash was not replaced");
     let ttl: i64 = c.pttl("{v}hash").await.unwrap();
-    assert!(ttl > 0, "the replaced key has no TTL: {ttl}");
+    assert_ne!(ttl, -1, "the replaced key has no TTL");
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
-use super::entry::Entry;
+use super::entry::{Entry, ShardTag};
 use super::tier::{OverrideFn, Policies, Tier};
 use super::{Counters, KeyedLimiter, Shared};
 use crate::algorithm::{Algorithm, Carry};
@@ -98,7 +98,7 @@ where
         };
         let shared = Arc::new(Shared {
             clock: self.clock,
-            map: KeyMap::new(self.max_keys),
+            map: KeyMap::new(self.max_keys, || ShardTag::new(&default.algorithm)),
             policies: RwLock::new(Policies {
                 generation: 0,
                 default,

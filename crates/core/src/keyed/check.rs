@@ -6,13 +6,16 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use super::entry::{Answer, Entry, Mode};
+use super::entry::{Answer, Entry, Mode, ShardTag, run};
 use super::{DEFAULT_SWEEP_EVERY, Shared};
 use crate::algorithm::Algorithm;
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
-use crate::keymap::Slot;
+use crate::keymap::{Held, HeldMut, ShardMut};
 use crate::sync::Ordering;
+
+/// A shard of a keyed limiter's map, write-locked.
+type Shard<'a, K, A> = ShardMut<'a, K, ShardTag<A>, <A as Algorithm>::Cell, Entry<A>>;
 
 impl<K, A> Shared<K, A>
 where
@@ -30,24 +33,29 @@ where
     #[inline(always)]
     pub(super) fn decide<Q, R: Answer>(&self, key: &Q, cost: u64, mode: Mode) -> R
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let now = self.clock.now();
         // Acquire: pairs with the Release of a change, so that an entry of the
         // current generation is decided under the rules that change published.
         let generation = self.generation.load(Ordering::Acquire);
         // A known key of the current generation: its shard's shared lock
-        // only. (An entry may be newer than the generation read: a request
-        // that read a later one refreshed it; its rules are then the current
-        // ones.) The guard is dropped at the end of the arm, before any
-        // write lock.
+        // only. A hot entry runs its shard's default, current if the shard's
+        // tag is; any other entry says which generation resolved it. (Either
+        // may be newer than the generation read: a request that read a later
+        // one brought it up to date; its rules are then the current ones.)
+        // The guard is dropped at the end of the arm, before any write lock.
         let known = match self.map.get(key) {
             Some(found) => {
-                if let Some(entry) = found.value() {
-                    if entry.algorithm.generation >= generation {
+                match found.held() {
+                    Some(Held::Hot(tag, cell)) if tag.generation >= generation => {
+                        return run(&tag.algorithm.algorithm, cell, now, cost, mode);
+                    }
+                    Some(Held::Other(entry)) if entry.algorithm.generation >= generation => {
                         return entry.run(now, cost, mode);
                     }
+                    _ => {}
                 }
                 true
             }
@@ -68,21 +76,38 @@ where
         known: bool,
     ) -> R
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         if known {
             // Its quota changed: re-resolve and carry its state over.
-            let updated = self.map.update(key, |key, entry| {
-                self.refresh(key, entry, now);
-                entry.run(now, cost, mode)
-            });
-            if let Some(result) = updated {
-                return result;
+            let mut shard = self.map.write(key);
+            self.bring_up(&mut shard, generation);
+            let promote = match shard.find(key) {
+                // Brought up by another request meanwhile.
+                Some(HeldMut::Hot(tag, cell)) => {
+                    return run(&tag.algorithm.algorithm, cell, now, cost, mode);
+                }
+                Some(HeldMut::Other(tag, key, entry)) => {
+                    if entry.algorithm.generation < generation {
+                        self.refresh(key, entry, now);
+                    }
+                    if !Arc::ptr_eq(&entry.algorithm, &tag.algorithm) {
+                        return entry.run(now, cost, mode);
+                    }
+                    true
+                }
+                // Swept meanwhile: it is new again.
+                None => false,
+            };
+            if promote {
+                // Back on its shard's default: a hot entry again.
+                if let Some((tag, cell)) = shard.promote(key, |entry| entry.cell) {
+                    return run(&tag.algorithm.algorithm, cell, now, cost, mode);
+                }
             }
-            // Swept meanwhile: it is new again.
         }
-        let owned = key.to_owned();
+        let owned = K::from(key.to_owned());
         let tier = self.resolve(&owned);
         let fresh = Entry {
             cell: tier.algorithm.new_cell(),
@@ -109,17 +134,54 @@ where
         if !self.reserve_slot() {
             return R::decided(self.decide_overflow(now, cost, generation, mode));
         }
-        self.map.upsert(owned, fresh, |slot| match slot {
-            Slot::Inserted(entry) => entry.run(self.fresh_time(now), cost, mode),
-            Slot::Occupied(entry) => {
-                // Another request created it first: give back the slot.
+        let mut shard = self.map.write(key);
+        self.bring_up(&mut shard, generation);
+        match shard.find(key) {
+            // Another request created it first: give back the slot.
+            Some(HeldMut::Hot(tag, cell)) => {
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                return run(&tag.algorithm.algorithm, cell, now, cost, mode);
+            }
+            Some(HeldMut::Other(_, _, entry)) => {
                 self.live.fetch_sub(1, Ordering::Relaxed);
                 if entry.algorithm.generation < generation {
                     entry.adopt(&tier, now);
                 }
-                entry.run(now, cost, mode)
+                return entry.run(now, cost, mode);
             }
-        })
+            None => {}
+        }
+        if Arc::ptr_eq(&fresh.algorithm, &shard.tag().algorithm) {
+            let (tag, cell) = shard.insert_hot(owned, fresh.cell);
+            run(
+                &tag.algorithm.algorithm,
+                cell,
+                self.fresh_time(now),
+                cost,
+                mode,
+            )
+        } else {
+            shard
+                .insert_other(owned, fresh)
+                .run(self.fresh_time(now), cost, mode)
+        }
+    }
+
+    /// Brings `shard`'s tag up to the current rules if it is older than
+    /// `generation`: its hot entries, resolved under the old tag, become
+    /// other entries that each re-resolve on their next request (so that
+    /// a state is carried over at its own key's next request, as before the
+    /// change), and the shard's hot table starts again under the current
+    /// default.
+    fn bring_up(&self, shard: &mut Shard<'_, K, A>, generation: u64) {
+        if shard.tag().generation >= generation {
+            return;
+        }
+        let tag = ShardTag::new(&self.read_policies().default.algorithm);
+        shard.retag(tag, |old, cell| Entry {
+            algorithm: Arc::clone(&old.algorithm),
+            cell,
+        });
     }
 
     /// Takes one of the `max_keys` slots, if any is free.
@@ -188,8 +250,11 @@ where
         // `fresh_time`); `fetch_max` keeps the latest of concurrent sweeps.
         self.swept_at.fetch_max(now.as_u64(), Ordering::Relaxed);
         let mut removed = 0;
-        self.map.retain(|_, entry| {
-            let idle = entry.algorithm.is_idle(&entry.cell, now);
+        self.map.retain(|held| {
+            let idle = match held {
+                HeldMut::Hot(tag, cell) => tag.algorithm.is_idle(cell, now),
+                HeldMut::Other(_, _, entry) => entry.algorithm.is_idle(&entry.cell, now),
+            };
             removed += usize::from(idle);
             !idle
         });

@@ -21,6 +21,7 @@ use crate::algorithm::Algorithm;
 use crate::clock::{Clock, Nanos, saturating_nanos};
 use crate::control::ControlError;
 use crate::decision::Decision;
+use crate::keymap::Held;
 use crate::observe::{List, Outcome};
 use crate::sync::{AtomicBool, Ordering, RwLock, read, write};
 
@@ -121,8 +122,8 @@ impl<K: Hash + Eq> KeyControls<K> {
         change: impl FnOnce(&mut Control) -> R,
     ) -> Result<R, ControlError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let mut entries = write(&self.entries);
         if !entries.contains_key(key) && entries.len() >= self.max {
@@ -131,7 +132,7 @@ impl<K: Hash + Eq> KeyControls<K> {
                 return Err(ControlError::Full { max: self.max });
             }
         }
-        let control = entries.entry(key.to_owned()).or_default();
+        let control = entries.entry(K::from(key.to_owned())).or_default();
         let result = change(control);
         if control.is_spent(now) {
             entries.remove(key);
@@ -186,8 +187,8 @@ where
     /// request of cost 0 would be told now.
     pub fn reset<Q>(&self, key: &Q) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let now = self.shared.clock.now().as_u64();
         if self.shared.ops.controls.list(key).is_some()
@@ -208,8 +209,8 @@ where
     /// without a state is full: nothing changes). Returns the state after.
     pub fn refund<Q>(&self, key: &Q, permits: u64) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let now = self.shared.clock.now();
         self.on_cell(key, |algorithm, cell| {
@@ -229,8 +230,8 @@ where
     /// cap on controlled keys is reached.
     pub fn penalize<Q>(&self, key: &Q, duration: Duration) -> Result<Decision, ControlError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         if duration.is_zero() {
             return Ok(self.state_of(key));
@@ -259,8 +260,8 @@ where
     /// [`ControlError::Full`] past the cap on controlled keys.
     pub fn deny<Q>(&self, key: &Q) -> Result<(), ControlError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.set_list(key, Some(List::Deny)).map(drop)
     }
@@ -273,8 +274,8 @@ where
     /// [`ControlError::Full`] past the cap on controlled keys.
     pub fn allow<Q>(&self, key: &Q) -> Result<(), ControlError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.set_list(key, Some(List::Allow)).map(drop)
     }
@@ -282,8 +283,8 @@ where
     /// Takes `key` off either list; returns the list it was on.
     pub fn unlist<Q>(&self, key: &Q) -> Option<List>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         if self.shared.ops.controls.list(key).is_none() {
             return None;
@@ -303,8 +304,8 @@ where
 
     fn set_list<Q>(&self, key: &Q, list: Option<List>) -> Result<Option<List>, ControlError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let now = self.shared.clock.now().as_u64();
         self.shared.ops.controls.change(key, now, |control| {
@@ -320,8 +321,10 @@ where
         Q: Hash + Eq + ?Sized,
     {
         if let Some(found) = self.shared.map.get(key) {
-            if let Some(entry) = found.value() {
-                change(&entry.algorithm.algorithm, &entry.cell);
+            match found.held() {
+                Some(Held::Hot(tag, cell)) => change(&tag.algorithm.algorithm, cell),
+                Some(Held::Other(entry)) => change(&entry.algorithm.algorithm, &entry.cell),
+                None => {}
             }
         }
     }
@@ -330,8 +333,8 @@ where
     /// lists and the penalty; not reported to the observer.
     fn state_of<Q>(&self, key: &Q) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.operated(key, 0, Mode::Peek)
     }

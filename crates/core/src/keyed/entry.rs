@@ -50,40 +50,80 @@ impl Answer for Result<Decision, CostError> {
         Err(error)
     }
 }
-/// One key's state and the algorithm it runs under: 8 bytes beside the
-/// cell, so that a `u64` key with a one-word state is 24 bytes in the map.
+
+/// A key whose algorithm is not its shard's default: its state and the
+/// algorithm it runs under (24 bytes with a `u64` key and a one-word
+/// state). Keys on the default are hot entries, the key and the cell alone
+/// (see [`ShardTag`]).
 pub(super) struct Entry<A: Algorithm> {
     pub(super) algorithm: Arc<Resolved<A>>,
     pub(super) cell: A::Cell,
 }
 
+/// What every hot entry of a shard runs: the default as the rules of
+/// `generation` resolved it. The generation is copied beside the pointer so
+/// that a known key's check reads it from its shard's own cache line (the
+/// one its lock word is on).
+pub(super) struct ShardTag<A> {
+    pub(super) generation: u64,
+    pub(super) algorithm: Arc<Resolved<A>>,
+}
+
+impl<A> ShardTag<A> {
+    pub(super) fn new(algorithm: &Arc<Resolved<A>>) -> ShardTag<A> {
+        ShardTag {
+            generation: algorithm.generation,
+            algorithm: Arc::clone(algorithm),
+        }
+    }
+}
+
+/// Refuses a cost above `algorithm`'s capacity.
+#[inline]
+pub(super) fn within_capacity<A: Algorithm>(algorithm: &A, cost: u64) -> Result<(), CostError> {
+    let capacity = algorithm.capacity();
+    if cost > capacity {
+        return Err(CostError::new(cost, capacity));
+    }
+    Ok(())
+}
+
+/// Runs a request on `cell` under `algorithm`.
+///
+/// Inlined so that `mode`, a constant at every call site, selects its arm
+/// at compile time and the decision is built in the caller's frame.
+#[inline(always)]
+pub(super) fn run<A: Algorithm, R: Answer>(
+    algorithm: &A,
+    cell: &A::Cell,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> R {
+    if mode != Mode::Charge {
+        if let Err(error) = within_capacity(algorithm, cost) {
+            return R::refused(error);
+        }
+    }
+    R::decided(match mode {
+        Mode::Check => algorithm.check_cell(cell, now, cost),
+        Mode::Peek => algorithm.peek_cell(cell, now, cost),
+        Mode::Charge => {
+            algorithm.charge_cell(cell, now, cost);
+            algorithm.peek_cell(cell, now, 1)
+        }
+    })
+}
+
 impl<A: Algorithm> Entry<A> {
     #[inline]
     pub(super) fn within_capacity(&self, cost: u64) -> Result<(), CostError> {
-        let capacity = self.algorithm.capacity();
-        if cost > capacity {
-            return Err(CostError::new(cost, capacity));
-        }
-        Ok(())
+        within_capacity(&self.algorithm.algorithm, cost)
     }
 
-    // Inlined so that `mode`, a constant at every call site, selects its arm
-    // at compile time and the decision is built in the caller's frame.
     #[inline(always)]
     pub(super) fn run<R: Answer>(&self, now: Nanos, cost: u64, mode: Mode) -> R {
-        if mode != Mode::Charge {
-            if let Err(error) = self.within_capacity(cost) {
-                return R::refused(error);
-            }
-        }
-        R::decided(match mode {
-            Mode::Check => self.algorithm.check_cell(&self.cell, now, cost),
-            Mode::Peek => self.algorithm.peek_cell(&self.cell, now, cost),
-            Mode::Charge => {
-                self.algorithm.charge_cell(&self.cell, now, cost);
-                self.algorithm.peek_cell(&self.cell, now, 1)
-            }
-        })
+        run(&self.algorithm.algorithm, &self.cell, now, cost, mode)
     }
 
     /// Moves to `tier`'s algorithm, carrying the state if it differs.

@@ -27,16 +27,37 @@
 //! pays for a sweep. [`sweep`](KeyedLimiter::sweep) runs one now. What a
 //! sweep removed is freed before it returns, and a shard it left mostly
 //! empty shrinks: 1,000,000 idle keys leave nothing, to the byte, above the
-//! empty limiter (measured in `tests/keyed_memory.rs`: 52.4 bytes per `u64`
-//! key, 102 per 16-byte `String` key, with GCRA at 1,000,000 keys in 2^21
-//! slots; the empty limiter, with its 256 shards, is 33 KB).
+//! empty limiter (measured in `tests/keyed_memory.rs`, GCRA at 1,000,000
+//! keys in 2^21 slots: 35.7 bytes per `u64` key, 69.2 per 16-byte
+//! [`CompactString`] key, 85.2 per 16-byte `String` key plus the
+//! allocator's overhead on its heap block; the empty limiter, with its 256
+//! shards, is 33 KB).
 //!
-//! An entry is the key, the cell and one pointer to the key's algorithm as
-//! resolved under the current rules (shared by every key of the tier, and
-//! carrying the rules' generation, so that a change of quota is noticed
-//! without a per-key generation): 24 bytes for a `u64` key and a one-word
-//! state.
+//! A key on the default quota is a 16-byte entry for a `u64` key and a
+//! one-word state: the key and the cell, nothing else. The algorithm it
+//! runs is its shard's, shared by every such key of the shard and tagged
+//! with the generation of the rules that resolved it, so that a change of
+//! quota is noticed without a per-key generation (see `src/keymap.rs` for
+//! the layout and why it was chosen). A key on an override, or one that
+//! has not had a request since the last change, holds a pointer to its own
+//! algorithm beside its cell (24 bytes), until it is back on the default.
+//! The first request to a shard after a change of quota moves that shard's
+//! keys aside (a hold of its write lock for O(keys in the shard), as when
+//! its table grows); each key's state is still carried over at its own
+//! next request.
 //!
+//! # String keys
+//!
+//! Requests name a key by any borrowed form `Q` of it (`K: Borrow<Q>`), and
+//! a new key is made from `Q`'s owned form (`K: From<Q::Owned>`): `&str` for
+//! `KeyedLimiter<String>` and for `KeyedLimiter<CompactString>`, `&u64` for
+//! `u64`. A known key is looked up without allocating. A `String` key holds
+//! its bytes in a heap block of its own (32 bytes from the allocator for a
+//! 16-byte key); a [`CompactString`] keeps up to 24 bytes inline in its
+//! 24-byte header, so that `"user:00001234"` costs no allocation at all, and
+//! longer ones go to the heap as a `String`'s do. It hashes and compares
+//! as its `str`, so that `check("alice")` finds it.
+
 //! # Clocks that go back
 //!
 //! A sweep judges a key idle at its own clock reading `t1`: the key's state
@@ -94,13 +115,17 @@ use std::thread::Thread;
 use std::time::Duration;
 
 pub use self::builder::KeyedBuilder;
-use self::entry::{Entry, Mode};
+use self::entry::{Entry, Mode, ShardTag};
 use self::tier::{Policies, Tier};
 use crate::algorithm::{Algorithm, Carry, Gcra};
 use crate::clock::ClockSource;
 use crate::decision::{CostError, Decision};
 use crate::keymap::KeyMap;
 use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, RwLock};
+/// A string key stored inline up to 24 bytes (`compact_str`'s): the key
+/// type for string keys that should cost no heap block of their own. See
+/// ["Memory: bounded, and lossless"](self#memory-bounded-and-lossless).
+pub use compact_str::CompactString;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -133,6 +158,19 @@ const SHARED_FUNCTION_RESULTS: usize = 64;
 /// # Ok(())
 /// # }
 /// ```
+///
+/// The same with keys stored inline (no heap block per key up to 24 bytes):
+///
+/// ```
+/// use tollgate::{CompactString, Gcra, KeyedLimiter, Quota};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_user: KeyedLimiter<CompactString> = KeyedLimiter::new(Gcra::new(Quota::per_second(1)?)?);
+/// assert!(per_user.check("user:00001234").is_allowed());
+/// assert!(per_user.check("user:00001234").is_denied());
+/// # Ok(())
+/// # }
+/// ```
 pub struct KeyedLimiter<K, A: Algorithm = Gcra> {
     shared: Arc<Shared<K, A>>,
 }
@@ -142,7 +180,7 @@ pub type DefaultKeyedLimiter<K> = KeyedLimiter<K, Gcra>;
 
 struct Shared<K, A: Algorithm> {
     clock: ClockSource,
-    map: KeyMap<K, Entry<A>>,
+    map: KeyMap<K, ShardTag<A>, A::Cell, Entry<A>>,
     policies: RwLock<Policies<K, A>>,
     /// Bumped by every change of quota; an entry resolved under an older
     /// generation re-resolves its quota on its next request.
@@ -213,8 +251,8 @@ where
     #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         // Every algorithm admits a cost of 1 on a fresh state.
         if self.shared.ops.engaged() {
@@ -232,8 +270,8 @@ where
     #[inline]
     pub fn check_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         if self.shared.ops.engaged() {
             return self.operated(key, cost, Mode::Check);
@@ -246,8 +284,8 @@ where
     #[inline]
     pub fn peek<Q>(&self, key: &Q) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         if self.shared.ops.engaged() {
             return self.operated(key, 1, Mode::Peek);
@@ -264,8 +302,8 @@ where
     #[inline]
     pub fn peek_n<Q>(&self, key: &Q, cost: u64) -> Result<Decision, CostError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         if self.shared.ops.engaged() {
             return self.operated(key, cost, Mode::Peek);
@@ -285,8 +323,8 @@ where
     #[inline]
     pub fn charge_n<Q>(&self, key: &Q, cost: u64) -> Decision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         // A charge is never refused.
         if self.shared.ops.engaged() {

@@ -163,8 +163,8 @@ where
     #[inline(never)]
     pub(super) fn operated<Q, R: Answer>(&self, key: &Q, cost: u64, mode: Mode) -> R
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let ops = &self.shared.ops;
         let (outcome, result) = match ops.controls.verdict(key, self.shared.clock.now()) {
@@ -214,7 +214,8 @@ where
         cost: u64,
         decision: &Decision,
     ) where
-        Q: ToOwned<Owned = K> + ?Sized,
+        K: From<Q::Owned>,
+        Q: ToOwned + ?Sized,
     {
         let ops = &self.shared.ops;
         let mut event = Event {
@@ -226,7 +227,7 @@ where
         };
         match ops.show_key {
             Some(show) => {
-                let owned = key.to_owned();
+                let owned = K::from(key.to_owned());
                 event.key = Some(show(&owned));
                 observer.on_decision(&event);
             }

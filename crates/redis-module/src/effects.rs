@@ -1,0 +1,183 @@
+//! The write of a string state (a GCRA TAT, a fixed window) and its
+//! replication: the admission's hot path, with as little work as Redis's
+//! module API allows.
+//!
+//! # Guarantees
+//!
+//! - **Exact replicas and AOF**: every write is propagated as its effect,
+//!   `SET key value PXAT at`, with the absolute expiry `at` the master itself
+//!   stores (`RedisModule_SetAbsExpire`): the master, its replicas and a
+//!   server restarted from the AOF hold the same value and the same expiry to
+//!   the millisecond, and none of them needs the module (see
+//!   `tests/replication.rs`).
+//! - **The TTL in the same step**: the value and its expiry are written in
+//!   one command, before anything else runs.
+//!
+//! # Decisions (what an admission costs, and why)
+//!
+//! Redis CPU per admission is the module's target (≤ `CL.THROTTLE`'s, see
+//! `BENCHMARKS.md`), and in a module command most of it is allocation:
+//! every Redis object and every Rust heap value goes through Redis's
+//! allocator and its memory accounting. Hence:
+//!
+//! - **In place.** The value is written through the key's DMA buffer. A
+//!   state of the stored value's length (nearly every admission: a GCRA TAT
+//!   keeps its number of digits for days) is overwritten without any
+//!   allocation. A key that is empty, holds another type or a string of
+//!   another length is deleted and re-created at the exact length (not
+//!   `RedisModule_StringTruncate` on the old one, which grows a string
+//!   greedily, doubling it). The string is stored raw: Redis's DMA read
+//!   decodes an embedded or integer-encoded string on **every** read, even
+//!   from a key opened read-only, so the `SET` of the older code made each
+//!   next decision re-allocate the value it read. (A raw 16-digit value
+//!   takes the same 40 bytes of jemalloc classes as an embedded one.)
+//! - **One `RedisModule_Replicate` with a static format** (`"sbcl"`: the key
+//!   as it came, the value's bytes, `PXAT`, the time as an integer): no Rust
+//!   allocation, no number formatting; Redis builds the four objects it
+//!   propagates (and frees them at once when no replica or AOF listens).
+//! - **Not `RedisModule_ReplicateVerbatim`**: the decision depends on the
+//!   master's clock, so a replica re-running `TOLLGATE.DECIDE` would decide
+//!   on its own clock and state (and would need the module). Effects are
+//!   exact; the command is not.
+//!
+//! # Safety
+//!
+//! Three calls of Redis's module API have no safe wrapper in the SDK
+//! ([`redis_module`]): `RedisModule_SetAbsExpire`, the variadic
+//! `RedisModule_Replicate` with our own format, and the slice over a DMA
+//! buffer. Each `unsafe` block states what makes it sound; all run on
+//! Redis's main thread inside the command's call, with the command's
+//! context and a key handle this module opened and has not closed.
+
+use std::ffi::{c_char, c_longlong};
+use std::ptr::NonNull;
+
+use redis_module::{Context, RedisString, raw};
+
+/// A key opened for writing through the raw API, closed on drop.
+struct WriteKey(NonNull<raw::RedisModuleKey>);
+
+impl WriteKey {
+    fn open(ctx: &Context, key: &RedisString) -> Option<WriteKey> {
+        let mode = raw::KeyMode::READ | raw::KeyMode::WRITE;
+        NonNull::new(raw::open_key(ctx.get_raw(), key.inner, mode)).map(WriteKey)
+    }
+
+    fn raw(&self) -> *mut raw::RedisModuleKey {
+        self.0.as_ptr()
+    }
+
+    /// The string's DMA buffer for writing; `None` for another type.
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        let mut len = 0;
+        let ptr = raw::string_dma(self.raw(), &mut len, raw::KeyMode::WRITE);
+        if ptr.is_null() {
+            return None;
+        }
+        if len == 0 {
+            // An empty key's buffer is a read-only literal: never written.
+            return Some(&mut []);
+        }
+        // SAFETY: `RedisModule_StringDMA` returned a non-null pointer to the
+        // key's own string of `len` bytes, unshared for writing (mode
+        // WRITE); it stays valid until the key is modified or closed, which
+        // needs `&mut self` or `self`: the borrow of the slice prevents both.
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
+    }
+
+    fn delete(&self) {
+        if let Some(delete) = {
+            // SAFETY: a plain read (a copy) of the function pointer that
+            // `RedisModule_Init` filled in when the module was loaded.
+            unsafe { raw::RedisModule_DeleteKey }
+        } {
+            // SAFETY: `self` is an open key handle, opened for writing.
+            unsafe { delete(self.raw()) };
+        }
+    }
+}
+
+impl Drop for WriteKey {
+    fn drop(&mut self) {
+        raw::close_key(self.raw());
+    }
+}
+
+/// Sets the string `key` to `value`, expiring at `at_ms` (Unix time, ms),
+/// and replicates `SET key value PXAT at_ms`.
+pub(crate) fn set_string(ctx: &Context, key: &RedisString, value: &[u8], at_ms: i64) {
+    {
+        let Some(mut handle) = WriteKey::open(ctx, key) else {
+            return;
+        };
+        match handle.buffer() {
+            Some(buffer) if buffer.len() == value.len() && !value.is_empty() => {
+                buffer.copy_from_slice(value);
+            }
+            _ => {
+                // Empty, another type or another length: a fresh string of
+                // the exact length (Redis creates it raw, `value.len()` zero
+                // bytes, which the DMA buffer then receives).
+                handle.delete();
+                if raw::string_truncate(handle.raw(), value.len()) == raw::Status::Ok {
+                    if let Some(buffer) = handle.buffer() {
+                        if buffer.len() == value.len() {
+                            buffer.copy_from_slice(value);
+                        }
+                    }
+                }
+            }
+        }
+        set_abs_expire(&handle, at_ms);
+    }
+    replicate_set(ctx, key, value, at_ms);
+}
+
+/// Expires the key at `at_ms`; on a server older than 6.2.2 (no
+/// `RedisModule_SetAbsExpire`) in `at_ms` minus now (then a replica's
+/// expiry may differ from the master's by the millisecond between the two
+/// clock readings).
+fn set_abs_expire(handle: &WriteKey, at_ms: i64) {
+    // SAFETY: a plain read (a copy) of the function pointer that
+    // `RedisModule_Init` filled in (or left `None` on an older server).
+    let absolute = unsafe { raw::RedisModule_SetAbsExpire };
+    match absolute {
+        // SAFETY: an open key handle, opened for writing, holding a value.
+        Some(set) => unsafe {
+            set(handle.raw(), at_ms);
+        },
+        None => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            raw::set_expire(handle.raw(), (at_ms - now).max(1));
+        }
+    }
+}
+
+/// `SET key value PXAT at_ms` to the replicas and the AOF.
+fn replicate_set(ctx: &Context, key: &RedisString, value: &[u8], at_ms: i64) {
+    // SAFETY: a plain read (a copy) of the function pointer that
+    // `RedisModule_Init` filled in when the module was loaded.
+    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    // SAFETY: the context is the running command's; the command name and
+    // the format are NUL-terminated literals; the variadic arguments match
+    // the format exactly: `s` a `RedisModuleString*` (the command's own key
+    // argument, alive for the call), `b` a `char*` and its `size_t` length
+    // (`value`, alive for the call; Redis copies it), `c` a NUL-terminated
+    // `char*`, `l` a `long long`.
+    unsafe {
+        replicate(
+            ctx.get_raw(),
+            c"SET".as_ptr(),
+            c"sbcl".as_ptr(),
+            key.inner,
+            value.as_ptr().cast::<c_char>(),
+            value.len(),
+            c"PXAT".as_ptr(),
+            c_longlong::from(at_ms),
+        );
+    }
+}
