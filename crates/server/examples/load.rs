@@ -2,14 +2,21 @@
 //! percentiles over gRPC and HTTP, on loopback, bounded in time.
 //!
 //! ```text
-//! cargo run --release -p tollgate-server --example load -- [SECONDS] [CONCURRENCY] [BACKEND]
+//! cargo run --release -p tollgate-server --example load -- [SECONDS] [CONCURRENCY] [BACKEND] [API]
 //! ```
+//!
+//! API is `grpc`, `http` or `both` (the default).
 //!
 //! BACKEND is `floor` (no rate-limit server: a bare tonic server answering
 //! a constant `OK`, gRPC only, the transport's cost alone, to compare the
 //! server against), `memory` (the default), `redis` (a `redis-server` started by
 //! this program on a free loopback port, no persistence, stopped at the
-//! end) or a `redis://` URL (an existing server). With Redis, the backend
+//! end), a `redis://` URL (an existing server), or `direct`: no server at
+//! all, the same calls (same rules, keys, deadline and policy) made
+//! through `tollgate-redis` directly on a `redis-server` of its own, by
+//! CONCURRENCY tasks sharing one multiplexed connection as the server's
+//! limiters do: the Redis-bound rate the server is compared with. With
+//! Redis, the backend
 //! section sets a deadline of 20 ms and `fail_open`, and the decisions
 //! taken by the failure policy instead of Redis are printed: a figure with
 //! many of them measured the policy, not Redis.
@@ -248,12 +255,80 @@ async fn floor() -> Result<std::net::SocketAddr, Box<dyn std::error::Error>> {
     Ok(addr)
 }
 
+/// `direct`: the server's two rules as `tollgate-redis` limiters, called
+/// directly by `workers` tasks in a closed loop, the server's key mix.
+async fn run_direct(url: &str, workers: usize, seconds: u64) -> Report {
+    use tollgate::{Gcra, Quota};
+    use tollgate_redis::{FailurePolicy, Options, Redis, RedisLimiter};
+    let redis = Redis::connect(url, &Options::default())
+        .await
+        .expect("redis");
+    let limiter = |name: &str, per_second: u64| {
+        RedisLimiter::builder(redis.clone(), name)
+            .limit(Gcra::new(Quota::per_second(per_second).expect("quota")).expect("gcra"))
+            .failure_policy(FailurePolicy::FailOpen)
+            .deadline(Duration::from_millis(20))
+            .build()
+            .expect("limiter")
+    };
+    let (user, tight) = (limiter("bench.user", 1_000_000), limiter("bench.tight", 10));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let (user, tight) = (user.clone(), tight.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latency = Histogram::<u64>::new(3).expect("histogram");
+            let (mut decisions, mut i) = (0u64, 0u64);
+            while Instant::now() < deadline {
+                i += 1;
+                let (k, v) = key(worker, i);
+                let limiter = if k == "tight" { &tight } else { &user };
+                let sent = Instant::now();
+                let _ = limiter.check(v.as_bytes()).await;
+                decisions += 1;
+                let _ = latency.record(sent.elapsed().as_nanos() as u64);
+            }
+            (decisions, 0, latency)
+        }));
+    }
+    let report = collect(tasks, started).await;
+    let stats = [user.stats(), tight.stats()];
+    println!(
+        "decided by Redis: {}; by the failure policy instead: {}",
+        stats.iter().map(|s| s.redis).sum::<u64>(),
+        stats
+            .iter()
+            .map(|s| s.policy_allowed + s.policy_denied)
+            .sum::<u64>(),
+    );
+    report
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let seconds: u64 = args.next().map_or(Ok(5), |s| s.parse())?;
     let workers: usize = args.next().map_or(Ok(32), |s| s.parse())?;
     let backend = args.next().unwrap_or_else(|| "memory".into());
+    let api = args.next().unwrap_or_else(|| "both".into());
+    let (grpc_on, http_on) = match api.as_str() {
+        "both" => (true, true),
+        "grpc" => (true, false),
+        "http" => (false, true),
+        other => return Err(format!("api: grpc, http or both, not '{other}'").into()),
+    };
+    if backend == "direct" {
+        let own = tollgate_testkit::RedisServer::start();
+        println!(
+            "{seconds} s, {workers} concurrent callers, tollgate-redis directly on {} (no server)",
+            own.url()
+        );
+        run_direct(&own.url(), workers, seconds)
+            .await
+            .print("direct");
+        return Ok(());
+    }
     if backend == "floor" {
         let addr = floor().await?;
         println!(
@@ -304,9 +379,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             &format!("source=\"{source}\""),
         )
     };
-    run_grpc(grpc, workers, seconds).await.print("grpc");
+    if grpc_on {
+        run_grpc(grpc, workers, seconds).await.print("grpc");
+    }
     let (redis_grpc, policy_grpc) = (by(&service, "redis"), by(&service, "policy"));
-    run_http(http, workers, seconds).await.print("http");
+    if http_on {
+        run_http(http, workers, seconds).await.print("http");
+    }
     if redis_url.is_some() {
         println!(
             "decided by Redis: grpc {redis_grpc}, http {}; by the failure policy instead: grpc {policy_grpc}, http {}",

@@ -31,6 +31,10 @@
 //!   where axum's `Json` would say 422), a body above `max_request_bytes`
 //!   413, a missing or wrong token 401, overload 503 at once, a backend
 //!   failure 503. Never a 500.
+//! - Served by [`serve`] (hyper with its per-request timers), not
+//!   `axum::serve`, so that a request head that never ends is cut.
+
+pub mod serve;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -263,6 +267,10 @@ struct LimitAnswer {
     capacity: u64,
 }
 
+/// The algorithm shown for a limit with no limiter behind it (a rule that
+/// admits nothing, a refused `limit` override): envoyproxy/ratelimit's.
+const BLOCKED_ALGORITHM: &str = "fixed_window";
+
 /// Milliseconds, rounded up (waiting that long is enough); `None` for never.
 fn millis(duration: std::time::Duration) -> Option<u64> {
     if duration.as_nanos() >= u128::from(u64::MAX) {
@@ -347,7 +355,7 @@ fn status_answer(status: &Status) -> StatusAnswer {
                 let (algorithm, capacity) = rule
                     .as_ref()
                     .and_then(|rule| rule.limits.as_ref())
-                    .map_or(("fixed_window", quota.requests_per_unit), |limits| {
+                    .map_or((BLOCKED_ALGORITHM, quota.requests_per_unit), |limits| {
                         (limits.algorithm.kind().name(), limits.algorithm.capacity())
                     });
                 limit_answer(algorithm, capacity, quota)
@@ -436,22 +444,27 @@ async fn rules(State(state): State<AppState>) -> Response {
             name: rule.name.clone(),
             shadow_mode: rule.shadow_mode,
             unlimited: rule.limits.is_none() && rule.blocked.is_none(),
-            limits: rule.limits.as_ref().map_or_else(Vec::new, |limits| {
-                let kind = limits.algorithm.kind();
-                limits
-                    .quotas
-                    .iter()
-                    .map(|quota| {
-                        let capacity = match kind {
-                            crate::config::AlgorithmKind::Gcra => {
-                                quota.burst.unwrap_or(quota.requests_per_unit)
-                            }
-                            _ => quota.requests_per_unit,
-                        };
-                        limit_answer(kind.name(), capacity, quota)
-                    })
-                    .collect()
-            }),
+            limits: match (&rule.limits, &rule.blocked) {
+                // A rule that admits nothing: its limit of 0 (bug of issue
+                // 15: listed with no limit, as if unlimited).
+                (None, Some(quota)) => vec![limit_answer(BLOCKED_ALGORITHM, 0, quota)],
+                (limits, _) => limits.as_ref().map_or_else(Vec::new, |limits| {
+                    let kind = limits.algorithm.kind();
+                    limits
+                        .quotas
+                        .iter()
+                        .map(|quota| {
+                            let capacity = match kind {
+                                crate::config::AlgorithmKind::Gcra => {
+                                    quota.burst.unwrap_or(quota.requests_per_unit)
+                                }
+                                _ => quota.requests_per_unit,
+                            };
+                            limit_answer(kind.name(), capacity, quota)
+                        })
+                        .collect()
+                }),
+            },
         })
         .collect();
     axum::Json(serde_json::json!({ "rules": rules })).into_response()

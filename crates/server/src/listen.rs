@@ -13,10 +13,20 @@
 //!   last line.
 //! - **A connection that sends nothing is closed** after `idle_timeout`
 //!   (`server.idle_timeout_ms`, by default 30 s): a client that connects
-//!   and stays silent, one whose request headers never end, a half-open
-//!   connection whose peer is gone, an HTTP/1.1 keep-alive connection left
-//!   idle. Only bytes *read* restart the clock, so a peer that only
-//!   receives cannot hold a connection open.
+//!   and stays silent, a half-open connection whose peer is gone, an
+//!   HTTP/1.1 keep-alive connection left idle. Only bytes *read* restart
+//!   the clock, so a peer that only receives cannot hold a connection open.
+//! - **A connection's opening must arrive whole within `idle_timeout`** of
+//!   accept: until its first [`OPENING`] bytes are read (the HTTP/2
+//!   connection preface; the start of an HTTP/1 request line or of a TLS
+//!   ClientHello), reads do not restart the clock, so a client trickling
+//!   its preface a byte at a time is closed at `idle_timeout` (bug of issue
+//!   15: each byte restarted it). What follows the opening is bounded by
+//!   the protocols' own timers, set to the same `idle_timeout`: hyper's
+//!   header-read timeout for every HTTP/1 request head
+//!   ([`crate::http::serve`]), and on HTTP/2 (both listeners) PINGs every
+//!   `idle_timeout / 2` that must be answered within `idle_timeout / 2`, so
+//!   that a frame that never ends is cut too.
 //! - **A live gRPC peer is never cut.** The gRPC server sends HTTP/2 PINGs
 //!   every `idle_timeout / 2`; a live client (Envoy) answers each, and the
 //!   answer is a read, so a connection that is merely quiet between calls
@@ -29,8 +39,9 @@
 //!   timers: hyper has a header-read timeout for HTTP/1 only, and tonic
 //!   none for a connection that never finishes its HTTP/2 preface; the byte
 //!   stream covers both protocols, plain or TLS, in one place.
-//! - A client trickling a byte at a time is not cut by an idle timeout;
-//!   `max_concurrent_requests` and the kernel's limits bound what it holds.
+//! - The opening rule is protocol-blind (it counts bytes), so it covers
+//!   both listeners, plain or TLS, in one place; the rest needs the
+//!   protocol's view of where a head ends, which only the HTTP stacks have.
 
 use std::io;
 use std::net::SocketAddr;
@@ -46,6 +57,9 @@ use tokio::time::{Instant, Sleep};
 pub const BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// The longest pause between two accept attempts.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The bytes a connection must send within its first `idle_timeout`
+/// before reads restart the clock: the length of the HTTP/2 preface.
+pub const OPENING: usize = 24;
 /// The shortest time between two log lines about accept errors.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -144,6 +158,8 @@ pub struct IdleTimeout<S> {
     inner: S,
     timeout: Duration,
     deadline: Pin<Box<Sleep>>,
+    /// Bytes of the opening still to read; reads restart the clock once 0.
+    opening: usize,
 }
 
 impl<S> IdleTimeout<S> {
@@ -153,6 +169,7 @@ impl<S> IdleTimeout<S> {
             inner,
             timeout,
             deadline: Box::pin(tokio::time::sleep(timeout)),
+            opening: OPENING,
         }
     }
 
@@ -171,9 +188,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
         let before = buf.filled().len();
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(result) => {
-                if buf.filled().len() > before {
-                    let next = Instant::now() + self.timeout;
-                    self.deadline.as_mut().reset(next);
+                let read = buf.filled().len() - before;
+                if read > 0 {
+                    if self.opening == 0 {
+                        let next = Instant::now() + self.timeout;
+                        self.deadline.as_mut().reset(next);
+                    }
+                    self.opening = self.opening.saturating_sub(read);
                 }
                 Poll::Ready(result)
             }
@@ -239,7 +260,9 @@ mod tests {
         let (client, server) = tokio::io::duplex(64);
         let mut server = IdleTimeout::new(server, Duration::from_secs(10));
         let mut client = client;
-        let mut buf = [0u8; 8];
+        let mut buf = [0u8; OPENING];
+        client.write_all(&[b'o'; OPENING]).await.unwrap();
+        assert_eq!(server.read(&mut buf).await.unwrap(), OPENING);
         tokio::time::advance(Duration::from_secs(9)).await;
         client.write_all(b"x").await.unwrap();
         assert_eq!(server.read(&mut buf).await.unwrap(), 1);
@@ -250,6 +273,25 @@ mod tests {
         // Writing does not count as activity.
         server.write_all(b"pong").await.unwrap();
         let started = Instant::now();
+        let error = server.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    /// Regression (issue 15): a peer trickling its opening a byte at a time
+    /// restarted the clock with each byte; the opening must now arrive
+    /// whole within the timeout of accept.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_opening_times_out_from_accept() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut server = IdleTimeout::new(server, Duration::from_secs(10));
+        let mut buf = [0u8; OPENING];
+        let started = Instant::now();
+        for _ in 0..OPENING - 1 {
+            client.write_all(b"P").await.unwrap();
+            assert_eq!(server.read(&mut buf).await.unwrap(), 1);
+            tokio::time::advance(Duration::from_millis(300)).await;
+        }
         let error = server.read(&mut buf).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(10));

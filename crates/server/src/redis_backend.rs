@@ -18,10 +18,16 @@
 //!   time until Redis is tried again as `retry_after`), and is counted
 //!   under the metrics below. The backend therefore never answers an
 //!   error: a Redis outage is visible in the metrics, not as 503s.
-//! - **Redis must answer at start**: a wrong URL or a Redis down when the
-//!   server starts is an error at start (better found then than as a policy
-//!   decision on every request); once started, outages and restarts are the
-//!   policy's and the breaker's (reconnection included).
+//! - **Redis must answer at start**: a wrong URL, refused credentials or
+//!   TLS handshake, no sentinel naming the master, a module required but
+//!   absent, or a Redis down when the server starts is an error at start
+//!   (better found then than as a policy decision on every request); once
+//!   started, outages and restarts are the policy's and the breaker's
+//!   (reconnection included; behind Sentinel, the master is asked for
+//!   again each time the breaker opens, so that the server follows a
+//!   failover: see `tollgate_redis::backend`).
+//! - **Connection settings** (TLS, ACL user and password, Sentinel, the
+//!   native module) map field by field onto `tollgate_redis::RedisConfig`.
 //! - **Across a reload**, a rule that keeps its path and its exact limits
 //!   keeps its limiter (its leases, deny cache and counters). A rule whose
 //!   limits change gets a new limiter: the Redis keys name the limits'
@@ -66,10 +72,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tollgate::Decision;
-use tollgate_redis::{Limit, Options, Redis, RedisLimiter, Stats};
+use tollgate_redis::{Limit, Options, Redis, RedisConfig, RedisLimiter, Stats, Target};
 
 use crate::backend::{Backend, BackendError, BackendHealth, DecideFuture, Hit, PolicyTotals};
-use crate::config::{BuiltAlgorithm, RedisSettings, RedisTarget, redact_url};
+use crate::config::{BuiltAlgorithm, RedisSettings, RedisTarget, RedisTls, redact_url};
 use crate::rules::{Rule, RuleSet};
 
 /// How long [`Backend::shutdown`] may spend giving leases back.
@@ -108,30 +114,14 @@ impl RedisBackend {
     ///
     /// Redis does not answer within the connection timeout, or refuses.
     pub async fn connect(settings: &RedisSettings) -> Result<RedisBackend, BackendError> {
-        let options = Options {
-            response_timeout: settings.response_timeout,
-            connection_timeout: settings.connection_timeout,
-            retries: settings.retries,
-        };
-        let redis = match &settings.target {
-            RedisTarget::Single(url) => Redis::connect(url, &options).await.map_err(|error| {
-                BackendError::new(format!("cannot connect to {}: {error}", redact_url(url)))
-            })?,
-            RedisTarget::Cluster(urls) => {
-                let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-                Redis::connect_cluster(&nodes, &options)
-                    .await
-                    .map_err(|error| {
-                        BackendError::new(format!(
-                            "cannot connect to the cluster {}: {error}",
-                            urls.iter()
-                                .map(|url| redact_url(url))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ))
-                    })?
-            }
-        };
+        let redis = Redis::open(&redis_config(settings))
+            .await
+            .map_err(|error| {
+                BackendError::new(format!(
+                    "cannot connect to {}: {error}",
+                    target_name(settings)
+                ))
+            })?;
         Ok(RedisBackend::with_redis(redis, settings.clone()))
     }
 
@@ -201,6 +191,52 @@ impl RedisBackend {
                 runtime.spawn(async move { limiter.shutdown().await });
             }
         }
+    }
+}
+
+/// `tollgate-redis`'s connection settings for `settings`.
+fn redis_config(settings: &RedisSettings) -> RedisConfig {
+    let mut config = match &settings.target {
+        RedisTarget::Single(url) => RedisConfig::single(url.clone()),
+        RedisTarget::Cluster(urls) => RedisConfig::cluster(urls.iter().cloned()),
+        RedisTarget::Sentinel(sentinel) => {
+            let mut config =
+                RedisConfig::sentinel(sentinel.sentinels.iter().cloned(), sentinel.master.clone());
+            if let Target::Sentinel(own) = &mut config.target {
+                own.username.clone_from(&sentinel.username);
+                own.password.clone_from(&sentinel.password);
+            }
+            config
+        }
+    };
+    config.username.clone_from(&settings.username);
+    config.password.clone_from(&settings.password);
+    config.tls = settings.tls.as_ref().map(RedisTls::to_config);
+    config.module = settings.module;
+    config.options = Options {
+        response_timeout: settings.response_timeout,
+        connection_timeout: settings.connection_timeout,
+        retries: settings.retries,
+    };
+    config
+}
+
+/// What `settings` connect to, for messages (no credentials).
+fn target_name(settings: &RedisSettings) -> String {
+    let urls = |urls: &[String]| {
+        urls.iter()
+            .map(|url| redact_url(url))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match &settings.target {
+        RedisTarget::Single(url) => redact_url(url),
+        RedisTarget::Cluster(nodes) => format!("the cluster {}", urls(nodes)),
+        RedisTarget::Sentinel(sentinel) => format!(
+            "master '{}' of the sentinels {}",
+            sentinel.master,
+            urls(&sentinel.sentinels)
+        ),
     }
 }
 

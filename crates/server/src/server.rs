@@ -366,9 +366,13 @@ impl BoundServer {
         let http = async move {
             match &self.http_tls {
                 None => {
-                    axum::serve(Acceptor::new(self.http_listener, idle), router)
-                        .with_graceful_shutdown(http_stopped)
-                        .await
+                    crate::http::serve::serve(
+                        Acceptor::new(self.http_listener, idle),
+                        router,
+                        idle,
+                        http_stopped,
+                    )
+                    .await
                 }
                 Some(identity) => {
                     let acceptor = identity.acceptor().map_err(std::io::Error::other)?;
@@ -377,9 +381,7 @@ impl BoundServer {
                         acceptor,
                         self.http_addr,
                     );
-                    axum::serve(listener, router)
-                        .with_graceful_shutdown(http_stopped)
-                        .await
+                    crate::http::serve::serve(listener, router, idle, http_stopped).await
                 }
             }
         };

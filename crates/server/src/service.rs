@@ -41,8 +41,11 @@
 //!   as in envoyproxy/ratelimit) or an `UNKNOWN` unit.
 //!
 //! A rule of the file with `requests_per_unit: 0` answers the same way
-//! (OVER_LIMIT with its limit, nothing counted), as envoyproxy/ratelimit's
-//! block list does; it is not counted as bad input.
+//! (OVER_LIMIT with its limit of 0), as envoyproxy/ratelimit's block list
+//! does; it is not counted as bad input, but its denials are counted under
+//! the rule (`total_hits` and `over_limit` by the cost, `shadow_mode` too
+//! in shadow mode, where it answers OK), as envoyproxy/ratelimit counts
+//! them. Nothing reaches the backend for it.
 //!
 //! # Limit overrides (Envoy's dynamic limits)
 //!
@@ -58,7 +61,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -146,6 +149,9 @@ impl Status {
     }
 }
 
+/// Why a blocked rule's descriptor is OVER_LIMIT.
+const BLOCKED: &str = "the rule admits nothing (requests_per_unit: 0)";
+
 /// What to do with one descriptor, decided before anything is counted.
 enum Plan {
     NoRule,
@@ -158,12 +164,19 @@ enum Plan {
         /// (`detailed_metric`, `value_to_metric`).
         metric: Option<(String, String)>,
     },
+    /// Bad input: OVER_LIMIT, counted as a refusal, not under a rule.
     Refused {
         rule: Option<Arc<Rule>>,
         quota: Option<QuotaConfig>,
         reason: String,
-        /// Bad input (counted as such), not a rule that blocks.
-        invalid: bool,
+    },
+    /// A rule that admits nothing (`requests_per_unit: 0`): OVER_LIMIT,
+    /// its denial counted under the rule.
+    Blocked {
+        rule: Arc<Rule>,
+        quota: QuotaConfig,
+        cost: u64,
+        metric: Option<(String, String)>,
     },
 }
 
@@ -172,7 +185,9 @@ impl Plan {
     fn rule(&self) -> Option<&Arc<Rule>> {
         match self {
             Plan::NoRule => None,
-            Plan::Unlimited(rule) | Plan::Limited { rule, .. } => Some(rule),
+            Plan::Unlimited(rule) | Plan::Limited { rule, .. } | Plan::Blocked { rule, .. } => {
+                Some(rule)
+            }
             Plan::Refused { rule, .. } => rule.as_ref(),
         }
     }
@@ -390,12 +405,7 @@ impl Service {
             .enumerate()
             .map(|(i, descriptor)| {
                 let plan = self.plan(&rules, &request.domain, request.cost, descriptor);
-                if let Plan::Refused {
-                    reason,
-                    invalid: true,
-                    ..
-                } = &plan
-                {
+                if let Plan::Refused { reason, .. } = &plan {
                     self.metrics.refused(api, Refusal::InvalidDescriptor);
                     tracing::debug!(?api, domain = %request.domain, "descriptors[{i}]: {reason}: OVER_LIMIT");
                 }
@@ -443,12 +453,27 @@ impl Service {
                     rule,
                     quota,
                     reason,
-                    ..
                 } => Status::Refused {
                     rule,
                     quota,
                     reason,
                 },
+                Plan::Blocked {
+                    rule,
+                    quota,
+                    cost,
+                    metric,
+                } => {
+                    // Counted as the denial it is (bug of issue 15: a
+                    // blocked rule's denials were counted nowhere).
+                    let denial = Decision::from_parts(false, 0, 0, Duration::MAX, Duration::ZERO);
+                    self.count(&counters, &rule, cost, &denial, metric);
+                    Status::Refused {
+                        rule: Some(rule),
+                        quota: Some(quota),
+                        reason: BLOCKED.into(),
+                    }
+                }
                 Plan::Limited {
                     rule,
                     cost,
@@ -458,23 +483,7 @@ impl Service {
                     let Some(decision) = decisions.next() else {
                         return Err(CheckError::Backend(BackendError::new("too few decisions")));
                     };
-                    let fresh;
-                    let rule_counters = match counters.get(&rule.id) {
-                        Some(counters) => counters,
-                        None => {
-                            fresh = self.metrics.rule(&rule);
-                            &fresh
-                        }
-                    };
-                    match metric {
-                        None => rule_counters.decided(cost, &decision, rule.shadow_mode),
-                        Some((key1, key2)) => rule_counters.decided_detailed(
-                            cost,
-                            &decision,
-                            rule.shadow_mode,
-                            &self.metrics.detailed(&rule, key1, key2),
-                        ),
-                    }
+                    self.count(&counters, &rule, cost, &decision, metric);
                     if decision.is_denied() {
                         self.status.denied(&rule.id, &key, cost);
                     }
@@ -496,6 +505,34 @@ impl Service {
         Ok(Outcome { statuses })
     }
 
+    /// Counts `decision` of `cost` under `rule` (and its detailed labels).
+    fn count(
+        &self,
+        counters: &HashMap<Arc<str>, RuleCounters>,
+        rule: &Arc<Rule>,
+        cost: u64,
+        decision: &Decision,
+        metric: Option<(String, String)>,
+    ) {
+        let fresh;
+        let rule_counters = match counters.get(&rule.id) {
+            Some(counters) => counters,
+            None => {
+                fresh = self.metrics.rule(rule);
+                &fresh
+            }
+        };
+        match metric {
+            None => rule_counters.decided(cost, decision, rule.shadow_mode),
+            Some((key1, key2)) => rule_counters.decided_detailed(
+                cost,
+                decision,
+                rule.shadow_mode,
+                &self.metrics.detailed(rule, key1, key2),
+            ),
+        }
+    }
+
     /// What to do with one descriptor: never an error (see the module docs).
     fn plan(
         &self,
@@ -509,7 +546,6 @@ impl Service {
                 rule: rule.cloned(),
                 quota,
                 reason,
-                invalid: true,
             };
         if let Err(reason) = self.validate_entries(descriptor) {
             return refused(None, None, reason);
@@ -533,12 +569,20 @@ impl Service {
                 Some(found) => found,
             },
         };
+        let metric = || {
+            rule.metric_keys(
+                descriptor
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+        };
         if let Some(quota) = rule.blocked {
-            return Plan::Refused {
-                rule: Some(Arc::clone(rule)),
-                quota: Some(quota),
-                reason: "the rule admits nothing (requests_per_unit: 0)".into(),
-                invalid: false,
+            return Plan::Blocked {
+                rule: Arc::clone(rule),
+                quota,
+                cost,
+                metric: metric(),
             };
         }
         let Some(limits) = &rule.limits else {
@@ -553,12 +597,7 @@ impl Service {
             return refused(Some(rule), limits.quotas.first().copied(), reason);
         }
         Plan::Limited {
-            metric: rule.metric_keys(
-                descriptor
-                    .entries
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str())),
-            ),
+            metric: metric(),
             rule: Arc::clone(rule),
             key,
             cost,

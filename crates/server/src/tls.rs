@@ -7,8 +7,9 @@
 //! - **rustls with *ring*** everywhere: no OpenSSL to link, and the one
 //!   provider tonic's `tls-ring` feature already brings in.
 //! - **gRPC: tonic's own TLS** (`ServerTlsConfig`), which handshakes each
-//!   connection in its own task and advertises `h2` by ALPN, over the same
-//!   listener stream as the plain server.
+//!   connection in its own task (bounded by [`HANDSHAKE_TIMEOUT`] too) and
+//!   advertises `h2` by ALPN, over the same listener stream as the plain
+//!   server.
 //! - **HTTP: `tokio-rustls` behind axum's `Listener` trait** rather than
 //!   `axum-server` or a hand-written hyper loop: [`TlsListener`] accepts TCP
 //!   connections in a task, handshakes each in a task of its own (bounded by
@@ -126,10 +127,14 @@ impl Identity {
 
     /// tonic's configuration for the gRPC listener.
     pub fn tonic_config(&self) -> tonic::transport::ServerTlsConfig {
-        tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
-            &self.cert_pem,
-            &self.key_pem,
-        ))
+        // The same handshake bound as HTTP: a client trickling its
+        // ClientHello holds a handshake task for at most this long.
+        tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(
+                &self.cert_pem,
+                &self.key_pem,
+            ))
+            .timeout(HANDSHAKE_TIMEOUT)
     }
 
     /// An acceptor for the HTTP listener.

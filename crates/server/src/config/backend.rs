@@ -1,13 +1,21 @@
 //! The `backend:` section: where the counts live (in memory by default,
-//! Redis or Redis Cluster when given), read and checked within its mapping.
+//! Redis, Redis Cluster or a Sentinel-managed master when given), read and
+//! checked within its mapping. How to reach Redis (target, credentials,
+//! TLS, module) is read by [`connection`]; the limiter settings here.
 
-use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tollgate_redis::{ModuleUse, Secret};
 
 use super::parse_period;
 use crate::yaml::checked_mapping;
+
+mod connection;
+
+use connection::{ModuleYaml, PasswordYaml, SentinelSection, TlsSection};
+pub use connection::{RedisTarget, RedisTls, SentinelSettings, redact_url};
 
 /// Where the counts live.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -19,33 +27,18 @@ pub enum BackendSettings {
     Redis(Box<RedisSettings>),
 }
 
-/// Which Redis (`Debug` hides the URLs' credentials).
-#[derive(Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    /// One server: `redis://host:port/db`.
-    Single(String),
-    /// A cluster, reached through any of these nodes.
-    Cluster(Vec<String>),
-}
-
-impl fmt::Debug for RedisTarget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RedisTarget::Single(url) => f.debug_tuple("Single").field(&redact_url(url)).finish(),
-            RedisTarget::Cluster(urls) => f
-                .debug_tuple("Cluster")
-                .field(&urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>())
-                .finish(),
-        }
-    }
-}
-
-/// The `backend:` section for Redis. Every key but `redis` / `cluster` is
-/// optional; the defaults are `tollgate-redis`'s.
+/// The `backend:` section for Redis. Every key but the target (`redis`,
+/// `cluster` or `sentinel`) is optional; the defaults are `tollgate-redis`'s.
 ///
 /// ```yaml
 /// backend:
 ///   redis: redis://127.0.0.1:6379  # or cluster: [redis://10.0.0.1:7000, redis://10.0.0.2:7000]
+///   # or sentinel: {sentinels: [redis://10.0.0.1:26379], master: main,
+///   #               username: ..., password / password_file / password_env: ...}
+///   username: tollgate             # ACL user; absent: the default user
+///   password_file: /run/secrets/redis  # or password: ..., or password_env: REDIS_PASSWORD
+///   tls: {ca_file: ca.pem, cert_file: client.pem, key_file: client.key}  # each optional
+///   module: detect                 # detect (the default), never or require
 ///   failure_policy: local          # fail_open, fail_closed or local (the default)
 ///   local_share: 0.25              # local only: the share of each quota decided here
 ///   deadline: 5ms                  # per decision, whatever Redis does
@@ -59,8 +52,18 @@ impl fmt::Debug for RedisTarget {
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisSettings {
-    /// The server or the cluster.
+    /// The server, the cluster or the sentinels.
     pub target: RedisTarget,
+    /// ACL user on the data nodes. By default, none (the `default` user).
+    pub username: Option<String>,
+    /// Password on the data nodes (`password`, `password_file` or
+    /// `password_env`). By default, none (or the URL's).
+    pub password: Option<Secret>,
+    /// TLS for every connection. By default, none (TLS with the system's
+    /// roots for a `rediss://` URL).
+    pub tls: Option<RedisTls>,
+    /// Whether to use the native module. By default, detected.
+    pub module: ModuleUse,
     /// What to answer when Redis does not. By default, a local share of 1/4.
     pub failure_policy: tollgate_redis::FailurePolicy,
     /// The longest a decision waits for Redis. By default, 5 ms.
@@ -88,6 +91,20 @@ struct BackendYaml {
     redis: Option<String>,
     #[serde(default)]
     cluster: Option<Vec<String>>,
+    #[serde(default)]
+    sentinel: Option<SentinelSection>,
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    password_file: Option<PathBuf>,
+    #[serde(default)]
+    password_env: Option<String>,
+    #[serde(default)]
+    tls: Option<TlsSection>,
+    #[serde(default)]
+    module: Option<ModuleYaml>,
     #[serde(default)]
     failure_policy: Option<PolicyYaml>,
     #[serde(default)]
@@ -156,53 +173,17 @@ fn duration_of(field: &str, text: Option<&String>, default: Duration) -> Result<
     }
 }
 
-fn check_url(field: &str, url: &str) -> Result<(), String> {
-    use redis::IntoConnectionInfo as _;
-    url.into_connection_info()
-        .map(drop)
-        .map_err(|error| format!("{field}: invalid Redis URL '{}': {error}", redact_url(url)))
-}
-
-/// `url` without its credentials (`redis://user:secret@host` →
-/// `redis://***@host`), for messages and logs.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let host_start = rest.find(['/', '?']).unwrap_or(rest.len());
-    match rest[..host_start].rfind('@') {
-        Some(at) => format!("{}***{}", &url[..scheme_end], &rest[at..]),
-        None => url.to_owned(),
-    }
-}
-
 impl TryFrom<BackendYaml> for BackendSection {
     type Error = String;
 
     fn try_from(yaml: BackendYaml) -> Result<BackendSection, String> {
-        let target = match (yaml.redis, yaml.cluster) {
-            (Some(_), Some(_)) => return Err("give either redis or cluster, not both".into()),
-            (None, None) => {
-                return Err(
-                    "redis: missing (give redis: URL or cluster: [URL, ...]; no backend section keeps the counts in memory)"
-                        .into(),
-                );
-            }
-            (Some(url), None) => {
-                check_url("redis", &url)?;
-                RedisTarget::Single(url)
-            }
-            (None, Some(urls)) => {
-                if urls.is_empty() {
-                    return Err("cluster: needs at least one node URL".into());
-                }
-                for (i, url) in urls.iter().enumerate() {
-                    check_url(&format!("cluster[{i}]"), url)?;
-                }
-                RedisTarget::Cluster(urls)
-            }
-        };
+        let target = connection::target(yaml.redis, yaml.cluster, yaml.sentinel)?;
+        let password = PasswordYaml {
+            password: yaml.password,
+            password_file: yaml.password_file,
+            password_env: yaml.password_env,
+        }
+        .read("")?;
         let policy = yaml.failure_policy.unwrap_or(PolicyYaml::Local);
         let failure_policy = match (policy, yaml.local_share) {
             (PolicyYaml::Local, share) => {
@@ -264,6 +245,10 @@ impl TryFrom<BackendYaml> for BackendSection {
         Ok(BackendSection(BackendSettings::Redis(Box::new(
             RedisSettings {
                 target,
+                username: yaml.username,
+                password,
+                tls: yaml.tls.map(|TlsSection(tls)| tls),
+                module: yaml.module.map_or(ModuleUse::Detect, ModuleUse::from),
                 failure_policy,
                 deadline: duration_of(
                     "deadline",

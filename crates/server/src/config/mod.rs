@@ -78,8 +78,10 @@
 //!   is no key is an error naming the file's line, not a failure at the
 //!   first connection. Paths are relative to the working directory, as
 //!   `bearer_token_file`.
-//! - `backend:` (absent: in memory) puts the counts in Redis (`redis: URL`)
-//!   or Redis Cluster (`cluster: [URL, …]`), with the Redis limiter's
+//! - `backend:` (absent: in memory) puts the counts in Redis (`redis: URL`),
+//!   Redis Cluster (`cluster: [URL, …]`) or the master Redis Sentinel names
+//!   (`sentinel: {…}`), over TLS and as an ACL user where given (secrets
+//!   from the file, a file or the environment), with the Redis limiter's
 //!   failure policy, deadline, breaker, deny cache and leases; see
 //!   [`RedisSettings`] for every key and [`crate::redis_backend`] for the
 //!   decisions. Redis does not run `sliding_log` (see `tollgate-redis`): a
@@ -102,7 +104,9 @@ use crate::yaml::{CheckedSeed, checked_mapping};
 use admin::AdminSection;
 pub use admin::AdminSettings;
 use backend::BackendSection;
-pub use backend::{BackendSettings, RedisSettings, RedisTarget, redact_url};
+pub use backend::{
+    BackendSettings, RedisSettings, RedisTarget, RedisTls, SentinelSettings, redact_url,
+};
 pub use checked::{
     AlgorithmKind, BuiltAlgorithm, DescriptorConfig, DomainConfig, LimitConfig, Limits,
     QuotaConfig, Unit,

@@ -164,3 +164,112 @@ async fn helper_server_out_of_descriptors() {
     .expect("stdin");
     server.stop().await;
 }
+
+/// Sends `opening` at once, then the bytes of `trickle` one every 200 ms
+/// (cycling); how long until the server closed the connection, or `None`
+/// if it was still open after `limit`.
+async fn trickled(
+    addr: std::net::SocketAddr,
+    opening: &[u8],
+    trickle: &[u8],
+    limit: Duration,
+) -> Option<Duration> {
+    let stream = within(tokio::net::TcpStream::connect(addr))
+        .await
+        .expect("connect");
+    let started = std::time::Instant::now();
+    let (mut read, mut write) = stream.into_split();
+    let reader = async move {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = read.read(&mut buf).await {
+            if n == 0 {
+                return;
+            }
+        }
+    };
+    let writer = async move {
+        if write.write_all(opening).await.is_err() {
+            return;
+        }
+        for &byte in trickle.iter().cycle() {
+            if write.write_all(&[byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::select! {
+        () = reader => Some(started.elapsed()),
+        () = writer => Some(started.elapsed()),
+        () = tokio::time::sleep(limit) => None,
+    }
+}
+
+/// The HTTP/2 connection preface, an empty SETTINGS frame, and the 9-byte
+/// header of a HEADERS frame (stream 1) announcing 16,384 bytes that never
+/// all come.
+fn h2_endless_headers() -> Vec<u8> {
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bytes.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    bytes.extend_from_slice(&[0, 0x40, 0, 1, 0x4, 0, 0, 0, 1]);
+    bytes
+}
+
+/// Regression (issue 15): a client trickling a byte every 200 ms was never
+/// closed, since each byte restarted the idle clock: on HTTP/1 a request
+/// head that never ends, on gRPC a connection preface sent byte by byte.
+/// The idle timeout now bounds the whole head and the preface (and an
+/// HTTP/2 frame that never ends, by PINGs the trickler does not answer).
+/// With `idle_timeout_ms: 300`, each is closed long before 3 s (the
+/// preface alone takes 4.8 s to trickle).
+#[tokio::test]
+async fn a_client_trickling_bytes_is_closed_after_the_idle_timeout() {
+    let server = start_with("  idle_timeout_ms: 300\n", RULES).await;
+    let limit = Duration::from_secs(3);
+    let h2 = h2_endless_headers();
+    for (name, addr, opening, trickle) in [
+        (
+            "grpc, the preface trickled",
+            server.grpc,
+            &b""[..],
+            &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+        ),
+        (
+            "grpc, a HEADERS frame that never ends",
+            server.grpc,
+            &h2[..],
+            &b"a"[..],
+        ),
+        (
+            "http/1, a request head that never ends",
+            server.http,
+            &b"POST /v1/check HTTP/1.1\r\nHost: x\r\nX-Slow: "[..],
+            &b"a"[..],
+        ),
+        (
+            "http/1, the request line trickled",
+            server.http,
+            &b""[..],
+            &b"GET /healthz HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"[..],
+        ),
+        (
+            "http/2, a HEADERS frame that never ends",
+            server.http,
+            &h2[..],
+            &b"a"[..],
+        ),
+    ] {
+        let closed = trickled(addr, opening, trickle, limit).await;
+        assert!(closed.is_some(), "{name}: still open after {limit:?}");
+    }
+    // Live clients keep working.
+    let mut client = server.grpc_client().await;
+    within(client.should_rate_limit(request("rl", vec![descriptor(&[("internal", "x")])])))
+        .await
+        .expect("answered");
+    let health = within(http_client().get(server.url("/healthz")).send())
+        .await
+        .expect("healthz");
+    assert_eq!(health.status(), 200);
+    server.stop().await;
+}

@@ -737,3 +737,86 @@ fn quota_mode_is_refused_at_its_line() {
     assert_eq!(error.line(), Some(5), "{error}");
     assert!(error.message().contains("quota_mode"), "{error}");
 }
+
+/// Regression (issue 15): a `requests_per_unit: 0` rule (Lyft's block
+/// list) answered OVER_LIMIT but was counted nowhere (`over_limit` and
+/// `total_hits` stayed 0, under both metric names), and `/v1/rules`
+/// showed it with no limit at all. Its denials are now counted, and it
+/// is listed as `0` per its unit.
+#[tokio::test]
+async fn a_blocked_rule_counts_its_denials_and_lists_its_zero_limit() {
+    let server = start(
+        "
+domain: edge
+descriptors:
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+  - key: shadowed
+    shadow_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 0
+",
+    )
+    .await;
+    let mut client = server.grpc_client().await;
+    for _ in 0..2 {
+        let mut call = request("edge", vec![descriptor(&[("remote_address", "50.0.0.5")])]);
+        call.hits_addend = 3;
+        let response = within(client.should_rate_limit(call))
+            .await
+            .expect("answered")
+            .into_inner();
+        assert_eq!(response.overall_code(), Code::OverLimit);
+    }
+    let response =
+        within(client.should_rate_limit(request("edge", vec![descriptor(&[("shadowed", "x")])])))
+            .await
+            .expect("answered")
+            .into_inner();
+    assert_eq!(response.overall_code(), Code::Ok, "shadow mode answers OK");
+    let text = server.metrics().await;
+    for (name, rule, value) in [
+        ("total_hits", "edge.remote_address_50.0.0.5", 6.0),
+        ("over_limit", "edge.remote_address_50.0.0.5", 6.0),
+        ("within_limit", "edge.remote_address_50.0.0.5", 0.0),
+        ("total_hits", "edge.shadowed", 1.0),
+        ("over_limit", "edge.shadowed", 1.0),
+        ("shadow_mode", "edge.shadowed", 1.0),
+    ] {
+        assert_eq!(
+            metric(
+                &text,
+                &format!("tollgate_rule_{name}_total{{rule=\"{rule}\"}}")
+            ),
+            value,
+            "{name} of {rule}: {text}"
+        );
+    }
+    assert_eq!(
+        metric(
+            &text,
+            "ratelimit_service_rate_limit_over_limit_total{domain=\"edge\",key1=\"remote_address_50.0.0.5\",key2=\"\"}"
+        ),
+        6.0,
+        "{text}"
+    );
+    let rules: serde_json::Value = within(http_client().get(server.url("/v1/rules")).send())
+        .await
+        .expect("rules")
+        .json()
+        .await
+        .expect("json");
+    let blocked = &rules["rules"][0];
+    assert_eq!(blocked["rule"], "edge.remote_address_50.0.0.5");
+    assert_eq!(blocked["unlimited"], false);
+    let limits = blocked["limits"].as_array().expect("a list");
+    assert_eq!(limits.len(), 1, "{blocked}");
+    assert_eq!(limits[0]["requests_per_unit"], 0);
+    assert_eq!(limits[0]["capacity"], 0);
+    assert_eq!(limits[0]["period_ms"], 1_000);
+    server.stop().await;
+}

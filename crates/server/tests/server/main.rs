@@ -12,6 +12,7 @@ mod health;
 mod http_api;
 mod lyft;
 mod redis_backend;
+mod redis_production;
 mod reload;
 mod support;
 mod tls;
