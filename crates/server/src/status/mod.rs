@@ -167,7 +167,7 @@ impl StatusBoard {
         let totals: Vec<(Arc<str>, Totals)> = rules
             .rules()
             .iter()
-            .filter(|rule| rule.limits.is_some())
+            .filter(|rule| rule.limits.is_some() || rule.blocked.is_some())
             .map(|rule| (Arc::clone(&rule.id), rule_totals(metrics, rule)))
             .collect();
         self.series
@@ -219,7 +219,8 @@ impl StatusBoard {
                 name: rule.name.clone(),
                 shadow_mode: rule.shadow_mode,
                 limit: describe(rule),
-                totals: rule.limits.as_ref().map(|_| rule_totals(metrics, rule)),
+                totals: (rule.limits.is_some() || rule.blocked.is_some())
+                    .then(|| rule_totals(metrics, rule)),
                 points: series.points(&rule.id),
             })
             .collect();
@@ -372,8 +373,8 @@ pub struct RuleStatus {
     pub shadow_mode: bool,
     /// Its limit in words.
     pub limit: String,
-    /// Its counts so far (`None` for an unlimited or blocked rule, which
-    /// counts nothing).
+    /// Its counts so far (`None` for an unlimited rule, which counts
+    /// nothing; a blocked rule counts its denials).
     pub totals: Option<Totals>,
     /// Per second, oldest first.
     pub points: Vec<Totals>,
