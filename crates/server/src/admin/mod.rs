@@ -20,6 +20,14 @@
 //! | `DELETE /v1/admin/lists/{deny,allow}` | `{"domain", "descriptor"}` | takes the key off either list |
 //! | `PUT /v1/admin/limits` | `{"rule": "rl.user", "limits": [{"requests_per_unit": 5, "unit": "minute", "algorithm": "fixed_window"}]}` | the rule's limits, now |
 //!
+//! Which backend applies what: the in-memory backend applies every
+//! control through the core's keyed controls (`KeyedLimiter::reset`,
+//! `refund`, `penalize`, `deny`, `allow`, `unlist`: their guarantees are
+//! the core's); the Redis backend inspects and changes limits, and answers
+//! 501 to the other controls until `tollgate-redis`'s controls are wired
+//! in ([`Backend::control`](crate::backend::Backend::control) is the one
+//! hook to fill).
+//!
 //! A key is named as a request names it: a domain and one descriptor's
 //! entries, matched as [`crate::rules`] matches a request (so the key is
 //! the bucket the next request with these entries is decided in). In the
