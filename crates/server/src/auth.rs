@@ -1,7 +1,9 @@
 //! The optional bearer token, checked on both APIs.
 //!
-//! HTTP: `Authorization: Bearer <token>` on every route but `/healthz` and
-//! `/readyz` (probes carry no secrets); 401 otherwise. gRPC: the same in the
+//! HTTP: `Authorization: Bearer <token>` on every route but `/healthz`,
+//! `/readyz` (probes carry no secrets) and the status page's static files
+//! (its data, `/status.json`, is guarded: see [`crate::status`]); 401
+//! otherwise. gRPC: the same in the
 //! `authorization` metadata; `UNAUTHENTICATED` otherwise. The comparison
 //! takes the same time wherever the first difference is.
 

@@ -82,6 +82,99 @@ impl fmt::Display for BackendError {
 
 impl std::error::Error for BackendError {}
 
+/// An operator's control on one bucket ([`Backend::control`]), with the
+/// meaning the core's limiters give it (`reset`, `refund`, `penalize`,
+/// `deny`, `allow`, `unlist`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Control {
+    /// Back to full: the bucket's state dropped; cancels a penalty.
+    Reset,
+    /// Gives back this many permits, never above full.
+    Refund(u64),
+    /// Denies every request for this long from now (penalties only extend).
+    Penalize(Duration),
+    /// On the deny list: denied before any limit.
+    Deny,
+    /// On the allow list: admitted without counting.
+    Allow,
+    /// Off either list.
+    Unlist,
+}
+
+impl Control {
+    /// Its name, as the admin API's paths say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Control::Reset => "reset",
+            Control::Refund(_) => "refund",
+            Control::Penalize(_) => "penalize",
+            Control::Deny => "deny",
+            Control::Allow => "allow",
+            Control::Unlist => "unlist",
+        }
+    }
+}
+
+/// Why a [`Control`] was not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// This backend cannot apply this control (named).
+    Unsupported(&'static str),
+    /// A deny or allow list is at its cap (the message says which).
+    ListFull(String),
+    /// The store failed: nothing is known to be done.
+    Backend(BackendError),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::Unsupported(control) => {
+                write!(f, "{control}: not supported by this backend")
+            }
+            ControlError::ListFull(message) => f.write_str(message),
+            ControlError::Backend(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+/// What [`Backend::control`] returns.
+pub type ControlFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ControlError>> + Send + 'a>>;
+
+/// A backend's health, for the status page ([`Backend::health`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendHealth {
+    /// `memory`, `redis`, or `custom`.
+    pub kind: &'static str,
+    /// Decisions so far by who took them, for a backend with a failure
+    /// policy (Redis); `None` for one that cannot fail (memory).
+    pub policy: Option<PolicyTotals>,
+}
+
+/// Decisions of a backend with a failure policy, cumulative (as
+/// `tollgate_redis_decisions_total` and `tollgate_redis_policy_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PolicyTotals {
+    /// Decided by the store itself (Redis), a lease or the deny cache.
+    pub store: u64,
+    /// Taken by the policy after a timeout.
+    pub timeout: u64,
+    /// Taken by the policy after an error.
+    pub error: u64,
+    /// Taken by the policy while the breaker was open.
+    pub breaker_open: u64,
+    /// Taken by the policy because too many calls were waiting.
+    pub overloaded: u64,
+    /// Of the policy's decisions, those that admitted.
+    pub allowed: u64,
+    /// Of the policy's decisions, those that denied.
+    pub denied: u64,
+}
+
 /// What [`Backend::decide`] returns.
 pub type DecideFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<Decision>, BackendError>> + Send + 'a>>;
@@ -107,6 +200,25 @@ pub trait Backend: Send + Sync + 'static {
     /// serves). By default, none.
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         let _ = registry;
+    }
+
+    /// Applies an operator's `control` to one bucket of `rule` (the admin
+    /// API, [`crate::admin`]): atomically, one round trip on a remote
+    /// store. By default, [`ControlError::Unsupported`].
+    fn control<'a>(&'a self, rule: &'a Rule, key: &'a str, control: Control) -> ControlFuture<'a> {
+        let _ = (rule, key);
+        Box::pin(std::future::ready(Err(ControlError::Unsupported(
+            control.name(),
+        ))))
+    }
+
+    /// What the status page shows of this backend ([`crate::status`]). By
+    /// default, a backend of kind `custom` without a failure policy.
+    fn health(&self) -> BackendHealth {
+        BackendHealth {
+            kind: "custom",
+            policy: None,
+        }
     }
 
     /// Called once when the server stops, after the last request was
@@ -175,6 +287,41 @@ impl RuleLimiter {
                     $l.peek_n(key, 0)
                 } else {
                     $l.check_n(key, cost)
+                }
+            };
+        }
+        match self {
+            RuleLimiter::Gcra(l) => run!(l),
+            RuleLimiter::FixedWindow(l) => run!(l),
+            RuleLimiter::SlidingLog(l) => run!(l),
+            RuleLimiter::SlidingWindow(l) => run!(l),
+        }
+    }
+
+    /// Applies `control` to `key` (the core's keyed controls).
+    fn control(&self, key: &str, control: Control) -> Result<(), ControlError> {
+        let full =
+            |error: tollgate::control::ControlError| ControlError::ListFull(error.to_string());
+        macro_rules! run {
+            ($l:expr) => {
+                match control {
+                    Control::Reset => {
+                        let _ = $l.reset(key);
+                        Ok(())
+                    }
+                    Control::Refund(n) => {
+                        let _ = $l.refund(key, n);
+                        Ok(())
+                    }
+                    Control::Penalize(duration) => {
+                        $l.penalize(key, duration).map(drop).map_err(full)
+                    }
+                    Control::Deny => $l.deny(key).map_err(full),
+                    Control::Allow => $l.allow(key).map_err(full),
+                    Control::Unlist => {
+                        let _ = $l.unlist(key);
+                        Ok(())
+                    }
                 }
             };
         }
@@ -281,6 +428,24 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
+    fn control<'a>(&'a self, rule: &'a Rule, key: &'a str, control: Control) -> ControlFuture<'a> {
+        let result = match self.limiters.load().get(&rule.id) {
+            Some(installed) => installed.limiter.control(key, control),
+            None => Err(ControlError::Backend(BackendError::new(format!(
+                "rule {} is not in force (a reload raced)",
+                rule.id
+            )))),
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    fn health(&self) -> BackendHealth {
+        BackendHealth {
+            kind: "memory",
+            policy: None,
+        }
+    }
+
     fn install(&self, rules: &RuleSet) -> Result<(), BackendError> {
         let mut retired = self
             .retired

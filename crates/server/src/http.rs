@@ -8,6 +8,8 @@
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 while it takes traffic, 503 once shutting down |
 //! | `GET /metrics` | Prometheus text format |
+//! | `GET /status` | the status page ([`crate::status`]; the page without a token, its data behind it) |
+//! | `GET /status.json` | the status page's numbers |
 //!
 //! `POST /v1/check` takes
 //! `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "alice"}], "cost": 2}], "cost": 1, "dry_run": false}`
@@ -74,11 +76,13 @@ pub fn router(
         .route("/v1/check", post(check))
         .route("/v1/rules", get(rules))
         .route("/metrics", get(metrics))
+        .route("/status.json", get(status_json))
         .merge(crate::concurrency_http::routes(Arc::clone(&state.service)))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .merge(crate::status::page::routes())
         .merge(guarded)
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .with_state(state)
@@ -136,6 +140,19 @@ async fn metrics(State(state): State<AppState>) -> Response {
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     (headers, state.service.metrics().encode()).into_response()
+}
+
+async fn status_json(State(state): State<AppState>) -> Response {
+    let service = &state.service;
+    let snapshot =
+        service
+            .status()
+            .snapshot(&service.rules(), service.metrics(), &**service.backend());
+    let mut response = axum::Json(snapshot).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 #[derive(Deserialize)]

@@ -31,10 +31,11 @@
 //! HTTP routes),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
 //! [`http`] (JSON API), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
-//! [`auth`], [`server`].
+//! [`auth`], [`server`], [`status`] (the status page), [`admin`] (the admin API).
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod auth;
 pub mod backend;
 pub mod concurrency;
@@ -49,6 +50,7 @@ pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod service;
+pub mod status;
 pub mod tls;
 mod yaml;
 

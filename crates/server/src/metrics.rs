@@ -176,6 +176,20 @@ fn count(counters: &StatCounters, cost: u64, decision: &Decision, shadow: bool) 
 }
 
 impl RuleCounters {
+    /// tollgate's counts so far: total_hits, over_limit, near_limit,
+    /// within_limit, shadow_mode (what
+    /// `/metrics` shows; the status page reads them, see
+    /// [`crate::status`]). Each is read on its own: a read racing a
+    /// decision may see it in one counter and not yet in another, which
+    /// the next read makes whole.
+    pub fn totals(&self) -> [u64; 5] {
+        let mut totals = [0; 5];
+        for (total, counter) in totals.iter_mut().zip(&self.ours) {
+            *total = counter.get();
+        }
+        totals
+    }
+
     /// Counts one decision of `cost`; `shadow` if the rule is in shadow mode.
     pub fn decided(&self, cost: u64, decision: &Decision, shadow: bool) {
         count(&self.ours, cost, decision, shadow);

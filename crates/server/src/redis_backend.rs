@@ -74,7 +74,7 @@ use prometheus_client::registry::Registry;
 use tollgate::Decision;
 use tollgate_redis::{Limit, Options, Redis, RedisConfig, RedisLimiter, Stats, Target};
 
-use crate::backend::{Backend, BackendError, DecideFuture, Hit};
+use crate::backend::{Backend, BackendError, BackendHealth, DecideFuture, Hit, PolicyTotals};
 use crate::config::{BuiltAlgorithm, RedisSettings, RedisTarget, RedisTls, redact_url};
 use crate::rules::{Rule, RuleSet};
 
@@ -335,6 +335,33 @@ impl Backend for RedisBackend {
         }));
     }
 
+    fn health(&self) -> BackendHealth {
+        let mut t = self
+            .retired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .fold(Totals::default(), |mut sum, t| {
+                sum.sum(t);
+                sum
+            });
+        for installed in self.limiters.load().values() {
+            t.add(&installed.limiter.stats());
+        }
+        BackendHealth {
+            kind: "redis",
+            policy: Some(PolicyTotals {
+                store: t.redis + t.deny_cache + t.lease,
+                timeout: t.timeout,
+                error: t.error,
+                breaker_open: t.breaker_open,
+                overloaded: t.overloaded,
+                allowed: t.allowed,
+                denied: t.denied,
+            }),
+        }
+    }
+
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             let limiters = self.limiters.load_full();
@@ -368,6 +395,18 @@ struct Totals {
 }
 
 impl Totals {
+    fn sum(&mut self, other: &Totals) {
+        self.redis += other.redis;
+        self.deny_cache += other.deny_cache;
+        self.lease += other.lease;
+        self.timeout += other.timeout;
+        self.error += other.error;
+        self.breaker_open += other.breaker_open;
+        self.overloaded += other.overloaded;
+        self.allowed += other.allowed;
+        self.denied += other.denied;
+    }
+
     fn add(&mut self, stats: &Stats) {
         self.redis += stats.redis;
         self.deny_cache += stats.deny_cache;

@@ -110,7 +110,7 @@ impl Rule {
     }
 }
 
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 struct Node {
     rule: Option<Arc<Rule>>,
     /// `share_threshold`: the wildcard pattern every matching value counts
@@ -120,7 +120,7 @@ struct Node {
     children: HashMap<String, Branch>,
 }
 
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 struct Branch {
     exact: HashMap<String, Node>,
     /// `(pattern, node)` for values holding a `*`, in file order.
@@ -208,6 +208,55 @@ impl RuleSet {
             node.rule.as_ref().map(|rule| (rule, key))
         } else {
             None
+        }
+    }
+}
+
+impl RuleSet {
+    /// A copy of these rules where the rule `id` runs `limits` instead (the
+    /// admin API's run-time change, [`crate::admin`]): the same tree, every
+    /// other rule the same `Arc`. `None` if no rule has that id.
+    pub fn with_limits(&self, id: &str, limits: Limits) -> Option<RuleSet> {
+        let old = self.rules.iter().find(|rule| &*rule.id == id)?;
+        let new = Arc::new(Rule {
+            limits: Some(limits),
+            blocked: None,
+            ..Rule::clone(old)
+        });
+        let mut set = RuleSet {
+            domains: self.domains.clone(),
+            rules: self
+                .rules
+                .iter()
+                .map(|rule| Arc::clone(if Arc::ptr_eq(rule, old) { &new } else { rule }))
+                .collect(),
+        };
+        for root in set.domains.values_mut() {
+            root.replace(old, &new);
+        }
+        Some(set)
+    }
+}
+
+impl Node {
+    fn replace(&mut self, old: &Arc<Rule>, new: &Arc<Rule>) {
+        if self
+            .rule
+            .as_ref()
+            .is_some_and(|rule| Arc::ptr_eq(rule, old))
+        {
+            self.rule = Some(Arc::clone(new));
+        }
+        for branch in self.children.values_mut() {
+            for node in branch.exact.values_mut() {
+                node.replace(old, new);
+            }
+            for (_, node) in &mut branch.wildcards {
+                node.replace(old, new);
+            }
+            if let Some(node) = &mut branch.any {
+                node.replace(old, new);
+            }
         }
     }
 }

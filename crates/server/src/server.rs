@@ -159,6 +159,13 @@ impl Server {
             settings.bearer_token_file.as_deref(),
         )
         .map_err(ServeError::Token)?;
+        // The file's check makes this unreachable; never run the admin API open.
+        let admin = self.config.admin.enabled.then(|| token.clone());
+        if admin == Some(None) {
+            return Err(ServeError::Token(std::io::Error::other(
+                "the admin API needs a bearer token",
+            )));
+        }
         let grpc_listener = bind(settings.grpc_listen).await?;
         let http_listener = bind(settings.http_listen).await?;
         let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
@@ -219,6 +226,7 @@ impl Server {
             service,
             reloader,
             token,
+            admin: admin.flatten(),
             settings,
             grpc_tls,
             http_tls,
@@ -265,6 +273,8 @@ pub struct BoundServer {
     service: Arc<Service>,
     reloader: Arc<Reloader>,
     token: Option<Arc<str>>,
+    /// The admin API's token, when it is enabled ([`crate::admin`]).
+    admin: Option<Arc<str>>,
     settings: crate::config::ServerSettings,
     grpc_tls: Option<Identity>,
     http_tls: Option<Identity>,
@@ -352,6 +362,14 @@ impl BoundServer {
             Arc::clone(&self.ready),
             self.settings.max_request_bytes,
         );
+        let router = match &self.admin {
+            Some(token) => router.merge(crate::admin::router(
+                Arc::clone(&self.service),
+                Arc::clone(token),
+                self.settings.max_request_bytes,
+            )),
+            None => router,
+        };
         let http_stopped = stopped();
         let http = async move {
             match &self.http_tls {
@@ -397,6 +415,14 @@ impl BoundServer {
                 .await;
             }
         });
+        let status = Arc::clone(&self.service);
+        let sampler = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(crate::status::SAMPLE_EVERY);
+            loop {
+                ticks.tick().await;
+                status.sample_status();
+            }
+        });
         let ready = Arc::clone(&self.ready);
         tokio::spawn(async move {
             shutdown.await;
@@ -416,6 +442,7 @@ impl BoundServer {
             reload.abort();
         }
         sweeper.abort();
+        sampler.abort();
         // After the last answer: give back what the backend holds (leases).
         self.service.backend().shutdown().await;
         grpc.map_err(ServeError::Grpc)?;

@@ -62,7 +62,7 @@
 //! bucket per list of values.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -76,6 +76,7 @@ use std::fmt::Write as _;
 use crate::config::{AlgorithmKind, Limits, QuotaConfig, ServerSettings, Unit};
 use crate::metrics::{Api, Metrics, Refusal, RuleCounters};
 use crate::rules::{Rule, RuleSet, bucket_key};
+use crate::status::StatusBoard;
 
 /// One descriptor of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,6 +257,10 @@ pub struct Service {
     counters: ArcSwap<HashMap<Arc<str>, RuleCounters>>,
     backend: Arc<dyn Backend>,
     metrics: Arc<Metrics>,
+    /// What the status page shows ([`crate::status`]).
+    status: StatusBoard,
+    /// Serialises rule changes (reloads, the admin API).
+    changing: Mutex<()>,
     limits: RequestLimits,
     in_flight: Arc<Semaphore>,
     /// Concurrency rules' leases ([`crate::concurrency`]).
@@ -290,6 +295,8 @@ impl Service {
             rules: ArcSwap::from_pointee(rules),
             backend,
             metrics,
+            status: StatusBoard::new(),
+            changing: Mutex::new(()),
             limits,
             in_flight: Arc::new(Semaphore::new(max_concurrent)),
             leases: Arc::new(Leases::memory(tollgate::ClockSource::default())),
@@ -325,6 +332,28 @@ impl Service {
     ///
     /// The backend cannot run one of the rules: the old rules stay.
     pub fn replace_rules(&self, rules: RuleSet) -> Result<(), BackendError> {
+        let _one_at_a_time = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        self.install(rules)
+    }
+
+    /// Puts in force what `change` makes of the rules in force, as
+    /// [`replace_rules`](Self::replace_rules) does: one change at a time
+    /// (reloads included), so that a change made from the rules in force
+    /// never undoes another (the admin API's, [`crate::admin`]).
+    ///
+    /// # Errors
+    ///
+    /// `change` or the backend refuses: the rules in force stay.
+    pub fn change_rules(
+        &self,
+        change: impl FnOnce(&RuleSet) -> Result<RuleSet, BackendError>,
+    ) -> Result<(), BackendError> {
+        let _one_at_a_time = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        let rules = change(&self.rules.load())?;
+        self.install(rules)
+    }
+
+    fn install(&self, rules: RuleSet) -> Result<(), BackendError> {
         self.backend.install(&rules)?;
         self.counters
             .store(Arc::new(counters(&self.metrics, &rules)));
@@ -340,6 +369,17 @@ impl Service {
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// What the status page shows.
+    pub fn status(&self) -> &StatusBoard {
+        &self.status
+    }
+
+    /// Takes the status page's sample of this second ([`StatusBoard::sample`]).
+    pub fn sample_status(&self) {
+        self.status
+            .sample(&self.rules.load(), &self.metrics, &*self.backend);
     }
 
     /// A slot for one request, or `None` when the server is at its limit
@@ -412,10 +452,10 @@ impl Service {
         let decisions = if hits.is_empty() {
             Vec::new()
         } else {
-            self.backend
-                .decide(&hits)
-                .await
-                .map_err(CheckError::Backend)?
+            let started = Instant::now();
+            let decisions = self.backend.decide(&hits).await;
+            self.status.backend_latency(started.elapsed());
+            decisions.map_err(CheckError::Backend)?
         };
         if decisions.len() != hits.len() {
             return Err(CheckError::Backend(BackendError::new(format!(
@@ -458,12 +498,18 @@ impl Service {
                     }
                 }
                 Plan::Limited {
-                    rule, cost, metric, ..
+                    rule,
+                    cost,
+                    metric,
+                    key,
                 } => {
                     let Some(decision) = decisions.next() else {
                         return Err(CheckError::Backend(BackendError::new("too few decisions")));
                     };
                     self.count(&counters, &rule, cost, &decision, metric);
+                    if decision.is_denied() {
+                        self.status.denied(&rule.id, &key, cost);
+                    }
                     let quota = rule.limits.as_ref().and_then(|limits| {
                         binding_quota(limits.algorithm.kind(), &limits.quotas, &decision)
                     });

@@ -101,12 +101,15 @@ use std::time::Duration;
 use serde::Deserialize;
 use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow};
 
+mod admin;
 mod backend;
 pub mod checked;
 pub mod concurrency;
 
 pub use crate::tls::TlsSettings;
 use crate::yaml::{CheckedSeed, checked_mapping};
+use admin::AdminSection;
+pub use admin::AdminSettings;
 use backend::BackendSection;
 pub use backend::{
     BackendSettings, RedisSettings, RedisTarget, RedisTls, SentinelSettings, redact_url,
@@ -181,6 +184,8 @@ pub struct Config {
     pub server: ServerSettings,
     /// Where the counts live: read at start.
     pub backend: BackendSettings,
+    /// The admin API ([`crate::admin`]): read at start.
+    pub admin: AdminSettings,
     /// The rules, one tree per domain.
     pub domains: Vec<DomainConfig>,
 }
@@ -355,6 +360,8 @@ struct FileYaml {
     server: ServerSection,
     #[serde(default)]
     backend: BackendSection,
+    #[serde(default)]
+    admin: AdminSection,
     #[serde(default, deserialize_with = "unique_domains")]
     domains: Option<Vec<DomainYaml>>,
     #[serde(default, deserialize_with = "non_empty_domain")]
@@ -604,7 +611,7 @@ impl LimitYaml {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct QuotaYaml {
+pub(crate) struct QuotaYaml {
     #[serde(default)]
     unit: Option<String>,
     #[serde(default)]
@@ -629,7 +636,7 @@ impl QuotaYaml {
             && self.slots.is_none()
     }
 
-    fn validate(&self) -> Result<(AlgorithmKind, QuotaConfig), String> {
+    pub(crate) fn validate(&self) -> Result<(AlgorithmKind, QuotaConfig), String> {
         let algorithm = self.algorithm.unwrap_or(AlgorithmKind::Gcra);
         let requests_per_unit = match self.requests_per_unit {
             Some(0) => return Err("requests_per_unit: must be at least 1".into()),
@@ -917,9 +924,17 @@ impl FileYaml {
                 descriptors: d.descriptors.into_iter().map(|d| d.0).collect(),
             })
             .collect();
+        let server = self.server.0;
+        if self.admin.0.enabled
+            && server.bearer_token.is_none()
+            && server.bearer_token_file.is_none()
+        {
+            return Err(admin::NEEDS_TOKEN.into());
+        }
         Ok(Config {
-            server: self.server.0,
+            server,
             backend: self.backend.0,
+            admin: self.admin.0,
             domains,
         })
     }

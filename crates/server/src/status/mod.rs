@@ -1,0 +1,435 @@
+//! The status page: `GET /status`, a small HTML page embedded in the
+//! binary, and `GET /status.json`, the numbers it polls every second.
+//!
+//! # What it shows
+//!
+//! - **The loaded rules**: path, limits, algorithm, shadow mode.
+//! - **Decisions per second per rule** (allowed / denied / shadow) over the
+//!   last five minutes, as a chart, and each rule's totals. Both come from
+//!   the rule counters that feed `/metrics` (one source of truth, see
+//!   [`series`]): `allowed` is `tollgate_rule_within_limit`, `denied`
+//!   `tollgate_rule_over_limit` minus `tollgate_rule_shadow_mode`,
+//!   `shadow` `tollgate_rule_shadow_mode`, all in permits as
+//!   `/metrics` counts them. The totals are read when `/status.json` is
+//!   asked; the chart's points are sampled once a second by the server.
+//! - **The most-denied keys right now**: a Space-Saving sketch of
+//!   [`TOP_COUNTERS`] counters per window fed with every denial (shadow
+//!   denials included), keyed by rule and bucket, over the current window
+//!   of [`TOP_WINDOW_SECONDS`] and the one before (so "now" is the last one
+//!   to two minutes). Each key is shown with its count and its error:
+//!   its true denied permits lie in `[count - error, count]` ([`sketch`]).
+//!   Memory is bounded by the counters, whatever the keys sent.
+//! - **Backend health**: its kind; the time the backend took to decide a
+//!   request (mean and max per second: for Redis, the round trip plus the
+//!   policy's time, bounded by the deadline); for Redis, decisions per
+//!   second by who took them (Redis, or the failure policy by fault) and
+//!   the breaker as seen from them: `open` when the policy answered calls
+//!   because the breaker was open in the last second, `degraded` when it
+//!   answered for another fault, `ok` otherwise (the breaker's own state is
+//!   not exposed by `tollgate-redis`).
+//!
+//! # Access (decision)
+//!
+//! The page itself (`/status`, `/status/status.js`, `/status/status.css`)
+//! is static and holds no data: it is served without the bearer token, so
+//! that a browser can open it. The data (`/status.json`: rules, rates,
+//! and client keys, which may name users) sits behind the bearer token
+//! like `/metrics`; when the server has a token, the page asks for it
+//! once, keeps it in the tab's `sessionStorage` (never in a URL, never a
+//! cookie) and sends it as `Authorization: Bearer`. Everything is
+//! embedded (`include_str!`): no CDN, no external font, and a
+//! `Content-Security-Policy` of `default-src 'self'` so that the page
+//! cannot load anything else either.
+
+pub mod page;
+pub mod series;
+pub mod sketch;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::backend::{Backend, PolicyTotals};
+use crate::metrics::Metrics;
+use crate::rules::{Rule, RuleSet};
+use series::{Series, Totals};
+use sketch::Windowed;
+
+/// Counters per window of the most-denied keys' sketch.
+pub const TOP_COUNTERS: usize = 64;
+
+/// The length of one window of the most-denied keys, in samples (seconds).
+pub const TOP_WINDOW_SECONDS: u64 = 60;
+
+/// How many of the most-denied keys the page shows.
+pub const TOP_SHOWN: usize = 10;
+
+/// How often the server calls [`StatusBoard::sample`].
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// The page, its script and its style, embedded.
+pub const PAGE: &str = include_str!("../../assets/status.html");
+/// The page's script.
+pub const SCRIPT: &str = include_str!("../../assets/status.js");
+/// The page's style.
+pub const STYLE: &str = include_str!("../../assets/status.css");
+
+/// The page's `Content-Security-Policy`: nothing but its own files.
+pub const CSP: &str = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'";
+
+type DeniedKey = (Arc<str>, String);
+
+/// The backend's time to decide, per sample.
+#[derive(Debug, Default)]
+struct Latency {
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+/// One second of the backend's health.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct BackendPoint {
+    /// Mean time the backend took per request, in microseconds.
+    pub latency_mean_us: u64,
+    /// Longest, in microseconds.
+    pub latency_max_us: u64,
+    /// Requests the backend decided.
+    pub requests: u64,
+    /// Policy decisions by fault, and store decisions, in the second.
+    pub policy: PolicyTotals,
+}
+
+#[derive(Debug, Default)]
+struct BackendSamples {
+    last: Option<PolicyTotals>,
+    points: std::collections::VecDeque<BackendPoint>,
+}
+
+/// What the status page shows, gathered as the server runs (see the
+/// [module docs](self)).
+#[derive(Debug)]
+pub struct StatusBoard {
+    top: Mutex<Windowed<DeniedKey>>,
+    series: Mutex<Series>,
+    latency: Latency,
+    backend: Mutex<BackendSamples>,
+    /// Samples taken, to rotate the sketch's windows.
+    samples: AtomicU64,
+}
+
+impl Default for StatusBoard {
+    fn default() -> StatusBoard {
+        StatusBoard::new()
+    }
+}
+
+impl StatusBoard {
+    /// Nothing seen yet.
+    pub fn new() -> StatusBoard {
+        StatusBoard {
+            top: Mutex::new(Windowed::new(TOP_COUNTERS)),
+            series: Mutex::new(Series::default()),
+            latency: Latency::default(),
+            backend: Mutex::new(BackendSamples::default()),
+            samples: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a denial of `cost` permits for `bucket` under `rule`.
+    pub fn denied(&self, rule: &Arc<str>, bucket: &str, cost: u64) {
+        let key = (Arc::clone(rule), bucket.to_owned());
+        // A poisoned lock means a panic mid-update of a sketch that is
+        // still a sketch: keep counting.
+        self.top
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(&key, cost);
+    }
+
+    /// Records how long the backend took to decide one request.
+    pub fn backend_latency(&self, elapsed: Duration) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        // Relaxed: three independent statistics; a sample racing this may
+        // see one of them in this second and another in the next, which
+        // moves one request between two seconds' means.
+        self.latency.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.latency.count.fetch_add(1, Ordering::Relaxed);
+        self.latency.max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// Takes one sample: each rule's totals for the chart, the backend's
+    /// second, and every [`TOP_WINDOW_SECONDS`] a new window of the
+    /// most-denied keys. Called every [`SAMPLE_EVERY`] by the server.
+    pub fn sample(&self, rules: &RuleSet, metrics: &Metrics, backend: &dyn Backend) {
+        let totals: Vec<(Arc<str>, Totals)> = rules
+            .rules()
+            .iter()
+            .filter(|rule| rule.limits.is_some() || rule.blocked.is_some())
+            .map(|rule| (Arc::clone(&rule.id), rule_totals(metrics, rule)))
+            .collect();
+        self.series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sample(totals);
+
+        // Relaxed: see `backend_latency`.
+        let sum = self.latency.sum_ns.swap(0, Ordering::Relaxed);
+        let count = self.latency.count.swap(0, Ordering::Relaxed);
+        let max = self.latency.max_ns.swap(0, Ordering::Relaxed);
+        let now = backend.health().policy;
+        let mut samples = self.backend.lock().unwrap_or_else(PoisonError::into_inner);
+        let policy = match (now, samples.last) {
+            (Some(now), Some(last)) => policy_since(now, last),
+            _ => PolicyTotals::default(),
+        };
+        samples.last = now;
+        if samples.points.len() == series::POINTS {
+            samples.points.pop_front();
+        }
+        samples.points.push_back(BackendPoint {
+            latency_mean_us: sum.checked_div(count).unwrap_or(0) / 1_000,
+            latency_max_us: max / 1_000,
+            requests: count,
+            policy,
+        });
+        drop(samples);
+
+        // Relaxed: only this sampler touches the count.
+        let taken = self.samples.fetch_add(1, Ordering::Relaxed) + 1;
+        if taken % TOP_WINDOW_SECONDS == 0 {
+            self.top
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .rotate();
+        }
+    }
+
+    /// The numbers `/status.json` answers (see the [module docs](self)).
+    pub fn snapshot(&self, rules: &RuleSet, metrics: &Metrics, backend: &dyn Backend) -> Snapshot {
+        let series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
+        let rules_out = rules
+            .rules()
+            .iter()
+            .map(|rule| RuleStatus {
+                rule: rule.id.to_string(),
+                domain: rule.domain.clone(),
+                name: rule.name.clone(),
+                shadow_mode: rule.shadow_mode,
+                limit: describe(rule),
+                totals: (rule.limits.is_some() || rule.blocked.is_some())
+                    .then(|| rule_totals(metrics, rule)),
+                points: series.points(&rule.id),
+            })
+            .collect();
+        drop(series);
+        let (top, total) = {
+            let sketch = self.top.lock().unwrap_or_else(PoisonError::into_inner);
+            (sketch.top(TOP_SHOWN), sketch.total())
+        };
+        let health = backend.health();
+        let points: Vec<BackendPoint> = self
+            .backend
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .points
+            .iter()
+            .copied()
+            .collect();
+        let last = points.last().copied().unwrap_or_default();
+        Snapshot {
+            sample_seconds: SAMPLE_EVERY.as_secs(),
+            rules: rules_out,
+            top_denied: TopDenied {
+                window_seconds: TOP_WINDOW_SECONDS,
+                counters: TOP_COUNTERS,
+                denied_permits: total,
+                keys: top
+                    .into_iter()
+                    .map(|c| DeniedKeyStatus {
+                        rule: c.key.0.to_string(),
+                        key: readable_bucket(&c.key.1),
+                        count: c.count,
+                        error: c.error,
+                    })
+                    .collect(),
+            },
+            backend: BackendStatus {
+                kind: health.kind,
+                breaker: match health.policy {
+                    None => "n/a",
+                    Some(_) if last.policy.breaker_open > 0 => "open",
+                    Some(_)
+                        if last.policy.timeout + last.policy.error + last.policy.overloaded > 0 =>
+                    {
+                        "degraded"
+                    }
+                    Some(_) => "ok",
+                },
+                policy: health.policy,
+                last,
+                points,
+            },
+        }
+    }
+}
+
+fn rule_totals(metrics: &Metrics, rule: &Rule) -> Totals {
+    let [_total, over_limit, _near, within_limit, shadow_mode] = metrics.rule(rule).totals();
+    Totals {
+        allowed: within_limit,
+        denied: over_limit.saturating_sub(shadow_mode),
+        shadow: shadow_mode,
+    }
+}
+
+fn policy_since(now: PolicyTotals, last: PolicyTotals) -> PolicyTotals {
+    PolicyTotals {
+        store: now.store.saturating_sub(last.store),
+        timeout: now.timeout.saturating_sub(last.timeout),
+        error: now.error.saturating_sub(last.error),
+        breaker_open: now.breaker_open.saturating_sub(last.breaker_open),
+        overloaded: now.overloaded.saturating_sub(last.overloaded),
+        allowed: now.allowed.saturating_sub(last.allowed),
+        denied: now.denied.saturating_sub(last.denied),
+    }
+}
+
+/// A rule's limit in words: `2/minute fixed_window`, several joined by
+/// ` + `, `unlimited`, `blocked`.
+pub fn describe(rule: &Rule) -> String {
+    if rule.blocked.is_some() {
+        return "blocked (requests_per_unit: 0)".into();
+    }
+    let Some(limits) = &rule.limits else {
+        return "unlimited".into();
+    };
+    let kind = limits.algorithm.kind().name();
+    let quotas: Vec<String> = limits
+        .quotas
+        .iter()
+        .map(|q| {
+            let per = q.unit.map_or_else(
+                || format!("{}ms", q.period.as_millis()),
+                |unit| unit.name().to_owned(),
+            );
+            match q.burst {
+                Some(burst) => format!("{}/{per} burst {burst}", q.requests_per_unit),
+                None => format!("{}/{per}", q.requests_per_unit),
+            }
+        })
+        .collect();
+    format!("{} {kind}", quotas.join(" + "))
+}
+
+/// A bucket key (`4:user5:alice`, see [`crate::rules::bucket_key`]) as
+/// `user=alice`, entries joined by `, `; the raw key if it is not one.
+pub fn readable_bucket(bucket: &str) -> String {
+    fn field(rest: &str) -> Option<(&str, &str)> {
+        let (len, rest) = rest.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        Some((rest.get(..len)?, rest.get(len..)?))
+    }
+    let mut out = Vec::new();
+    let mut rest = bucket;
+    while !rest.is_empty() {
+        let Some((key, after)) = field(rest) else {
+            return bucket.to_owned();
+        };
+        let Some((value, after)) = field(after) else {
+            return bucket.to_owned();
+        };
+        out.push(format!("{key}={value}"));
+        rest = after;
+    }
+    out.join(", ")
+}
+
+/// `/status.json`.
+#[derive(Debug, Serialize)]
+pub struct Snapshot {
+    /// Seconds between two points of a chart.
+    pub sample_seconds: u64,
+    /// Every loaded rule, in file order.
+    pub rules: Vec<RuleStatus>,
+    /// The most-denied keys.
+    pub top_denied: TopDenied,
+    /// The backend.
+    pub backend: BackendStatus,
+}
+
+/// One rule on the page.
+#[derive(Debug, Serialize)]
+pub struct RuleStatus {
+    /// Its path, as `/metrics` labels it.
+    pub rule: String,
+    /// Its domain.
+    pub domain: String,
+    /// Its `name`, if any.
+    pub name: Option<String>,
+    /// Whether denials are answered OK.
+    pub shadow_mode: bool,
+    /// Its limit in words.
+    pub limit: String,
+    /// Its counts so far (`None` for an unlimited rule, which counts
+    /// nothing; a blocked rule counts its denials).
+    pub totals: Option<Totals>,
+    /// Per second, oldest first.
+    pub points: Vec<Totals>,
+}
+
+/// The most-denied keys.
+#[derive(Debug, Serialize)]
+pub struct TopDenied {
+    /// One window's length; the keys cover this window and the one before.
+    pub window_seconds: u64,
+    /// Counters per window.
+    pub counters: usize,
+    /// Denied permits over both windows, every key.
+    pub denied_permits: u64,
+    /// The keys, most denied first.
+    pub keys: Vec<DeniedKeyStatus>,
+}
+
+/// One of the most-denied keys.
+#[derive(Debug, Serialize)]
+pub struct DeniedKeyStatus {
+    /// The rule.
+    pub rule: String,
+    /// The bucket, as `key=value, …`.
+    pub key: String,
+    /// Denied permits, at most.
+    pub count: u64,
+    /// `count - error` denied permits at least.
+    pub error: u64,
+}
+
+/// The backend.
+#[derive(Debug, Serialize)]
+pub struct BackendStatus {
+    /// `memory`, `redis` or `custom`.
+    pub kind: &'static str,
+    /// `open`, `degraded`, `ok`, or `n/a` without a failure policy.
+    pub breaker: &'static str,
+    /// Its decisions so far by who took them, when it has a policy.
+    pub policy: Option<PolicyTotals>,
+    /// The last second.
+    pub last: BackendPoint,
+    /// Per second, oldest first.
+    pub points: Vec<BackendPoint>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_read_as_entries() {
+        let bucket = crate::rules::bucket_key([("user", "alice"), ("path", "a:b")]);
+        assert_eq!(readable_bucket(&bucket), "user=alice, path=a:b");
+        assert_eq!(readable_bucket("not a bucket"), "not a bucket");
+        assert_eq!(readable_bucket(""), "");
+    }
+}
