@@ -180,7 +180,7 @@ pub struct LoadgenArgs {
     /// The pacer sleeps at least this long between two wakes; requests due
     /// meanwhile leave together at the next wake, at most this late (plus
     /// how late the timer wakes; measured from their intended time all the
-    /// same). `auto`: the time 16 requests take at the rate, at most 1 ms;
+    /// same). `auto`: the time 32 requests take at the rate, at most 1 ms;
     /// 0 wakes for every request (the most CPU).
     #[arg(long, default_value = "auto", value_parser = parse_quantum, allow_hyphen_values = true)]
     pub quantum: Quantum,

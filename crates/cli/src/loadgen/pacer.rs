@@ -20,7 +20,7 @@
 //! wakes are at least `--quantum` apart, so the requests due within a
 //! quantum leave together, each at most a quantum (plus the timer's own
 //! lateness) after its time, and measured from that time all the same.
-//! By default the quantum is the time 16 requests take at the rate, at
+//! By default the quantum is the time 32 requests take at the rate, at
 //! most 1 ms; the bound, why, and what it costs are stated there.
 //!
 //! # Open model
