@@ -102,6 +102,19 @@ pub struct SimulateArgs {
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Simulate the adaptive concurrency limit instead of the rate limits:
+    /// Poisson arrivals (--rate, --duration, --seed) of critical, default
+    /// and sheddable requests against a service of --knee workers, whose
+    /// knee halves over the middle third of the run.
+    #[arg(long)]
+    pub concurrency: bool,
+    /// With --concurrency: the service's workers (latency is flat up to
+    /// this many in flight and grows past it).
+    #[arg(long, default_value_t = 40)]
+    pub knee: i64,
+    /// With --concurrency: how long a worker spends on a request.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub service_time: Duration,
 }
 
 /// The algorithms `simulate` can run.
