@@ -543,6 +543,26 @@ mod tests {
     }
 
     #[test]
+    fn the_panels_are_drawn_as_svg_and_png() {
+        let model = Model {
+            duration: 3_000_000_000,
+            ..model()
+        };
+        let trace = run(&model);
+        let dir = std::env::temp_dir().join(format!("tollgate-concurrency-{}", std::process::id()));
+        let written = draw(&dir, &model, &trace).unwrap();
+        for path in &written {
+            assert!(
+                std::fs::metadata(path).unwrap().len() > 1_000,
+                "{}",
+                path.display()
+            );
+        }
+        assert_eq!(written.len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_run() {
         let (a, b) = (run(&model()), run(&model()));
         assert_eq!(a.limit, b.limit);
