@@ -102,6 +102,19 @@ pub struct SimulateArgs {
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Simulate the adaptive concurrency limit instead of the rate limits:
+    /// Poisson arrivals (--rate, --duration, --seed) of critical, default
+    /// and sheddable requests against a service of --knee workers, whose
+    /// knee halves over the middle third of the run.
+    #[arg(long)]
+    pub concurrency: bool,
+    /// With --concurrency: the service's workers (latency is flat up to
+    /// this many in flight and grows past it).
+    #[arg(long, default_value_t = 40)]
+    pub knee: i64,
+    /// With --concurrency: how long a worker spends on a request.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub service_time: Duration,
 }
 
 /// The algorithms `simulate` can run.
@@ -178,11 +191,12 @@ pub struct LoadgenArgs {
     #[arg(long, default_value = "0s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub max_send_lag: Duration,
     /// The pacer sleeps at least this long between two wakes; requests due
-    /// meanwhile leave together at the next wake, at most this late (and
-    /// measured from their intended time all the same). Fewer wakes cost
-    /// less CPU per request at high rates; 0 wakes for every request.
-    #[arg(long, default_value = "200us", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub quantum: Duration,
+    /// meanwhile leave together at the next wake, at most this late (plus
+    /// how late the timer wakes; measured from their intended time all the
+    /// same). `auto`: the time 32 requests take at the rate, at most 1 ms;
+    /// 0 wakes for every request (the most CPU).
+    #[arg(long, default_value = "auto", value_parser = parse_quantum, allow_hyphen_values = true)]
+    pub quantum: Quantum,
     /// A request unanswered after this long is counted as a timeout error.
     #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub timeout: Duration,
@@ -194,6 +208,23 @@ pub struct LoadgenArgs {
     /// FILE with `.service` before its extension).
     #[arg(long, value_name = "FILE")]
     pub hgrm: Option<PathBuf>,
+}
+
+/// `--quantum`: scaled to the rate, or a duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quantum {
+    /// Scaled to the rate (`auto`).
+    Auto,
+    /// This long, whatever the rate.
+    Fixed(Duration),
+}
+
+fn parse_quantum(text: &str) -> Result<Quantum, String> {
+    if text.trim() == "auto" {
+        Ok(Quantum::Auto)
+    } else {
+        parse_duration(text).map(Quantum::Fixed)
+    }
 }
 
 /// Durations as people write them: `30s`, `500ms`, `1m 30s`, `2h`; a

@@ -40,7 +40,9 @@
 //! - `--timeout` and `--max-send-lag` are at most an hour (the histograms'
 //!   range); every sum of durations saturates, none can panic.
 
+mod deadline;
 mod pacer;
+mod pacing;
 mod report;
 mod stats;
 mod target;
@@ -54,7 +56,7 @@ use std::time::Duration;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cli::LoadgenArgs;
+use crate::cli::{LoadgenArgs, Quantum};
 use crate::messages::{self, UsageError};
 use crate::schedule::Schedule;
 
@@ -79,6 +81,7 @@ pub struct Config {
     max_connections: usize,
     streams: u64,
     max_send_lag: Duration,
+    /// Wakes of the pacer at least this far apart ([`pacing`]).
     quantum: Duration,
     timeout: Duration,
     json: bool,
@@ -147,10 +150,14 @@ impl Config {
         if args.timeout.is_zero() {
             return Err(UsageError::ZeroDuration { what: "--timeout" });
         }
+        let quantum = match args.quantum {
+            Quantum::Auto => pacing::auto_quantum(schedule),
+            Quantum::Fixed(quantum) => quantum,
+        };
         for (what, value) in [
             ("--timeout", args.timeout),
             ("--max-send-lag", args.max_send_lag),
-            ("--quantum", args.quantum),
+            ("--quantum", quantum),
         ] {
             if value > MAX_WAIT {
                 return Err(UsageError::out_of_range(
@@ -175,7 +182,7 @@ impl Config {
             max_connections,
             streams,
             max_send_lag: args.max_send_lag,
-            quantum: args.quantum,
+            quantum,
             timeout: args.timeout,
             json: args.json,
             hgrm: args.hgrm,

@@ -16,14 +16,12 @@
 //! reports (actual − intended) is measured on every request, not
 //! estimated.
 //!
-//! Two wakes are at least `--quantum` apart (200 µs by default): below
-//! 5,000/s every request still leaves at its own time; above, the requests
-//! due within a quantum leave together at its end, at most a quantum late
-//! (and measured from their intended time all the same). Each wake costs a
-//! `timerfd_settime`, a `read` and an `epoll_wait`: waking once per request
-//! made pacing the largest system cost per request at high rates (strace at
-//! 10,000/s: 4.1 syscalls per request with a wake per request, 3.2 with
-//! the quantum; the floor is the request's `writev` and `recvfrom`).
+//! When to wake and what each wake sends is [`pacing`](super::pacing): two
+//! wakes are at least `--quantum` apart, so the requests due within a
+//! quantum leave together, each at most a quantum (plus the timer's own
+//! lateness) after its time, and measured from that time all the same.
+//! By default the quantum is the time 32 requests take at the rate, at
+//! most 1 ms; the bound, why, and what it costs are stated there.
 //!
 //! # Open model
 //!
@@ -44,6 +42,8 @@ use indicatif::ProgressBar;
 use tokio::sync::Notify;
 
 use super::Config;
+use super::deadline::Deadlines;
+use super::pacing::{Pacing, Timeline, pace};
 use super::stats::Recorder;
 use super::target::{Sender, Target, hyper_error_kind};
 use super::timer::PreciseTimer;
@@ -231,6 +231,8 @@ struct Shared {
     peak_connections: Cell<usize>,
     /// Woken when `outstanding` falls to zero.
     settled: Notify,
+    /// Each request's `--timeout`.
+    deadlines: Rc<Deadlines>,
 }
 
 impl Shared {
@@ -383,7 +385,8 @@ impl Shared {
             response.into_body().collect().await?;
             Ok::<u16, hyper::Error>(status)
         };
-        match tokio::time::timeout(self.timeout, exchange).await {
+        let watch = self.deadlines.watch(sent);
+        match self.deadlines.within(&watch, exchange).await {
             Ok(Ok(status)) => {
                 self.recorder
                     .borrow_mut()
@@ -411,6 +414,32 @@ impl Shared {
         self.outstanding.set(self.outstanding.get() - 1);
         if self.outstanding.get() == 0 {
             self.settled.notify_waiters();
+        }
+    }
+}
+
+/// The wall clock from the start, on the precise timer; a wait ends early
+/// on Ctrl-C.
+struct Wall<'a> {
+    start: Instant,
+    timer: PreciseTimer,
+    interrupt: &'a Notify,
+}
+
+impl Timeline for Wall<'_> {
+    fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    async fn wait_until(&mut self, at: Duration) {
+        // An instant past what `Instant` can hold never comes: only Ctrl-C
+        // ends that wait.
+        let Some(deadline) = self.start.checked_add(at) else {
+            return self.interrupt.notified().await;
+        };
+        tokio::select! {
+            () = self.timer.sleep_until(deadline) => {}
+            () = self.interrupt.notified() => {}
         }
     }
 }
@@ -444,7 +473,9 @@ pub async fn run(
         outstanding: Cell::new(0),
         peak_connections: Cell::new(0),
         settled: Notify::new(),
+        deadlines: Deadlines::new(config.timeout),
     });
+    tokio::task::spawn_local(Rc::clone(&shared.deadlines).watchdog());
 
     // Ctrl-C is heard from here on: during the warm-up too, the run then
     // ends with the (empty) report rather than the default handler's silence.
@@ -505,34 +536,34 @@ pub async fn run(
     recorder.connections_opened = shared.pool.borrow().count() as u64;
     recorder.schedule_end = schedule.offset(scheduled);
     *shared.recorder.borrow_mut() = recorder;
-    let mut next: u64 = 0;
-    let mut last_progress = start;
-    let mut timer = PreciseTimer::new();
-    while next < scheduled && !interrupted.get() {
-        let now = Instant::now();
-        while next < scheduled {
-            let intended = start + schedule.offset(next);
-            if intended > now {
-                break;
-            }
-            shared.dispatch(Due { intended });
-            next += 1;
-        }
-        if now.duration_since(last_progress) >= PROGRESS_EVERY {
-            progress.set_position(next);
-            last_progress = now;
-        }
-        if next == scheduled {
-            break;
-        }
-        // The next request's time, but at least a quantum after this wake:
-        // at high rates the requests due meanwhile leave in one batch.
-        let due = (start + schedule.offset(next)).max(now + config.quantum);
-        tokio::select! {
-            () = timer.sleep_until(due) => {}
-            () = interrupt.notified() => {}
-        }
+    let mut pacing = Pacing::new(schedule, scheduled, config.quantum);
+    if !interrupted.get() {
+        let mut wall = Wall {
+            start,
+            timer: PreciseTimer::new(),
+            interrupt: &interrupt,
+        };
+        let mut last_progress = start;
+        pace(
+            &mut pacing,
+            &mut wall,
+            |index| {
+                shared.dispatch(Due {
+                    intended: start + schedule.offset(index),
+                });
+            },
+            |handed_out| {
+                let now = Instant::now();
+                if now.duration_since(last_progress) >= PROGRESS_EVERY {
+                    progress.set_position(handed_out);
+                    last_progress = now;
+                }
+                !interrupted.get()
+            },
+        )
+        .await;
     }
+    let next = pacing.handed_out();
     progress.set_position(next);
     if interrupted.get() {
         // The schedule ends where the run was stopped: the requests due.

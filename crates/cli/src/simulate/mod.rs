@@ -28,6 +28,7 @@
 //!   `--duration` above 584 years are refused, never saturated.
 
 mod algorithms;
+mod concurrency;
 mod pattern;
 mod plot;
 mod report;
@@ -213,6 +214,9 @@ struct Outcome {
 
 /// Runs `tollgate simulate`.
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    if args.concurrency {
+        return concurrency::command(&args);
+    }
     let config = Config::from_args(args)?;
     let (arrivals, left_out) = config.arrivals();
     if left_out > 0 {

@@ -41,7 +41,7 @@ const WIDTH: u32 = 1200;
 /// pixels, which keeps every peak.
 const MAX_STEPS: usize = 20_000;
 
-const FONT: &str = "sans-serif";
+pub(super) const FONT: &str = "sans-serif";
 const ADMITTED: RGBColor = RGBColor(31, 119, 180);
 const OFFERED: RGBColor = RGBColor(150, 150, 150);
 const LIMIT: RGBColor = RGBColor(214, 39, 40);
@@ -80,7 +80,7 @@ pub fn draw(
 }
 
 /// Embeds DejaVu Sans as plotters' "sans-serif", once per process.
-fn register_font() -> anyhow::Result<()> {
+pub(super) fn register_font() -> anyhow::Result<()> {
     static REGISTER: Once = Once::new();
     let mut result = Ok(());
     REGISTER.call_once(|| {
