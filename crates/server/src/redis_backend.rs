@@ -74,7 +74,10 @@ use prometheus_client::registry::Registry;
 use tollgate::Decision;
 use tollgate_redis::{Limit, Options, Redis, RedisConfig, RedisLimiter, Stats, Target};
 
-use crate::backend::{Backend, BackendError, BackendHealth, DecideFuture, Hit, PolicyTotals};
+use crate::backend::{
+    Backend, BackendError, BackendHealth, Control, ControlError, ControlFuture, DecideFuture, Hit,
+    PolicyTotals,
+};
 use crate::config::{BuiltAlgorithm, RedisSettings, RedisTarget, RedisTls, redact_url};
 use crate::rules::{Rule, RuleSet};
 
@@ -333,6 +336,33 @@ impl Backend for RedisBackend {
             limiters: Arc::clone(&self.limiters),
             retired: Arc::clone(&self.retired),
         }));
+    }
+
+    fn control<'a>(&'a self, rule: &'a Rule, key: &'a str, control: Control) -> ControlFuture<'a> {
+        let installed = self.limiters.load().get(&rule.id).cloned();
+        Box::pin(async move {
+            let Some(installed) = installed else {
+                return Err(ControlError::Backend(BackendError::new(format!(
+                    "rule {} is not in force (a reload raced)",
+                    rule.id
+                ))));
+            };
+            let limiter = &installed.limiter;
+            let applied = match control {
+                Control::Reset => limiter.reset(key).await,
+                Control::Refund(n) => limiter.refund(key, n).await,
+                Control::Penalize(duration) => limiter.penalize(key, duration).await,
+                Control::Deny => limiter.deny(key).await,
+                Control::Allow => limiter.allow(key).await,
+                Control::Unlist => limiter.unlist(key).await,
+            };
+            applied.map(drop).map_err(|error| match error {
+                tollgate_redis::ControlError::ListFull { capacity } => ControlError::ListFull(
+                    format!("the deny and allow lists hold their {capacity} keys already"),
+                ),
+                other => ControlError::Backend(BackendError::new(other.to_string())),
+            })
+        })
     }
 
     fn health(&self) -> BackendHealth {

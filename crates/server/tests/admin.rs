@@ -368,6 +368,7 @@ async fn admin_api_on_redis() {
     let redis = RedisServer::start();
     let file = format!("{}{RULES}", redis.backend(""));
     let server = start_with(ADMIN, &file).await;
+    controls(&server).await;
     admin_api(&server, &file, false).await;
     server.stop().await;
 }

@@ -23,10 +23,12 @@
 //! Which backend applies what: the in-memory backend applies every
 //! control through the core's keyed controls (`KeyedLimiter::reset`,
 //! `refund`, `penalize`, `deny`, `allow`, `unlist`: their guarantees are
-//! the core's); the Redis backend inspects and changes limits, and answers
-//! 501 to the other controls until `tollgate-redis`'s controls are wired
-//! in ([`Backend::control`](crate::backend::Backend::control) is the one
-//! hook to fill).
+//! the core's); the Redis backend applies them through `tollgate-redis`'s
+//! controls (`RedisLimiter::reset`, ...: one atomic script call each, a
+//! Redis fault answered 503). A changed limit starts fresh buckets on Redis
+//! (the carry of `RedisLimiterBuilder::carry_from` is not wired into the
+//! server yet). A backend without controls answers 501
+//! ([`Backend::control`](crate::backend::Backend::control) is the hook).
 //!
 //! A key is named as a request names it: a domain and one descriptor's
 //! entries, matched as [`crate::rules`] matches a request (so the key is
