@@ -24,36 +24,46 @@ pub(crate) fn word_load(cell: &AtomicU64) -> u64 {
     cell.load(Ordering::Relaxed)
 }
 
-/// Applies `transition` to the word in `cell` atomically: recomputed from the
-/// current value until a compare-and-swap succeeds; returns at once, without
-/// writing, when the transition has nothing to write (a denial).
+/// Applies a transition to the word in `cell` atomically: recomputed from
+/// the current value until a compare-and-swap succeeds; evaluates at once to
+/// the decision, without writing, when the transition has nothing to write
+/// (a denial). `word_update!(cell, |current| transition_expr)`, where the
+/// expression yields `(Decision, Option<u64>)`.
 ///
-/// Always inlined, with the algorithm's `check_cell`: a 48-byte
-/// [`Decision`] built in one frame and copied out of another stalls on store
-/// forwarding (seen with perf: a quarter of a keyed check).
-#[inline(always)]
-pub(crate) fn word_update(
-    cell: &AtomicU64,
-    mut transition: impl FnMut(u64) -> (Decision, Option<u64>),
-) -> Decision {
-    let mut current = word_load(cell);
-    loop {
-        let (decision, next) = transition(current);
-        let Some(next) = next else {
-            return decision;
-        };
-        // Relaxed on both outcomes: as in `word_load`, the word carries no
-        // other data, and the modification order of this one location is the
-        // linearization order of the decisions.
-        match cell.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return decision,
-            Err(actual) => current = actual,
+/// A macro, so that the transition is expanded in the loop itself and never
+/// called through a closure: a 48-byte [`Decision`] built in one frame and
+/// copied out of another stalls on store forwarding (a quarter of a keyed
+/// check, seen with perf). A closure was inlined by LLVM's choice only, and
+/// it stopped being inlined once the limiter's check grew (issue 20's
+/// controls): the direct check went from ~10 to ~15 ns until this macro.
+macro_rules! word_update {
+    ($cell:expr, |$current:ident| $transition:expr) => {{
+        let cell: &$crate::sync::AtomicU64 = $cell;
+        let mut $current = $crate::store::word_load(cell);
+        loop {
+            let (decision, next) = $transition;
+            let Some(next) = next else {
+                break decision;
+            };
+            // Relaxed on both outcomes: as in `word_load`, the word carries
+            // no other data, and the modification order of this one location
+            // is the linearization order of the decisions.
+            match cell.compare_exchange_weak(
+                $current,
+                next,
+                $crate::sync::Ordering::Relaxed,
+                $crate::sync::Ordering::Relaxed,
+            ) {
+                Ok(_) => break decision,
+                Err(actual) => $current = actual,
+            }
         }
-    }
+    }};
 }
+pub(crate) use word_update;
 
 /// Applies `next` to the word in `cell` atomically, unconditionally (a
-/// charge): the same compare-and-swap loop as [`word_update`], always
+/// charge): the same compare-and-swap loop as `word_update!`, always
 /// writing.
 #[inline]
 pub(crate) fn word_apply(cell: &AtomicU64, mut next: impl FnMut(u64) -> u64) {

@@ -183,7 +183,7 @@ impl Stripe {
             // `word_update`'s Relaxed CAS loop: the word is the whole state
             // of this stripe, and each stripe's bound needs only the
             // modification order of its own word.
-            store::word_update(&self.cell, |tat| self.gcra.transition(tat, now, cost))
+            store::word_update!(&self.cell, |tat| self.gcra.transition(tat, now, cost))
         } else {
             // Relaxed load (`word_load`): as above.
             self.gcra

@@ -212,6 +212,7 @@ impl CalendarWindow {
 
     /// The transition: given the stored word, decide `cost` permits at
     /// `now` (UNIX ns); the word to store if it changes.
+    #[inline(always)]
     pub fn transition(&self, state: u64, now: Nanos, cost: u64) -> (Decision, Option<u64>) {
         let limit = self.quota.limit();
         let now = now.as_u64();
@@ -289,7 +290,7 @@ impl Algorithm for CalendarWindow {
 
     #[inline(always)]
     fn check_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
-        store::word_update(cell, |state| self.transition(state, now, cost))
+        store::word_update!(cell, |state| self.transition(state, now, cost))
     }
 
     fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {

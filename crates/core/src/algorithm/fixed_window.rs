@@ -122,7 +122,7 @@ impl FixedWindow {
     /// permits at `now`, and return the word to store if it changes.
     ///
     /// `None` means nothing to write: every denial, and a cost of 0.
-    #[inline]
+    #[inline(always)]
     pub fn transition(&self, state: u64, now: Nanos, cost: u64) -> (Decision, Option<u64>) {
         let limit = self.quota.limit();
         let period = u128::from(self.quota.period_nanos());
@@ -215,7 +215,7 @@ impl Algorithm for FixedWindow {
     // Always inlined, as `word_update` is (see there).
     #[inline(always)]
     fn check_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
-        store::word_update(cell, |state| self.transition(state, now, cost))
+        store::word_update!(cell, |state| self.transition(state, now, cost))
     }
 
     #[inline]

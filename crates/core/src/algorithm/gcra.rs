@@ -151,7 +151,7 @@ impl Gcra {
     /// 0. A cost above the burst is denied with `retry_after` at its maximum;
     /// [`Limiter`](crate::Limiter) refuses it earlier with a
     /// [`CostError`](crate::CostError).
-    #[inline]
+    #[inline(always)]
     pub fn transition(&self, tat: u64, now: Nanos, cost: u64) -> (Decision, Option<u64>) {
         let burst = self.quota.burst();
         let scale = self.scale as u8;
@@ -325,7 +325,7 @@ impl Algorithm for Gcra {
     // Always inlined, as `word_update` is (see there).
     #[inline(always)]
     fn check_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
-        store::word_update(cell, |tat| self.transition(tat, now, cost))
+        store::word_update!(cell, |tat| self.transition(tat, now, cost))
     }
 
     #[inline]
