@@ -13,36 +13,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate_testkit::free_port;
-
-/// The module's shared library, built once per test binary.
-fn module_path() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        // target/<profile>/deps/replication-<hash> → target/<profile>.
-        let exe = std::env::current_exe().expect("test executable");
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("target/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "-p", "tollgate-redis-module", "--target-dir"])
-            .arg(target_dir);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("cargo");
-        assert!(status.success(), "cargo build -p tollgate-redis-module");
-        let path = profile_dir.join("libtollgate_redis_module.so");
-        assert!(path.exists(), "{} was not built", path.display());
-        path
-    })
-}
+use tollgate_testkit::{redis_is_process, spawn_on_free_port};
 
 /// One `redis-server`, killed (and its directory removed) on drop.
 struct Server {
@@ -54,34 +28,34 @@ struct Server {
 impl Server {
     /// A server in a fresh directory named after `role`, with `args`.
     fn start(role: &str, args: &[&str], setup: impl FnOnce(&Path)) -> Server {
-        let port = free_port();
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
-            "tollgate-replication-{}-{role}-{port}",
-            std::process::id()
+            "tollgate-replication-{}-{role}-{}",
+            std::process::id(),
+            // Relaxed: a unique number, nothing else is published.
+            NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         setup(&dir);
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .arg("--dir")
-            .arg(&dir)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (see .ci/deps)");
-        let server = Server { port, child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.cli(&["PING"]) != "PONG" {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server {role} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
+        // The port is checked to be this server's own (see the testkit).
+        let (port, child) = spawn_on_free_port(
+            "redis-server",
+            |port| {
+                let mut command = Command::new("redis-server");
+                command
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", ""])
+                    .arg("--dir")
+                    .arg(&dir)
+                    .args(args)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                command
+            },
+            redis_is_process,
+        );
+        Server { port, child, dir }
     }
 
     fn cli(&self, args: &[&str]) -> String {
@@ -186,7 +160,10 @@ fn call<'a>(limits: &[&Vec<&'a str>], tail: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn replicas_and_the_aof_hold_exactly_the_masters_state() {
-    let module = module_path().to_str().expect("utf-8 path").to_owned();
+    let module = tollgate_testkit::redis_module_library()
+        .to_str()
+        .expect("utf-8 path")
+        .to_owned();
     let master = Server::start(
         "master",
         &[

@@ -10,9 +10,7 @@
 mod scenarios;
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands as _;
@@ -21,32 +19,6 @@ use serde::Deserialize;
 use tollgate::{FixedWindow, Gcra, ManualClock, Nanos, Quota, SlidingWindow};
 use tollgate_redis::{FailurePolicy, Limit, Options, Redis, RedisLimiter, Source};
 use tollgate_testkit::{redis_is_process, spawn_on_free_port};
-
-/// The module's shared library, built once per test binary.
-fn module_path() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        // target/<profile>/deps/module-<hash> → target/<profile>.
-        let exe = std::env::current_exe().expect("test executable");
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("target/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "-p", "tollgate-redis-module", "--target-dir"])
-            .arg(target_dir);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("cargo");
-        assert!(status.success(), "cargo build -p tollgate-redis-module");
-        let path = profile_dir.join("libtollgate_redis_module.so");
-        assert!(path.exists(), "{} was not built", path.display());
-        path
-    })
-}
 
 /// One `redis-server` with the module loaded, killed on drop.
 struct ModuleServer {
@@ -88,7 +60,7 @@ impl ModuleServer {
                     .arg("--dir")
                     .arg(&dir.0)
                     .arg("--loadmodule")
-                    .arg(module_path())
+                    .arg(tollgate_testkit::redis_module_library())
                     .args(["--enable-module-command", "local"])
                     .stdout(Stdio::null())
                     .stderr(Stdio::null());

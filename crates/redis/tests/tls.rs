@@ -3,6 +3,7 @@
 //! certificates generated here by rcgen and a user `alice` that has a
 //! password, the `default` user switched off.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +16,7 @@ use tollgate::{Gcra, Quota};
 use tollgate_redis::{
     FailurePolicy, Options, Redis, RedisConfig, RedisLimiter, Secret, Source, TlsConfig,
 };
-use tollgate_testkit::spawn_on_free_port;
+use tollgate_testkit::{redis_is_process_with, spawn_on_free_port};
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, PEM.
 struct Pki {
@@ -120,30 +121,20 @@ impl TlsServer {
                 command
             },
             |port, pid| {
-                Command::new("redis-cli")
-                    .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--tls"])
-                    .arg("--cacert")
-                    .arg(&ca)
-                    .arg("--cert")
-                    .arg(&client_cert)
-                    .arg("--key")
-                    .arg(&client_key)
-                    .args([
-                        "--user",
-                        "alice",
-                        "--pass",
-                        "alice-secret",
-                        "--no-auth-warning",
-                    ])
-                    .args(["INFO", "server"])
-                    .stdin(Stdio::null())
-                    .stderr(Stdio::null())
-                    .output()
-                    .is_ok_and(|out| {
-                        String::from_utf8_lossy(&out.stdout)
-                            .lines()
-                            .any(|line| line.trim() == format!("process_id:{pid}"))
-                    })
+                let options: [&OsStr; 11] = [
+                    "--tls".as_ref(),
+                    "--cacert".as_ref(),
+                    ca.as_ref(),
+                    "--cert".as_ref(),
+                    client_cert.as_ref(),
+                    "--key".as_ref(),
+                    client_key.as_ref(),
+                    "--user".as_ref(),
+                    "alice".as_ref(),
+                    "--pass".as_ref(),
+                    "alice-secret".as_ref(),
+                ];
+                redis_is_process_with(port, pid, &options)
             },
         );
         TlsServer { port, child, dir }

@@ -297,17 +297,10 @@ impl Drop for Binary {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("free port")
-        .port()
-}
-
 async fn serve(binary: &Path) -> Binary {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rules.yaml");
-    let (grpc, http) = (free_port(), free_port());
+    let (grpc, http) = (tollgate_testkit::free_port(), tollgate_testkit::free_port());
     std::fs::write(
         &path,
         format!(

@@ -83,9 +83,57 @@ fn wait_until_owned(child: &mut Child, port: u16, owns: &mut impl FnMut(u16, u32
 /// Whether the Redis (or Sentinel) answering plain-text `redis-cli` on
 /// `port` is the process `pid`, by its `INFO server` `process_id`.
 pub fn redis_is_process(port: u16, pid: u32) -> bool {
-    redis_cli(port, &["INFO", "server"]).is_some_and(|info| {
-        info.lines()
-            .any(|line| line.trim() == format!("process_id:{pid}"))
+    redis_is_process_with(port, pid, &[])
+}
+
+/// [`redis_is_process`] with `redis-cli` options before the command (e.g.
+/// `--tls --cacert … --cert … --key … --user … --pass …` for a TLS port).
+pub fn redis_is_process_with(port: u16, pid: u32, options: &[&std::ffi::OsStr]) -> bool {
+    Command::new("redis-cli")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--no-auth-warning",
+        ])
+        .args(options)
+        .args(["INFO", "server"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|line| line.trim() == format!("process_id:{pid}"))
+        })
+}
+
+/// The Redis module's shared library (`tollgate-redis-module`), built once
+/// per test binary by `cargo build` into the test's own target directory
+/// (a no-op when the test's build made it already), in the test's profile.
+pub fn redis_module_library() -> &'static std::path::Path {
+    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        // target/<profile>/deps/<test>-<hash> → target/<profile>.
+        let exe = std::env::current_exe().expect("test executable");
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("target/<profile>/deps");
+        let target_dir = profile_dir.parent().expect("target dir");
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args(["build", "-p", "tollgate-redis-module", "--target-dir"])
+            .arg(target_dir);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo");
+        assert!(status.success(), "cargo build -p tollgate-redis-module");
+        let path = profile_dir.join("libtollgate_redis_module.so");
+        assert!(path.exists(), "{} was not built", path.display());
+        path
     })
 }
 

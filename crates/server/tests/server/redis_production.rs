@@ -4,7 +4,7 @@
 //! across a failover. Real `redis-server` and `redis-sentinel` processes,
 //! started here on free loopback ports.
 
-use std::net::TcpStream;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,41 +92,62 @@ fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
 /// `redis-server` on a TLS port only, requiring client certificates, with
 /// a user `alice` (password `alice-secret`) and the `default` user off.
 fn tls_redis(dir: &Path, pki: &Pki) -> (Process, u16) {
-    let port = tollgate_testkit::free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", "0", "--bind", "127.0.0.1"])
-        .args(["--tls-port", &port.to_string()])
-        .arg("--tls-cert-file")
-        .arg(write(dir, "server.crt", &pki.server_cert))
-        .arg("--tls-key-file")
-        .arg(write(dir, "server.key", &pki.server_key))
-        .arg("--tls-ca-cert-file")
-        .arg(write(dir, "redis-ca.crt", &pki.ca))
-        .args(["--tls-auth-clients", "yes"])
-        .args([
-            "--user",
-            "alice",
-            "on",
-            ">alice-secret",
-            "~*",
-            "&*",
-            "+@all",
-        ])
-        .args(["--user", "default", "off"])
-        .args(["--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server (see .ci/deps)");
-    let process = Process(child);
-    wait_for(
-        "redis-server (TLS) did not start",
-        Duration::from_secs(10),
-        || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    let cert = write(dir, "server.crt", &pki.server_cert);
+    let key = write(dir, "server.key", &pki.server_key);
+    let ca = write(dir, "redis-ca.crt", &pki.ca);
+    let client_cert = write(dir, "redis-client.crt", &pki.client_cert);
+    let client_key = write(dir, "redis-client.key", &pki.client_key);
+    // The port is checked to be this server's own (see the testkit), over
+    // TLS as alice.
+    let (port, child) = tollgate_testkit::spawn_on_free_port(
+        "redis-server (TLS)",
+        |port| {
+            let mut command = Command::new("redis-server");
+            command
+                .args(["--port", "0", "--bind", "127.0.0.1"])
+                .args(["--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&cert)
+                .arg("--tls-key-file")
+                .arg(&key)
+                .arg("--tls-ca-cert-file")
+                .arg(&ca)
+                .args(["--tls-auth-clients", "yes"])
+                .args([
+                    "--user",
+                    "alice",
+                    "on",
+                    ">alice-secret",
+                    "~*",
+                    "&*",
+                    "+@all",
+                ])
+                .args(["--user", "default", "off"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            command
+        },
+        |port, pid| {
+            let options: [&OsStr; 11] = [
+                "--tls".as_ref(),
+                "--cacert".as_ref(),
+                ca.as_ref(),
+                "--cert".as_ref(),
+                client_cert.as_ref(),
+                "--key".as_ref(),
+                client_key.as_ref(),
+                "--user".as_ref(),
+                "alice".as_ref(),
+                "--pass".as_ref(),
+                "alice-secret".as_ref(),
+            ];
+            tollgate_testkit::redis_is_process_with(port, pid, &options)
+        },
     );
-    (process, port)
+    (Process(child), port)
 }
 
 /// The server on Redis over TLS with a client certificate, as user
@@ -192,24 +213,30 @@ async fn the_server_decides_on_tls_redis_with_a_client_certificate_and_an_acl_us
 
 /// A `redis-sentinel` watching `master_port` as `main`.
 fn sentinel(dir: &Path, master_port: u16) -> (Process, u16) {
-    let port = tollgate_testkit::free_port();
-    let conf = write(
-        dir,
-        "sentinel.conf",
-        &format!(
-            "port {port}\nbind 127.0.0.1\ndir {}\n\
-             sentinel monitor main 127.0.0.1 {master_port} 1\n\
-             sentinel down-after-milliseconds main 500\n\
-             sentinel failover-timeout main 2000\n",
-            dir.display()
-        ),
+    // The port is checked to be this sentinel's own (see the testkit).
+    let (port, child) = tollgate_testkit::spawn_on_free_port(
+        "redis-sentinel",
+        |port| {
+            let conf = write(
+                dir,
+                &format!("sentinel-{port}.conf"),
+                &format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor main 127.0.0.1 {master_port} 1\n\
+                     sentinel down-after-milliseconds main 500\n\
+                     sentinel failover-timeout main 2000\n",
+                    dir.display()
+                ),
+            );
+            let mut command = Command::new("redis-sentinel");
+            command
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            command
+        },
+        tollgate_testkit::redis_is_process,
     );
-    let child = Command::new("redis-sentinel")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-sentinel (see .ci/deps)");
     (Process(child), port)
 }
 
