@@ -111,7 +111,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::algorithm::{Algorithm, Gcra};
-use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::decision::{CostError, Decision};
 use crate::quota::{Quota, QuotaError};
 use crate::store;
@@ -154,7 +154,7 @@ pub const MAX_STRIPES: usize = 1_024;
 /// # Ok(())
 /// # }
 /// ```
-pub struct StripedLimiter<C: Clock = MonotonicClock> {
+pub struct StripedLimiter<C: Clock = QuantaClock> {
     shared: Arc<Shared<C>>,
 }
 
@@ -193,15 +193,17 @@ impl Stripe {
     }
 }
 
-impl StripedLimiter<MonotonicClock> {
-    /// A limiter of `quota` split over `stripes` stripes, on the
-    /// [`MonotonicClock`].
+impl StripedLimiter<QuantaClock> {
+    /// A limiter of `quota` split over `stripes` stripes, on the default
+    /// clock, [`QuantaClock`] (as [`Limiter::new`](crate::Limiter::new));
+    /// for `Instant` itself, [`with_clock`](StripedLimiter::with_clock) and
+    /// [`MonotonicClock`](crate::MonotonicClock).
     ///
     /// # Errors
     ///
     /// As [`with_clock`](StripedLimiter::with_clock).
     pub fn new(quota: Quota, stripes: usize) -> Result<StripedLimiter, QuotaError> {
-        StripedLimiter::with_clock(quota, stripes, MonotonicClock::new())
+        StripedLimiter::with_clock(quota, stripes, QuantaClock::new())
     }
 }
 

@@ -64,7 +64,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::algorithm::{Algorithm, Gcra};
-use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::decision::{CostError, Decision};
 use crate::quota::{Quota, QuotaError};
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
@@ -105,7 +105,7 @@ pub const DEFAULT_MAX_WAITERS: usize = 65_536;
 /// # Ok(())
 /// # }
 /// ```
-pub struct Shaper<C: Clock = MonotonicClock> {
+pub struct Shaper<C: Clock = QuantaClock> {
     shared: Arc<Shared<C>>,
 }
 
@@ -221,24 +221,26 @@ pub fn slot(gcra: &Gcra, tat: u64, arrival: Nanos, cost: u64) -> Option<(Nanos, 
     Some((Nanos::new(release), tat_after))
 }
 
-impl Shaper<MonotonicClock> {
-    /// A shaper for `quota` with the default limits, on the monotonic clock.
+impl Shaper<QuantaClock> {
+    /// A shaper for `quota` with the default limits, on the default clock,
+    /// [`QuantaClock`] (as [`Limiter::new`](crate::Limiter::new)): for
+    /// `Instant` itself, [`ShaperBuilder::clock`] with [`MonotonicClock`](crate::MonotonicClock).
     ///
     /// # Errors
     ///
     /// As [`Gcra::new`].
-    pub fn new(quota: Quota) -> Result<Shaper<MonotonicClock>, QuotaError> {
+    pub fn new(quota: Quota) -> Result<Shaper<QuantaClock>, QuotaError> {
         Shaper::builder(quota).build()
     }
 
     /// Starts building a shaper for `quota`: `limit` per `period` released
     /// evenly, up to `burst` at once.
-    pub fn builder(quota: Quota) -> ShaperBuilder<MonotonicClock> {
+    pub fn builder(quota: Quota) -> ShaperBuilder<QuantaClock> {
         ShaperBuilder {
             max_delay: quota.period(),
             quota,
             max_waiters: DEFAULT_MAX_WAITERS,
-            clock: MonotonicClock::new(),
+            clock: QuantaClock::new(),
         }
     }
 }
@@ -259,7 +261,7 @@ impl<C: Clock> ShaperBuilder<C> {
         self
     }
 
-    /// Uses `clock` instead of the monotonic clock.
+    /// Uses `clock` instead of the default clock.
     pub fn clock<D: Clock>(self, clock: D) -> ShaperBuilder<D> {
         ShaperBuilder {
             quota: self.quota,

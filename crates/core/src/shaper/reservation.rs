@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::{Shaper, Standing};
-use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::clock::{Clock, Nanos, QuantaClock};
 
 /// Permits scheduled by [`Shaper::reserve`].
 ///
@@ -13,7 +13,7 @@ use crate::clock::{Clock, MonotonicClock, Nanos};
 /// [`wait`](Reservation::wait), [`ready`](Reservation::ready) and
 /// [`consume`](Reservation::consume) mark it used.
 #[must_use = "dropping a reservation gives its permits back"]
-pub struct Reservation<C: Clock = MonotonicClock> {
+pub struct Reservation<C: Clock = QuantaClock> {
     pub(super) shaper: Shaper<C>,
     pub(super) id: u64,
     pub(super) cost: u64,
