@@ -32,31 +32,15 @@ use http_body_util::Full;
 use tower_layer::Layer;
 
 use crate::backend::{Backend, Charge};
-use crate::cost::CostFn;
+pub use crate::config::OnMissingKey;
+use crate::config::{Config, Settler};
 use crate::error::BuildError;
 use crate::key::KeyExtractor;
 use crate::observe::{Observed, ShowKey};
-use crate::response::{HeaderPolicy, Rejection, RejectionFn, sf_string};
+use crate::response::{HeaderPolicy, Rejection, sf_string};
 use crate::service::RateLimitService;
-use crate::settle::SettleFn;
 use tollgate::Quota;
 use tollgate::observe::Observer;
-
-/// What to do with a request whose key cannot be extracted.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub enum OnMissingKey<K> {
-    /// Answer with the key error's status: `500` when the server attached
-    /// no connection address, `400` when the client sent no key or a bad
-    /// one. The default.
-    #[default]
-    Reject,
-    /// Pass the request on without limiting it.
-    Allow,
-    /// Count the request under this key (for example one shared bucket for
-    /// every anonymous client).
-    Use(K),
-}
 
 /// A tower layer that rate-limits HTTP requests per key: see the
 /// [crate docs](crate).
@@ -65,33 +49,6 @@ pub enum OnMissingKey<K> {
 /// one backend through an [`Arc`].
 pub struct RateLimitLayer<E: KeyExtractor, L> {
     config: Arc<Config<E, L>>,
-}
-
-/// Everything a service needs, shared by every clone.
-pub(crate) struct Config<E: KeyExtractor, L> {
-    pub(crate) extractor: E,
-    pub(crate) backend: L,
-    pub(crate) cost: Option<CostFn>,
-    pub(crate) on_missing_key: OnMissingKey<E::Key>,
-    pub(crate) max_delay: Option<Duration>,
-    pub(crate) headers_on_success: bool,
-    pub(crate) grpc: bool,
-    pub(crate) policy: Arc<HeaderPolicy>,
-    pub(crate) on_rejection: Option<RejectionFn>,
-    pub(crate) settle: Option<Settler<E::Key, L>>,
-    /// Methods passed on uncharged.
-    pub(crate) skip_methods: Vec<Method>,
-    /// Called once per decision (see [`observe`](crate::observe)).
-    pub(crate) observed: Option<Observed<E::Key>>,
-    /// Dry-run: never answer a request here (see [`observe`](crate::observe)).
-    pub(crate) dry_run: bool,
-}
-
-/// Settle mode: what a response cost, and how to charge the backend.
-pub(crate) struct Settler<K, L> {
-    pub(crate) actual: SettleFn,
-    /// `Charge::charge` of the backend, taken where the bound is known.
-    pub(crate) charge: fn(&L, &K, u64),
 }
 
 impl<E: KeyExtractor, L: Backend<E::Key>> RateLimitLayer<E, L> {

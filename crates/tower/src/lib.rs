@@ -170,6 +170,7 @@
 
 mod backend;
 pub mod concurrency;
+mod config;
 pub mod cost;
 mod error;
 mod future;

@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::backend::{Backend, Decided};
+use crate::config::{Config, OnMissingKey};
 use crate::future::{ResponseBody, ResponseFuture, Success, admitted};
 use crate::key::KeyExtractor;
-use crate::layer::{Config, OnMissingKey};
 use crate::response::{Rejection, is_grpc, reject};
 use crate::settle::Settlement;
 use tollgate::Decision;

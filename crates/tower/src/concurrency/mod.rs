@@ -58,6 +58,7 @@
 
 pub mod backend;
 mod body;
+mod config;
 mod layer;
 mod response;
 mod service;

@@ -16,7 +16,7 @@ use tower_service::Service;
 
 use super::backend::{Acquire, AcquireFuture, ConcurrencyBackend, Refused};
 use super::body::ConcurrencyBody;
-use super::layer::Config;
+use super::config::Config;
 use super::response::{is_grpc, no_key, refused};
 use crate::{BoxError, KeyExtractor};
 
