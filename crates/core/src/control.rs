@@ -1,6 +1,6 @@
 //! Controls: reset, refund, penalty, and deny / allow lists.
 //!
-//! The same controls, with the same meaning, on [`Limiter`] (without a key),
+//! The same controls, with the same meaning, on [`Limiter`](crate::Limiter) (without a key),
 //! [`KeyedLimiter`](crate::KeyedLimiter) (per key), the Redis limiter and the
 //! server's admin API.
 //!
@@ -28,14 +28,14 @@
 //!   penalty. A denied key is refused with `remaining` 0 and `retry_after`
 //!   and `reset_after` "never", counting nothing; an allowed key is
 //!   admitted without counting, with `remaining` and `reset_after` as
-//!   [`peek_n`](Limiter::peek_n) of the same cost would report them (0 left
+//!   [`peek_n`](crate::Limiter::peek_n) of the same cost would report them (0 left
 //!   if the cost would not fit). `unlist` removes either. A key is on at
 //!   most one list: `deny` after `allow` moves it.
 //! - Charges (`charge_n`) are not recorded while a list or a penalty decides
 //!   the key: an allowed key counts nothing, a penalized one has its state
 //!   dropped already.
 //! - Each control returns the state after it: what a request of cost 0
-//!   would be told now ([`peek_n`](Limiter::peek_n)`(0)`, or the list's or
+//!   would be told now ([`peek_n`](crate::Limiter::peek_n)`(0)`, or the list's or
 //!   penalty's denial), so `remaining` is the permits available.
 //!
 //! # Cost on the check path
@@ -58,9 +58,8 @@
 use std::time::Duration;
 
 use crate::algorithm::Algorithm;
-use crate::clock::{Clock, Nanos, saturating_nanos};
+use crate::clock::{Nanos, saturating_nanos};
 use crate::decision::Decision;
-use crate::limiter::Limiter;
 use crate::observe::{List, Outcome};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -314,78 +313,4 @@ fn allowed<A: Algorithm>(algorithm: &A, cell: &A::Cell, now: Nanos, cost: u64) -
         remaining,
         saturating_nanos(peek.reset_after()),
     )
-}
-
-impl<A: Algorithm, C: Clock> Limiter<A, C> {
-    /// Back to full: the state is dropped, as if never used, and a penalty
-    /// is cancelled (the lists stay). Returns the state after (see the
-    /// [module docs](crate::control)).
-    pub fn reset(&self) -> Decision {
-        let (now, controls) = self.now_and_controls();
-        self.with_current(|algorithm, cell| controls.reset(algorithm, cell));
-        self.state_at(now)
-    }
-
-    /// Gives back `permits` permits, never above full. Returns the state
-    /// after: its `remaining` counts the permits given back.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tollgate::{FixedWindow, Limiter, ManualClock, Quota};
-    ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = Limiter::with_clock(FixedWindow::new(Quota::per_minute(10)?)?, ManualClock::new());
-    /// assert_eq!(limiter.check_n(4)?.remaining(), 6);
-    /// // The work did not happen: give back 3.
-    /// assert_eq!(limiter.refund(3).remaining(), 9);
-    /// // Never above full.
-    /// assert_eq!(limiter.refund(100).remaining(), 10);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn refund(&self, permits: u64) -> Decision {
-        let (now, _) = self.now_and_controls();
-        self.with_current(|algorithm, cell| algorithm.refund_cell(cell, now, permits));
-        self.state_at(now)
-    }
-
-    /// Denies every request for `duration` from now, counting nothing; the
-    /// state is dropped, so it is full when the penalty ends. Only extends:
-    /// a penalty ending before the current one changes nothing. A zero
-    /// `duration` is a no-op. Returns the state after.
-    pub fn penalize(&self, duration: Duration) -> Decision {
-        let (now, controls) = self.now_and_controls();
-        self.with_current(|algorithm, cell| controls.penalize(algorithm, cell, now, duration));
-        self.state_at(now)
-    }
-
-    /// Puts the limiter on the deny list: every request is refused,
-    /// "never" to retry, counting nothing, until [`unlist`](Self::unlist).
-    pub fn deny(&self) {
-        self.now_and_controls().1.set_list(Some(List::Deny));
-    }
-
-    /// Puts the limiter on the allow list: every request is admitted,
-    /// counting nothing, until [`unlist`](Self::unlist).
-    pub fn allow(&self) {
-        self.now_and_controls().1.set_list(Some(List::Allow));
-    }
-
-    /// Takes the limiter off either list; returns the list it was on.
-    pub fn unlist(&self) -> Option<List> {
-        self.now_and_controls().1.set_list(None)
-    }
-
-    /// The list the limiter is on, if any.
-    pub fn listed(&self) -> Option<List> {
-        self.now_and_controls().1.list()
-    }
-
-    /// What a request of cost 0 would be told at `now`, through the lists
-    /// and the penalty.
-    fn state_at(&self, now: Nanos) -> Decision {
-        let (_, controls) = self.now_and_controls();
-        self.with_current(|algorithm, cell| controls.decide(algorithm, cell, now, 0, false).1)
-    }
 }

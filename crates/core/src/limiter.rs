@@ -1,6 +1,7 @@
 //! [`Limiter`]: one algorithm, one shared state, one clock.
 
 use std::fmt;
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
@@ -9,7 +10,7 @@ use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::control::DirectControls;
 use crate::decision::{CostError, Decision};
-use crate::observe::{Event, Observer, Outcome};
+use crate::observe::{Event, List, Observer, Outcome};
 use crate::quota::Quota;
 use crate::sync::{Arc, AtomicBool, Ordering, RwLock, read, write};
 
@@ -505,6 +506,82 @@ impl<A: Algorithm + fmt::Debug, C: Clock> fmt::Debug for Limiter<A, C> {
             .field("name", &self.shared.name)
             .field("dry_run", &self.shared.is_dry_run())
             .finish_non_exhaustive()
+    }
+}
+
+// The controls (see [`control`](crate::control) for their meaning): reset,
+// refund, penalty and lists, on the limiter's one state.
+impl<A: Algorithm, C: Clock> Limiter<A, C> {
+    /// Back to full: the state is dropped, as if never used, and a penalty
+    /// is cancelled (the lists stay). Returns the state after (see the
+    /// [module docs](crate::control)).
+    pub fn reset(&self) -> Decision {
+        let (now, controls) = self.now_and_controls();
+        self.with_current(|algorithm, cell| controls.reset(algorithm, cell));
+        self.state_at(now)
+    }
+
+    /// Gives back `permits` permits, never above full. Returns the state
+    /// after: its `remaining` counts the permits given back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FixedWindow, Limiter, ManualClock, Quota};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::with_clock(FixedWindow::new(Quota::per_minute(10)?)?, ManualClock::new());
+    /// assert_eq!(limiter.check_n(4)?.remaining(), 6);
+    /// // The work did not happen: give back 3.
+    /// assert_eq!(limiter.refund(3).remaining(), 9);
+    /// // Never above full.
+    /// assert_eq!(limiter.refund(100).remaining(), 10);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn refund(&self, permits: u64) -> Decision {
+        let (now, _) = self.now_and_controls();
+        self.with_current(|algorithm, cell| algorithm.refund_cell(cell, now, permits));
+        self.state_at(now)
+    }
+
+    /// Denies every request for `duration` from now, counting nothing; the
+    /// state is dropped, so it is full when the penalty ends. Only extends:
+    /// a penalty ending before the current one changes nothing. A zero
+    /// `duration` is a no-op. Returns the state after.
+    pub fn penalize(&self, duration: Duration) -> Decision {
+        let (now, controls) = self.now_and_controls();
+        self.with_current(|algorithm, cell| controls.penalize(algorithm, cell, now, duration));
+        self.state_at(now)
+    }
+
+    /// Puts the limiter on the deny list: every request is refused,
+    /// "never" to retry, counting nothing, until [`unlist`](Self::unlist).
+    pub fn deny(&self) {
+        self.now_and_controls().1.set_list(Some(List::Deny));
+    }
+
+    /// Puts the limiter on the allow list: every request is admitted,
+    /// counting nothing, until [`unlist`](Self::unlist).
+    pub fn allow(&self) {
+        self.now_and_controls().1.set_list(Some(List::Allow));
+    }
+
+    /// Takes the limiter off either list; returns the list it was on.
+    pub fn unlist(&self) -> Option<List> {
+        self.now_and_controls().1.set_list(None)
+    }
+
+    /// The list the limiter is on, if any.
+    pub fn listed(&self) -> Option<List> {
+        self.now_and_controls().1.list()
+    }
+
+    /// What a request of cost 0 would be told at `now`, through the lists
+    /// and the penalty.
+    fn state_at(&self, now: Nanos) -> Decision {
+        let (_, controls) = self.now_and_controls();
+        self.with_current(|algorithm, cell| controls.decide(algorithm, cell, now, 0, false).1)
     }
 }
 

@@ -11,10 +11,20 @@
 //!   mutex, with a [`DenyHint`] published beside it so that a request of cost
 //!   1 that cannot fit is denied from three loads, without touching the lock.
 
-use crate::algorithm::LockedTransition;
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, lock};
+
+/// A transition over a state too large for one word: decided from a shared
+/// view, applied under the lock.
+pub(crate) trait LockedTransition {
+    type State;
+    fn decide(&self, state: &Self::State, now: Nanos, cost: u64) -> Decision;
+    fn admit(&self, state: &mut Self::State, now: Nanos, cost: u64);
+    fn hint(&self, state: &Self::State) -> DenyHint;
+    /// The limit reported in decisions.
+    fn limit(&self) -> u64;
+}
 
 /// Reads a word state.
 #[inline]

@@ -9,7 +9,8 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, re
 
 use crate::args::{self, LimitArgs, Params, STRIDE};
 use crate::effects;
-use crate::transition::{self, Fields, Store};
+use crate::store::{Fields, Store};
+use crate::transition;
 
 /// `TOLLGATE.DECIDE`: see the [crate docs](crate).
 fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {

@@ -17,7 +17,7 @@
 //! full). A lease's refund on a marked key changes nothing.
 
 use crate::args::{Call, Op, Params};
-use crate::transition::Store;
+use crate::store::{Store, lua_number};
 
 /// A control's marker, as the scripts read it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +36,7 @@ fn marker(raw: &[u8], now: i128) -> Option<Marker> {
         [b'!', b'p', end @ ..] => {
             // The scripts read the end with `tonumber`: anything that is not
             // a number is "never".
-            match crate::transition::lua_number(end) {
+            match lua_number(end) {
                 #[allow(clippy::cast_possible_truncation)] // Whole, < 2^53.
                 Some(e) if e.is_finite() => {
                     ((e as i128) > now).then_some(Marker::Penalty(Some(e as i128)))

@@ -76,6 +76,7 @@
 
 pub mod args;
 mod controls;
+pub mod store;
 pub mod transition;
 
 #[cfg(not(test))]

@@ -24,27 +24,7 @@
 use std::collections::HashMap;
 
 use crate::args::{Call, Op, Params};
-
-/// A hash's fields and values.
-pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
-
-/// What a transition reads and writes: the call's keys, by index.
-pub trait Store {
-    /// The string at key `i`; `Err` if it holds another type.
-    fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String>;
-    /// Sets key `i` to `value`, expiring in `ttl_ms`.
-    fn set(&mut self, i: usize, value: &str, ttl_ms: i128);
-    /// Deletes key `i`.
-    fn del(&mut self, i: usize);
-    /// Every field and value of the hash at key `i`.
-    fn hgetall(&mut self, i: usize) -> Result<Fields, String>;
-    /// Sets fields of the hash at key `i`.
-    fn hset(&mut self, i: usize, fields: &[(&str, String)]);
-    /// Deletes a field of the hash at key `i`.
-    fn hdel(&mut self, i: usize, field: &str);
-    /// Sets key `i` to expire in `ttl_ms`.
-    fn pexpire(&mut self, i: usize, ttl_ms: i128);
-}
+use crate::store::{Fields, Store, lua_number};
 
 /// The clock of a call.
 #[derive(Clone, Copy, Debug)]
@@ -72,35 +52,6 @@ fn cdiv(a: i128, b: i128) -> i128 {
 
 /// 2^53: every stored number the scripts accept is below it.
 const EXACT: f64 = 9_007_199_254_740_992.0;
-
-/// The number Lua 5.1's `tonumber` reads in `raw` (Redis's Lua): C's
-/// `strtod` after optional spaces (decimal, exponent, `inf`, `nan`), or
-/// a `0x` hexadecimal integer, then only spaces.
-pub fn lua_number(raw: &[u8]) -> Option<f64> {
-    let text = std::str::from_utf8(raw).ok()?;
-    let text = text.trim_matches(|c: char| c.is_ascii_whitespace() || c == '\x0b');
-    let (negative, body) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
-        // `strtoul` on the whole text: the sign applies modulo 2^64.
-        let value = u64::from_str_radix(hex, 16).ok()?;
-        let value = if negative {
-            value.wrapping_neg()
-        } else {
-            value
-        };
-        #[allow(clippy::cast_precision_loss)] // Lua's own conversion.
-        return Some(value as f64);
-    }
-    if body.is_empty() || body.starts_with(['+', '-']) {
-        return None;
-    }
-    let value: f64 = body.parse().ok()?;
-    Some(if negative { -value } else { value })
-}
 
 /// A whole number in `[0, 2^53)` (the scripts' `nat`).
 fn nat(raw: &[u8]) -> Option<i128> {

@@ -1,8 +1,8 @@
 //! How the controls (refund, reset) are applied to a stored state: the same
 //! storages as [`crate::store`], with writes that a decision never makes.
 
-use crate::algorithm::LockedTransition;
 use crate::store::Locked;
+use crate::store::LockedTransition;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Applies `next` to the word in `cell` atomically when it has something to

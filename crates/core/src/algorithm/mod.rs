@@ -28,7 +28,6 @@ pub mod sliding_window;
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::Quota;
-use crate::store::DenyHint;
 
 pub use all_of::AllOf;
 pub use fixed_window::FixedWindow;
@@ -158,15 +157,4 @@ pub enum Carry {
     /// `Keep`, stays above one). Where the state is not a single count
     /// (sliding log, sliding window) this is [`Carry::Keep`].
     Proportional,
-}
-
-/// A transition over a state too large for one word: decided from a shared
-/// view, applied under the lock.
-pub(crate) trait LockedTransition {
-    type State;
-    fn decide(&self, state: &Self::State, now: Nanos, cost: u64) -> Decision;
-    fn admit(&self, state: &mut Self::State, now: Nanos, cost: u64);
-    fn hint(&self, state: &Self::State) -> DenyHint;
-    /// The limit reported in decisions.
-    fn limit(&self) -> u64;
 }

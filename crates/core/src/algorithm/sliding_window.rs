@@ -44,10 +44,11 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, LockedTransition, apply, sealed};
+use crate::algorithm::{Algorithm, Carry, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
+use crate::store::LockedTransition;
 use crate::store::{self, DenyHint, Locked};
 
 const NAME: &str = "sliding window";

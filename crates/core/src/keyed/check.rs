@@ -167,6 +167,14 @@ where
         }
     }
 
+    /// Brings `entry` to the current rules: re-resolves its algorithm and,
+    /// if it changed, carries its state over.
+    pub(super) fn refresh(&self, key: &K, entry: &mut Entry<A>, now: Nanos) {
+        let tier = self.resolve(key);
+        entry.adopt(&tier, now);
+        self.spend(&tier, key);
+    }
+
     /// Brings `shard`'s tag up to the current rules if it is older than
     /// `generation`: its hot entries, resolved under the old tag, become
     /// other entries that each re-resolve on their next request (so that

@@ -6,10 +6,8 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use super::entry::Entry;
 use super::{Hasher, SHARED_FUNCTION_RESULTS, Shared};
 use crate::algorithm::{Algorithm, Carry};
-use crate::clock::Nanos;
 use crate::sync::{Ordering, RwLockReadGuard, RwLockWriteGuard};
 
 /// An algorithm as the rules of one generation resolved it. The generation
@@ -136,14 +134,6 @@ where
                 .push(Arc::clone(&tier.algorithm));
         }
         tier
-    }
-
-    /// Brings `entry` to the current rules: re-resolves its algorithm and,
-    /// if it changed, carries its state over.
-    pub(super) fn refresh(&self, key: &K, entry: &mut Entry<A>, now: Nanos) {
-        let tier = self.resolve(key);
-        entry.adopt(&tier, now);
-        self.spend(&tier, key);
     }
 
     /// Forgets the carry rule of `key`'s removed override once `tier`, which
