@@ -41,9 +41,14 @@
 //!   sweep removed most of them.
 //! - **Growing** doubles one table under its shard's write lock, a hold of
 //!   O(keys in the shard): with the default cap of 2^24 keys over 256
-//!   shards, about 65,536 keys (one rehash of that many entries), and only
-//!   for requests to that shard. `scc` grew incrementally; this map trades
-//!   that for reads without barriers.
+//!   shards (16 threads or more), about 65,536 keys (one rehash of that
+//!   many entries), on 2 threads (32 shards) 2^19, and only for requests
+//!   to that shard. `scc` grew incrementally; this map trades that for
+//!   reads without barriers.
+//! - **How many**: one shard per 2^16 keys of the cap, at most 16 per
+//!   thread the machine runs, between 8 and 256 (see `shard_count` for why
+//!   the second bound: the memory that tables' growth frees stays resident
+//!   when there are many small tables).
 //!
 //! # Layout: 16-byte entries for keys on the shard's tag
 //!
@@ -92,9 +97,10 @@
 //! governor with foldhash 203 and 1.99, governor by default (SipHash) 347
 //! and 1.97. Both take a miss on the control group and one on the slot
 //! (two trips to memory when the table is far larger than the cache); the
-//! 0.4 more here is the shard's own line (256 shards of 128 bytes, 32 KB,
-//! compete with the table's lines for L1; dashmap's 8 stay in it), an L2
-//! hit; of the instructions, 52 are GCRA's decision (limit, remaining,
+//! 0.4 more here was the shard's own line (then 256 shards of 128 bytes,
+//! 32 KB, competing with the table's lines for L1; dashmap's 8 stay in it;
+//! since the shard count follows the threads, 32 on this machine, 4 KB),
+//! an L2 hit; of the instructions, 52 are GCRA's decision (limit, remaining,
 //! `retry_after`, `reset_after`).
 //!
 //! What it costs:
@@ -142,6 +148,36 @@ const MAX_SHARDS: usize = 256;
 const MIN_SHARDS: usize = 8;
 /// Keys per shard aimed at when the cap on live keys is reached.
 const KEYS_PER_SHARD_AT_CAP: usize = 1 << 16;
+/// Shards per thread the machine can run at once: with `t` threads on
+/// `16·t` shards, two threads share a lock word on 1 check in 16 or fewer.
+const SHARDS_PER_THREAD: usize = 16;
+
+/// The shard count of a map capped at `max_keys` live keys on a machine
+/// running `threads` threads at once: one shard per 2^16 keys of the cap,
+/// and no more than 16 per thread, within 8 to 256.
+///
+/// Why the second bound: every shard's table doubles on its own, and each
+/// doubling frees the table it replaces. With many small tables those
+/// blocks sit below the allocator's mmap threshold and stay resident (glibc
+/// keeps them in its heap), so 10^6 `u64` keys took 40.1 resident bytes
+/// each over 256 shards against 35.9 over 32, for the same 35.7 heap bytes
+/// (`examples/shard_residency.rs`: 39.3 at 256, 37.0 at 64, 35.9 at 32,
+/// 35.8 at 8). More shards than threads buy nothing for contention, and
+/// their lines compete with the table's for the cache. The cost: where few
+/// threads hold a cap's worth of keys, a shard holds more of them, and
+/// growing its table holds up requests to that shard longer (at the
+/// default cap on 2 threads, 2^19 keys rehashed once per doubling, against
+/// dashmap's 2^21 over its 8 shards there).
+fn shard_count(max_keys: usize, threads: usize) -> usize {
+    let by_cap = (max_keys / KEYS_PER_SHARD_AT_CAP)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_SHARDS);
+    let by_threads = threads
+        .saturating_mul(SHARDS_PER_THREAD)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_SHARDS);
+    by_cap.min(by_threads).clamp(MIN_SHARDS, MAX_SHARDS)
+}
 
 /// A concurrent map from keys to entries of two kinds: a *hot* entry is the
 /// key and a cell `C`, and runs under its shard's tag `T`; an *other* entry
@@ -312,17 +348,14 @@ impl<K: Hash + Eq, T, C, E> ShardMut<'_, K, T, C, E> {
 }
 
 impl<K: Hash + Eq, T, C, E> KeyMap<K, T, C, E> {
-    /// A map sized for at most `max_keys` live keys: enough shards that a
-    /// full shard holds about 2^16 keys, between 8 and 256 of them, each
-    /// tagged by `tag()`.
+    /// A map sized for at most `max_keys` live keys on this machine (see
+    /// [`shard_count`]), each shard tagged by `tag()`.
     pub(crate) fn new(max_keys: usize, tag: impl Fn() -> T) -> KeyMap<K, T, C, E> {
         let shards = if cfg!(loom) {
             1
         } else {
-            (max_keys / KEYS_PER_SHARD_AT_CAP)
-                .checked_next_power_of_two()
-                .unwrap_or(MAX_SHARDS)
-                .clamp(MIN_SHARDS, MAX_SHARDS)
+            let threads = std::thread::available_parallelism().map_or(1, usize::from);
+            shard_count(max_keys, threads)
         };
         KeyMap {
             hasher: Hasher::default(),
@@ -500,13 +533,25 @@ mod tests {
     }
 
     #[test]
-    fn shard_count_follows_the_key_cap() {
-        assert_eq!(Map::new(1 << 24, || 0).shard_count(), 256);
-        assert_eq!(Map::new(1 << 30, || 0).shard_count(), 256);
-        assert_eq!(Map::new(usize::MAX, || 0).shard_count(), 256);
-        assert_eq!(Map::new(1 << 20, || 0).shard_count(), 16);
-        assert_eq!(Map::new(1000, || 0).shard_count(), 8);
-        assert_eq!(Map::new(0, || 0).shard_count(), 8);
+    fn shard_count_follows_the_key_cap_and_the_threads() {
+        // By the cap, on a machine with threads to spare.
+        assert_eq!(shard_count(1 << 24, 64), 256);
+        assert_eq!(shard_count(1 << 30, 64), 256);
+        assert_eq!(shard_count(usize::MAX, usize::MAX), 256);
+        assert_eq!(shard_count(1 << 20, 64), 16);
+        assert_eq!(shard_count(1000, 64), 8);
+        assert_eq!(shard_count(0, 64), 8);
+        // By the threads, under a large cap: 16 per thread, at least 8.
+        assert_eq!(shard_count(1 << 24, 2), 32);
+        assert_eq!(shard_count(1 << 24, 3), 64);
+        assert_eq!(shard_count(1 << 24, 1), 16);
+        assert_eq!(shard_count(1 << 20, 2), 16);
+        // The map itself uses this machine's count.
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(
+            Map::new(1 << 24, || 0).shard_count(),
+            shard_count(1 << 24, threads)
+        );
     }
 
     #[test]
@@ -580,7 +625,7 @@ mod tests {
         for key in 0..100_000 {
             assert_eq!(value_of(&map, key).is_some(), key % 1000 == 0);
         }
-        // 100 keys left over 256 shards: every table is at most half full.
+        // 100 keys left over the shards: every table is at most half full.
         for shard in map.shards.iter() {
             let shard = read(shard);
             for (len, capacity) in [

@@ -61,11 +61,13 @@ where
 
     /// The most keys with a state at once. By default, 2^24 (16,777,216).
     ///
-    /// It also sizes the map: one shard per 2^16 keys of the cap, from 8 to
-    /// 256 shards (128 bytes each when empty), so that growing one shard's
-    /// table holds up requests to that shard for a bounded time. A limiter
-    /// that will hold a few thousand keys can say so and take 1 KiB empty
-    /// instead of 32 KiB.
+    /// It also sizes the map: one shard per 2^16 keys of the cap, and no
+    /// more than 16 per thread the machine runs at once, from 8 to 256
+    /// shards (128 bytes each when empty), so that growing one shard's
+    /// table holds up requests to that shard for a bounded time while few
+    /// tables keep the memory their growth frees out of the resident set
+    /// (see `keymap.rs`). A limiter that will hold a few thousand keys can
+    /// say so and take 1 KiB empty.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
