@@ -298,43 +298,58 @@ impl Drop for Binary {
 }
 
 async fn serve(binary: &Path) -> Binary {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("rules.yaml");
-    let (grpc, http) = (tollgate_testkit::free_port(), tollgate_testkit::free_port());
-    std::fs::write(
-        &path,
-        format!(
-            "server:\n  grpc_listen: 127.0.0.1:{grpc}\n  http_listen: 127.0.0.1:{http}\n  reload_interval_ms: 0\n{RULES}"
-        ),
-    )
-    .expect("config");
-    let child = Command::new(binary)
-        .args(["serve", "--config"])
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn tollgate serve");
-    let server = Binary {
-        child,
-        http: format!("http://127.0.0.1:{http}"),
-        _dir: dir,
-    };
-    within(async {
-        loop {
-            let ready = http_client()
-                .get(format!("{}/readyz", server.http))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200);
-            if ready {
-                return;
+    // A port another test took between `free_port` and our bind kills our
+    // child with a bind error, while that test's server answers there: a
+    // server is ready only once it answers and our child holds the port,
+    // and a child that died is started again on new ports.
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rules.yaml");
+        let (grpc, http) = (tollgate_testkit::free_port(), tollgate_testkit::free_port());
+        std::fs::write(
+            &path,
+            format!(
+                "server:\n  grpc_listen: 127.0.0.1:{grpc}\n  http_listen: 127.0.0.1:{http}\n  reload_interval_ms: 0\n{RULES}"
+            ),
+        )
+        .expect("config");
+        let child = Command::new(binary)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn tollgate serve");
+        let mut server = Binary {
+            child,
+            http: format!("http://127.0.0.1:{http}"),
+            _dir: dir,
+        };
+        let pid = server.child.id();
+        let started = within(async {
+            loop {
+                if server.child.try_wait().ok().flatten().is_some() {
+                    return false;
+                }
+                let ready = http_client()
+                    .get(format!("{}/readyz", server.http))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 200)
+                    && tollgate_testkit::process_listens_on(pid, http)
+                    && tollgate_testkit::process_listens_on(pid, grpc);
+                if ready {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        if started {
+            return server;
         }
-    })
-    .await;
-    server
+    }
+    panic!("tollgate serve did not start on five pairs of free ports")
 }
 
 /// Chromium on `url`: the DOM after the page's script ran, and a

@@ -109,6 +109,44 @@ pub fn redis_is_process_with(port: u16, pid: u32, options: &[&std::ffi::OsStr]) 
         })
 }
 
+/// Whether process `pid` holds the socket listening on TCP `port` (any
+/// local address): the listening socket's inode in `/proc/net/tcp{,6}`
+/// found among `/proc/<pid>/fd`. For a test that starts a server binary
+/// on a port from [`free_port`] and must know that what answers there is
+/// its own child, not another test's server that took the port first.
+/// Linux only; `false` where `/proc` cannot be read.
+pub fn process_listens_on(pid: u32, port: u16) -> bool {
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    // sl local_address rem_address st … uid timeout inode
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let local_port = fields.get(1)?.rsplit(':').next()?;
+                    let listening = *fields.get(3)? == "0A";
+                    (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                        .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
+                        .flatten()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|link| {
+            inodes
+                .iter()
+                .any(|inode| link.as_os_str() == inode.as_str())
+        })
+}
+
 /// The Redis module's shared library (`tollgate-redis-module`), built once
 /// per test binary by `cargo build` into the test's own target directory
 /// (a no-op when the test's build made it already), in the test's profile.
@@ -385,5 +423,18 @@ mod tests {
         assert!(!redis_is_process(rogue.port, child.id()));
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn a_listening_socket_is_found_in_its_own_process_only() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        assert!(process_listens_on(std::process::id(), port));
+        // Another process (a redis-server on its own port) holds it not.
+        let other = RedisServer::start();
+        assert!(!process_listens_on(other.pid(), port));
+        assert!(process_listens_on(other.pid(), other.port));
+        drop(listener);
+        assert!(!process_listens_on(std::process::id(), port));
     }
 }
