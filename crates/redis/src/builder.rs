@@ -278,6 +278,10 @@ impl RedisLimiterBuilder {
                 dry_run: AtomicBool::new(self.dry_run),
             }),
         };
+        if limiter.shared.carry.is_some() {
+            let retry = self.breaker.open_for.max(Duration::from_millis(100));
+            crate::carry::spawn_list_carry(Arc::downgrade(&limiter.shared), retry);
+        }
         if let Some(ttl) = lease_ttl {
             crate::lease::spawn_sweeper(Arc::downgrade(&limiter.shared), ttl);
         }

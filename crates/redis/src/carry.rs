@@ -42,19 +42,55 @@
 //!   approximated: the wheel's slots do not map onto another geometry
 //!   without the core's "move into the newest slot" rule, left for later.
 //! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
-//!   whatever the rule, with their TTL: a listed key stays listed across a
-//!   quota change, as long as a decision meets it during the carry period.
-//!   A key listed but not decided during that period keeps its marker under
-//!   the old key: list it again (the lists' registry names every listed
-//!   key).
+//!   whatever the rule, with their TTL, on the key's first decision.
+//!
+//! # Listed keys stay listed
+//!
+//! A deny or allow list entry has no TTL, so a key listed under the previous
+//! limits may not be decided during the carry period at all; its marker
+//! would stay under the old key and the key be decided as unlisted (the bug
+//! this section fixes: a deny-listed key admitted again). So:
+//!
+//! - **The lists' registry is carried**: building a carrying limiter spawns
+//!   a task (when a tokio runtime runs) that walks the registry (`SSCAN`,
+//!   which names every listed key: see [`controls`](crate::controls)) and
+//!   moves each key's markers to its new keys, one atomic call of
+//!   `controls.lua` per key ([`RedisLimiter::carry_lists`]; retried, after
+//!   a fault, until done or the limiter is dropped).
+//! - **The carry lasts until then**: decisions keep carrying (and so keep
+//!   moving markers themselves) until the previous keys cannot live any
+//!   more *and* the registry has been carried, so no decision ever meets a
+//!   listed key unlisted. Without a runtime, call
+//!   [`carry_lists`](RedisLimiter::carry_lists) yourself, or decisions
+//!   carry for the limiter's life (correct, on the general script).
+//! - **Controls see the old keys**: while the carry lasts, each control is
+//!   sent the previous keys too, moves their markers first and, when it
+//!   drops the key's state (reset, penalty, listing, unlisting), drops the
+//!   old keys' state as well (else the next decision would carry it back).
+//!   A refund on a key whose state is still under the old key only (not
+//!   decided since the change) changes nothing and answers `Ok(false)`:
+//!   never more permits than the refund meant.
+//! - **Limits**: a *penalty* is not in the registry: one on a key not
+//!   decided during the carry period is lost with the old key (the key is
+//!   then full, as after the penalty's end). Lists edited by nodes still
+//!   running the previous limits after the registry was carried are not
+//!   moved: finish a rolling change before it, or call
+//!   [`carry_lists`](RedisLimiter::carry_lists) again after it.
 
-use tollgate::{Carry, Nanos};
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use tollgate::{Carry, Clock, Nanos};
+
+use crate::RedisLimiter;
+use crate::controls::{Control, ControlError};
 use crate::key::{BoundedKey, KeyCodec};
 use crate::limit::{ConfigError, Limit, Unit};
+use crate::limiter::Shared;
 
 /// What a carrying limiter sends beside its own keys and arguments.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct CarrySpec {
     /// The previous limits' keys.
     codec: KeyCodec,
@@ -62,6 +98,8 @@ pub(crate) struct CarrySpec {
     args: Vec<[String; 6]>,
     /// Local time after which no previous key can live.
     until: Nanos,
+    /// Whether every listed key's markers were moved (see the module docs).
+    lists_carried: AtomicBool,
 }
 
 impl CarrySpec {
@@ -114,12 +152,22 @@ impl CarrySpec {
             codec,
             args,
             until: start.saturating_add(horizon),
+            lists_carried: AtomicBool::new(false),
         }))
     }
 
-    /// Whether a previous key may still live at local time `now`.
+    /// Whether decisions must still carry at local time `now`: a previous
+    /// key may still live, or a listed key's marker may still be under one.
     pub(crate) fn active(&self, now: Nanos) -> bool {
-        now < self.until
+        // Acquire: pairs with the Release in `lists_were_carried`, so that
+        // a decision that sees the flag is sent after every move was
+        // answered (the moves happen-before it).
+        now < self.until || !self.lists_carried.load(Ordering::Acquire)
+    }
+
+    fn lists_were_carried(&self) {
+        // Release: see `active`.
+        self.lists_carried.store(true, Ordering::Release);
     }
 
     /// The previous limits' keys of `key`.
@@ -135,4 +183,66 @@ impl CarrySpec {
             }
         }
     }
+}
+
+impl RedisLimiter {
+    /// The carry, while decisions must carry (see the module docs).
+    pub(crate) fn carrying(&self) -> Option<&CarrySpec> {
+        let s = self.shared();
+        s.carry.as_ref().filter(|c| c.active(s.clock.now()))
+    }
+
+    /// Moves the deny and allow list entries made under the previous limits
+    /// to the keys of the new ones: walks the lists' registry and, per
+    /// listed key, moves its markers in one atomic call (see the module
+    /// docs). Idempotent; a limiter built with
+    /// [`carry_from`](crate::RedisLimiterBuilder::carry_from) runs it in
+    /// the background once, call it yourself to wait for it or to carry
+    /// again after a rolling change. Answers how many keys had a marker
+    /// moved; `Ok(0)` without a carry.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::Backend`] if Redis did not answer a call (the keys
+    /// moved before it stay moved; call again).
+    pub async fn carry_lists(&self) -> Result<u64, ControlError> {
+        let Some(carry) = &self.shared().carry else {
+            return Ok(0);
+        };
+        let mut moved = 0;
+        let mut cursor = 0;
+        loop {
+            let (next, members) = self.registry_page(cursor).await?;
+            for member in members {
+                let key = BoundedKey::stored(&member);
+                moved += u64::from(self.control(&key, Control::Move, 0).await?);
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        carry.lists_were_carried();
+        Ok(moved)
+    }
+}
+
+/// Runs [`RedisLimiter::carry_lists`] in the background until it succeeds
+/// or the limiter is dropped; nothing without a tokio runtime.
+pub(crate) fn spawn_list_carry(shared: Weak<Shared>, retry: Duration) {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return;
+    }
+    tokio::spawn(async move {
+        loop {
+            let Some(limiter) = RedisLimiter::upgrade(&shared) else {
+                return;
+            };
+            if limiter.carry_lists().await.is_ok() {
+                return;
+            }
+            drop(limiter);
+            tokio::time::sleep(retry).await;
+        }
+    });
 }

@@ -66,10 +66,14 @@
 //! - **A penalty drops the state**: when it ends the key is full, as the
 //!   contract says; a refund during a penalty changes nothing.
 //! - **Lists live with the limits' keys**: a list entry has no TTL, and
-//!   survives everything but [`unlist`](RedisLimiter::unlist), a `reset`
-//!   of the key by hand (`DEL`), and a change of the limits' quotas, whose
-//!   keys are new (see [`key`](crate::key)) unless the change carries the
-//!   old state.
+//!   survives everything but [`unlist`](RedisLimiter::unlist) and a `DEL`
+//!   of the key by hand. A change of the limits' quotas names new keys (see
+//!   [`key`](crate::key)): without
+//!   [`carry_from`](crate::RedisLimiterBuilder::carry_from) the lists start
+//!   empty under them (as every state does); with it, every listed key
+//!   stays listed (the registry is carried, see
+//!   [`carry`](crate::carry#listed-keys-stay-listed)), and while the carry
+//!   lasts each control also sees the previous keys.
 //! - **Local copies**: after a control that changed something, this node
 //!   forgets its cached denial and its lease for the key. Other nodes keep
 //!   theirs until they end by themselves: a cached denial until its
@@ -145,13 +149,16 @@ impl std::error::Error for ControlError {}
 
 /// The controls' operation codes (see `controls.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Control {
+pub(crate) enum Control {
     Reset,
     Refund,
     Penalize,
     Deny,
     Allow,
     Unlist,
+    /// Moves the markers under the previous limits' keys to the new ones,
+    /// and nothing else (see [`carry`](crate::carry)).
+    Move,
 }
 
 impl Control {
@@ -163,6 +170,7 @@ impl Control {
             Control::Deny => "d",
             Control::Allow => "a",
             Control::Unlist => "u",
+            Control::Move => "m",
         }
     }
 }
@@ -278,6 +286,28 @@ impl RedisLimiter {
         self.control(key, control, 0).await
     }
 
+    /// One page of the lists' registry from `cursor` (`SSCAN`): the next
+    /// cursor (0 at the end) and the keys listed. Bounded by the deadline,
+    /// but at least a second (it runs in the background, see
+    /// [`carry`](crate::carry)).
+    pub(crate) async fn registry_page(
+        &self,
+        cursor: u64,
+    ) -> Result<(u64, Vec<Vec<u8>>), ControlError> {
+        let mut connection = self.shared().redis.connection();
+        let mut scan = redis::cmd("SSCAN");
+        scan.arg(self.codec().registry())
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(256);
+        let deadline = self.shared().deadline().max(Duration::from_secs(1));
+        match tokio::time::timeout(deadline, scan.query_async(&mut connection)).await {
+            Ok(Ok(page)) => Ok(page),
+            Ok(Err(_)) => Err(ControlError::Backend(Fault::Error)),
+            Err(_) => Err(ControlError::Backend(Fault::Timeout)),
+        }
+    }
+
     /// Reserves (`add`) or releases `key` in the lists' registry; `false`
     /// if a reservation found the registry full.
     async fn registry(&self, key: &BoundedKey, add: bool) -> Result<bool, ControlError> {
@@ -294,13 +324,25 @@ impl RedisLimiter {
         Ok(reply.first() == Some(&1))
     }
 
-    async fn control(
+    /// One control on `key`, in one atomic call; with the previous limits'
+    /// keys while they may live (a carrying limiter), and always for
+    /// [`Control::Move`].
+    pub(crate) async fn control(
         &self,
         key: &BoundedKey,
         control: Control,
         cost: u64,
     ) -> Result<bool, ControlError> {
-        let keys = self.codec().keys_of(key);
+        let mut keys = self.codec().keys_of(key);
+        let carry = match control {
+            Control::Move => self.shared().carry.as_ref(),
+            _ => self.carrying(),
+        };
+        match carry {
+            Some(carry) => keys.extend(carry.keys_of(key)),
+            None if control == Control::Move => return Ok(false),
+            None => {}
+        }
         let reply = self
             .run_control(Script::Controls, &keys, |cmd| {
                 self.control_args(control.code(), cost, cmd);

@@ -212,6 +212,12 @@ impl BoundedKey {
         BoundedKey(hashed.into_bytes().into_boxed_slice())
     }
 
+    /// A key read back from Redis (a member of the lists' registry, which
+    /// holds bounded keys).
+    pub(crate) fn stored(bytes: &[u8]) -> BoundedKey {
+        BoundedKey(bytes.into())
+    }
+
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
     }

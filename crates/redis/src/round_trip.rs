@@ -113,7 +113,7 @@ impl RedisLimiter {
                 cmd.arg(x);
             }
         };
-        let carrying = s.carry.as_ref().filter(|c| c.active(s.clock.now()));
+        let carrying = self.carrying();
         let raw = match carrying {
             // Always the script: the module takes no previous limits.
             Some(carry) => {
