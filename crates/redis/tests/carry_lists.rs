@@ -5,49 +5,13 @@
 //! deny-listed key was admitted again, an allow-listed one counted). The
 //! controls of a carrying limiter see the markers still under the old keys.
 
+mod scenarios;
 mod support;
 use support::Connect as _;
 
-use std::time::Duration;
-
-use tollgate::{Carry, FixedWindow, Gcra, ManualClock, Nanos, Quota};
-use tollgate_redis::{FailurePolicy, Limit, Redis, RedisLimiter};
-
-const NEVER: Duration = Duration::from_nanos(u64::MAX);
-
-fn limiter(
-    redis: &Redis,
-    limits: &[Limit],
-    clock: &ManualClock,
-    from: Option<(&[Limit], Carry)>,
-) -> RedisLimiter {
-    let mut b = RedisLimiter::builder(redis.clone(), "lists")
-        .manual_time(clock.clone())
-        .failure_policy(FailurePolicy::FailClosed)
-        .deadline(Duration::from_secs(5));
-    for limit in limits {
-        b = b.limit(limit.clone());
-    }
-    if let Some((old, rule)) = from {
-        b = b.carry_from(old.iter().cloned(), rule);
-    }
-    b.build().unwrap()
-}
-
-fn gcra(per_second: u64) -> Limit {
-    Gcra::new(Quota::per_second(per_second).unwrap())
-        .unwrap()
-        .into()
-}
-
-fn fixed(limit: u64) -> Limit {
-    FixedWindow::new(Quota::new(limit, Duration::from_secs(60)).unwrap())
-        .unwrap()
-        .into()
-}
-
-/// Past every previous key's life and the TTL slack of the test mode.
-const PAST_THE_CARRY: Duration = Duration::from_secs(3 * 3_600);
+use scenarios::carry_lists::*;
+use tollgate::Carry;
+use tollgate_redis::RedisLimiter;
 
 /// Bug: a key listed under the previous limits and not decided during the
 /// carry period was decided as unlisted afterwards (its marker stayed under
@@ -64,15 +28,15 @@ async fn a_listed_key_not_decided_during_the_carry_stays_listed() {
     .into_iter()
     .enumerate()
     {
-        let clock = ManualClock::starting_at(Nanos::new(3_600_000_000_000));
-        let before = limiter(&redis, &old, &clock, None);
+        let clock = clock();
+        let before = limiter(&redis, "lists", &old, &clock, None);
         let denied = format!("denied{i}");
         let allowed = format!("allowed{i}");
         assert_eq!(before.deny(&denied).await, Ok(true));
         assert_eq!(before.allow(&allowed).await, Ok(true));
         // Off any runtime: no background carry of the registry, so the
         // decisions below meet the markers under the old keys.
-        let after = built_off_runtime(&redis, &new, &clock, (&old, Carry::Keep));
+        let after = built_off_runtime(&redis, "lists", &new, &clock, (&old, Carry::Keep));
         clock.advance(PAST_THE_CARRY);
         for _ in 0..3 {
             let d = after.check(&denied).await;
@@ -104,54 +68,27 @@ async fn existing(server: &support::Server, limiter: &RedisLimiter, key: &str) -
     n
 }
 
-/// Built off any runtime: no background carry, so the test decides when
-/// the registry is carried.
-fn built_off_runtime(
-    redis: &Redis,
-    limits: &[Limit],
-    clock: &ManualClock,
-    from: (&[Limit], Carry),
-) -> RedisLimiter {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| limiter(redis, limits, clock, Some(from)))
-            .join()
-            .unwrap()
-    })
-}
-
-/// `carry_lists` moves every registered key's markers to the new keys in
-/// one pass, idempotently, and a listed key stays decided as listed.
+/// `carry_lists` moves every registered key's markers to the new keys, over
+/// several pages of the registry, idempotently; a state is left to the
+/// decisions.
 #[tokio::test]
 async fn carrying_the_registry_moves_every_listed_key() {
     let server = support::Server::start();
     let redis = server.connect().await;
-    let clock = ManualClock::starting_at(Nanos::new(3_600_000_000_000));
+    scenarios::carry_lists::carrying_the_registry_keeps_every_key_listed(&redis, "pages", 600)
+        .await;
+    // The markers are under the new keys (the GCRA limit kept its key); the
+    // old fixed window's key is gone.
+    let clock = clock();
     let old = [gcra(5), fixed(100)];
     let new = [gcra(5), fixed(50)];
-    let before = limiter(&redis, &old, &clock, None);
-    let keys: Vec<String> = (0..600).map(|i| format!("k{i}")).collect();
-    for (i, key) in keys.iter().enumerate() {
-        let listed = if i % 2 == 0 {
-            before.deny(key).await
-        } else {
-            before.allow(key).await
-        };
-        assert_eq!(listed, Ok(true));
-    }
-    assert!(before.check("counted").await.is_allowed());
-    let after = built_off_runtime(&redis, &new, &clock, (&old, Carry::Keep));
-    assert_eq!(after.carry_lists().await, Ok(600), "one page is 256");
-    assert_eq!(after.carry_lists().await, Ok(0), "idempotent");
-    // Markers now under the new keys (the GCRA limit kept its key); the old
-    // fixed window's keys are gone.
+    let before = limiter(&redis, "pages", &old, &clock, None);
+    let after = limiter(&redis, "pages", &new, &clock, None);
     assert_eq!(existing(&server, &after, "k0").await, 2);
     assert_eq!(existing(&server, &before, "k0").await, 1);
-    clock.advance(PAST_THE_CARRY);
-    for (i, key) in keys.iter().enumerate().step_by(37) {
-        let d = after.check(key).await;
-        assert_eq!(d.is_allowed(), i % 2 == 1, "{key}: {d:?}");
-    }
+    assert!(before.check("counted").await.is_allowed());
+    let carrying = built_off_runtime(&redis, "pages", &new, &clock, (&old, Carry::Keep));
+    assert_eq!(carrying.carry_lists().await, Ok(0));
     assert_eq!(
         existing(&server, &before, "counted").await,
         2,
@@ -167,36 +104,31 @@ async fn carrying_the_registry_moves_every_listed_key() {
 async fn controls_during_the_carry_see_the_previous_keys() {
     let server = support::Server::start();
     let redis = server.connect().await;
-    let clock = ManualClock::starting_at(Nanos::new(3_600_000_000_000));
-    let old = [gcra(5)];
-    let new = [gcra(10)];
-    let before = limiter(&redis, &old, &clock, None);
+    scenarios::carry_lists::controls_during_the_carry_see_the_previous_keys(&redis, "ctl").await;
+}
+
+/// Built inside a runtime, a carrying limiter carries the registry by
+/// itself, without a decision or a call. (Waits for the background task
+/// with a bound far above its few milliseconds: a liveness check, not a
+/// timing one.)
+#[tokio::test]
+async fn the_registry_is_carried_in_the_background() {
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    let clock = clock();
+    let old = [fixed(5)];
+    let new = [fixed(3)];
+    let before = limiter(&redis, "bg", &old, &clock, None);
     assert_eq!(before.deny("denied").await, Ok(true));
-    for key in ["reset", "boxed", "listed"] {
-        for _ in 0..5 {
-            assert!(before.check(key).await.is_allowed());
-        }
+    let after = limiter(&redis, "bg", &new, &clock, Some((&old, Carry::Keep)));
+    let mut waited = 0;
+    while existing(&server, &before, "denied").await != 0 {
+        assert!(waited < 2_000, "the registry was not carried");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        waited += 1;
     }
-    let after = built_off_runtime(&redis, &new, &clock, (&old, Carry::Keep));
-
-    assert_eq!(after.unlist("denied").await, Ok(true));
-    assert!(after.check("denied").await.is_allowed());
-
-    assert_eq!(after.reset("reset").await, Ok(true));
-    let d = after.check("reset").await;
-    assert_eq!(d.remaining(), 9, "full, then one taken: {d:?}");
-
-    assert_eq!(
-        after.penalize("boxed", Duration::from_secs(1)).await,
-        Ok(true)
-    );
-    assert!(after.check("boxed").await.is_denied());
-    clock.advance(Duration::from_secs(1));
-    let d = after.check("boxed").await;
-    assert_eq!(d.remaining(), 9, "full after the penalty: {d:?}");
-
-    assert_eq!(after.deny("listed").await, Ok(true));
-    assert_eq!(after.unlist("listed").await, Ok(true));
-    let d = after.check("listed").await;
-    assert_eq!(d.remaining(), 9, "full after unlisting: {d:?}");
+    assert_eq!(existing(&server, &after, "denied").await, 1);
+    assert_eq!(after.carry_lists().await, Ok(0), "nothing left to move");
+    clock.advance(PAST_THE_CARRY);
+    assert!(after.check("denied").await.is_denied());
 }
