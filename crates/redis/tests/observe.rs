@@ -347,3 +347,85 @@ async fn the_metrics_observer_counts_redis_decisions() {
         ]
     );
 }
+
+/// The core's `tracing` observer on the Redis limiter: a `DEBUG` event per
+/// refusal (a shadow one too), with the limiter's name and, when asked, the
+/// key; none per admission.
+#[cfg(feature = "tracing")]
+#[tokio::test]
+async fn the_tracing_observer_logs_redis_refusals() {
+    use tollgate::observe::tracing::TracingObserver;
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+    type Fields = Vec<(String, String)>;
+
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<Fields>>>);
+
+    struct Visitor(Fields);
+
+    impl Visit for Visitor {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.push((field.name().to_owned(), format!("{value:?}")));
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.push((field.name().to_owned(), value.to_owned()));
+        }
+    }
+
+    impl<S: tracing::Subscriber> Layer<S> for Capture {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            let mut fields = Visitor(Vec::new());
+            event.record(&mut fields);
+            let level = event.metadata().level().to_string();
+            fields.0.push(("level".to_owned(), level));
+            self.0.lock().unwrap().push(fields.0);
+        }
+    }
+
+    let capture = Capture::default();
+    // The test's runtime runs on this thread: the thread's default
+    // subscriber sees every decision.
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    let clock = clock();
+    let l = limiter(&redis, "api", &clock)
+        .observer(TracingObserver::new().with_keys(true))
+        .build()
+        .unwrap();
+    let shadow = limiter(&redis, "beta", &clock)
+        .observer(TracingObserver::new())
+        .dry_run(true)
+        .build()
+        .unwrap();
+    for _ in 0..6 {
+        let _ = l.check(b"user:7").await;
+        let _ = shadow.check(b"k").await;
+    }
+    let events = capture.0.lock().unwrap().clone();
+    let field =
+        |fields: &Fields, name: &str| fields.iter().find(|f| f.0 == name).map(|f| f.1.clone());
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| {
+            (
+                field(e, "limit"),
+                field(e, "outcome"),
+                field(e, "key"),
+                field(e, "level"),
+            )
+        })
+        .collect();
+    let s = |v: &str| Some(v.to_owned());
+    assert_eq!(
+        seen,
+        [
+            (s("api"), s("denied"), s("user:7"), s("DEBUG")),
+            (s("beta"), s("shadow"), None, s("DEBUG")),
+        ],
+        "{events:?}"
+    );
+}
