@@ -280,7 +280,7 @@ impl RedisLimiterBuilder {
         };
         if limiter.shared.carry.is_some() {
             let retry = self.breaker.open_for.max(Duration::from_millis(100));
-            crate::carry::spawn_list_carry(Arc::downgrade(&limiter.shared), retry);
+            crate::carry::spawn_controls_carry(Arc::downgrade(&limiter.shared), retry);
         }
         if let Some(ttl) = lease_ttl {
             crate::lease::spawn_sweeper(Arc::downgrade(&limiter.shared), ttl);

@@ -44,25 +44,31 @@
 //! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
 //!   whatever the rule, with their TTL, on the key's first decision.
 //!
-//! # Listed keys stay listed
+//! # Listed and penalised keys stay so
 //!
-//! A deny or allow list entry has no TTL, so a key listed under the previous
-//! limits may not be decided during the carry period at all; its marker
-//! would stay under the old key and the key be decided as unlisted (the bug
-//! this section fixes: a deny-listed key admitted again). So:
+//! A deny or allow list entry has no TTL, and a penalty may outlive the
+//! carry period, so a key listed or penalised under the previous limits may
+//! not be decided during that period at all; its marker would stay under
+//! the old key and the key be decided as free (the bug this section fixes:
+//! a deny-listed key admitted again). So:
 //!
-//! - **The lists' registry is carried**: building a carrying limiter spawns
-//!   a task (when a tokio runtime runs) that walks the registry (`SSCAN`,
-//!   which names every listed key: see [`controls`](crate::controls)) and
+//! - **The registries are carried**: every listed key is in the lists'
+//!   registry (a set, see [`controls`](crate::controls)) and every
+//!   penalised key in the penalties' registry (a sorted set by the
+//!   penalty's end, in the same slot; [`penalize`](RedisLimiter::penalize)
+//!   adds to it and drops the penalties that ended, in one pipelined call
+//!   after the penalty's own). Building a carrying limiter spawns a task
+//!   (when a tokio runtime runs) that walks both (`SSCAN`, `ZSCAN`) and
 //!   moves each key's markers to its new keys, one atomic call of
-//!   `controls.lua` per key ([`RedisLimiter::carry_lists`]; retried, after
-//!   a fault, until done or the limiter is dropped).
+//!   `controls.lua` per key ([`RedisLimiter::carry_controls`]; retried,
+//!   after a fault, until done or the limiter is dropped).
 //! - **The carry lasts until then**: decisions keep carrying (and so keep
 //!   moving markers themselves) until the previous keys cannot live any
-//!   more *and* the registry has been carried, so no decision ever meets a
-//!   listed key unlisted. Without a runtime, call
-//!   [`carry_lists`](RedisLimiter::carry_lists) yourself, or decisions
-//!   carry for the limiter's life (correct, on the general script).
+//!   more *and* the registries have been carried, so no decision ever
+//!   meets a listed or penalised key as free. Without a runtime, call
+//!   [`carry_controls`](RedisLimiter::carry_controls) yourself, or
+//!   decisions carry for the limiter's life (correct, on the general
+//!   script).
 //! - **Controls see the old keys**: while the carry lasts, each control is
 //!   sent the previous keys too, moves their markers first and, when it
 //!   drops the key's state (reset, penalty, listing, unlisting), drops the
@@ -70,12 +76,11 @@
 //!   A refund on a key whose state is still under the old key only (not
 //!   decided since the change) changes nothing and answers `Ok(false)`:
 //!   never more permits than the refund meant.
-//! - **Limits**: a *penalty* is not in the registry: one on a key not
-//!   decided during the carry period is lost with the old key (the key is
-//!   then full, as after the penalty's end). Lists edited by nodes still
-//!   running the previous limits after the registry was carried are not
-//!   moved: finish a rolling change before it, or call
-//!   [`carry_lists`](RedisLimiter::carry_lists) again after it.
+//! - **Limits**: a penalty set before this version (not in the registry)
+//!   is carried only by a decision during the carry period. Markers set by
+//!   nodes still running the previous limits after the registries were
+//!   carried are not moved: finish a rolling change before it, or call
+//!   [`carry_controls`](RedisLimiter::carry_controls) again after it.
 
 use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,7 +89,7 @@ use std::time::Duration;
 use tollgate::{Carry, Clock, Nanos};
 
 use crate::RedisLimiter;
-use crate::controls::{Control, ControlError};
+use crate::controls::{Control, ControlError, Registry};
 use crate::key::{BoundedKey, KeyCodec};
 use crate::limit::{ConfigError, Limit, Unit};
 use crate::limiter::Shared;
@@ -98,8 +103,9 @@ pub(crate) struct CarrySpec {
     args: Vec<[String; 6]>,
     /// Local time after which no previous key can live.
     until: Nanos,
-    /// Whether every listed key's markers were moved (see the module docs).
-    lists_carried: AtomicBool,
+    /// Whether every listed or penalised key's markers were moved (see the
+    /// module docs).
+    controls_carried: AtomicBool,
 }
 
 impl CarrySpec {
@@ -152,22 +158,22 @@ impl CarrySpec {
             codec,
             args,
             until: start.saturating_add(horizon),
-            lists_carried: AtomicBool::new(false),
+            controls_carried: AtomicBool::new(false),
         }))
     }
 
     /// Whether decisions must still carry at local time `now`: a previous
     /// key may still live, or a listed key's marker may still be under one.
     pub(crate) fn active(&self, now: Nanos) -> bool {
-        // Acquire: pairs with the Release in `lists_were_carried`, so that
+        // Acquire: pairs with the Release in `controls_were_carried`, so that
         // a decision that sees the flag is sent after every move was
         // answered (the moves happen-before it).
-        now < self.until || !self.lists_carried.load(Ordering::Acquire)
+        now < self.until || !self.controls_carried.load(Ordering::Acquire)
     }
 
-    fn lists_were_carried(&self) {
+    fn controls_were_carried(&self) {
         // Release: see `active`.
-        self.lists_carried.store(true, Ordering::Release);
+        self.controls_carried.store(true, Ordering::Release);
     }
 
     /// The previous limits' keys of `key`.
@@ -192,12 +198,12 @@ impl RedisLimiter {
         s.carry.as_ref().filter(|c| c.active(s.clock.now()))
     }
 
-    /// Moves the deny and allow list entries made under the previous limits
-    /// to the keys of the new ones: walks the lists' registry and, per
-    /// listed key, moves its markers in one atomic call (see the module
-    /// docs). Idempotent; a limiter built with
+    /// Moves the deny and allow list entries and the penalties set under
+    /// the previous limits to the keys of the new ones: walks the lists'
+    /// and the penalties' registries and, per key, moves its markers in one
+    /// atomic call (see the module docs). Idempotent; a limiter built with
     /// [`carry_from`](crate::RedisLimiterBuilder::carry_from) runs it in
-    /// the background once, call it yourself to wait for it or to carry
+    /// the background once; call it yourself to wait for it, or to carry
     /// again after a rolling change. Answers how many keys had a marker
     /// moved; `Ok(0)` without a carry.
     ///
@@ -205,31 +211,33 @@ impl RedisLimiter {
     ///
     /// [`ControlError::Backend`] if Redis did not answer a call (the keys
     /// moved before it stay moved; call again).
-    pub async fn carry_lists(&self) -> Result<u64, ControlError> {
+    pub async fn carry_controls(&self) -> Result<u64, ControlError> {
         let Some(carry) = &self.shared().carry else {
             return Ok(0);
         };
         let mut moved = 0;
-        let mut cursor = 0;
-        loop {
-            let (next, members) = self.registry_page(cursor).await?;
-            for member in members {
-                let key = BoundedKey::stored(&member);
-                moved += u64::from(self.control(&key, Control::Move, 0).await?);
+        for registry in [Registry::Lists, Registry::Penalties] {
+            let mut cursor = 0;
+            loop {
+                let (next, members) = self.registry_page(registry, cursor).await?;
+                for member in members {
+                    let key = BoundedKey::stored(&member);
+                    moved += u64::from(self.control(&key, Control::Move, 0).await?);
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
         }
-        carry.lists_were_carried();
+        carry.controls_were_carried();
         Ok(moved)
     }
 }
 
-/// Runs [`RedisLimiter::carry_lists`] in the background until it succeeds
+/// Runs [`RedisLimiter::carry_controls`] in the background until it succeeds
 /// or the limiter is dropped; nothing without a tokio runtime.
-pub(crate) fn spawn_list_carry(shared: Weak<Shared>, retry: Duration) {
+pub(crate) fn spawn_controls_carry(shared: Weak<Shared>, retry: Duration) {
     if tokio::runtime::Handle::try_current().is_err() {
         return;
     }
@@ -238,7 +246,7 @@ pub(crate) fn spawn_list_carry(shared: Weak<Shared>, retry: Duration) {
             let Some(limiter) = RedisLimiter::upgrade(&shared) else {
                 return;
             };
-            if limiter.carry_lists().await.is_ok() {
+            if limiter.carry_controls().await.is_ok() {
                 return;
             }
             drop(limiter);

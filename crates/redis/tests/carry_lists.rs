@@ -68,7 +68,7 @@ async fn existing(server: &support::Server, limiter: &RedisLimiter, key: &str) -
     n
 }
 
-/// `carry_lists` moves every registered key's markers to the new keys, over
+/// `carry_controls` moves every registered key's markers to the new keys, over
 /// several pages of the registry, idempotently; a state is left to the
 /// decisions.
 #[tokio::test]
@@ -88,12 +88,41 @@ async fn carrying_the_registry_moves_every_listed_key() {
     assert_eq!(existing(&server, &before, "k0").await, 1);
     assert!(before.check("counted").await.is_allowed());
     let carrying = built_off_runtime(&redis, "pages", &new, &clock, (&old, Carry::Keep));
-    assert_eq!(carrying.carry_lists().await, Ok(0));
+    assert_eq!(carrying.carry_controls().await, Ok(0));
     assert_eq!(
         existing(&server, &before, "counted").await,
         2,
         "a state is carried by decisions only"
     );
+}
+
+/// Bug: a penalty on a key not decided during the carry period was lost
+/// with the old key (the key admitted again under the new limits).
+#[tokio::test]
+async fn a_penalty_outlives_the_carry() {
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    scenarios::carry_lists::a_penalty_outlives_the_carry(&redis, "boxed", false).await;
+    scenarios::carry_lists::a_penalty_outlives_the_carry(&redis, "boxed-carried", true).await;
+    let registry = |name: &str| {
+        let l = limiter(&redis, name, &[gcra(5)], &clock(), None);
+        let key = l.redis_keys("x")[0].clone();
+        // `<prefix>{<name>|x}<tag>` -> `<prefix>{<name>|#}penalties`.
+        let head = key.iter().position(|&b| b == b'|').unwrap();
+        let mut r = key[..=head].to_vec();
+        r.extend_from_slice(b"#}penalties");
+        r
+    };
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let held: Vec<String> = redis::cmd("ZRANGE")
+        .arg(registry("boxed"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(held, ["boxed", "other"], "the ended penalty was dropped");
 }
 
 /// Bug: during the carry, a control ran on the new keys only: `unlist` of a
@@ -128,7 +157,7 @@ async fn the_registry_is_carried_in_the_background() {
         waited += 1;
     }
     assert_eq!(existing(&server, &after, "denied").await, 1);
-    assert_eq!(after.carry_lists().await, Ok(0), "nothing left to move");
+    assert_eq!(after.carry_controls().await, Ok(0), "nothing left to move");
     clock.advance(PAST_THE_CARRY);
     assert!(after.check("denied").await.is_denied());
 }

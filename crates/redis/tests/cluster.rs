@@ -81,6 +81,7 @@ async fn cluster_scenarios() {
     scenarios::carry_lists::carrying_the_registry_keeps_every_key_listed(&redis, "lists", 40).await;
     scenarios::carry_lists::controls_during_the_carry_see_the_previous_keys(&redis, "lists-ctl")
         .await;
+    scenarios::carry_lists::a_penalty_outlives_the_carry(&redis, "boxed", true).await;
 
     // TTL invariant.
     let urls = cluster.urls();

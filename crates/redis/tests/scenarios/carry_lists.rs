@@ -1,5 +1,6 @@
-//! Deny and allow lists across a quota change (issue 20), on a server and
-//! on a cluster alike: a listed key stays listed under the new limits.
+//! Deny and allow lists and penalties across a quota change (issue 20), on
+//! a server and on a cluster alike: a listed or penalised key stays so
+//! under the new limits.
 
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ pub fn clock() -> ManualClock {
 }
 
 /// `keys` keys listed under the previous limits (even: denied, odd:
-/// allowed), the registry carried by `carry_lists`, then decided past the
+/// allowed), the registry carried by `carry_controls`, then decided past the
 /// carry as listed; a second carry moves nothing.
 pub async fn carrying_the_registry_keeps_every_key_listed(redis: &Redis, name: &str, keys: usize) {
     let clock = clock();
@@ -82,8 +83,8 @@ pub async fn carrying_the_registry_keeps_every_key_listed(redis: &Redis, name: &
         assert_eq!(listed, Ok(true), "{key}");
     }
     let after = built_off_runtime(redis, name, &new, &clock, (&old, Carry::Keep));
-    assert_eq!(after.carry_lists().await, Ok(keys.len() as u64));
-    assert_eq!(after.carry_lists().await, Ok(0), "idempotent");
+    assert_eq!(after.carry_controls().await, Ok(keys.len() as u64));
+    assert_eq!(after.carry_controls().await, Ok(0), "idempotent");
     clock.advance(PAST_THE_CARRY);
     for (i, key) in keys.iter().enumerate() {
         for _ in 0..3 {
@@ -133,4 +134,43 @@ pub async fn controls_during_the_carry_see_the_previous_keys(redis: &Redis, name
     assert_eq!(after.unlist("listed").await, Ok(true));
     let d = after.check("listed").await;
     assert_eq!(d.remaining(), 9, "full after unlisting: {d:?}");
+}
+
+/// A penalty longer than the carry period, on a key not decided during
+/// it, still holds under the new limits, for its remaining time; then the
+/// key is full. With the penalties' registry carried (`carried`) or by the
+/// decisions themselves.
+pub async fn a_penalty_outlives_the_carry(redis: &Redis, name: &str, carried: bool) {
+    let clock = clock();
+    let old = [gcra(5), fixed(100)];
+    let new = [gcra(10), fixed(100)];
+    let before = limiter(redis, name, &old, &clock, None);
+    let ten_hours = Duration::from_secs(10 * 3_600);
+    assert_eq!(before.penalize("boxed", ten_hours).await, Ok(true));
+    // An ended penalty leaves the registry when the next one is set.
+    assert_eq!(
+        before.penalize("short", Duration::from_secs(1)).await,
+        Ok(true)
+    );
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(before.penalize("other", ten_hours).await, Ok(true));
+    let after = built_off_runtime(redis, name, &new, &clock, (&old, Carry::Keep));
+    if carried {
+        assert_eq!(after.carry_controls().await, Ok(2), "boxed and other");
+    }
+    clock.advance(PAST_THE_CARRY);
+    let left = ten_hours - Duration::from_secs(2) - PAST_THE_CARRY;
+    for key in ["boxed", "other"] {
+        let d = after.check(key).await;
+        assert!(d.is_denied(), "{key}: {d:?}");
+        let expected = if key == "boxed" {
+            left
+        } else {
+            left + Duration::from_secs(2)
+        };
+        assert_eq!(d.retry_after(), expected, "{key}: {d:?}");
+    }
+    clock.advance(ten_hours);
+    let d = after.check("boxed").await;
+    assert!(d.is_allowed() && d.remaining() == 9, "{d:?}");
 }
