@@ -7,7 +7,8 @@
 //!   cluster ([`backend`]).
 //! - **[`RedisLimiter`]**: one or more core limits ([`Limit`]: GCRA, fixed
 //!   window, sliding window counter) per key, decided all-or-nothing in one
-//!   round trip; answers a [`tollgate::Decision`] ([`limiter`]).
+//!   round trip; answers a [`tollgate::Decision`] ([`limiter`]; its
+//!   settings and their defaults: [`builder`]).
 //! - **script**: the Lua transition of every algorithm, its contract, state
 //!   and resolution; a lean script per common call (one GCRA limit, one
 //!   fixed window) and a general one ([`script`]).
