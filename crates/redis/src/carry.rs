@@ -19,8 +19,9 @@
 //! holds a state, the state is converted by the rule, written under the new
 //! key with its TTL, and the old key deleted; then the decision is taken as
 //! usual. A key written under the new limits is never carried again, so two
-//! clients racing on the first decision carry once. After that period the
-//! limiter decides on the ordinary path (lean scripts or module) again.
+//! clients racing on the first decision carry once. After that period, and
+//! once the lists and penalties were carried (below), the limiter decides
+//! on the ordinary path (lean scripts or module) again.
 //!
 //! # The rules (the core's `carry_cell`, per algorithm)
 //!
