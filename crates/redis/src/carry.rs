@@ -19,8 +19,9 @@
 //! holds a state, the state is converted by the rule, written under the new
 //! key with its TTL, and the old key deleted; then the decision is taken as
 //! usual. A key written under the new limits is never carried again, so two
-//! clients racing on the first decision carry once. After that period the
-//! limiter decides on the ordinary path (lean scripts or module) again.
+//! clients racing on the first decision carry once. After that period, and
+//! once the lists and penalties were carried (below), the limiter decides
+//! on the ordinary path (lean scripts or module) again.
 //!
 //! # The rules (the core's `carry_cell`, per algorithm)
 //!
@@ -42,19 +43,60 @@
 //!   approximated: the wheel's slots do not map onto another geometry
 //!   without the core's "move into the newest slot" rule, left for later.
 //! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
-//!   whatever the rule, with their TTL: a listed key stays listed across a
-//!   quota change, as long as a decision meets it during the carry period.
-//!   A key listed but not decided during that period keeps its marker under
-//!   the old key: list it again (the lists' registry names every listed
-//!   key).
+//!   whatever the rule, with their TTL, on the key's first decision.
+//!
+//! # Listed and penalised keys stay so
+//!
+//! A deny or allow list entry has no TTL, and a penalty may outlive the
+//! carry period, so a key listed or penalised under the previous limits may
+//! not be decided during that period at all; its marker would stay under
+//! the old key and the key be decided as free (the bug this section fixes:
+//! a deny-listed key admitted again). So:
+//!
+//! - **The registries are carried**: every listed key is in the lists'
+//!   registry (a set, see [`controls`](crate::controls)) and every
+//!   penalised key in the penalties' registry (a sorted set by the
+//!   penalty's end, in the same slot; [`penalize`](RedisLimiter::penalize)
+//!   adds to it and drops the penalties that ended, in one pipelined call
+//!   after the penalty's own). Building a carrying limiter spawns a task
+//!   (when a tokio runtime runs) that walks both (`SSCAN`, `ZSCAN`) and
+//!   moves each key's markers to its new keys, one atomic call of
+//!   `controls.lua` per key ([`RedisLimiter::carry_controls`]; retried,
+//!   after a fault, until done or the limiter is dropped).
+//! - **The carry lasts until then**: decisions keep carrying (and so keep
+//!   moving markers themselves) until the previous keys cannot live any
+//!   more *and* the registries have been carried, so no decision ever
+//!   meets a listed or penalised key as free. Without a runtime, call
+//!   [`carry_controls`](RedisLimiter::carry_controls) yourself, or
+//!   decisions carry for the limiter's life (correct, on the general
+//!   script).
+//! - **Controls see the old keys**: while the carry lasts, each control is
+//!   sent the previous keys too, moves their markers first and, when it
+//!   drops the key's state (reset, penalty, listing, unlisting), drops the
+//!   old keys' state as well (else the next decision would carry it back).
+//!   A refund on a key whose state is still under the old key only (not
+//!   decided since the change) changes nothing and answers `Ok(false)`:
+//!   never more permits than the refund meant.
+//! - **Limits**: a penalty set before this version (not in the registry)
+//!   is carried only by a decision during the carry period. Markers set by
+//!   nodes still running the previous limits after the registries were
+//!   carried are not moved: finish a rolling change before it, or call
+//!   [`carry_controls`](RedisLimiter::carry_controls) again after it.
 
-use tollgate::{Carry, Nanos};
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use tollgate::{Carry, Clock, Nanos};
+
+use crate::RedisLimiter;
+use crate::controls::{Control, ControlError, Registry};
 use crate::key::{BoundedKey, KeyCodec};
 use crate::limit::{ConfigError, Limit, Unit};
+use crate::limiter::Shared;
 
 /// What a carrying limiter sends beside its own keys and arguments.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct CarrySpec {
     /// The previous limits' keys.
     codec: KeyCodec,
@@ -62,6 +104,9 @@ pub(crate) struct CarrySpec {
     args: Vec<[String; 6]>,
     /// Local time after which no previous key can live.
     until: Nanos,
+    /// Whether every listed or penalised key's markers were moved (see the
+    /// module docs).
+    controls_carried: AtomicBool,
 }
 
 impl CarrySpec {
@@ -114,12 +159,22 @@ impl CarrySpec {
             codec,
             args,
             until: start.saturating_add(horizon),
+            controls_carried: AtomicBool::new(false),
         }))
     }
 
-    /// Whether a previous key may still live at local time `now`.
+    /// Whether decisions must still carry at local time `now`: a previous
+    /// key may still live, or a listed key's marker may still be under one.
     pub(crate) fn active(&self, now: Nanos) -> bool {
-        now < self.until
+        // Acquire: pairs with the Release in `controls_were_carried`, so that
+        // a decision that sees the flag is sent after every move was
+        // answered (the moves happen-before it).
+        now < self.until || !self.controls_carried.load(Ordering::Acquire)
+    }
+
+    fn controls_were_carried(&self) {
+        // Release: see `active`.
+        self.controls_carried.store(true, Ordering::Release);
     }
 
     /// The previous limits' keys of `key`.
@@ -135,4 +190,68 @@ impl CarrySpec {
             }
         }
     }
+}
+
+impl RedisLimiter {
+    /// The carry, while decisions must carry (see the module docs).
+    pub(crate) fn carrying(&self) -> Option<&CarrySpec> {
+        let s = self.shared();
+        s.carry.as_ref().filter(|c| c.active(s.clock.now()))
+    }
+
+    /// Moves the deny and allow list entries and the penalties set under
+    /// the previous limits to the keys of the new ones: walks the lists'
+    /// and the penalties' registries and, per key, moves its markers in one
+    /// atomic call (see the module docs). Idempotent; a limiter built with
+    /// [`carry_from`](crate::RedisLimiterBuilder::carry_from) runs it in
+    /// the background once; call it yourself to wait for it, or to carry
+    /// again after a rolling change. Answers how many keys had a marker
+    /// moved; `Ok(0)` without a carry.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::Backend`] if Redis did not answer a call (the keys
+    /// moved before it stay moved; call again).
+    pub async fn carry_controls(&self) -> Result<u64, ControlError> {
+        let Some(carry) = &self.shared().carry else {
+            return Ok(0);
+        };
+        let mut moved = 0;
+        for registry in [Registry::Lists, Registry::Penalties] {
+            let mut cursor = 0;
+            loop {
+                let (next, members) = self.registry_page(registry, cursor).await?;
+                for member in members {
+                    let key = BoundedKey::stored(&member);
+                    moved += u64::from(self.control(&key, Control::Move, 0).await?);
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        carry.controls_were_carried();
+        Ok(moved)
+    }
+}
+
+/// Runs [`RedisLimiter::carry_controls`] in the background until it succeeds
+/// or the limiter is dropped; nothing without a tokio runtime.
+pub(crate) fn spawn_controls_carry(shared: Weak<Shared>, retry: Duration) {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return;
+    }
+    tokio::spawn(async move {
+        loop {
+            let Some(limiter) = RedisLimiter::upgrade(&shared) else {
+                return;
+            };
+            if limiter.carry_controls().await.is_ok() {
+                return;
+            }
+            drop(limiter);
+            tokio::time::sleep(retry).await;
+        }
+    });
 }

@@ -2,8 +2,16 @@
 -- the key (see src/controls.rs for the contract and the markers). Same
 -- arguments as decide.lua; `op` is one of z (reset), n (refund `cost`
 -- permits), k (penalty of `cost` clock units), d (deny list), a (allow list),
--- u (unlist). Reply {changed, 0, now}. Numbers are kept below 2^53 as in
--- decide.lua.
+-- u (unlist), m (move the markers only: see below). Reply {changed, 0, now}.
+-- Numbers are kept below 2^53 as in decide.lua.
+--
+-- A carrying limiter (src/carry.rs) passes the previous limits' keys after
+-- the m keys of its limits (2m keys, same hash tag): a marker still under an
+-- old key moves first, with its TTL, unless the new key holds one already
+-- (a list or a penalty drops the key's state: it replaces a state there),
+-- so that every control sees the key's lists and penalty; and a control that
+-- drops the key's state (reset, penalty, listing, unlisting) drops the old
+-- keys' too, or the next decision would carry it back.
 
 local function nat(x)
   return x and x >= 0 and x < 9007199254740992 and x % 1 == 0
@@ -24,11 +32,14 @@ else
 end
 local cost = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
-if not ((op == 'z' or op == 'n' or op == 'k' or op == 'd' or op == 'a' or op == 'u')
-    and #KEYS >= 1 and #ARGV == 5 + 6 * #KEYS and nat(now) and nat(cost) and nat(slack)
-    and slack <= 86400000 and nat(tonumber(ARGV[5]))) then
+local m = (#ARGV - 5) / 6
+if not ((op == 'z' or op == 'n' or op == 'k' or op == 'd' or op == 'a' or op == 'u'
+      or op == 'm')
+    and m >= 1 and m % 1 == 0 and (#KEYS == m or #KEYS == 2 * m) and nat(now) and nat(cost)
+    and nat(slack) and slack <= 86400000 and nat(tonumber(ARGV[5]))) then
   return invalid()
 end
+if op == 'm' and #KEYS ~= 2 * m then return invalid() end
 
 local function fdiv(a, b)
   return (a - math.fmod(a, b)) / b
@@ -47,7 +58,7 @@ local function ttl_ms(ns)
 end
 
 local limits = {}
-for i = 1, #KEYS do
+for i = 1, m do
   local b = 5 + (i - 1) * 6
   local p = {alg = ARGV[b + 1], a1 = tonumber(ARGV[b + 2]), a2 = tonumber(ARGV[b + 3]),
     a3 = tonumber(ARGV[b + 4]), a4 = tonumber(ARGV[b + 5])}
@@ -61,12 +72,43 @@ for i = 1, #KEYS do
   limits[i] = p
 end
 
+local function is_mark(raw)
+  return type(raw) == 'string' and string.byte(raw, 1) == 33
+end
+
+-- The previous limits' keys (a carrying limiter): markers move first.
+local moved = 0
+local function del_old()
+  for i = m + 1, #KEYS do
+    if KEYS[i] ~= KEYS[i - m] then redis.call('DEL', KEYS[i]) end
+  end
+end
+for i = m + 1, #KEYS do
+  local new, old = KEYS[i - m], KEYS[i]
+  if new ~= old then
+    local raw = redis.pcall('GET', old)
+    if is_mark(raw) then
+      if not is_mark(redis.pcall('GET', new)) then
+        local pttl = redis.call('PTTL', old)
+        if pttl > 0 then
+          redis.call('SET', new, raw, 'PX', pttl)
+        else
+          redis.call('SET', new, raw)
+        end
+        moved = 1
+      end
+      redis.call('DEL', old)
+    end
+  end
+end
+if op == 'm' then return {moved, 0, now} end
+
 -- The marker of every key ('d', 'a' or 'p' and the penalty's end, nil for
 -- "never"), read once; the keys of one user key hold the same marker (the
 -- controls write them together), the strongest one found counts.
 local mark, mark_end = nil, nil
 local raws = {}
-for i = 1, #KEYS do
+for i = 1, m do
   local raw = redis.pcall('GET', KEYS[i])
   if type(raw) ~= 'string' then raw = nil end
   raws[i] = raw
@@ -86,9 +128,12 @@ for i = 1, #KEYS do
 end
 local listed = mark == 'd' or mark == 'a'
 
+-- Drops the key's state (and the previous limits' keys, if passed).
 local function del_all()
   local n = 0
-  for i = 1, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
+  for i = 1, #KEYS do
+    if i <= m or KEYS[i] ~= KEYS[i - m] then n = n + redis.call('DEL', KEYS[i]) end
+  end
   return n
 end
 
@@ -96,7 +141,8 @@ if op == 'd' or op == 'a' then
   if mark == op then return {0, 0, now} end
   -- Listing drops the key's counted state and any penalty: no TTL, the list
   -- outlives every window.
-  for i = 1, #KEYS do redis.call('SET', KEYS[i], '!' .. op) end
+  for i = 1, m do redis.call('SET', KEYS[i], '!' .. op) end
+  del_old()
   return {1, 0, now}
 end
 
@@ -120,11 +166,12 @@ if op == 'k' then
   if mark == 'p' and (mark_end == nil or mark_end >= e) then return {0, 0, now} end
   if e >= 9007199254740992 then
     -- Past the clock's end: denied until "never", until reset.
-    for i = 1, #KEYS do redis.call('SET', KEYS[i], '!pn') end
+    for i = 1, m do redis.call('SET', KEYS[i], '!pn') end
   else
     local ttl = ttl_ms(cost * unit)
-    for i = 1, #KEYS do redis.call('SET', KEYS[i], '!p' .. int(e), 'PX', ttl) end
+    for i = 1, m do redis.call('SET', KEYS[i], '!p' .. int(e), 'PX', ttl) end
   end
+  del_old()
   return {1, 0, now}
 end
 
@@ -133,7 +180,7 @@ end
 -- dropped when it was set).
 if mark ~= nil or cost == 0 then return {0, 0, now} end
 local changed = 0
-for i = 1, #KEYS do
+for i = 1, m do
   local p, key, raw = limits[i], KEYS[i], raws[i]
   if p.alg == 'g' then
     -- As decide.lua's GCRA: the debt is (TAT - now) mod M; tat' = max(now, tat - n·T).

@@ -16,6 +16,11 @@
 //!   share the user key's hash tag (see [`key`](crate::key)), so the call is
 //!   atomic on a single server and on Redis Cluster alike, and a decision
 //!   sees the key either wholly before or wholly after a control.
+//! - **The registries, beside**: listing and penalising also write the
+//!   key to a registry in the limiter's own slot (a second call: the lists'
+//!   is reserved first, below; a penalty is registered after it was set),
+//!   so that a change of the limits can carry every marker (see
+//!   [`carry`](crate::carry#listed-and-penalised-keys-stay-so)).
 //! - **Never "done" on a fault**: a timeout, a connection error, an open
 //!   breaker or a refused call is [`ControlError::Backend`], never `Ok`; the
 //!   failure policy (which answers *decisions* when Redis cannot) never
@@ -66,10 +71,14 @@
 //! - **A penalty drops the state**: when it ends the key is full, as the
 //!   contract says; a refund during a penalty changes nothing.
 //! - **Lists live with the limits' keys**: a list entry has no TTL, and
-//!   survives everything but [`unlist`](RedisLimiter::unlist), a `reset`
-//!   of the key by hand (`DEL`), and a change of the limits' quotas, whose
-//!   keys are new (see [`key`](crate::key)) unless the change carries the
-//!   old state.
+//!   survives everything but [`unlist`](RedisLimiter::unlist) and a `DEL`
+//!   of the key by hand. A change of the limits' quotas names new keys (see
+//!   [`key`](crate::key)): without
+//!   [`carry_from`](crate::RedisLimiterBuilder::carry_from) the lists start
+//!   empty under them (as every state does); with it, every listed (and
+//!   penalised) key stays so (the registries are carried, see
+//!   [`carry`](crate::carry#listed-and-penalised-keys-stay-so)), and while the carry
+//!   lasts each control also sees the previous keys.
 //! - **Local copies**: after a control that changed something, this node
 //!   forgets its cached denial and its lease for the key. Other nodes keep
 //!   theirs until they end by themselves: a cached denial until its
@@ -143,15 +152,28 @@ impl std::fmt::Display for ControlError {
 
 impl std::error::Error for ControlError {}
 
+/// The registries of the keys that carry a marker (see
+/// [`carry`](crate::carry)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Registry {
+    /// The deny and allow lists' (a set, bounded).
+    Lists,
+    /// The penalties' (a sorted set by end, pruned as penalties are set).
+    Penalties,
+}
+
 /// The controls' operation codes (see `controls.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Control {
+pub(crate) enum Control {
     Reset,
     Refund,
     Penalize,
     Deny,
     Allow,
     Unlist,
+    /// Moves the markers under the previous limits' keys to the new ones,
+    /// and nothing else (see [`carry`](crate::carry)).
+    Move,
 }
 
 impl Control {
@@ -163,6 +185,7 @@ impl Control {
             Control::Deny => "d",
             Control::Allow => "a",
             Control::Unlist => "u",
+            Control::Move => "m",
         }
     }
 }
@@ -209,11 +232,16 @@ impl RedisLimiter {
     /// than the current one changes nothing. A `duration` of zero is a
     /// no-op; one past the clock's end denies until "never" (until
     /// [`reset`](Self::reset)). A listed key takes no penalty. `Ok(true)` if
-    /// the penalty was set or extended.
+    /// the penalty was set or extended. A penalty set or extended is also
+    /// recorded in the penalties' registry (a second, pipelined call), so
+    /// that a change of the limits carries it (see
+    /// [`carry`](crate::carry)).
     ///
     /// # Errors
     ///
-    /// [`ControlError::Backend`] if Redis did not apply it.
+    /// [`ControlError::Backend`] if Redis did not apply it, or did not
+    /// register it (the penalty then holds, but a change of the limits may
+    /// not carry it: send it again, penalties only extend).
     pub async fn penalize(
         &self,
         key: impl AsRef<[u8]>,
@@ -226,8 +254,49 @@ impl RedisLimiter {
         let unit = u128::from(self.unit_nanos());
         let units = duration.as_nanos().div_ceil(unit);
         let units = u64::try_from(units).unwrap_or(MAX_ARG).min(MAX_ARG);
-        self.control(&BoundedKey::new(key.as_ref()), Control::Penalize, units)
-            .await
+        let key = BoundedKey::new(key.as_ref());
+        let (changed, now) = self.control_at(&key, Control::Penalize, units).await?;
+        if changed {
+            self.register_penalty(&key, now, units).await?;
+        }
+        Ok(changed)
+    }
+
+    /// Records `key`'s penalty, set at `now` for `units` (clock units;
+    /// "never" from 2^53), in the penalties' registry, and drops the entries
+    /// that ended before `now` (never the one just added): one pipelined
+    /// round trip to the registry's slot.
+    async fn register_penalty(
+        &self,
+        key: &BoundedKey,
+        now: u64,
+        units: u64,
+    ) -> Result<(), ControlError> {
+        let registry = self.codec().penalty_registry();
+        let end = now.saturating_add(units);
+        let score = if end > MAX_ARG {
+            "+inf".to_owned()
+        } else {
+            end.to_string()
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZADD")
+            .arg(&registry)
+            .arg(score)
+            .arg(key.as_bytes())
+            .ignore();
+        pipe.cmd("ZREMRANGEBYSCORE")
+            .arg(&registry)
+            .arg("-inf")
+            .arg(format!("({now}"))
+            .ignore();
+        let mut connection = self.shared().redis.connection();
+        let call = pipe.query_async::<()>(&mut connection);
+        match tokio::time::timeout(self.shared().deadline(), call).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(ControlError::Backend(Fault::Error)),
+            Err(_) => Err(ControlError::Backend(Fault::Timeout)),
+        }
     }
 
     /// Puts `key` on the deny list: every request denied, "never" to
@@ -278,6 +347,36 @@ impl RedisLimiter {
         self.control(key, control, 0).await
     }
 
+    /// One page of a registry from `cursor` (`SSCAN` of the lists',
+    /// `ZSCAN` of the penalties'): the next cursor (0 at the end) and the
+    /// keys in it. Bounded by the deadline, but at least a second (it runs
+    /// in the background, see [`carry`](crate::carry)).
+    pub(crate) async fn registry_page(
+        &self,
+        registry: Registry,
+        cursor: u64,
+    ) -> Result<(u64, Vec<Vec<u8>>), ControlError> {
+        let (verb, key) = match registry {
+            Registry::Lists => ("SSCAN", self.codec().registry()),
+            Registry::Penalties => ("ZSCAN", self.codec().penalty_registry()),
+        };
+        let mut scan = redis::cmd(verb);
+        scan.arg(key).arg(cursor).arg("COUNT").arg(256);
+        let mut connection = self.shared().redis.connection();
+        let deadline = self.shared().deadline().max(Duration::from_secs(1));
+        let page: (u64, Vec<Vec<u8>>) =
+            match tokio::time::timeout(deadline, scan.query_async(&mut connection)).await {
+                Ok(Ok(page)) => page,
+                Ok(Err(_)) => return Err(ControlError::Backend(Fault::Error)),
+                Err(_) => return Err(ControlError::Backend(Fault::Timeout)),
+            };
+        Ok(match registry {
+            Registry::Lists => page,
+            // Members and scores, interleaved.
+            Registry::Penalties => (page.0, page.1.into_iter().step_by(2).collect()),
+        })
+    }
+
     /// Reserves (`add`) or releases `key` in the lists' registry; `false`
     /// if a reservation found the registry full.
     async fn registry(&self, key: &BoundedKey, add: bool) -> Result<bool, ControlError> {
@@ -294,28 +393,50 @@ impl RedisLimiter {
         Ok(reply.first() == Some(&1))
     }
 
-    async fn control(
+    /// One control on `key`, in one atomic call; with the previous limits'
+    /// keys while they may live (a carrying limiter), and always for
+    /// [`Control::Move`].
+    pub(crate) async fn control(
         &self,
         key: &BoundedKey,
         control: Control,
         cost: u64,
     ) -> Result<bool, ControlError> {
-        let keys = self.codec().keys_of(key);
+        Ok(self.control_at(key, control, cost).await?.0)
+    }
+
+    /// [`control`](Self::control), with the script's clock reading (clock
+    /// units).
+    async fn control_at(
+        &self,
+        key: &BoundedKey,
+        control: Control,
+        cost: u64,
+    ) -> Result<(bool, u64), ControlError> {
+        let mut keys = self.codec().keys_of(key);
+        let carry = match control {
+            Control::Move => self.shared().carry.as_ref(),
+            _ => self.carrying(),
+        };
+        match carry {
+            Some(carry) => keys.extend(carry.keys_of(key)),
+            None if control == Control::Move => return Ok((false, 0)),
+            None => {}
+        }
         let reply = self
             .run_control(Script::Controls, &keys, |cmd| {
                 self.control_args(control.code(), cost, cmd);
             })
             .await
             .map_err(ControlError::Backend)?;
-        let changed = match reply.first() {
-            Some(&1) => true,
-            Some(&0) => false,
+        let (changed, now) = match reply.as_slice() {
+            &[changed @ (0 | 1), _, now, ..] if now >= 0 => (changed == 1, now.unsigned_abs()),
             // Redis answered something that is not the script's reply.
             _ => return Err(ControlError::Backend(Fault::Error)),
         };
         if changed {
             self.forget_local(key);
         }
-        Ok(changed)
+        Ok((changed, now))
     }
 }

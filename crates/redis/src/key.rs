@@ -161,6 +161,15 @@ impl KeyCodec {
         out
     }
 
+    /// The limiter's registry of penalised keys (see
+    /// [`carry`](crate::carry)): `<prefix>{<name>|#}penalties`, in the same
+    /// slot as [`registry`](Self::registry).
+    pub fn penalty_registry(&self) -> Vec<u8> {
+        let mut out = self.head.clone();
+        out.extend_from_slice(b"#}penalties");
+        out
+    }
+
     /// The Redis keys of every limit of `key`, in the limits' order.
     pub fn keys(&self, key: &[u8]) -> Vec<Vec<u8>> {
         self.keys_of(&BoundedKey::new(key))
@@ -210,6 +219,12 @@ impl BoundedKey {
             let _ = write!(hashed, "{byte:02x}");
         }
         BoundedKey(hashed.into_bytes().into_boxed_slice())
+    }
+
+    /// A key read back from Redis (a member of the lists' registry, which
+    /// holds bounded keys).
+    pub(crate) fn stored(bytes: &[u8]) -> BoundedKey {
+        BoundedKey(bytes.into())
     }
 
     pub(crate) fn as_bytes(&self) -> &[u8] {

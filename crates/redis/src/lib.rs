@@ -7,7 +7,8 @@
 //!   cluster ([`backend`]).
 //! - **[`RedisLimiter`]**: one or more core limits ([`Limit`]: GCRA, fixed
 //!   window, sliding window counter) per key, decided all-or-nothing in one
-//!   round trip; answers a [`tollgate::Decision`] ([`limiter`]).
+//!   round trip; answers a [`tollgate::Decision`] ([`limiter`]; its
+//!   settings and their defaults: [`builder`]).
 //! - **script**: the Lua transition of every algorithm, its contract, state
 //!   and resolution; a lean script per common call (one GCRA limit, one
 //!   fixed window) and a general one ([`script`]).
@@ -22,6 +23,9 @@
 //!   each one atomic script call ([`controls`]).
 //! - **carry**: a changed quota carries each key's state by the core's
 //!   `Carry` rule ([`carry`]).
+//! - **observers and dry-run**: the core's decision observers, told
+//!   whether Redis or the failure policy decided; dry-run reports refusals
+//!   as shadow ([`observe`]).
 //! - **calendar window**: a fixed window aligned to UTC minutes, hours,
 //!   days, weeks (Monday) or months (the 1st) ([`calendar`]).
 //!
@@ -49,6 +53,7 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod builder;
 pub mod calendar;
 pub mod carry;
 pub mod concurrency;
@@ -61,7 +66,9 @@ pub mod lease;
 pub mod limit;
 pub mod limiter;
 pub mod module;
+pub mod observe;
 pub mod policy;
+mod round_trip;
 pub mod script;
 
 pub use backend::Redis;
@@ -73,6 +80,7 @@ pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
 pub use module::ModuleUse;
+pub use observe::RedisObserver;
 pub use policy::{FailurePolicy, Fault, Source, Stats};
 
 /// The README's example, compiled as a doctest so that it stays true.

@@ -76,6 +76,13 @@ async fn cluster_scenarios() {
         .await;
     }
 
+    // Lists across a quota change: the registry (one slot) carried to keys
+    // on every shard; controls during the carry see the previous keys.
+    scenarios::carry_lists::carrying_the_registry_keeps_every_key_listed(&redis, "lists", 40).await;
+    scenarios::carry_lists::controls_during_the_carry_see_the_previous_keys(&redis, "lists-ctl")
+        .await;
+    scenarios::carry_lists::a_penalty_outlives_the_carry(&redis, "boxed", true).await;
+
     // TTL invariant.
     let urls = cluster.urls();
     let mut raw = redis::cluster::ClusterClient::new(urls.clone())

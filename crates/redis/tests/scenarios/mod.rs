@@ -1,6 +1,7 @@
 //! Scenarios run on a single server and on a cluster alike.
 #![allow(dead_code)]
 
+pub mod carry_lists;
 pub mod controls;
 pub mod vectors;
 

@@ -1,0 +1,290 @@
+//! [`RedisLimiterBuilder`]: the settings of a [`RedisLimiter`], their
+//! defaults and their validation.
+//!
+//! Every setting but the limits has a default; [`build`] refuses a
+//! setting the limiter could not honour (no limit, a limit the scripts
+//! cannot run exactly, a zero deadline, an invalid policy, lease or carry)
+//! with a [`ConfigError`], never a panic. Building spawns the background
+//! tasks the settings need (the lease sweeper, the carry of listed keys)
+//! when a tokio runtime is running; they end with the last clone of the
+//! limiter.
+//!
+//! [`build`]: RedisLimiterBuilder::build
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tollgate::{Clock, ClockSource, ManualClock, MonotonicClock};
+
+use crate::backend::Redis;
+use crate::breaker::{Breaker, BreakerConfig};
+use crate::deny_cache::DenyCache;
+use crate::key::KeyCodec;
+use crate::lease::{LeaseConfig, Leases};
+use crate::limit::{ConfigError, Limit, Unit};
+use crate::limiter::{RedisLimiter, Shared, Time};
+use crate::observe::RedisObserver;
+use crate::policy::{Counters, FailurePolicy, Policy};
+
+impl RedisLimiter {
+    /// A builder for limiter `name` (which, with the key, names the Redis
+    /// keys) on `redis`.
+    pub fn builder(redis: Redis, name: impl Into<String>) -> RedisLimiterBuilder {
+        RedisLimiterBuilder {
+            redis,
+            name: name.into(),
+            prefix: "tollgate".into(),
+            limits: Vec::new(),
+            policy: FailurePolicy::default(),
+            deadline: Duration::from_millis(5),
+            breaker: BreakerConfig::default(),
+            max_in_flight: 4_096,
+            deny_cache: None,
+            leases: None,
+            manual: None,
+            slack: None,
+            list_capacity: 100_000,
+            carry_from: None,
+            observer: None,
+            dry_run: false,
+        }
+    }
+}
+
+/// Builds a [`RedisLimiter`]; every setting but the limits has a default.
+#[derive(Debug)]
+pub struct RedisLimiterBuilder {
+    redis: Redis,
+    name: String,
+    prefix: String,
+    limits: Vec<Limit>,
+    policy: FailurePolicy,
+    deadline: Duration,
+    breaker: BreakerConfig,
+    max_in_flight: usize,
+    deny_cache: Option<usize>,
+    leases: Option<LeaseConfig>,
+    manual: Option<ManualClock>,
+    slack: Option<Duration>,
+    list_capacity: usize,
+    carry_from: Option<(Vec<Limit>, tollgate::Carry)>,
+    observer: Option<Arc<dyn RedisObserver>>,
+    dry_run: bool,
+}
+
+impl RedisLimiterBuilder {
+    /// Adds a limit; a request is admitted only if every limit admits it,
+    /// and then it is taken from all of them, in one round trip.
+    pub fn limit(mut self, limit: impl Into<Limit>) -> Self {
+        self.limits.push(limit.into());
+        self
+    }
+
+    /// The prefix of every key (no braces). By default, `tollgate`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// What to answer when Redis does not. By default,
+    /// [`FailurePolicy::Local`] with a share of 1/4.
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The longest a decision waits for Redis. By default, 5 ms.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The circuit breaker. By default, [`BreakerConfig::default`].
+    pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// The most calls waiting on Redis at once; beyond, calls go to the
+    /// policy at once. By default, 4,096.
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max;
+        self
+    }
+
+    /// Answers standing denials locally (see
+    /// [`deny_cache`](crate::deny_cache)), holding at most `capacity` keys;
+    /// `0` disables it. By default, disabled.
+    pub fn deny_cache(mut self, capacity: usize) -> Self {
+        self.deny_cache = (capacity > 0).then_some(capacity);
+        self
+    }
+
+    /// Takes permits in batches (see [`lease`](crate::lease)). By default,
+    /// no leases.
+    pub fn leases(mut self, config: LeaseConfig) -> Self {
+        self.leases = Some(config);
+        self
+    }
+
+    /// Test mode: the script's `now` is this clock's, in nanoseconds, and
+    /// local time (deny cache, leases, fallback) too. By default, the
+    /// server's `TIME`.
+    pub fn manual_time(mut self, clock: ManualClock) -> Self {
+        self.manual = Some(clock);
+        self
+    }
+
+    /// Added to every key's TTL. By default, 10 ms on the server's clock,
+    /// 10 minutes in test mode (where the manual clock does not follow real
+    /// time, while TTLs do).
+    pub fn ttl_slack(mut self, slack: Duration) -> Self {
+        self.slack = Some(slack);
+        self
+    }
+
+    /// The most keys the deny and allow lists hold together (see
+    /// [`controls`](crate::controls)); listing one more is
+    /// [`ControlError::ListFull`](crate::ControlError::ListFull). By
+    /// default, 100,000.
+    pub fn list_capacity(mut self, capacity: usize) -> Self {
+        self.list_capacity = capacity;
+        self
+    }
+
+    /// Carries each key's state from `previous` limits (the same number,
+    /// in the same order: limit `i` replaces `previous[i]`) by the `carry`
+    /// rule, atomically on the key's first decision under the new limits
+    /// (see [`carry`](crate::carry)). By default, nothing is carried: a
+    /// changed limit starts its keys afresh.
+    pub fn carry_from(
+        mut self,
+        previous: impl IntoIterator<Item = Limit>,
+        carry: tollgate::Carry,
+    ) -> Self {
+        self.carry_from = Some((previous.into_iter().collect(), carry));
+        self
+    }
+
+    /// Calls `observer` once per decision of `check`, `check_n` and
+    /// `check_outcome` (not `peek_n`, not the controls), with the limiter's
+    /// name as the limit's name and where the decision came from (see
+    /// [`observe`](crate::observe)). Any core
+    /// [`Observer`](tollgate::observe::Observer) is a [`RedisObserver`]:
+    /// the core's `metrics` and `tracing` observers work unchanged. By
+    /// default, none (and no cost).
+    pub fn observer(mut self, observer: impl RedisObserver) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// Starts in dry-run (see [`RedisLimiter::is_dry_run`]). By default,
+    /// `false`.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// The limiter.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for no limits, a limit the script cannot run exactly,
+    /// a bad name or prefix, or an invalid policy or lease setting.
+    pub fn build(self) -> Result<RedisLimiter, ConfigError> {
+        if self.limits.is_empty() {
+            return Err(ConfigError::NoLimits);
+        }
+        if self.deadline.is_zero() || self.max_in_flight == 0 || self.breaker.threshold == 0 {
+            return Err(ConfigError::Invalid(
+                "the deadline, max_in_flight and breaker threshold must be above 0",
+            ));
+        }
+        let (time, unit, clock) = match self.manual {
+            Some(clock) => (
+                Time::Manual(clock.clone()),
+                Unit(1),
+                ClockSource::Manual(clock),
+            ),
+            None => (
+                Time::Server,
+                Unit(1_000),
+                ClockSource::Monotonic(MonotonicClock::new()),
+            ),
+        };
+        for limit in &self.limits {
+            limit.check_exact(unit)?;
+        }
+        let descriptors: Vec<String> = self.limits.iter().map(Limit::tag).collect();
+        let codec =
+            KeyCodec::new(&self.prefix, &self.name, &descriptors).map_err(ConfigError::Name)?;
+        let args = self.limits.iter().map(|l| l.args(unit)).collect();
+        let capacity = self.limits.iter().map(Limit::capacity).min().unwrap_or(0);
+        let slack = self.slack.unwrap_or(match time {
+            Time::Server => Duration::from_millis(10),
+            Time::Manual(_) => Duration::from_secs(600),
+        });
+        if slack > Duration::from_secs(86_400) {
+            // The script refuses it: a key must not outlive its state by so
+            // long that the GCRA state's modulus wraps (see `script`).
+            return Err(ConfigError::Invalid(
+                "the TTL slack must be at most one day",
+            ));
+        }
+        let policy = Policy::new(self.policy, &self.limits, &clock)?;
+        let leases = match self.leases {
+            Some(config) => Some(Leases::new(config, capacity)?),
+            None => None,
+        };
+        let lease_ttl = leases.as_ref().map(Leases::ttl);
+        let scripts_only = self.limits.iter().any(|l| matches!(l, Limit::Calendar(_)));
+        let carry = match self.carry_from {
+            Some((previous, rule)) => crate::carry::CarrySpec::new(
+                &self.prefix,
+                &self.name,
+                &previous,
+                &self.limits,
+                rule,
+                unit,
+                clock.now().saturating_add(slack),
+            )?,
+            None => None,
+        };
+        let limiter = RedisLimiter {
+            shared: Arc::new(Shared {
+                redis: self.redis,
+                limits: self.limits,
+                codec,
+                args,
+                time,
+                clock,
+                capacity,
+                slack_ms: u64::try_from(slack.as_millis()).unwrap_or(u64::MAX),
+                deadline: self.deadline,
+                breaker: Breaker::new(self.breaker),
+                open_for: self.breaker.open_for,
+                in_flight: Arc::new(Semaphore::new(self.max_in_flight)),
+                policy,
+                counters: Counters::default(),
+                deny_cache: self.deny_cache.map(DenyCache::new),
+                leases,
+                list_capacity: self.list_capacity,
+                carry,
+                scripts_only,
+                name: self.name.into_boxed_str(),
+                observer: self.observer,
+                dry_run: AtomicBool::new(self.dry_run),
+            }),
+        };
+        if limiter.shared.carry.is_some() {
+            let retry = self.breaker.open_for.max(Duration::from_millis(100));
+            crate::carry::spawn_controls_carry(Arc::downgrade(&limiter.shared), retry);
+        }
+        if let Some(ttl) = lease_ttl {
+            crate::lease::spawn_sweeper(Arc::downgrade(&limiter.shared), ttl);
+        }
+        Ok(limiter)
+    }
+}

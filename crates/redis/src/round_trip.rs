@@ -1,0 +1,239 @@
+//! One round trip: a decision's or a control's script call through the
+//! circuit breaker, the in-flight bound and the deadline, and its reply
+//! decoded (see [`limiter`](crate::limiter), "One decision", for the order
+//! and [`script`] for the contract).
+//!
+//! A fault is returned to the caller, which decides what answers it: the
+//! failure policy for a decision, an error for a control.
+
+use std::time::Duration;
+
+use redis::Cmd;
+use tollgate::{Clock, Decision};
+
+use crate::backend::Redis;
+use crate::breaker::Pass;
+use crate::key::BoundedKey;
+use crate::limit::{Limit, binding};
+use crate::limiter::{RedisLimiter, Time};
+use crate::policy::Fault;
+use crate::script::{self, Op, Script};
+
+/// What the script answered, decoded.
+#[derive(Clone, Debug)]
+pub(crate) struct Reply {
+    pub(crate) decision: Decision,
+    /// Permits taken (a lease may take more than asked).
+    pub(crate) taken: u64,
+    /// The script's clock reading, in clock units.
+    pub(crate) now: i64,
+    /// Per limit: the raw reset value (GCRA: ticks), for refunds.
+    pub(crate) resets: Vec<i64>,
+    /// For an admission, the end of the earliest fixed window it counted in.
+    pub(crate) window_end: Option<Duration>,
+}
+
+impl RedisLimiter {
+    /// Runs the script through the breaker, the in-flight bound and the
+    /// deadline. `Err` carries the fault and when Redis will next be tried.
+    pub(crate) async fn ask(
+        &self,
+        key: &BoundedKey,
+        cost: u64,
+        op: Op,
+        extra: u64,
+        refund: Option<&Reply>,
+    ) -> Result<Reply, (Fault, Duration)> {
+        let s = &self.shared;
+        if let Pass::Refuse(retry) = s.breaker.pass() {
+            return Err((Fault::BreakerOpen, retry));
+        }
+        let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
+            return Err((Fault::Overloaded, s.deadline));
+        };
+        let outcome =
+            tokio::time::timeout(s.deadline, self.call(key, cost, op, extra, refund)).await;
+        let fault = match outcome {
+            Ok(Ok(reply)) => {
+                s.breaker.success();
+                return Ok(reply);
+            }
+            Ok(Err(e)) if script::is_call_error(&e) => {
+                // Redis answered: it is up. The fault is this key's or this
+                // call's (bug of issue 17: one malformed key opened the
+                // breaker for every key).
+                s.breaker.success();
+                return Err((Fault::Script, Duration::ZERO));
+            }
+            Ok(Err(_)) => Fault::Error,
+            Err(_) => Fault::Timeout,
+        };
+        if s.breaker.failure() {
+            s.redis.reconnect();
+        }
+        Err((fault, s.open_for))
+    }
+
+    /// One script call. `extra` is the fifth argument: the lease's need, or
+    /// a refund's stamp.
+    async fn call(
+        &self,
+        key: &BoundedKey,
+        cost: u64,
+        op: Op,
+        extra: u64,
+        refund: Option<&Reply>,
+    ) -> Result<Reply, redis::RedisError> {
+        let s = &self.shared;
+        let keys = s.codec.keys_of(key);
+        let now = match &s.time {
+            Time::Server => String::new(),
+            Time::Manual(clock) => clock.now().as_u64().to_string(),
+        };
+        let mut connection = s.redis.connection();
+        // The module if detected, else the lean script for this shape, else
+        // the general one; on `unknown command` the module falls back to the
+        // same script (see `module`).
+        let which = match (op, s.limits.as_slice()) {
+            (Op::Check | Op::Peek, [Limit::Gcra(_)]) => Script::Gcra,
+            (Op::Check | Op::Peek, [Limit::FixedWindow(_)]) => Script::Fixed,
+            _ => Script::Decide,
+        };
+        let args = |cmd: &mut Cmd| {
+            cmd.arg(op.code()).arg(&now).arg(cost).arg(s.slack_ms);
+            match refund {
+                Some(lease) => cmd.arg(lease.now),
+                None => cmd.arg(extra),
+            };
+            for (i, args) in s.args.iter().enumerate() {
+                for a in args {
+                    cmd.arg(a.as_str());
+                }
+                let x = refund.map_or(0, |lease| lease.resets.get(i).copied().unwrap_or(0));
+                cmd.arg(x);
+            }
+        };
+        let carrying = self.carrying();
+        let raw = match carrying {
+            // Always the script: the module takes no previous limits.
+            Some(carry) => {
+                let mut all = keys.clone();
+                all.extend(carry.keys_of(key));
+                script::run(&mut connection, Script::Carry, &all, |cmd| {
+                    args(cmd);
+                    carry.args(cmd);
+                })
+                .await?
+            }
+            // The module knows no calendar (see `calendar`).
+            None if s.scripts_only => script::run(&mut connection, which, &keys, args).await?,
+            None => Redis::decide(&s.redis, &mut connection, which, &keys, args).await?,
+        };
+        self.decode(&raw).ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "tollgate: unexpected script reply",
+                format!("{raw:?}"),
+            ))
+        })
+    }
+
+    fn decode(&self, raw: &[i64]) -> Option<Reply> {
+        let limits = &self.shared.limits;
+        let (&[allowed, taken, now], rest) = raw.split_first_chunk::<{ script::HEAD_REPLY }>()?;
+        if rest.is_empty() {
+            // A refund's reply.
+            return Some(Reply {
+                decision: Decision::from_parts(allowed == 1, 0, 0, Duration::ZERO, Duration::ZERO),
+                taken: 0,
+                now,
+                resets: Vec::new(),
+                window_end: None,
+            });
+        }
+        if rest.len() != limits.len() * script::PER_LIMIT_REPLY {
+            return None;
+        }
+        let mut decisions = Vec::with_capacity(limits.len());
+        let mut resets = Vec::with_capacity(limits.len());
+        let mut window_end: Option<Duration> = None;
+        for (limit, chunk) in limits
+            .iter()
+            .zip(rest.chunks_exact(script::PER_LIMIT_REPLY))
+        {
+            let raw: [i64; 4] = chunk.try_into().ok()?;
+            let decision = limit.decision(raw)?;
+            if let Limit::FixedWindow(_) | Limit::Calendar(_) = limit {
+                let end = decision.reset_after();
+                window_end = Some(window_end.map_or(end, |w| w.min(end)));
+            }
+            decisions.push(decision);
+            resets.push(raw[3]);
+        }
+        let decision = binding(decisions)?;
+        if decision.is_allowed() != (allowed == 1) {
+            return None;
+        }
+        Some(Reply {
+            decision,
+            taken: u64::try_from(taken).ok()?,
+            now,
+            resets,
+            window_end,
+        })
+    }
+
+    /// Runs a control's script (always a script, never the module: see
+    /// [`controls`](crate::controls)) through the breaker, the in-flight
+    /// bound and the deadline, as a decision is; a fault is returned, never
+    /// answered by the failure policy.
+    pub(crate) async fn run_control(
+        &self,
+        which: Script,
+        keys: &[Vec<u8>],
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Vec<i64>, Fault> {
+        let s = &self.shared;
+        if let Pass::Refuse(_) = s.breaker.pass() {
+            return Err(Fault::BreakerOpen);
+        }
+        let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
+            return Err(Fault::Overloaded);
+        };
+        let mut connection = s.redis.connection();
+        let call = script::run(&mut connection, which, keys, args);
+        let fault = match tokio::time::timeout(s.deadline, call).await {
+            Ok(Ok(reply)) => {
+                s.breaker.success();
+                return Ok(reply);
+            }
+            Ok(Err(e)) if script::is_call_error(&e) => {
+                s.breaker.success();
+                return Err(Fault::Script);
+            }
+            Ok(Err(_)) => Fault::Error,
+            Err(_) => Fault::Timeout,
+        };
+        if s.breaker.failure() {
+            s.redis.reconnect();
+        }
+        Err(fault)
+    }
+
+    /// The arguments of a control's call: the decision's, with `op` and
+    /// `cost` (see [`controls`](crate::controls)).
+    pub(crate) fn control_args(&self, op: &str, cost: u64, cmd: &mut Cmd) {
+        let s = &self.shared;
+        let now = match &s.time {
+            Time::Server => String::new(),
+            Time::Manual(clock) => clock.now().as_u64().to_string(),
+        };
+        cmd.arg(op).arg(now).arg(cost).arg(s.slack_ms).arg(0);
+        for args in &s.args {
+            for a in args {
+                cmd.arg(a.as_str());
+            }
+            cmd.arg(0);
+        }
+    }
+}
