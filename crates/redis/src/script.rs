@@ -145,7 +145,7 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 
 /// The SHA-1 of the general script, as Redis names it in its cache.
 static DECIDE_SHA: LazyLock<String> =
@@ -220,11 +220,21 @@ pub(crate) async fn run<C: ConnectionLike>(
         args(&mut cmd);
         cmd
     };
-    match call("EVALSHA", sha).query_async(connection).await {
+    let reply: Value = match call("EVALSHA", sha).query_async(connection).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            call("EVAL", source).query_async(connection).await
+            call("EVAL", source).query_async(connection).await?
         }
-        reply => reply,
+        reply => reply?,
+    };
+    numbers(reply)
+}
+
+/// The numbers of a reply: an array of integers, or one integer (a lean
+/// script's compact reply, see [`expand_lean`]) as an array of one.
+fn numbers(reply: Value) -> RedisResult<Vec<i64>> {
+    match reply {
+        Value::Int(v) => Ok(vec![v]),
+        other => Ok(Vec::<i64>::from_redis_value(other)?),
     }
 }
 
@@ -308,6 +318,123 @@ impl Op {
             Op::Refund => "r",
         }
     }
+}
+
+/// The limit of a lean script's call, as its compact reply needs it to be
+/// read (see [`expand_lean`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lean {
+    /// `gcra.lua`: the limit's emission interval and capacity, in ticks (the
+    /// call's `interval` and `capacity` arguments).
+    Gcra {
+        /// Ticks per permit.
+        interval: u64,
+        /// The burst, in ticks.
+        capacity: u64,
+    },
+    /// `fixed.lua`: the window's `period` in clock units and `limit` (the
+    /// call's arguments), and the nanoseconds per clock unit (1,000 on the
+    /// server's clock, 1 in test mode).
+    Fixed {
+        /// The window, in clock units.
+        period: u64,
+        /// Permits per window.
+        limit: u64,
+        /// Nanoseconds per clock unit.
+        unit_nanos: u64,
+    },
+}
+
+/// A lean script's reply in the general script's form
+/// `{allowed, taken, now, allowed, headroom, retry, reset}` (see the [module
+/// docs](self), "The lean reply"). `check` and `cost` are the call's (`c`
+/// or `p`, and `cost`), `now` is put in the reply's `now` (the compact reply
+/// carries no clock reading). A reply of more than one number (a control's
+/// marker) is the general form already and is returned as it is; `None` if
+/// the reply is not one the script gives for that limit.
+///
+/// ```
+/// use tollgate_redis::script::{expand_lean, Lean};
+///
+/// // GCRA, 1 permit per 100 ticks, burst 5: admitted, 300 ticks of debt after.
+/// let gcra = Lean::Gcra { interval: 100, capacity: 500 };
+/// assert_eq!(expand_lean(&[300], gcra, true, 1, 0), Some(vec![1, 1, 0, 1, 200, 0, 300]));
+/// // Denied with a debt of 450: retry once 50 ticks have passed.
+/// assert_eq!(expand_lean(&[-451], gcra, true, 1, 0), Some(vec![0, 0, 0, 0, 50, 50, 450]));
+/// ```
+pub fn expand_lean(
+    reply: &[i64],
+    lean: Lean,
+    check: bool,
+    cost: u64,
+    now: i64,
+) -> Option<Vec<i64>> {
+    let &[v] = reply else {
+        return (reply.len() == HEAD_REPLY + PER_LIMIT_REPLY).then(|| reply.to_vec());
+    };
+    let allowed = v >= 0;
+    // i128: every product and sum below is exact, whatever the reply.
+    let u = if allowed {
+        i128::from(v)
+    } else {
+        -1 - i128::from(v)
+    };
+    let cost = i128::from(cost);
+    let taken = if allowed && check { cost } else { 0 };
+    let [headroom, retry, reset] = match lean {
+        Lean::Gcra { interval, capacity } => {
+            let (interval, capacity) = (i128::from(interval), i128::from(capacity));
+            if allowed {
+                // u: the reset (debt after the call), at most the capacity.
+                [capacity.checked_sub(u).filter(|h| *h >= 0)?, 0, u]
+            } else {
+                // u: the debt before the call.
+                let need = cost * interval;
+                let retry = if need <= capacity {
+                    u + need - capacity
+                } else {
+                    -1
+                };
+                [(capacity - u).max(0), retry, u]
+            }
+        }
+        Lean::Fixed {
+            period,
+            limit,
+            unit_nanos,
+        } => {
+            // u: headroom · (period + 1) + the window's time left (units).
+            let span = i128::from(period) + 1;
+            let (headroom, left) = (u / span, u % span * i128::from(unit_nanos));
+            let limit = i128::from(limit);
+            if headroom > limit {
+                return None;
+            }
+            // Something counted in the window: it resets when the window ends.
+            let reset = if headroom < limit { left } else { 0 };
+            let retry = if allowed {
+                0
+            } else if cost <= limit {
+                left
+            } else {
+                -1
+            };
+            [headroom, retry, reset]
+        }
+    };
+    let allowed = i128::from(allowed);
+    [
+        allowed,
+        taken,
+        i128::from(now),
+        allowed,
+        headroom,
+        retry,
+        reset,
+    ]
+    .into_iter()
+    .map(|n| i64::try_from(n).ok())
+    .collect()
 }
 
 #[cfg(test)]

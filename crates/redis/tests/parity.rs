@@ -6,6 +6,7 @@
 mod scenarios;
 mod support;
 use support::Connect as _;
+use tollgate_redis::script::{Lean, expand_lean};
 
 #[tokio::test]
 async fn every_vector_step_matches_the_core() {
@@ -14,8 +15,9 @@ async fn every_vector_step_matches_the_core() {
 }
 
 /// The lean scripts (GCRA, fixed window) and the general one, fed the same
-/// vector steps on two keys, give the same reply at every step and leave the
-/// same state.
+/// vector steps on two keys, give the same reply at every step (the lean
+/// scripts' compact reply read by `expand_lean`, as the client reads it) and
+/// leave the same state.
 #[tokio::test]
 async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
     let server = support::Server::start();
@@ -25,11 +27,12 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
         .await
         .unwrap();
     let mut compared = [0; 2];
+    let mut compact = [0; 2];
     for case in scenarios::vectors::cases() {
         let Some(limit) = scenarios::vectors::limit_of(&case) else {
             continue;
         };
-        let (lean, params, which) = match &limit {
+        let (lean, params, which, shape) = match &limit {
             tollgate_redis::Limit::Gcra(g) => (
                 tollgate_redis::script::SOURCE_GCRA,
                 [
@@ -40,6 +43,10 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
                     (9_000_000_000_000_000 / g.scale()).to_string(),
                 ],
                 0,
+                Lean::Gcra {
+                    interval: g.interval_ticks(),
+                    capacity: g.capacity_ticks(),
+                },
             ),
             tollgate_redis::Limit::FixedWindow(_) => (
                 tollgate_redis::script::SOURCE_FIXED,
@@ -51,6 +58,11 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
                     "0".to_owned(),
                 ],
                 1,
+                Lean::Fixed {
+                    period: limit.quota().period_nanos(),
+                    limit: limit.quota().limit(),
+                    unit_nanos: 1,
+                },
             ),
             _ => continue,
         };
@@ -67,7 +79,7 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
             let mut replies = Vec::new();
             for (key, source) in [("lean", lean), ("general", tollgate_redis::script::SOURCE)] {
                 let key = format!("{}:{key}", case.name);
-                let reply: Vec<i64> = redis::cmd("EVAL")
+                let reply: redis::Value = redis::cmd("EVAL")
                     .arg(source)
                     .arg(1)
                     .arg(&key)
@@ -75,6 +87,17 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
                     .query_async(&mut raw)
                     .await
                     .unwrap();
+                // The lean scripts answer one number (a marker, the full
+                // form): read as the client reads it.
+                let reply = match reply {
+                    redis::Value::Int(v) => {
+                        assert_eq!(source, lean, "{} step {i}: {v}", case.name);
+                        compact[which] += 1;
+                        expand_lean(&[v], shape, true, step.cost, step.now_ns as i64)
+                            .unwrap_or_else(|| panic!("{} step {i}: {v} unreadable", case.name))
+                    }
+                    other => redis::from_redis_value::<Vec<i64>>(other).unwrap(),
+                };
                 let state: Option<String> = redis::cmd("GET")
                     .arg(&key)
                     .query_async(&mut raw)
@@ -90,4 +113,6 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
         compared.iter().all(|&n| n > 20),
         "steps compared: {compared:?}"
     );
+    // Every vector step is a decision from the state: the compact reply.
+    assert_eq!(compact, compared, "compact replies");
 }
