@@ -6,15 +6,17 @@
 //!   or one fixed window, check (`c`) or peek (`p`): the common call. No
 //!   tables but the reply, no closures, no function calls of their own: each
 //!   validates its arguments, reads `TIME`, `GET`s one value, decides and
-//!   `SET`s one value with `PX`. Measured in `BENCHMARKS.md`.
+//!   `SET`s one value with `PX`, and answers one integer (see "The lean
+//!   reply"). Measured in `BENCHMARKS.md`.
 //! - **`src/decide.lua`, the general script**: every algorithm, several
 //!   limits of one key all-or-nothing, leases and refunds. A sliding window
 //!   (a hash of slots, whose walk is most of the work) runs it alone too.
 //!
 //! They take the same arguments, keep the same state in the same keys and
-//! give the same reply, so that the client picks one per call and either may
-//! meet the other's writes (a test replays the core's vectors through both
-//! and compares replies and states).
+//! give the same reply (the lean scripts in a compact form, below), so that
+//! the client picks one per call and either may meet the other's writes (a
+//! test replays the core's vectors through both and compares replies, the
+//! lean ones read back by [`expand_lean`], and states).
 //!
 //! # Lua scripts, not Redis 7 functions
 //!
@@ -73,7 +75,38 @@
 //! limit `headroom` is in ticks for GCRA (`remaining = headroom / interval`)
 //! and in permits for windows, `retry` and `reset` in ticks of `1/scale` ns
 //! for GCRA and in ns for windows, `retry = -1` meaning never. A refund
-//! replies `{1, 0, now}`. (Unchanged by the lean path.)
+//! replies `{1, 0, now}`. The general script and the module always answer
+//! this form.
+//!
+//! # The lean reply
+//!
+//! A Lua table in a reply costs Redis about 0.5 µs per call (the table, then
+//! its conversion: measured in `BENCHMARKS.md`), a third of what the lean
+//! scripts added above a bare `TIME`+`GET`+`SET` script. So for a decision
+//! taken from the state (every call but a control's marker) the lean scripts
+//! answer **one integer**, from which the client rebuilds the general form
+//! with the numbers it sent ([`expand_lean`]); everything else in that form
+//! follows from the call (`taken` is `cost` for an admitted check, else 0)
+//! except `now`, which no check or peek reads (only a lease's refund does,
+//! and leases take the general script): the rebuilt reply carries the
+//! call's `now` in test mode and 0 on the server's clock.
+//!
+//! - `gcra.lua`: admitted, `v ≥ 0` is the `reset` (the debt after the
+//!   request, at most `capacity`); denied, `v = -1 - debt`, the debt before
+//!   the request, from which `headroom = max(capacity - debt, 0)`, `retry =
+//!   debt + cost · interval - capacity` (or -1 if `cost · interval >
+//!   capacity`) and `reset = debt`. Exact: the debt is below `M < 2^53`.
+//! - `fixed.lua`: `v = headroom · (period + 1) + left` with `left` the
+//!   window's time left in clock units, and `-1 - v` for a denial: `retry` is
+//!   `left` (or -1 if `cost > limit`), `reset` is `left` if anything is
+//!   counted in the window (`headroom < limit`), else 0. Only where that is
+//!   exact: `(limit + 1) · (period + 1) < 2^53` and `left ≤ period` (a
+//!   reading in a later stored window, after the clock stepped back, has
+//!   more); elsewhere the script answers the general form, as it does for a
+//!   marker.
+//!
+//! The sign carries the decision, so the client never decides again what
+//! the script decided; a reply of more than one number is the general form.
 //!
 //! # State
 //!
