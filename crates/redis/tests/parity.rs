@@ -142,8 +142,17 @@ async fn the_lean_replies_read_back_as_the_general_ones_off_the_vectors() {
         limit,
         unit_nanos: 1,
     };
+    /// `op`, `now` (ns), `cost`.
     type Step = (&'static str, u64, u64);
-    let cases: [(&str, &str, [&str; 5], Lean, &[Step]); 4] = [
+    /// A name, the lean script, its limit's five arguments and its shape.
+    type Case = (
+        &'static str,
+        &'static str,
+        [&'static str; 5],
+        Lean,
+        &'static [Step],
+    );
+    let cases: [Case; 4] = [
         (
             "gcra",
             SOURCE_GCRA,
