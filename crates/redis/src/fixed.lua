@@ -7,7 +7,8 @@
 local A = ARGV
 local num = tonumber
 local op, cost, slack, stamp = A[1], num(A[3]), num(A[4]), num(A[5])
-local period, limit, x = num(A[7]), num(A[8]), num(A[11])
+-- (x and the two zeros below: the client's '0' read without a call.)
+local period, limit, x = num(A[7]), num(A[8]), A[11] == '0' and 0 or num(A[11])
 local now, unit = A[2], 1
 local fmod = math.fmod
 if now == '' then
@@ -20,7 +21,8 @@ end
 -- Validation without function calls, as in gcra.lua (the two unused numbers
 -- of a fixed window are 0, as decide.lua wants them).
 if not (now and cost and slack and stamp and period and limit and x
-    and (op == 'c' or op == 'p') and A[6] == 'f' and num(A[9]) == 0 and num(A[10]) == 0
+    and (op == 'c' or op == 'p') and A[6] == 'f' and (A[9] == '0' or num(A[9]) == 0)
+    and (A[10] == '0' or num(A[10]) == 0)
     and #A == 11 and #KEYS == 1 and now >= 0 and cost >= 0 and slack >= 0 and stamp >= 0
     and period >= 1 and limit >= 1 and x >= 0
     and now % 1 + cost % 1 + slack % 1 + stamp % 1 + period % 1 + limit % 1 + x % 1 == 0

@@ -6,7 +6,8 @@
 local A = ARGV
 local num = tonumber
 local op, cost, slack, stamp = A[1], num(A[3]), num(A[4]), num(A[5])
-local scale, iv, cap, m, x = num(A[7]), num(A[8]), num(A[9]), num(A[10]), num(A[11])
+local scale, iv, cap, m = num(A[7]), num(A[8]), num(A[9]), num(A[10])
+local x = A[11] == '0' and 0 or num(A[11]) -- the client's '0' without a call
 local now, us = A[2], scale
 local fmod = math.fmod
 if now == '' then
