@@ -479,6 +479,43 @@ mod tests {
         value.extract_error().unwrap_err()
     }
 
+    /// A compact reply the script cannot give for the limit (a reset past
+    /// the capacity, a headroom past the limit) or a reply of another
+    /// length is unreadable, never a decision.
+    #[test]
+    fn an_impossible_lean_reply_is_unreadable() {
+        let gcra = Lean::Gcra {
+            interval: 100,
+            capacity: 500,
+        };
+        let fixed = Lean::Fixed {
+            period: 1000,
+            limit: 3,
+            unit_nanos: 1000,
+        };
+        assert_eq!(expand_lean(&[501], gcra, true, 1, 0), None);
+        assert_eq!(expand_lean(&[4 * 1001], fixed, true, 1, 0), None);
+        assert_eq!(expand_lean(&[-1 - 4 * 1001], fixed, true, 1, 0), None);
+        assert_eq!(expand_lean(&[1, 2], gcra, true, 1, 0), None);
+        assert_eq!(expand_lean(&[], fixed, true, 1, 0), None);
+        // The most negative reply and the largest cost read back without
+        // overflow: a debt of 2^63 - 1 ticks, never to retry.
+        assert_eq!(
+            expand_lean(&[i64::MIN], gcra, true, u64::MAX, 0).map(|r| r[5]),
+            Some(-1)
+        );
+        // Fixed window: 2 left (a check of 1 taken), 300 units of 1 µs left.
+        assert_eq!(
+            expand_lean(&[2 * 1001 + 300], fixed, true, 1, 7),
+            Some(vec![1, 1, 7, 1, 2, 0, 300_000])
+        );
+        // Denied with nothing counted (cost 4 > limit 3): never, no reset.
+        assert_eq!(
+            expand_lean(&[-1 - (3 * 1001 + 300)], fixed, false, 4, 7),
+            Some(vec![0, 0, 7, 0, 3, -1, 0])
+        );
+    }
+
     /// Issue 17 and the Sentinel failover: per-key errors of the script or
     /// the module spare the breaker; a demoted master's `READONLY`,
     /// `MASTERDOWN` and `LOADING` count as Redis down, bare or wrapped in a
