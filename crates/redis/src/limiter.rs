@@ -46,7 +46,7 @@ use crate::key::{BoundedKey, KeyCodec};
 use crate::lease::{LeaseConfig, Leases};
 use crate::limit::{ConfigError, Limit, Unit, binding};
 use crate::policy::{Counters, FailurePolicy, Fault, Policy, Source, Stats};
-use crate::script::{self, Lean, Op, Script};
+use crate::script::{self, Op, Script};
 use redis::Cmd;
 
 /// A request that can never be admitted: its cost is above a limit's
@@ -645,40 +645,22 @@ impl RedisLimiter {
         // A lean script's compact reply, in the general form (a longer reply
         // is the module's or a marker's, already in that form).
         let expanded = match (&s.limits[..], raw.len()) {
-            ([Limit::Gcra(g)], 1) if which == Script::Gcra => script::expand_lean(
-                &raw,
-                Lean::Gcra {
-                    interval: g.interval_ticks(),
-                    capacity: g.capacity_ticks(),
-                },
-                op == Op::Check,
-                cost,
-                now.parse().unwrap_or(0),
-            ),
-            ([limit @ Limit::FixedWindow(_)], 1) if which == Script::Fixed => {
-                let unit_nanos = self.unit_nanos();
-                script::expand_lean(
-                    &raw,
-                    Lean::Fixed {
-                        period: limit.quota().period_nanos() / unit_nanos,
-                        limit: limit.quota().limit(),
-                        unit_nanos,
-                    },
-                    op == Op::Check,
-                    cost,
-                    now.parse().unwrap_or(0),
-                )
+            ([limit], 1) if matches!(which, Script::Gcra | Script::Fixed) => {
+                script::lean_of(limit, self.unit_nanos()).and_then(|lean| {
+                    let now = now.parse().unwrap_or(0);
+                    script::expand_lean(&raw, lean, op == Op::Check, cost, now)
+                })
             }
             _ => None,
         };
-        self.decode(expanded.as_deref().unwrap_or(&raw))
-            .ok_or_else(|| {
-                redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "tollgate: unexpected script reply",
-                    format!("{raw:?}"),
-                ))
-            })
+        let general = expanded.as_deref().unwrap_or(&raw);
+        self.decode(general).ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "tollgate: unexpected script reply",
+                format!("{raw:?}"),
+            ))
+        })
     }
 
     fn decode(&self, raw: &[i64]) -> Option<Reply> {

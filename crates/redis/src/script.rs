@@ -180,6 +180,8 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 
+use crate::limit::Limit;
+
 /// The SHA-1 of the general script, as Redis names it in its cache.
 static DECIDE_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE).get_hash().to_owned());
@@ -376,6 +378,23 @@ pub enum Lean {
         /// Nanoseconds per clock unit.
         unit_nanos: u64,
     },
+}
+
+/// The shape of a lean script's call on `limit` (`None` for a limit no lean
+/// script runs), `unit_nanos` nanoseconds per clock unit.
+pub(crate) fn lean_of(limit: &Limit, unit_nanos: u64) -> Option<Lean> {
+    match limit {
+        Limit::Gcra(g) => Some(Lean::Gcra {
+            interval: g.interval_ticks(),
+            capacity: g.capacity_ticks(),
+        }),
+        Limit::FixedWindow(_) => Some(Lean::Fixed {
+            period: limit.quota().period_nanos() / unit_nanos,
+            limit: limit.quota().limit(),
+            unit_nanos,
+        }),
+        Limit::SlidingWindow(_) | Limit::Calendar(_) => None,
+    }
 }
 
 /// A lean script's reply in the general script's form
