@@ -4,7 +4,9 @@
 # empty script, a bare TIME+GET+SET script) and, when REDIS_CELL is the path of
 # redis-cell's module (.so), CL.THROTTLE in the same server. Every scenario runs
 # once per round, rounds interleave the scenarios, and the median over rounds
-# is printed (with the load average before and after): see BENCHMARKS.md.
+# is printed (with the load average before and after), then every round's
+# usec_per_call with its ratio to that round's bare script: see BENCHMARKS.md.
+# BYTES=0 skips the bytes-per-key measure.
 #
 #   crates/redis/benches/server_cost.sh                 # 5 rounds
 #   ONLY="empty bare lean_admit lean_deny" ROUNDS=7 crates/redis/benches/server_cost.sh
@@ -117,6 +119,29 @@ for s in "${order[@]}"; do
   echo "| $s | $u | $a | $b |"
 done
 
+# Every round's usec_per_call, and its ratio to the same round's bare script
+# (the target is a ratio in every round, not only the median's).
+echo
+printf '| round |'
+for s in "${order[@]}"; do printf ' %s |' "$s"; done
+echo
+printf '|---|'
+for _ in "${order[@]}"; do printf -- '---:|'; done
+echo
+for round in $(seq "$rounds"); do
+  printf '| %d |' "$round"
+  bare_u=$(tr ' ' '\n' <<<"${usec[bare]:-}" | grep . | sed -n "${round}p" || true)
+  for s in "${order[@]}"; do
+    u=$(tr ' ' '\n' <<<"${usec[$s]}" | grep . | sed -n "${round}p")
+    if [[ -n $bare_u && $s != bare ]]; then
+      awk -v u="$u" -v b="$bare_u" 'BEGIN {printf " %s (%.2f×) |", u, u / b}'
+    else
+      printf ' %s |' "$u"
+    fi
+  done
+  echo
+done
+
 # Bytes per key: 100,000 distinct keys of a 1-per-hour quota (every key
 # admitted once and kept for an hour), INFO memory delta / DBSIZE.
 bytes_per_key() {
@@ -128,6 +153,7 @@ bytes_per_key() {
   keys=$(cli DBSIZE)
   awk -v a="$after" -v b="$before" -v k="$keys" 'BEGIN {printf "%.1f B/key over %d keys", (a - b) / k, k}'
 }
+if [[ ${BYTES:-1} == 0 ]]; then exit 0; fi
 echo
 echo "| bytes per key (GCRA, 1 per hour) | |"
 echo "|---|---:|"

@@ -1,9 +1,14 @@
--- tollgate, lean path: one fixed window limit, check or peek. Same contract,
--- state and reply as decide.lua (see src/script.rs), specialised: no tables
--- but the reply, no closures, one GET and at most one SET.
+-- tollgate, lean path: one fixed window limit, check or peek. Same contract
+-- and state as decide.lua, a compact reply (see src/script.rs, "The lean
+-- reply"): headroom · (period + 1) + the window's time left (clock units),
+-- negated minus 1 for a denial; decide.lua's full reply where that number
+-- would not be exact, and for a control's marker. No tables but those
+-- replies, no closures, one GET and at most one SET.
 local A = ARGV
-local op, cost, slack = A[1], tonumber(A[3]), tonumber(A[4])
-local period, limit, x = tonumber(A[7]), tonumber(A[8]), tonumber(A[11])
+local num = tonumber
+local op, cost, slack, stamp = A[1], num(A[3]), num(A[4]), num(A[5])
+-- (x and the two zeros below: the client's '0' read without a call.)
+local period, limit, x = num(A[7]), num(A[8]), A[11] == '0' and 0 or num(A[11])
 local now, unit = A[2], 1
 local fmod = math.fmod
 if now == '' then
@@ -11,14 +16,18 @@ if now == '' then
   now = t[1] * 1000000 + t[2]
   unit = 1000
 else
-  now = tonumber(now)
+  now = num(now)
 end
--- Validation without function calls, as in gcra.lua.
-if not (now and cost and slack and period and limit and x and (op == 'c' or op == 'p')
-    and A[6] == 'f' and #KEYS == 1 and tonumber(A[9]) == 0 and tonumber(A[10]) == 0
-    and now >= 0 and cost >= 0 and slack >= 0 and period >= 1 and limit >= 1 and x >= 0
-    and now % 1 + cost % 1 + slack % 1 + period % 1 + limit % 1 + x % 1 == 0
-    and now < 9007199254740992 and cost < 9007199254740992 and slack <= 86400000
+-- Validation without function calls, as in gcra.lua (the two unused numbers
+-- of a fixed window are 0, as decide.lua wants them).
+if not (now and cost and slack and stamp and period and limit and x
+    and (op == 'c' or op == 'p') and A[6] == 'f' and (A[9] == '0' or num(A[9]) == 0)
+    and (A[10] == '0' or num(A[10]) == 0)
+    and #A == 11 and #KEYS == 1 and now >= 0 and cost >= 0 and slack >= 0 and stamp >= 0
+    and period >= 1 and limit >= 1 and x >= 0
+    and now % 1 + cost % 1 + slack % 1 + stamp % 1 + period % 1 + limit % 1 + x % 1 == 0
+    and now < 9007199254740992 and cost < 9007199254740992 and stamp < 9007199254740992
+    and x < 9007199254740992 and slack <= 86400000
     and period < 4503599627370496 and limit < 9007199254740992) then
   return redis.error_reply('ERR tollgate: invalid arguments: ' .. table.concat(A, ' '))
 end
@@ -27,7 +36,7 @@ local count = 0
 local raw = redis.pcall('GET', KEYS[1])
 if type(raw) == 'string' then
   local w, c = string.match(raw, '^(%d+) (%d+)$')
-  w, c = tonumber(w), tonumber(c)
+  w, c = num(w), num(c)
   -- A foreign value reads as no state; an earlier reading is decided in the
   -- stored window (no re-credit).
   if w and w < 9007199254740992 and c <= limit and w >= window then
@@ -38,7 +47,7 @@ if type(raw) == 'string' then
     if kind == 'd' then return {0, 0, now, 0, 0, -1, -1} end
     if kind == 'a' then return {1, 0, now, 1, limit, 0, 0} end
     if kind == 'p' then
-      local e = tonumber(string.sub(raw, 3))
+      local e = num(string.sub(raw, 3))
       if e == nil then return {0, 0, now, 0, 0, -1, -1} end
       if e > now then
         local left = (e - now) * unit
@@ -50,20 +59,28 @@ end
 local window_end = (window + 1) * period
 local left = window_end - now
 if left < 0 then left = 0 end
-left = left * unit
+-- The compact reply is exact while (limit + 1) · (period + 1) < 2^53 (the
+-- product rounds up, never down, past 2^53) and the time left is within a
+-- period (it is not for a reading in a later stored window).
+local span = period + 1
+local packed = left <= period and (limit + 1) * span < 9007199254740992
 if cost <= limit - count then
   local used = count + cost
-  local reset = 0
-  if used > 0 then reset = left end
   if op == 'c' and cost > 0 then
-    local r = fmod(left, 1000000)
-    local ttl = (left - r) / 1000000 + slack
+    local ns = left * unit
+    local r = fmod(ns, 1000000)
+    local ttl = (ns - r) / 1000000 + slack
     if r > 0 then ttl = ttl + 1 end
     redis.call('SET', KEYS[1], string.format('%d %d', window, used), 'PX', ttl)
-    return {1, cost, now, 1, limit - used, 0, reset}
   end
-  return {1, 0, now, 1, limit - used, 0, reset}
+  if packed then return (limit - used) * span + left end
+  local reset, taken = 0, 0
+  if used > 0 then reset = left * unit end
+  if op == 'c' then taken = cost end
+  return {1, taken, now, 1, limit - used, 0, reset}
 end
+if packed then return -1 - ((limit - count) * span + left) end
+left = left * unit
 local retry = -1
 if cost <= limit then retry = left end
 local reset = 0

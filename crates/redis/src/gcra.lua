@@ -1,9 +1,13 @@
--- tollgate, lean path: one GCRA limit, check or peek. Same contract, state and
--- reply as decide.lua (see src/script.rs), specialised: no tables but the
--- reply, no closures, one GET and at most one SET.
+-- tollgate, lean path: one GCRA limit, check or peek. Same contract and state
+-- as decide.lua, a compact reply (see src/script.rs, "The lean reply"):
+-- admitted, the TAT's distance from now after the call (reset, in ticks);
+-- denied, -1 - the debt; a control's marker, decide.lua's full reply. No
+-- tables but a marker's reply, no closures, one GET and at most one SET.
 local A = ARGV
-local op, cost, slack = A[1], tonumber(A[3]), tonumber(A[4])
-local scale, iv, cap, m = tonumber(A[7]), tonumber(A[8]), tonumber(A[9]), tonumber(A[10])
+local num = tonumber
+local op, cost, slack, stamp = A[1], num(A[3]), num(A[4]), num(A[5])
+local scale, iv, cap, m = num(A[7]), num(A[8]), num(A[9]), num(A[10])
+local x = A[11] == '0' and 0 or num(A[11]) -- the client's '0' without a call
 local now, us = A[2], scale
 local fmod = math.fmod
 if now == '' then
@@ -11,30 +15,32 @@ if now == '' then
   now = t[1] * 1000000 + t[2]
   us = scale and scale * 1000
 else
-  now = tonumber(now)
+  now = num(now)
 end
 -- `us`: ticks per clock unit (on the server's clock 1000 · scale, the unit
 -- being 1 µs; in test mode scale, the unit being 1 ns). Validation without
 -- function calls (they cost): every number present, whole (the fractional
 -- parts of non-negative numbers sum to 0 only if each is 0; nan and inf give
--- nan), and in range.
-if not (now and cost and slack and scale and iv and cap and m and (op == 'c' or op == 'p')
-    and A[6] == 'g' and #KEYS == 1 and now >= 0 and cost >= 0 and slack >= 0 and scale >= 1
-    and iv >= 1 and m >= 1 and now % 1 + cost % 1 + slack % 1 + scale % 1 + iv % 1 + cap % 1
-    + m % 1 == 0 and now < 9007199254740992 and cost < 9007199254740992
-    and slack <= 86400000 and scale <= 16 and cap >= iv and cap < 4503599627370496) then
+-- nan), and in range; `stamp` and `x`, unused by a check or a peek, are
+-- natural numbers as in decide.lua.
+if not (now and cost and slack and stamp and scale and iv and cap and m and x
+    and (op == 'c' or op == 'p') and A[6] == 'g' and #A == 11 and #KEYS == 1
+    and now >= 0 and cost >= 0 and slack >= 0 and stamp >= 0 and scale >= 1 and iv >= 1
+    and m >= 1 and x >= 0 and now % 1 + cost % 1 + slack % 1 + stamp % 1 + scale % 1
+    + iv % 1 + cap % 1 + m % 1 + x % 1 == 0
+    and now < 9007199254740992 and cost < 9007199254740992 and stamp < 9007199254740992
+    and x < 9007199254740992
+    and slack <= 86400000 and scale <= 16 and cap >= iv and cap < 4503599627370496
+    and m * us <= 9000000000000000 and (m + 1) * us > 9000000000000000) then
   return redis.error_reply('ERR tollgate: invalid arguments: ' .. table.concat(A, ' '))
 end
 local M = m * us
-if M > 9000000000000000 or M + us <= 9000000000000000 then
-  return redis.error_reply('ERR tollgate: invalid arguments: ' .. table.concat(A, ' '))
-end
 -- The TAT modulo M, now modulo M: the debt is their difference modulo M, read
 -- as 0 (a TAT in the past) in the last 2e15 ticks below M.
 local cur = fmod(now, m) * us
 local debt = 0
 local raw = redis.pcall('GET', KEYS[1])
-local tat = tonumber(raw)
+local tat = num(raw)
 if tat and tat >= 0 and tat < M and tat % 1 == 0 then
   debt = tat - cur
   if debt < 0 then debt = debt + M end
@@ -45,7 +51,7 @@ elseif type(raw) == 'string' and string.byte(raw, 1) == 33 then
   if kind == 'd' then return {0, 0, now, 0, 0, -1, -1} end
   if kind == 'a' then return {1, 0, now, 1, cap, 0, 0} end
   if kind == 'p' then
-    local e = tonumber(string.sub(raw, 3))
+    local e = num(string.sub(raw, 3))
     if e == nil then return {0, 0, now, 0, 0, -1, -1} end
     if e > now then
       local left = (e - now) * us
@@ -54,22 +60,15 @@ elseif type(raw) == 'string' and string.byte(raw, 1) == 33 then
   end
 end
 local wanted = debt + cost * iv
-if wanted <= cap then
-  if op == 'c' and cost > 0 then
-    local d = scale * 1000000
-    local r = fmod(wanted, d)
-    local ttl = (wanted - r) / d + slack
-    if r > 0 then ttl = ttl + 1 end
-    -- (cur + wanted) mod M, without forming a sum above 2^53.
-    local tat = wanted - (M - cur)
-    if tat < 0 then tat = tat + M end
-    redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', ttl)
-    return {1, cost, now, 1, cap - wanted, 0, wanted}
-  end
-  return {1, 0, now, 1, cap - wanted, 0, wanted}
+if wanted > cap then return -1 - debt end
+if op == 'c' and cost > 0 then
+  local d = scale * 1000000
+  local r = fmod(wanted, d)
+  local ttl = (wanted - r) / d + slack
+  if r > 0 then ttl = ttl + 1 end
+  -- (cur + wanted) mod M, without forming a sum above 2^53.
+  local tat = wanted - (M - cur)
+  if tat < 0 then tat = tat + M end
+  redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', ttl)
 end
-local retry = -1
-if cost * iv <= cap then retry = wanted - cap end
-local head = 0
-if debt < cap then head = cap - debt end
-return {0, 0, now, 0, head, retry, debt}
+return wanted

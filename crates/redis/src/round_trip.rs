@@ -129,7 +129,19 @@ impl RedisLimiter {
             None if s.scripts_only => script::run(&mut connection, which, &keys, args).await?,
             None => Redis::decide(&s.redis, &mut connection, which, &keys, args).await?,
         };
-        self.decode(&raw).ok_or_else(|| {
+        // A lean script's compact reply, in the general form (a longer reply
+        // is the module's or a marker's, already in that form).
+        let expanded = match (&s.limits[..], raw.len()) {
+            ([limit], 1) if matches!(which, Script::Gcra | Script::Fixed) => {
+                script::lean_of(limit, self.unit_nanos()).and_then(|lean| {
+                    let now = now.parse().unwrap_or(0);
+                    script::expand_lean(&raw, lean, op == Op::Check, cost, now)
+                })
+            }
+            _ => None,
+        };
+        let general = expanded.as_deref().unwrap_or(&raw);
+        self.decode(general).ok_or_else(|| {
             redis::RedisError::from((
                 redis::ErrorKind::Parse,
                 "tollgate: unexpected script reply",

@@ -6,15 +6,17 @@
 //!   or one fixed window, check (`c`) or peek (`p`): the common call. No
 //!   tables but the reply, no closures, no function calls of their own: each
 //!   validates its arguments, reads `TIME`, `GET`s one value, decides and
-//!   `SET`s one value with `PX`. Measured in `BENCHMARKS.md`.
+//!   `SET`s one value with `PX`, and answers one integer (see "The lean
+//!   reply"). Measured in `BENCHMARKS.md`.
 //! - **`src/decide.lua`, the general script**: every algorithm, several
 //!   limits of one key all-or-nothing, leases and refunds. A sliding window
 //!   (a hash of slots, whose walk is most of the work) runs it alone too.
 //!
 //! They take the same arguments, keep the same state in the same keys and
-//! give the same reply, so that the client picks one per call and either may
-//! meet the other's writes (a test replays the core's vectors through both
-//! and compares replies and states).
+//! give the same reply (the lean scripts in a compact form, below), so that
+//! the client picks one per call and either may meet the other's writes (a
+//! test replays the core's vectors through both and compares replies, the
+//! lean ones read back by [`expand_lean`], and states).
 //!
 //! # Lua scripts, not Redis 7 functions
 //!
@@ -73,7 +75,38 @@
 //! limit `headroom` is in ticks for GCRA (`remaining = headroom / interval`)
 //! and in permits for windows, `retry` and `reset` in ticks of `1/scale` ns
 //! for GCRA and in ns for windows, `retry = -1` meaning never. A refund
-//! replies `{1, 0, now}`. (Unchanged by the lean path.)
+//! replies `{1, 0, now}`. The general script and the module always answer
+//! this form.
+//!
+//! # The lean reply
+//!
+//! A Lua table in a reply costs Redis about 0.5 µs per call (the table, then
+//! its conversion: measured in `BENCHMARKS.md`), a third of what the lean
+//! scripts added above a bare `TIME`+`GET`+`SET` script. So for a decision
+//! taken from the state (every call but a control's marker) the lean scripts
+//! answer **one integer**, from which the client rebuilds the general form
+//! with the numbers it sent ([`expand_lean`]); everything else in that form
+//! follows from the call (`taken` is `cost` for an admitted check, else 0)
+//! except `now`, which no check or peek reads (only a lease's refund does,
+//! and leases take the general script): the rebuilt reply carries the
+//! call's `now` in test mode and 0 on the server's clock.
+//!
+//! - `gcra.lua`: admitted, `v ≥ 0` is the `reset` (the debt after the
+//!   request, at most `capacity`); denied, `v = -1 - debt`, the debt before
+//!   the request, from which `headroom = max(capacity - debt, 0)`, `retry =
+//!   debt + cost · interval - capacity` (or -1 if `cost · interval >
+//!   capacity`) and `reset = debt`. Exact: the debt is below `M < 2^53`.
+//! - `fixed.lua`: `v = headroom · (period + 1) + left` with `left` the
+//!   window's time left in clock units, and `-1 - v` for a denial: `retry` is
+//!   `left` (or -1 if `cost > limit`), `reset` is `left` if anything is
+//!   counted in the window (`headroom < limit`), else 0. Only where that is
+//!   exact: `(limit + 1) · (period + 1) < 2^53` and `left ≤ period` (a
+//!   reading in a later stored window, after the clock stepped back, has
+//!   more); elsewhere the script answers the general form, as it does for a
+//!   marker.
+//!
+//! The sign carries the decision, so the client never decides again what
+//! the script decided; a reply of more than one number is the general form.
 //!
 //! # State
 //!
@@ -145,7 +178,9 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
+
+use crate::limit::Limit;
 
 /// The SHA-1 of the general script, as Redis names it in its cache.
 static DECIDE_SHA: LazyLock<String> =
@@ -220,11 +255,21 @@ pub(crate) async fn run<C: ConnectionLike>(
         args(&mut cmd);
         cmd
     };
-    match call("EVALSHA", sha).query_async(connection).await {
+    let reply: Value = match call("EVALSHA", sha).query_async(connection).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            call("EVAL", source).query_async(connection).await
+            call("EVAL", source).query_async(connection).await?
         }
-        reply => reply,
+        reply => reply?,
+    };
+    numbers(reply)
+}
+
+/// The numbers of a reply: an array of integers, or one integer (a lean
+/// script's compact reply, see [`expand_lean`]) as an array of one.
+fn numbers(reply: Value) -> RedisResult<Vec<i64>> {
+    match reply {
+        Value::Int(v) => Ok(vec![v]),
+        other => Ok(Vec::<i64>::from_redis_value(other)?),
     }
 }
 
@@ -310,6 +355,140 @@ impl Op {
     }
 }
 
+/// The limit of a lean script's call, as its compact reply needs it to be
+/// read (see [`expand_lean`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lean {
+    /// `gcra.lua`: the limit's emission interval and capacity, in ticks (the
+    /// call's `interval` and `capacity` arguments).
+    Gcra {
+        /// Ticks per permit.
+        interval: u64,
+        /// The burst, in ticks.
+        capacity: u64,
+    },
+    /// `fixed.lua`: the window's `period` in clock units and `limit` (the
+    /// call's arguments), and the nanoseconds per clock unit (1,000 on the
+    /// server's clock, 1 in test mode).
+    Fixed {
+        /// The window, in clock units.
+        period: u64,
+        /// Permits per window.
+        limit: u64,
+        /// Nanoseconds per clock unit.
+        unit_nanos: u64,
+    },
+}
+
+/// The shape of a lean script's call on `limit` (`None` for a limit no lean
+/// script runs), `unit_nanos` nanoseconds per clock unit.
+pub(crate) fn lean_of(limit: &Limit, unit_nanos: u64) -> Option<Lean> {
+    match limit {
+        Limit::Gcra(g) => Some(Lean::Gcra {
+            interval: g.interval_ticks(),
+            capacity: g.capacity_ticks(),
+        }),
+        Limit::FixedWindow(_) => Some(Lean::Fixed {
+            period: limit.quota().period_nanos() / unit_nanos,
+            limit: limit.quota().limit(),
+            unit_nanos,
+        }),
+        Limit::SlidingWindow(_) | Limit::Calendar(_) => None,
+    }
+}
+
+/// A lean script's reply in the general script's form
+/// `{allowed, taken, now, allowed, headroom, retry, reset}` (see the [module
+/// docs](self), "The lean reply"). `check` and `cost` are the call's (`c`
+/// or `p`, and `cost`), `now` is put in the reply's `now` (the compact reply
+/// carries no clock reading). A reply of more than one number (a control's
+/// marker) is the general form already and is returned as it is; `None` if
+/// the reply is not one the script gives for that limit.
+///
+/// ```
+/// use tollgate_redis::script::{expand_lean, Lean};
+///
+/// // GCRA, 1 permit per 100 ticks, burst 5: admitted, 300 ticks of debt after.
+/// let gcra = Lean::Gcra { interval: 100, capacity: 500 };
+/// assert_eq!(expand_lean(&[300], gcra, true, 1, 0), Some(vec![1, 1, 0, 1, 200, 0, 300]));
+/// // Denied with a debt of 450: retry once 50 ticks have passed.
+/// assert_eq!(expand_lean(&[-451], gcra, true, 1, 0), Some(vec![0, 0, 0, 0, 50, 50, 450]));
+/// ```
+pub fn expand_lean(
+    reply: &[i64],
+    lean: Lean,
+    check: bool,
+    cost: u64,
+    now: i64,
+) -> Option<Vec<i64>> {
+    let &[v] = reply else {
+        return (reply.len() == HEAD_REPLY + PER_LIMIT_REPLY).then(|| reply.to_vec());
+    };
+    let allowed = v >= 0;
+    // i128: every product and sum below is exact, whatever the reply.
+    let u = if allowed {
+        i128::from(v)
+    } else {
+        -1 - i128::from(v)
+    };
+    let cost = i128::from(cost);
+    let taken = if allowed && check { cost } else { 0 };
+    let [headroom, retry, reset] = match lean {
+        Lean::Gcra { interval, capacity } => {
+            let (interval, capacity) = (i128::from(interval), i128::from(capacity));
+            if allowed {
+                // u: the reset (debt after the call), at most the capacity.
+                [capacity.checked_sub(u).filter(|h| *h >= 0)?, 0, u]
+            } else {
+                // u: the debt before the call.
+                let need = cost * interval;
+                let retry = if need <= capacity {
+                    u + need - capacity
+                } else {
+                    -1
+                };
+                [(capacity - u).max(0), retry, u]
+            }
+        }
+        Lean::Fixed {
+            period,
+            limit,
+            unit_nanos,
+        } => {
+            // u: headroom · (period + 1) + the window's time left (units).
+            let span = i128::from(period) + 1;
+            let (headroom, left) = (u / span, u % span * i128::from(unit_nanos));
+            let limit = i128::from(limit);
+            if headroom > limit {
+                return None;
+            }
+            // Something counted in the window: it resets when the window ends.
+            let reset = if headroom < limit { left } else { 0 };
+            let retry = if allowed {
+                0
+            } else if cost <= limit {
+                left
+            } else {
+                -1
+            };
+            [headroom, retry, reset]
+        }
+    };
+    let allowed = i128::from(allowed);
+    [
+        allowed,
+        taken,
+        i128::from(now),
+        allowed,
+        headroom,
+        retry,
+        reset,
+    ]
+    .into_iter()
+    .map(|n| i64::try_from(n).ok())
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +496,43 @@ mod tests {
     fn error(reply: &str) -> RedisError {
         let value = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()).unwrap();
         value.extract_error().unwrap_err()
+    }
+
+    /// A compact reply the script cannot give for the limit (a reset past
+    /// the capacity, a headroom past the limit) or a reply of another
+    /// length is unreadable, never a decision.
+    #[test]
+    fn an_impossible_lean_reply_is_unreadable() {
+        let gcra = Lean::Gcra {
+            interval: 100,
+            capacity: 500,
+        };
+        let fixed = Lean::Fixed {
+            period: 1000,
+            limit: 3,
+            unit_nanos: 1000,
+        };
+        assert_eq!(expand_lean(&[501], gcra, true, 1, 0), None);
+        assert_eq!(expand_lean(&[4 * 1001], fixed, true, 1, 0), None);
+        assert_eq!(expand_lean(&[-1 - 4 * 1001], fixed, true, 1, 0), None);
+        assert_eq!(expand_lean(&[1, 2], gcra, true, 1, 0), None);
+        assert_eq!(expand_lean(&[], fixed, true, 1, 0), None);
+        // The most negative reply and the largest cost read back without
+        // overflow: a debt of 2^63 - 1 ticks, never to retry.
+        assert_eq!(
+            expand_lean(&[i64::MIN], gcra, true, u64::MAX, 0).map(|r| r[5]),
+            Some(-1)
+        );
+        // Fixed window: 2 left (a check of 1 taken), 300 units of 1 µs left.
+        assert_eq!(
+            expand_lean(&[2 * 1001 + 300], fixed, true, 1, 7),
+            Some(vec![1, 1, 7, 1, 2, 0, 300_000])
+        );
+        // Denied with nothing counted (cost 4 > limit 3): never, no reset.
+        assert_eq!(
+            expand_lean(&[-1 - (3 * 1001 + 300)], fixed, false, 4, 7),
+            Some(vec![0, 0, 7, 0, 3, -1, 0])
+        );
     }
 
     /// Issue 17 and the Sentinel failover: per-key errors of the script or

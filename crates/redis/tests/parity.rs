@@ -6,6 +6,7 @@
 mod scenarios;
 mod support;
 use support::Connect as _;
+use tollgate_redis::script::{Lean, expand_lean};
 
 #[tokio::test]
 async fn every_vector_step_matches_the_core() {
@@ -14,8 +15,9 @@ async fn every_vector_step_matches_the_core() {
 }
 
 /// The lean scripts (GCRA, fixed window) and the general one, fed the same
-/// vector steps on two keys, give the same reply at every step and leave the
-/// same state.
+/// vector steps on two keys, give the same reply at every step (the lean
+/// scripts' compact reply read by `expand_lean`, as the client reads it) and
+/// leave the same state.
 #[tokio::test]
 async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
     let server = support::Server::start();
@@ -25,11 +27,12 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
         .await
         .unwrap();
     let mut compared = [0; 2];
+    let mut compact = [0; 2];
     for case in scenarios::vectors::cases() {
         let Some(limit) = scenarios::vectors::limit_of(&case) else {
             continue;
         };
-        let (lean, params, which) = match &limit {
+        let (lean, params, which, shape) = match &limit {
             tollgate_redis::Limit::Gcra(g) => (
                 tollgate_redis::script::SOURCE_GCRA,
                 [
@@ -40,6 +43,10 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
                     (9_000_000_000_000_000 / g.scale()).to_string(),
                 ],
                 0,
+                Lean::Gcra {
+                    interval: g.interval_ticks(),
+                    capacity: g.capacity_ticks(),
+                },
             ),
             tollgate_redis::Limit::FixedWindow(_) => (
                 tollgate_redis::script::SOURCE_FIXED,
@@ -51,6 +58,11 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
                     "0".to_owned(),
                 ],
                 1,
+                Lean::Fixed {
+                    period: limit.quota().period_nanos(),
+                    limit: limit.quota().limit(),
+                    unit_nanos: 1,
+                },
             ),
             _ => continue,
         };
@@ -67,7 +79,7 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
             let mut replies = Vec::new();
             for (key, source) in [("lean", lean), ("general", tollgate_redis::script::SOURCE)] {
                 let key = format!("{}:{key}", case.name);
-                let reply: Vec<i64> = redis::cmd("EVAL")
+                let reply: redis::Value = redis::cmd("EVAL")
                     .arg(source)
                     .arg(1)
                     .arg(&key)
@@ -75,6 +87,17 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
                     .query_async(&mut raw)
                     .await
                     .unwrap();
+                // The lean scripts answer one number (a marker, the full
+                // form): read as the client reads it.
+                let reply = match reply {
+                    redis::Value::Int(v) => {
+                        assert_eq!(source, lean, "{} step {i}: {v}", case.name);
+                        compact[which] += 1;
+                        expand_lean(&[v], shape, true, step.cost, step.now_ns as i64)
+                            .unwrap_or_else(|| panic!("{} step {i}: {v} unreadable", case.name))
+                    }
+                    other => redis::from_redis_value::<Vec<i64>>(other).unwrap(),
+                };
                 let state: Option<String> = redis::cmd("GET")
                     .arg(&key)
                     .query_async(&mut raw)
@@ -89,5 +112,158 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
     assert!(
         compared.iter().all(|&n| n > 20),
         "steps compared: {compared:?}"
+    );
+    // Every vector step is a decision from the state: the compact reply.
+    assert_eq!(compact, compared, "compact replies");
+}
+
+/// Off the vectors' path, the same calls through a lean script and the
+/// general one on two keys give the same reply (the lean one read back by
+/// `expand_lean`) and leave the same state: peeks, a cost of 0, a cost above
+/// the capacity, denials, and the fixed window's general reply where the
+/// compact one would be inexact (a period × limit past 2^53; a stored
+/// window ahead of a clock that stepped back, whose time left exceeds a
+/// period).
+#[tokio::test]
+async fn the_lean_replies_read_back_as_the_general_ones_off_the_vectors() {
+    use tollgate_redis::script::{SOURCE, SOURCE_FIXED, SOURCE_GCRA};
+    let server = support::Server::start();
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let gcra = Lean::Gcra {
+        interval: 100,
+        capacity: 500,
+    };
+    let fixed = |period: u64, limit: u64| Lean::Fixed {
+        period,
+        limit,
+        unit_nanos: 1,
+    };
+    /// `op`, `now` (ns), `cost`.
+    type Step = (&'static str, u64, u64);
+    /// A name, the lean script, its limit's five arguments and its shape.
+    type Case = (
+        &'static str,
+        &'static str,
+        [&'static str; 5],
+        Lean,
+        &'static [Step],
+    );
+    let cases: [Case; 4] = [
+        (
+            "gcra",
+            SOURCE_GCRA,
+            ["g", "1", "100", "500", "9000000000000000"],
+            gcra,
+            &[
+                ("c", 1000, 1),
+                ("p", 1000, 0),
+                ("p", 1000, 3),
+                ("c", 1000, 4),
+                ("c", 1000, 1),
+                ("p", 1000, 1),
+                ("c", 1000, 6),
+                ("c", 1000, 0),
+                ("c", 1150, 1),
+                ("c", 9000, 5),
+            ],
+        ),
+        (
+            "fixed",
+            SOURCE_FIXED,
+            ["f", "1000", "3", "0", "0"],
+            fixed(1000, 3),
+            &[
+                ("c", 5000, 1),
+                ("p", 5000, 2),
+                ("c", 5000, 2),
+                ("c", 5000, 1),
+                ("c", 5000, 4),
+                ("p", 5500, 0),
+                ("c", 5999, 0),
+                ("c", 6000, 3),
+            ],
+        ),
+        (
+            "fixed-inexact",
+            SOURCE_FIXED,
+            ["f", "86400000000000", "1000000", "0", "0"],
+            fixed(86_400_000_000_000, 1_000_000),
+            &[("c", 10, 1), ("c", 10, 999_999), ("c", 20, 1), ("p", 30, 0)],
+        ),
+        (
+            "fixed-clock-back",
+            SOURCE_FIXED,
+            ["f", "1000", "5", "0", "0"],
+            fixed(1000, 5),
+            &[
+                ("c", 5000, 1),
+                ("c", 3000, 1),
+                ("p", 3000, 0),
+                ("c", 3000, 9),
+            ],
+        ),
+    ];
+    let mut forms = std::collections::BTreeMap::new();
+    for (name, lean, params, shape, steps) in cases {
+        for (i, &(op, now, cost)) in steps.iter().enumerate() {
+            let mut args = vec![op.to_owned(), now.to_string(), cost.to_string()];
+            args.extend(["600000", "0"].map(str::to_owned));
+            args.extend(params.map(str::to_owned));
+            args.push("0".to_owned());
+            let mut replies = Vec::new();
+            for (key, source) in [("lean", lean), ("general", SOURCE)] {
+                let key = format!("off-vectors:{name}:{key}");
+                let reply: redis::Value = redis::cmd("EVAL")
+                    .arg(source)
+                    .arg(1)
+                    .arg(&key)
+                    .arg(&args)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                let reply = match reply {
+                    redis::Value::Int(v) => {
+                        *forms.entry((name, "compact")).or_insert(0) += 1;
+                        expand_lean(&[v], shape, op == "c", cost, now as i64)
+                            .unwrap_or_else(|| panic!("{name} step {i}: {v} unreadable"))
+                    }
+                    other => {
+                        let reply: Vec<i64> = redis::from_redis_value(other).unwrap();
+                        if source == lean {
+                            *forms.entry((name, "general")).or_insert(0) += 1;
+                            assert_eq!(
+                                expand_lean(&reply, shape, true, cost, 0),
+                                Some(reply.clone())
+                            );
+                        }
+                        reply
+                    }
+                };
+                let state: Option<String> = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                replies.push((reply, state));
+            }
+            assert_eq!(replies[0], replies[1], "{name} step {i}: {op} {now} {cost}");
+        }
+    }
+    // Which form each case answered (every general reply of the lean
+    // scripts above is the fixed window's inexact cases).
+    let forms: Vec<_> = forms.into_iter().collect();
+    assert_eq!(
+        forms,
+        [
+            (("fixed", "compact"), 8),
+            (("fixed-clock-back", "compact"), 1),
+            (("fixed-clock-back", "general"), 3),
+            (("fixed-inexact", "general"), 4),
+            (("gcra", "compact"), 10),
+        ]
     );
 }
