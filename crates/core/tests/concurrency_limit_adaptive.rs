@@ -16,9 +16,11 @@
 //!
 //! - from the initial limit (20) the limit climbs to the knee and settles
 //!   just past it: the controller aims at `alpha..beta` (3..6 at these
-//!   limits) requests queued in the service;
+//!   limits) requests queued in the service, so within 1.2× the knee (63
+//!   for 60; Netflix's update per sample settled higher, see
+//!   `concurrency::adaptive`);
 //! - when the service slows (its knee halves), the limit backs off to the
-//!   new knee.
+//!   new knee (34.5 for 30), within 1.2× it too.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -124,11 +126,15 @@ fn vegas_finds_the_knee_and_backs_off_when_the_service_slows() {
     );
 
     assert!(
-        (60.0..=75.0).contains(&settled),
+        (60.0..=72.0).contains(&settled),
         "settles just past the knee of 60, not {settled:.1}"
     );
     assert!(
-        (30.0..=45.0).contains(&settled2),
+        (30.0..=36.0).contains(&settled2),
         "backs off to the new knee of 30, not {settled2:.1}"
     );
+    // No swings past the knee: Netflix's per-sample update reached 127
+    // and 65 (the probe's dips below are expected).
+    assert!(high <= 75, "at most 1.25× the knee of 60, not {high}");
+    assert!(high2 <= 37, "at most 1.25× the knee of 30, not {high2}");
 }

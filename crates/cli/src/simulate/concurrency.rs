@@ -19,12 +19,15 @@
 //!   instant; a request asks `try_acquire_as(1, priority)` and is refused at
 //!   once if it does not fit (a load shedder, no waiting), and its permit is
 //!   dropped when the service answers it, which feeds the controller.
-//! - **What it shows**: the limit settles above the knee, at about 1.5× it
-//!   (Netflix's probe re-measures the unloaded latency from a loaded
-//!   sample, so Vegas holds a queue in front of the workers), halves with
-//!   the knee in the slowdown and climbs back after; sheddable work is
-//!   refused first and most, critical work last and least. The tests check
-//!   the band `[knee, 1.6·knee]` per phase, the back-off and the order.
+//! - **What it shows**: the requests in flight settle just past the knee
+//!   (Vegas holds `alpha..beta`, 3 to 6, requests queued: 1.05× the knee
+//!   of 40, 1.2× the knee of 20), halve with the knee in the slowdown and
+//!   climb back after. The limit sits above the in flight by the share the
+//!   default [`Shares`](tollgate::concurrency::Shares) keep for critical
+//!   work, which this mix leaves partly unused: 1.3× the knee. Sheddable
+//!   work is refused first and most, critical work last and least. The
+//!   tests check, per phase, the in flight within `[knee, 1.2·knee]`, the
+//!   limit within `[knee, 1.35·knee]`, the back-off and the order.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -103,8 +106,18 @@ pub fn command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
 
 /// The mean limit over `[from, to)` ns, weighted by time.
 pub fn mean_limit(trace: &Trace, from: u64, to: u64) -> f64 {
+    time_mean(&trace.limit, from, to)
+}
+
+/// The mean of the slots in use over `[from, to)` ns, weighted by time.
+pub fn mean_in_flight(trace: &Trace, from: u64, to: u64) -> f64 {
+    time_mean(&trace.in_flight, from, to)
+}
+
+/// The mean of a step series `(instant, value)` over `[from, to)` ns.
+fn time_mean(series: &[(u64, u32)], from: u64, to: u64) -> f64 {
     let mut sum = 0.0;
-    for pair in trace.limit.windows(2) {
+    for pair in series.windows(2) {
         let (start, limit) = pair[0];
         let end = pair[1].0;
         let (start, end) = (start.max(from), end.min(to));
@@ -325,7 +338,11 @@ fn table(model: &Model, trace: &Trace) -> String {
         model.rate,
         Duration::from_nanos(model.duration)
     );
-    let _ = writeln!(out, "{:<12} {:>6} {:>12}", "phase", "knee", "mean limit");
+    let _ = writeln!(
+        out,
+        "{:<12} {:>6} {:>12} {:>15}",
+        "phase", "knee", "mean limit", "mean in flight"
+    );
     for (phase, from, to) in [
         ("before", 0, third),
         ("slowdown", third, 2 * third),
@@ -333,9 +350,10 @@ fn table(model: &Model, trace: &Trace) -> String {
     ] {
         let _ = writeln!(
             out,
-            "{phase:<12} {:>6} {:>12.1}",
+            "{phase:<12} {:>6} {:>12.1} {:>15.1}",
             model.knee_at(from),
-            mean_limit(trace, from, to)
+            mean_limit(trace, from, to),
+            mean_in_flight(trace, from, to)
         );
     }
     let _ = writeln!(
@@ -502,25 +520,32 @@ mod tests {
         let trace = run(&model);
         let third = model.duration / 3;
         // The second half of each phase, once the controller has moved.
-        let before = mean_limit(&trace, third / 2, third);
-        let slow = mean_limit(&trace, third + third / 2, 2 * third);
-        let after = mean_limit(&trace, 2 * third + third / 2, model.duration);
-        // Vegas with Netflix's probe (every 30·limit samples the unloaded
-        // latency is re-measured from a loaded sample) holds a queue in
-        // front of the workers: the limit settles above the knee, measured
-        // at about 1.5× it (60, 28, 60 for knees of 40, 20, 40 at seed 1).
-        // The band checked, and stated in the README: from the knee to
-        // 1.6× the knee, following it down and back up.
-        for (phase, mean, knee) in [
-            ("before", before, 40.0),
-            ("slow", slow, 20.0),
-            ("after", after, 40.0),
-        ] {
+        let phases = [
+            ("before", third / 2, third, 40.0),
+            ("slow", third + third / 2, 2 * third, 20.0),
+            ("after", 2 * third + third / 2, model.duration, 40.0),
+        ];
+        // Netflix's Vegas (a step per sample on a round trip old news, +beta
+        // on any sample without a queue, a probe that took a loaded rtt for
+        // the unloaded one) swung between 14 and 90 around the knee of 40
+        // and settled at 1.5× it (60, 28, 60 at seed 1). With one step per
+        // round trip, a slow start and Envoy's probe: in flight 41.6, 23.2,
+        // 41.6 and limit 52.2, 25.2, 51.4 at seed 1.
+        for (phase, from, to, knee) in phases {
+            let in_flight = mean_in_flight(&trace, from, to);
             assert!(
-                mean >= knee && mean <= knee * 1.6,
-                "{phase}: mean limit {mean:.1}, knee {knee}"
+                in_flight >= knee && in_flight <= knee * 1.2,
+                "{phase}: mean in flight {in_flight:.1}, knee {knee}"
+            );
+            let limit = mean_limit(&trace, from, to);
+            println!("{phase}: in flight {in_flight:.1}, limit {limit:.1}");
+            assert!(
+                limit >= knee && limit <= knee * 1.35,
+                "{phase}: mean limit {limit:.1}, knee {knee}"
             );
         }
+        let before = mean_limit(&trace, third / 2, third);
+        let slow = mean_limit(&trace, third + third / 2, 2 * third);
         assert!(slow < before * 0.6, "backs off: {before:.1} → {slow:.1}");
     }
 
