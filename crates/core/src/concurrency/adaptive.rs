@@ -317,14 +317,15 @@ impl VegasState {
             }
             return self.limit();
         }
-        self.probe_count += 1;
+        self.probe_count = self.probe_count.saturating_add(1);
         if self.rtt_noload == 0 || rtt < self.rtt_noload {
             self.rtt_noload = rtt;
         }
         let round = &mut self.round;
-        round.samples += 1;
-        round.rtt_sum += u128::from(rtt);
-        round.in_flight_sum += u64::from(in_flight);
+        // Saturating: a round that outlived 2^64 samples must not panic.
+        round.samples = round.samples.saturating_add(1);
+        round.rtt_sum = round.rtt_sum.saturating_add(u128::from(rtt));
+        round.in_flight_sum = round.in_flight_sum.saturating_add(u64::from(in_flight));
         round.in_flight_max = round.in_flight_max.max(in_flight);
         round.dropped |= dropped;
         if started < round.started {
@@ -400,8 +401,8 @@ impl fmt::Debug for Adaptive {
     }
 }
 
-// A panic while the state's mutex is held leaves a valid state (each update
-// is computed, then written), and the lock recovers from poisoning; the clock
+// No update panics (its sums saturate), a panic of the clock happens before
+// the state's mutex is taken, and the lock recovers from poisoning; the clock
 // is only read. So a limiter stays usable across `catch_unwind`.
 impl std::panic::UnwindSafe for Adaptive {}
 impl std::panic::RefUnwindSafe for Adaptive {}
