@@ -387,3 +387,24 @@ fn a_refused_new_key_leaves_nothing_behind() {
     );
     assert!(limiter.is_empty());
 }
+
+#[test]
+fn keyed_keys_are_named_by_any_borrowed_form() {
+    // `String` and `CompactString` keys by `&str`, `u64` keys by `&u64`.
+    let strings = KeyedConcurrencyLimiter::<String>::new(1).unwrap();
+    let _a = strings.try_acquire("alice", 1).unwrap();
+    assert_eq!(
+        strings.try_acquire("alice", 1).unwrap_err().reason(),
+        Reason::Full
+    );
+    let compact = KeyedConcurrencyLimiter::<tollgate::CompactString>::new(1).unwrap();
+    let _b = compact.try_acquire("alice", 1).unwrap();
+    assert_eq!(
+        compact.try_acquire("alice", 1).unwrap_err().reason(),
+        Reason::Full
+    );
+    assert_eq!(compact.limit("alice"), 1);
+    let numbers = KeyedConcurrencyLimiter::<u64>::new(1).unwrap();
+    let _c = numbers.try_acquire(&7, 1).unwrap();
+    assert_eq!(numbers.in_flight(&7), 1);
+}

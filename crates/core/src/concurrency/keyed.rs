@@ -25,6 +25,17 @@
 //!   inserts, so an attacker who keeps keys busy cannot make every refused
 //!   insert a full sweep.
 //!
+//! # Keys
+//!
+//! As for the keyed rate limiter ([`KeyedLimiter`](crate::KeyedLimiter)):
+//! requests name a key by any borrowed form `Q` of it (`K: Borrow<Q>`), and
+//! a new key is made from `Q`'s owned form (`K: From<Q::Owned>`): `&str`
+//! for `KeyedConcurrencyLimiter<String>` and for
+//! `KeyedConcurrencyLimiter<`[`CompactString`](crate::CompactString)`>`,
+//! `&u64` for `u64`. A known key is looked up without allocating; a
+//! `CompactString` keeps a key of up to 24 bytes inline, with no heap block
+//! of its own.
+//!
 //! Acquisitions run under their shard's read lock (a lookup and the
 //! slots' compare-and-swap), inserts and sweeps under its write lock, so a
 //! sweep never removes a key between another thread's lookup and its
@@ -221,8 +232,8 @@ impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
         admit: impl Fn(&Arc<Slots>) -> Result<T, Denied>,
     ) -> Result<T, Denied>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let shard = self.shard(key);
         {
@@ -248,7 +259,7 @@ impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
         // Insert only what holds a slot or a waiter: a refused first
         // request leaves no key behind.
         if !slots.is_idle() {
-            shard.map.insert(key.to_owned(), slots);
+            shard.map.insert(K::from(key.to_owned()), slots);
         }
         result
     }
@@ -288,8 +299,8 @@ impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
     #[inline]
     pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<Permit, Denied>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.try_acquire_as(key, cost, Priority::Default)
     }
@@ -307,8 +318,8 @@ impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
         priority: Priority,
     ) -> Result<Permit, Denied>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let cost = self.cost_of(cost)?;
         self.with_slots(key, |slots| {
@@ -326,8 +337,8 @@ impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
     /// [`Reason::TooManyKeys`].
     pub fn enqueue<Q>(&self, key: &Q, cost: u64, priority: Priority) -> Result<Ticket, Denied>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let cost = self.cost_of(cost)?;
         self.with_slots(key, |slots| {
@@ -415,8 +426,8 @@ impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
     /// As `ConcurrencyLimiter::acquire`, and [`Reason::TooManyKeys`].
     pub async fn acquire<Q>(&self, key: &Q, cost: u64, priority: Priority) -> Result<Permit, Denied>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
     {
         let ticket = self.enqueue(key, cost, priority)?;
         let limit = self.limit(key);
@@ -428,5 +439,62 @@ impl<K: Hash + Eq> KeyedConcurrencyLimiter<K> {
             remaining: 0,
         })
         .await
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::CompactString;
+
+    fn keys(limiter: &KeyedConcurrencyLimiter<CompactString>) -> Vec<CompactString> {
+        limiter
+            .inner
+            .shards
+            .iter()
+            .flat_map(|shard| read(shard).map.keys().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
+    #[test]
+    fn compact_string_keys_are_named_by_str_and_held_inline() {
+        // The bound was `Q: ToOwned<Owned = K>`: a `CompactString` key could
+        // not be named by a `&str` (whose owned form is a `String`).
+        let limiter = KeyedConcurrencyLimiter::<CompactString>::new(2).unwrap();
+        let alice = limiter.try_acquire("user:00001234", 2).unwrap();
+        assert_eq!(
+            limiter
+                .try_acquire("user:00001234", 1)
+                .unwrap_err()
+                .reason(),
+            Reason::Full
+        );
+        let bob = limiter
+            .try_acquire_as("user:00005678", 1, Priority::Critical)
+            .unwrap();
+        let queued = limiter
+            .enqueue("user:00005678", 1, Priority::Default)
+            .unwrap();
+        assert_eq!(limiter.in_flight("user:00001234"), 2);
+        assert_eq!(limiter.in_flight("user:00005678"), 2);
+        let held = keys(&limiter);
+        assert_eq!(held.len(), 2);
+        assert!(
+            held.iter().all(|key| !key.is_heap_allocated()),
+            "short keys take no heap block: {held:?}"
+        );
+        drop((alice, bob, queued));
+        assert_eq!(limiter.sweep(), 0);
+    }
+
+    #[test]
+    fn a_long_compact_string_key_goes_to_the_heap_and_still_works() {
+        let limiter = KeyedConcurrencyLimiter::<CompactString>::new(1).unwrap();
+        let long = "tenant:0123456789abcdef:user:42";
+        let permit = limiter.try_acquire(long, 1).unwrap();
+        assert!(limiter.try_acquire(long, 1).is_err());
+        assert!(keys(&limiter)[0].is_heap_allocated());
+        drop(permit);
+        assert!(limiter.try_acquire(long, 1).is_ok());
     }
 }
