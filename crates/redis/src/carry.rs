@@ -56,18 +56,18 @@
 //! - **The registries are carried**: every listed key is in the lists'
 //!   registry (a set, see [`controls`](crate::controls)) and every
 //!   penalised key in the penalties' registry (a sorted set by the
-//!   penalty's end, in the same slot; [`penalize`](RedisLimiter::penalize)
+//!   penalty's end, in the same slot; [`penalize`](crate::RedisLimiter::penalize)
 //!   adds to it and drops the penalties that ended, in one pipelined call
 //!   after the penalty's own). Building a carrying limiter spawns a task
 //!   (when a tokio runtime runs) that walks both (`SSCAN`, `ZSCAN`) and
 //!   moves each key's markers to its new keys, one atomic call of
-//!   `controls.lua` per key ([`RedisLimiter::carry_controls`]; retried,
+//!   `controls.lua` per key ([`RedisLimiter::carry_controls`](crate::RedisLimiter::carry_controls); retried,
 //!   after a fault, until done or the limiter is dropped).
 //! - **The carry lasts until then**: decisions keep carrying (and so keep
 //!   moving markers themselves) until the previous keys cannot live any
 //!   more *and* the registries have been carried, so no decision ever
 //!   meets a listed or penalised key as free. Without a runtime, call
-//!   [`carry_controls`](RedisLimiter::carry_controls) yourself, or
+//!   [`carry_controls`](crate::RedisLimiter::carry_controls) yourself, or
 //!   decisions carry for the limiter's life (correct, on the general
 //!   script).
 //! - **Controls see the old keys**: while the carry lasts, each control is
@@ -81,19 +81,14 @@
 //!   is carried only by a decision during the carry period. Markers set by
 //!   nodes still running the previous limits after the registries were
 //!   carried are not moved: finish a rolling change before it, or call
-//!   [`carry_controls`](RedisLimiter::carry_controls) again after it.
+//!   [`carry_controls`](crate::RedisLimiter::carry_controls) again after it.
 
-use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use tollgate::{Carry, Clock, Nanos};
+use tollgate::{Carry, Nanos};
 
-use crate::RedisLimiter;
-use crate::controls::{Control, ControlError, Registry};
 use crate::key::{BoundedKey, KeyCodec};
 use crate::limit::{ConfigError, Limit, Unit};
-use crate::limiter::Shared;
 
 /// What a carrying limiter sends beside its own keys and arguments.
 #[derive(Debug)]
@@ -172,7 +167,7 @@ impl CarrySpec {
         now < self.until || !self.controls_carried.load(Ordering::Acquire)
     }
 
-    fn controls_were_carried(&self) {
+    pub(crate) fn controls_were_carried(&self) {
         // Release: see `active`.
         self.controls_carried.store(true, Ordering::Release);
     }
@@ -190,68 +185,4 @@ impl CarrySpec {
             }
         }
     }
-}
-
-impl RedisLimiter {
-    /// The carry, while decisions must carry (see the module docs).
-    pub(crate) fn carrying(&self) -> Option<&CarrySpec> {
-        let s = self.shared();
-        s.carry.as_ref().filter(|c| c.active(s.clock.now()))
-    }
-
-    /// Moves the deny and allow list entries and the penalties set under
-    /// the previous limits to the keys of the new ones: walks the lists'
-    /// and the penalties' registries and, per key, moves its markers in one
-    /// atomic call (see the module docs). Idempotent; a limiter built with
-    /// [`carry_from`](crate::RedisLimiterBuilder::carry_from) runs it in
-    /// the background once; call it yourself to wait for it, or to carry
-    /// again after a rolling change. Answers how many keys had a marker
-    /// moved; `Ok(0)` without a carry.
-    ///
-    /// # Errors
-    ///
-    /// [`ControlError::Backend`] if Redis did not answer a call (the keys
-    /// moved before it stay moved; call again).
-    pub async fn carry_controls(&self) -> Result<u64, ControlError> {
-        let Some(carry) = &self.shared().carry else {
-            return Ok(0);
-        };
-        let mut moved = 0;
-        for registry in [Registry::Lists, Registry::Penalties] {
-            let mut cursor = 0;
-            loop {
-                let (next, members) = self.registry_page(registry, cursor).await?;
-                for member in members {
-                    let key = BoundedKey::stored(&member);
-                    moved += u64::from(self.control(&key, Control::Move, 0).await?);
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
-        carry.controls_were_carried();
-        Ok(moved)
-    }
-}
-
-/// Runs [`RedisLimiter::carry_controls`] in the background until it succeeds
-/// or the limiter is dropped; nothing without a tokio runtime.
-pub(crate) fn spawn_controls_carry(shared: Weak<Shared>, retry: Duration) {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return;
-    }
-    tokio::spawn(async move {
-        loop {
-            let Some(limiter) = RedisLimiter::upgrade(&shared) else {
-                return;
-            };
-            if limiter.carry_controls().await.is_ok() {
-                return;
-            }
-            drop(limiter);
-            tokio::time::sleep(retry).await;
-        }
-    });
 }

@@ -105,21 +105,6 @@ use crate::key::BoundedKey;
 use crate::policy::Fault;
 use crate::script::Script;
 
-/// The lists' registry: `KEYS[1]` the set, `ARGV` = member, capacity, `+`
-/// (reserve) or `-` (release). Reserving answers `{1}` if the key is (now)
-/// in the set, `{0}` if the set is full.
-pub(crate) const LISTS: &str = r"
-local key, member = KEYS[1], ARGV[1]
-if ARGV[3] == '-' then
-  redis.call('SREM', key, member)
-  return {1}
-end
-if redis.call('SISMEMBER', key, member) == 1 then return {1} end
-if redis.call('SCARD', key) >= tonumber(ARGV[2]) then return {0} end
-redis.call('SADD', key, member)
-return {1}
-";
-
 /// The largest number the scripts take (`2^53 − 1`).
 const MAX_ARG: u64 = (1 << 53) - 1;
 

@@ -8,7 +8,7 @@
 //! - **[`RedisLimiter`]**: one or more core limits ([`Limit`]: GCRA, fixed
 //!   window, sliding window counter) per key, decided all-or-nothing in one
 //!   round trip; answers a [`tollgate::Decision`] ([`limiter`]; its
-//!   settings and their defaults: [`builder`]).
+//!   settings and their defaults: [`RedisLimiterBuilder`]).
 //! - **script**: the Lua transition of every algorithm, its contract, state
 //!   and resolution; a lean script per common call (one GCRA limit, one
 //!   fixed window) and a general one ([`script`]).
@@ -53,7 +53,6 @@
 
 pub mod backend;
 pub mod breaker;
-pub mod builder;
 pub mod calendar;
 pub mod carry;
 pub mod concurrency;
@@ -68,7 +67,6 @@ pub mod limiter;
 pub mod module;
 pub mod observe;
 pub mod policy;
-mod round_trip;
 pub mod script;
 
 pub use backend::Redis;

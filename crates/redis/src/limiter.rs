@@ -1,10 +1,14 @@
 //! [`RedisLimiter`]: the core's limits, decided on Redis.
 //!
-//! This module holds the limiter and its decision path; its settings are
-//! in [`builder`](crate::builder), one round trip to Redis (breaker,
-//! in-flight bound, deadline, reply decoding) in `round_trip`, observers
-//! and dry-run in [`observe`](crate::observe), the operator's controls in
-//! [`controls`](crate::controls).
+//! This module holds the limiter and its decision path; its submodules what
+//! it does on its own: its settings ([`RedisLimiterBuilder`], in
+//! `limiter/builder.rs`), one round trip to Redis (breaker, in-flight
+//! bound, deadline, reply decoding: `round_trip.rs`), reporting to its
+//! observer (`observed.rs`; the observer types in
+//! [`observe`](crate::observe)), its leases (`leases.rs`; their settings
+//! in [`lease`](crate::lease)) and carrying the controls' markers to a
+//! changed limit (`carry_controls.rs`; the controls themselves in
+//! [`controls`](crate::controls)).
 //!
 //! # One decision
 //!
@@ -52,14 +56,20 @@ use crate::backend::Redis;
 use crate::breaker::Breaker;
 use crate::deny_cache::DenyCache;
 use crate::key::{BoundedKey, KeyCodec};
-use crate::lease::Leases;
 use crate::limit::Limit;
 use crate::observe::RedisObserver;
 use crate::policy::{Counters, Fault, Policy, Source, Stats};
 use crate::script::Op;
 
-pub use crate::builder::RedisLimiterBuilder;
-pub(crate) use crate::round_trip::Reply;
+mod builder;
+mod carry_controls;
+mod leases;
+mod observed;
+mod round_trip;
+
+pub use builder::RedisLimiterBuilder;
+use leases::Leases;
+pub(crate) use round_trip::Reply;
 
 /// A request that can never be admitted: its cost is above a limit's
 /// capacity.

@@ -62,10 +62,8 @@
 
 use std::fmt;
 
-use tollgate::observe::{Event, Observer, Outcome};
+use tollgate::observe::{Event, Observer};
 
-use crate::RedisLimiter;
-use crate::limiter;
 use crate::policy::Source;
 
 /// Sees each decision a [`RedisLimiter`] acts on, and where it came from.
@@ -125,7 +123,7 @@ impl fmt::Debug for dyn RedisObserver {
 }
 
 /// A key's bytes, shown as UTF-8 where they are, `\xNN` elsewhere.
-struct KeyBytes<'a>(&'a [u8]);
+pub(crate) struct KeyBytes<'a>(pub(crate) &'a [u8]);
 
 impl fmt::Display for KeyBytes<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,29 +134,6 @@ impl fmt::Display for KeyBytes<'_> {
             }
         }
         Ok(())
-    }
-}
-
-impl RedisLimiter {
-    /// Calls `observer` for a decision; out of line, so that a limiter
-    /// without one pays only the branch on the `Option`.
-    #[inline(never)]
-    pub(crate) fn report(
-        &self,
-        observer: &dyn RedisObserver,
-        key: &[u8],
-        cost: u64,
-        outcome: &limiter::Outcome,
-    ) {
-        let shown = KeyBytes(key);
-        let event = Event {
-            limit: self.name(),
-            outcome: Outcome::of(&outcome.decision, self.shared.is_dry_run()),
-            cost,
-            decision: &outcome.decision,
-            key: observer.wants_keys().then_some(&shown as &dyn fmt::Display),
-        };
-        observer.on_redis_decision(&event, outcome.source);
     }
 }
 

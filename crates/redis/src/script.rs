@@ -195,11 +195,8 @@ static CARRY_SHA: LazyLock<String> =
 static CONTROLS_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_CONTROLS).get_hash().to_owned());
 /// The SHA-1 of the lists' registry script.
-static LISTS_SHA: LazyLock<String> = LazyLock::new(|| {
-    redis::Script::new(crate::controls::LISTS)
-        .get_hash()
-        .to_owned()
-});
+static LISTS_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SOURCE_LISTS).get_hash().to_owned());
 /// The SHA-1 of the lean fixed window script.
 static FIXED_SHA: LazyLock<String> =
     LazyLock::new(|| redis::Script::new(SOURCE_FIXED).get_hash().to_owned());
@@ -232,7 +229,7 @@ impl Script {
             Script::Fixed => (SOURCE_FIXED, &FIXED_SHA),
             Script::Controls => (SOURCE_CONTROLS, &CONTROLS_SHA),
             Script::Carry => (SOURCE_CARRY, &CARRY_SHA),
-            Script::Lists => (crate::controls::LISTS, &LISTS_SHA),
+            Script::Lists => (SOURCE_LISTS, &LISTS_SHA),
         }
     }
 }
@@ -325,6 +322,11 @@ pub const SOURCE_FIXED: &str = include_str!("fixed.lua");
 /// The controls' script (reset, refund, penalty, lists; the same arguments
 /// as [`SOURCE`], see [`controls`](crate::controls)).
 pub const SOURCE_CONTROLS: &str = include_str!("controls.lua");
+
+/// The lists' registry: `KEYS[1]` the set, `ARGV` = member, capacity, `+`
+/// (reserve) or `-` (release). Reserving answers `{1}` if the key is (now)
+/// in the set, `{0}` if the set is full.
+pub const SOURCE_LISTS: &str = include_str!("lists.lua");
 
 /// The carrying script: `carry.lua`'s prelude, then [`SOURCE`] (see
 /// [`carry`](crate::carry)).

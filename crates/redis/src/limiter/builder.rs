@@ -18,11 +18,13 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tollgate::{Clock, ClockSource, ManualClock, MonotonicClock};
 
+use super::carry_controls;
+use super::leases::{self, Leases};
 use crate::backend::Redis;
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::deny_cache::DenyCache;
 use crate::key::KeyCodec;
-use crate::lease::{LeaseConfig, Leases};
+use crate::lease::LeaseConfig;
 use crate::limit::{ConfigError, Limit, Unit};
 use crate::limiter::{RedisLimiter, Shared, Time};
 use crate::observe::RedisObserver;
@@ -280,10 +282,10 @@ impl RedisLimiterBuilder {
         };
         if limiter.shared.carry.is_some() {
             let retry = self.breaker.open_for.max(Duration::from_millis(100));
-            crate::carry::spawn_controls_carry(Arc::downgrade(&limiter.shared), retry);
+            carry_controls::spawn_controls_carry(Arc::downgrade(&limiter.shared), retry);
         }
         if let Some(ttl) = lease_ttl {
-            crate::lease::spawn_sweeper(Arc::downgrade(&limiter.shared), ttl);
+            leases::spawn_sweeper(Arc::downgrade(&limiter.shared), ttl);
         }
         Ok(limiter)
     }
