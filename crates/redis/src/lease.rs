@@ -12,8 +12,8 @@
 //! coalescing), at most the deadline.
 //!
 //! When a lease expires (seen by the next check of its key, by
-//! [`RedisLimiter::return_expired_leases`], or by the background sweep every
-//! TTL) or at [`RedisLimiter::shutdown`], the permits left are given back
+//! [`RedisLimiter::return_expired_leases`](crate::RedisLimiter::return_expired_leases), or by the background sweep every
+//! TTL) or at [`RedisLimiter::shutdown`](crate::RedisLimiter::shutdown), the permits left are given back
 //! with `op = r`: for GCRA, only the part of the lease still ahead of now and
 //! never more than the debt (so the bucket is never fuller than had the lease
 //! been smaller); for windows, only into the window or slot the lease was

@@ -1,4 +1,4 @@
-//! Observers and dry-run on a [`RedisLimiter`]: the core's
+//! Observers and dry-run on a [`RedisLimiter`](crate::RedisLimiter): the core's
 //! [`tollgate::observe`] hook, with where each decision came from.
 //!
 //! # Observers
@@ -14,17 +14,17 @@
 //!
 //! ## Guarantees
 //!
-//! - **Once per decision acted on**: [`check`](RedisLimiter::check),
-//!   [`check_n`](RedisLimiter::check_n),
-//!   [`check_outcome`](RedisLimiter::check_outcome) and
-//!   [`check_batch`](RedisLimiter::check_batch) report each decision once,
+//! - **Once per decision acted on**: [`check`](crate::RedisLimiter::check),
+//!   [`check_n`](crate::RedisLimiter::check_n),
+//!   [`check_outcome`](crate::RedisLimiter::check_outcome) and
+//!   [`check_batch`](crate::RedisLimiter::check_batch) report each decision once,
 //!   whoever took it: the script, the deny cache, a lease or the failure
 //!   policy (then [`Source::Policy`] with the fault). [`peek_n`] and the
 //!   [`controls`](crate::controls) do not report (nothing was decided for a
 //!   request), nor does a request refused before any decision (a
 //!   [`CostError`](crate::CostError)), as in the core.
 //! - **The limit's name** is the limiter's name (the one given to
-//!   [`RedisLimiter::builder`]), a bounded label; the key is shown only to
+//!   [`RedisLimiter::builder`](crate::RedisLimiter::builder)), a bounded label; the key is shown only to
 //!   an observer whose [`wants_keys`](RedisObserver::wants_keys) is true,
 //!   as the caller's bytes (valid UTF-8 as is, other bytes as `\xNN`).
 //! - **Zero cost when absent**: without an observer, a decision pays one
@@ -35,8 +35,8 @@
 //!
 //! ## Outcomes
 //!
-//! [`Outcome::Allowed`], [`Outcome::Denied`] or, in dry-run, a denial as
-//! [`Outcome::Shadow`]. A decision taken by a control's marker (a deny or
+//! [`Outcome::Allowed`](tollgate::observe::Outcome::Allowed), [`Outcome::Denied`](tollgate::observe::Outcome::Denied) or, in dry-run, a denial as
+//! [`Outcome::Shadow`](tollgate::observe::Outcome::Shadow). A decision taken by a control's marker (a deny or
 //! allow list, a penalty: see [`controls`](crate::controls)) is reported
 //! as the denial or admission it is, not as `Listed` or `Penalized`: the
 //! scripts' reply (shared with the native module) does not say which marker
@@ -48,17 +48,17 @@
 //! # Dry-run
 //!
 //! [`RedisLimiterBuilder::dry_run`](crate::RedisLimiterBuilder::dry_run) /
-//! [`RedisLimiter::set_dry_run`]: the same meaning as the core's and the
+//! [`RedisLimiter::set_dry_run`](crate::RedisLimiter::set_dry_run): the same meaning as the core's and the
 //! server's `shadow_mode`. The limiter decides, takes and counts exactly as
 //! usual (an admission takes its permits on Redis; a denial changes no state,
 //! as always, so a shadow refusal never consumes), `check` returns the real
 //! [`Decision`](tollgate::Decision), and the observers see a refusal as
-//! [`Outcome::Shadow`], whoever refused (the script, a marker, the deny
+//! [`Outcome::Shadow`](tollgate::observe::Outcome::Shadow), whoever refused (the script, a marker, the deny
 //! cache or the failure policy). The refusal is not acted on where it is
 //! acted on: the caller (the tower layer, the server) asks
-//! [`is_dry_run`](RedisLimiter::is_dry_run) and lets the request through.
+//! [`is_dry_run`](crate::RedisLimiter::is_dry_run) and lets the request through.
 //!
-//! [`peek_n`]: RedisLimiter::peek_n
+//! [`peek_n`]: crate::RedisLimiter::peek_n
 
 use std::fmt;
 
@@ -66,7 +66,7 @@ use tollgate::observe::{Event, Observer};
 
 use crate::policy::Source;
 
-/// Sees each decision a [`RedisLimiter`] acts on, and where it came from.
+/// Sees each decision a [`RedisLimiter`](crate::RedisLimiter) acts on, and where it came from.
 ///
 /// Every core [`Observer`] is a `RedisObserver` that ignores the source;
 /// implement this trait (and not [`Observer`]) for an observer that wants
