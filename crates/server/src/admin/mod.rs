@@ -25,9 +25,9 @@
 //! `refund`, `penalize`, `deny`, `allow`, `unlist`: their guarantees are
 //! the core's); the Redis backend applies them through `tollgate-redis`'s
 //! controls (`RedisLimiter::reset`, ...: one atomic script call each, a
-//! Redis fault answered 503). A changed limit starts fresh buckets on Redis
-//! (the carry of `RedisLimiterBuilder::carry_from` is not wired into the
-//! server yet). A backend without controls answers 501
+//! Redis fault answered 503). A changed limit carries each key's state on
+//! both backends (see [`crate::redis_backend`] for Redis' rules, and how
+//! the deny and allow lists follow a change). A backend without controls answers 501
 //! ([`Backend::control`](crate::backend::Backend::control) is the hook).
 //!
 //! A key is named as a request names it: a domain and one descriptor's
@@ -42,9 +42,9 @@
 //! (the file stays the source of truth; write the file to keep a
 //! change). The limits are validated as the file's `rate_limits:` are
 //! (one algorithm per rule; on Redis no `sliding_log`), and the buckets
-//! carry their state as a reload does ([`crate::backend`]: in memory,
-//! permits taken stay taken under the new quota, `Carry::Keep`; a new
-//! algorithm starts afresh). Changes and reloads are applied one at a
+//! carry their state as a reload does ([`crate::backend`]: permits taken
+//! stay taken under the new quota, `Carry::Keep`, in memory and on Redis;
+//! a new algorithm starts afresh). Changes and reloads are applied one at a
 //! time, each to the rules in force ([`Service::change_rules`]), so
 //! neither undoes the other.
 
