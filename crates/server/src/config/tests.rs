@@ -1,5 +1,7 @@
 //! The file's parsing and validation, error places included.
 
+use std::time::Duration;
+
 use super::*;
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
