@@ -42,19 +42,22 @@
 //!     number), then in file order; a limit added has nothing to carry
 //!     and starts full (the limits it joins still hold), a limit removed
 //!     is dropped.
-//!   - **Sliding window → sliding window**: `tollgate-redis` does not carry
-//!     a wheel's slots, so the new limiter is a *bridge*: it holds the new
-//!     limits and the previous ones (their keys, their counts), decided
-//!     all-or-nothing in the one script call, until the longest previous
-//!     period (plus a second of slack for TTLs and clocks) has passed;
-//!     then the sweeper replaces it by a limiter of the new limits alone.
-//!     A request must fit both while the bridge stands: a lowered limit
-//!     holds at once, a raised one takes full effect one old period
-//!     later. Never a fresh quota, at the cost of being stricter for one
-//!     period.
-//!   - **A change of algorithm** starts the keys afresh, as in memory
-//!     (state does not convert between algorithms): a deliberate change of
-//!     what the limit means, never a changed number.
+//!   - **Every other pair** (a sliding window or a calendar window whose
+//!     number changed, a limit whose algorithm changed): `tollgate-redis`
+//!     does not convert that state, so the new limiter is a *bridge*: it
+//!     holds the new limits and those previous ones (their keys, their
+//!     counts), decided all-or-nothing in the one script call, until the
+//!     longest of their periods (a calendar month: 31 days) plus a second
+//!     of slack for TTLs and clocks has passed; then the sweeper replaces
+//!     it by a limiter of the new limits alone. A request must fit both
+//!     while the bridge stands: a lowered limit holds at once, a raised
+//!     one takes full effect one old period later (reset a key through
+//!     the admin API to give it the new quota at once). Never a fresh
+//!     quota, at the cost of being stricter for one period. (In memory, a
+//!     change of the rule's algorithm starts its buckets afresh: the Redis
+//!     backend is the stricter of the two.) The bridge lives in this
+//!     process: a server restarted with changed limits starts them on
+//!     fresh keys, as before.
 //!
 //!   A replaced or removed rule's limiter gives its leases back in the
 //!   background; its keys expire by their TTL (or are moved by the carry).
@@ -106,6 +109,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::{Carry, Decision};
 use tollgate_redis::{
     Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Stats, Target,
@@ -257,62 +261,51 @@ impl RedisBackend {
     }
 
     /// The limiter of `rule` whose limits become `algorithm`, after
-    /// `previous` (see the module docs): carrying the keys' state, a
-    /// bridge holding both, or afresh.
+    /// `previous` (see the module docs): each limit carries its keys' state
+    /// from the previous limit it replaces where `tollgate-redis` can, and
+    /// the previous limits it cannot carry stay in force beside the new
+    /// ones (a bridge) until their keys hold nothing that still counts.
     fn successor(
         &self,
         rule: &Rule,
         algorithm: &BuiltAlgorithm,
         previous: Option<&BuiltAlgorithm>,
     ) -> Result<Installed, String> {
-        let fresh = |bridge_until| -> Result<Installed, String> {
-            Ok(Installed {
+        let Some(previous) = previous else {
+            return Ok(Installed {
                 algorithm: algorithm.clone(),
                 limiter: self.build(rule, algorithm, true)?,
-                bridge_until,
-            })
-        };
-        let Some(previous) = previous else {
-            return fresh(None);
+                bridge_until: None,
+            });
         };
         let (old, new) = (limits_of(previous)?, limits_of(algorithm)?);
-        match (previous, algorithm) {
-            (BuiltAlgorithm::Gcra(_), BuiltAlgorithm::Gcra(_))
-            | (BuiltAlgorithm::FixedWindow(_), BuiltAlgorithm::FixedWindow(_)) => {
-                let limiter = self
-                    .builder(&rule.id, algorithm, true)?
-                    .carry_from(carry_pairs(&old, &new), Carry::Keep)
-                    .build()
-                    .map_err(|error| error.to_string())?;
-                Ok(Installed {
-                    algorithm: algorithm.clone(),
-                    limiter,
-                    bridge_until: None,
-                })
+        let mut pairs = carry_pairs(&old, &new);
+        let mut bridged: Vec<Limit> = Vec::new();
+        for (from, to) in pairs.iter().zip(&new) {
+            if from != to && !carried(from, to) && !new.contains(from) && !bridged.contains(from) {
+                bridged.push(from.clone());
             }
-            (BuiltAlgorithm::SlidingWindow(_), BuiltAlgorithm::SlidingWindow(_)) => {
-                // Not carried by `tollgate-redis`: a bridge until the
-                // previous limits' keys hold nothing that still counts.
-                let horizon = old
-                    .iter()
-                    .map(|limit| limit.quota().period())
-                    .max()
-                    .unwrap_or_default()
-                    .saturating_add(BRIDGE_SLACK);
-                let mut builder = self.builder(&rule.id, algorithm, true)?;
-                for limit in old.into_iter().filter(|limit| !new.contains(limit)) {
-                    builder = builder.limit(limit);
-                }
-                let limiter = builder.build().map_err(|error| error.to_string())?;
-                Ok(Installed {
-                    algorithm: algorithm.clone(),
-                    limiter,
-                    bridge_until: Instant::now().checked_add(horizon),
-                })
-            }
-            // A change of algorithm starts afresh, as in memory.
-            _ => fresh(None),
         }
+        let horizon = bridged
+            .iter()
+            .map(|limit| limit.quota().period())
+            .max()
+            .map(|longest| longest.saturating_add(BRIDGE_SLACK));
+        let mut builder = self.builder(&rule.id, algorithm, true)?;
+        for limit in &bridged {
+            // Paired with itself: its own keys, nothing to convert.
+            builder = builder.limit(limit.clone());
+            pairs.push(limit.clone());
+        }
+        let limiter = builder
+            .carry_from(pairs, Carry::Keep)
+            .build()
+            .map_err(|error| error.to_string())?;
+        Ok(Installed {
+            algorithm: algorithm.clone(),
+            limiter,
+            bridge_until: horizon.and_then(|horizon| Instant::now().checked_add(horizon)),
+        })
     }
 
     /// Notes a list change of the admin API (see the module docs).
@@ -380,15 +373,35 @@ impl RedisBackend {
 /// clocks of this node and of Redis apart.
 const BRIDGE_SLACK: Duration = Duration::from_secs(1);
 
+const SLIDING_LOG: &str = "sliding_log does not run on Redis (use sliding_window)";
+
+/// Whether `tollgate-redis` carries a key's state from `from` to `to`
+/// (`tollgate_redis::carry`: GCRA to GCRA, fixed window to fixed window).
+fn carried(from: &Limit, to: &Limit) -> bool {
+    matches!(
+        (from, to),
+        (Limit::Gcra(_), Limit::Gcra(_)) | (Limit::FixedWindow(_), Limit::FixedWindow(_))
+    )
+}
+
 /// The `tollgate-redis` limits of `algorithm`.
 fn limits_of(algorithm: &BuiltAlgorithm) -> Result<Vec<Limit>, String> {
     Ok(match algorithm {
         BuiltAlgorithm::Gcra(a) => a.limits().iter().cloned().map(Limit::from).collect(),
         BuiltAlgorithm::FixedWindow(a) => a.limits().iter().cloned().map(Limit::from).collect(),
         BuiltAlgorithm::SlidingWindow(a) => a.limits().iter().cloned().map(Limit::from).collect(),
-        BuiltAlgorithm::SlidingLog(_) => {
-            return Err("sliding_log does not run on Redis (use sliding_window)".into());
-        }
+        BuiltAlgorithm::Mixed(a) => a
+            .limits()
+            .iter()
+            .map(|limit| match limit {
+                AnyAlgorithm::Gcra(l) => Ok(Limit::from(l.clone())),
+                AnyAlgorithm::FixedWindow(l) => Ok(Limit::from(l.clone())),
+                AnyAlgorithm::SlidingWindow(l) => Ok(Limit::from(l.clone())),
+                AnyAlgorithm::Calendar(l) => Ok(Limit::from(l.clone())),
+                _ => Err(String::from(SLIDING_LOG)),
+            })
+            .collect::<Result<_, _>>()?,
+        BuiltAlgorithm::SlidingLog(_) => return Err(SLIDING_LOG.into()),
     })
 }
 

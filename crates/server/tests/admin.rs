@@ -185,7 +185,7 @@ async fn admin_api(server: &TestServer, file: &str) {
             StatusCode::BAD_REQUEST,
         ),
         (
-            json!({"rule": "rl.user", "limits": [{"requests_per_unit": 1, "unit": "second"}, {"requests_per_unit": 9, "unit": "minute", "algorithm": "fixed_window"}]}),
+            json!({"rule": "rl.user", "limits": [{"requests_per_unit": 1, "unit": "second"}, {"requests_per_unit": 9, "calendar": "fortnight"}]}),
             StatusCode::BAD_REQUEST,
         ),
         (json!({"rule": "rl.user"}), StatusCode::BAD_REQUEST),

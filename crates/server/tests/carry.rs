@@ -249,3 +249,37 @@ descriptors:
     }
     server.stop().await;
 }
+
+/// A calendar window cannot be carried on Redis either: a changed number
+/// keeps the old window's count in force beside the new limit (a bridge)
+/// rather than handing out a fresh month.
+#[tokio::test]
+async fn a_changed_calendar_window_on_redis_never_hands_out_a_fresh_quota() {
+    let redis = RedisServer::start();
+    let backend = redis.backend(BACKEND);
+    let monthly = |n: u64| {
+        format!(
+            "{backend}
+domain: rl
+descriptors:
+  - key: user
+    rate_limits:
+      - {{unit: second, requests_per_unit: 100}}
+      - {{calendar: month, requests_per_unit: {n}}}
+"
+        )
+    };
+    let server = start_with(ADMIN, &monthly(3)).await;
+    take_n(&server, "user", "alice", 3).await;
+    server.write_config(ADMIN, &monthly(10));
+    server.reloader.reload().expect("reload");
+    assert!(
+        !take(&server, "user", "alice").await.0,
+        "3 taken this month under the old 3: still spent"
+    );
+    assert!(
+        take(&server, "user", "bob").await.0,
+        "a fresh key fits both"
+    );
+    server.stop().await;
+}

@@ -41,7 +41,7 @@
 //! change lives until the next reload, which puts the file's rules back
 //! (the file stays the source of truth; write the file to keep a
 //! change). The limits are validated as the file's `rate_limits:` are
-//! (one algorithm per rule; on Redis no `sliding_log`), and the buckets
+//! (each its own algorithm, `calendar:` windows included), and the buckets
 //! carry their state as a reload does ([`crate::backend`]: permits taken
 //! stay taken under the new quota, `Carry::Keep`, in memory and on Redis;
 //! a new algorithm starts afresh). Changes and reloads are applied one at a
@@ -62,7 +62,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::backend::{BackendError, Control, ControlError, Hit};
-use crate::config::{AlgorithmKind, Limits, QuotaYaml};
+use crate::config::{Limits, QuotaYaml};
 use crate::rules::Rule;
 use crate::service::Service;
 
@@ -441,22 +441,16 @@ fn new_limits(body: &LimitsBody) -> Result<Limits, String> {
     if body.limits.is_empty() {
         return Err("limits: needs at least one limit".into());
     }
-    let mut kind: Option<AlgorithmKind> = None;
+    let mut kinds = Vec::with_capacity(body.limits.len());
     let mut quotas = Vec::with_capacity(body.limits.len());
     for (i, limit) in body.limits.iter().enumerate() {
-        let (this, quota) = limit
+        let (kind, quota) = limit
             .validate()
             .map_err(|message| format!("limits[{i}].{message}"))?;
-        if kind.is_some_and(|kind| kind != this) {
-            return Err(format!(
-                "limits[{i}].algorithm: every limit of a rule runs the same algorithm"
-            ));
-        }
-        kind = Some(this);
+        kinds.push(kind);
         quotas.push(quota);
     }
-    Limits::new(kind.unwrap_or(AlgorithmKind::Gcra), quotas)
-        .map_err(|failure| format!("limits: {failure}"))
+    Limits::each(&kinds, quotas).map_err(|failure| format!("limits: {failure}"))
 }
 
 async fn limits(State(state): State<AdminState>, body: Bytes) -> Response {

@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use serde::Deserialize;
+use tollgate::algorithm::any::AnyAlgorithm;
+use tollgate::algorithm::calendar::{CalendarUnit, CalendarWindow};
 use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow};
 
 use super::checked::{AlgorithmKind, BuiltAlgorithm, LimitConfig, Limits, QuotaConfig, Unit};
@@ -28,6 +30,9 @@ pub(super) struct LimitYaml {
     requests_per_unit: Option<u64>,
     #[serde(default)]
     period: Option<String>,
+    /// A window aligned to UTC calendar units (an extension).
+    #[serde(default)]
+    calendar: Option<String>,
     #[serde(default)]
     algorithm: Option<AlgorithmKind>,
     #[serde(default)]
@@ -70,6 +75,7 @@ impl LimitYaml {
             unit: self.unit,
             requests_per_unit: self.requests_per_unit,
             period: self.period,
+            calendar: self.calendar,
             algorithm: self.algorithm,
             burst: self.burst,
             slots: self.slots,
@@ -87,6 +93,9 @@ pub(crate) struct QuotaYaml {
     requests_per_unit: Option<u64>,
     #[serde(default)]
     period: Option<String>,
+    /// A window aligned to UTC calendar units (an extension).
+    #[serde(default)]
+    calendar: Option<String>,
     #[serde(default)]
     algorithm: Option<AlgorithmKind>,
     #[serde(default)]
@@ -100,17 +109,29 @@ impl QuotaYaml {
         self.unit.is_none()
             && self.requests_per_unit.is_none()
             && self.period.is_none()
+            && self.calendar.is_none()
             && self.algorithm.is_none()
             && self.burst.is_none()
             && self.slots.is_none()
     }
 
     pub(crate) fn validate(&self) -> Result<(AlgorithmKind, QuotaConfig), String> {
-        let algorithm = self.algorithm.unwrap_or(AlgorithmKind::Gcra);
         let requests_per_unit = match self.requests_per_unit {
             Some(0) => return Err("requests_per_unit: must be at least 1".into()),
             Some(n) => n,
             None => return Err("requests_per_unit: missing".into()),
+        };
+        if let Some(calendar) = &self.calendar {
+            return self.calendar(calendar, requests_per_unit);
+        }
+        let algorithm = match self.algorithm {
+            Some(AlgorithmKind::Calendar) => {
+                return Err(
+                    "calendar: missing (calendar: minute, hour, day, week or month)".into(),
+                );
+            }
+            Some(algorithm) => algorithm,
+            None => AlgorithmKind::Gcra,
         };
         let (period, unit) = match (&self.unit, &self.period) {
             (Some(_), Some(_)) => return Err("give either unit or period, not both".into()),
@@ -154,6 +175,63 @@ impl QuotaYaml {
     }
 }
 
+impl QuotaYaml {
+    /// A `calendar:` quota: a fixed window aligned to UTC `unit`s; its
+    /// period is the unit's longest length (a month: 31 days), its `unit`
+    /// names the calendar unit.
+    fn calendar(
+        &self,
+        unit: &str,
+        requests_per_unit: u64,
+    ) -> Result<(AlgorithmKind, QuotaConfig), String> {
+        let others = [
+            ("unit", self.unit.is_some()),
+            ("period", self.period.is_some()),
+            ("burst", self.burst.is_some()),
+            ("slots", self.slots.is_some()),
+        ];
+        if let Some((key, _)) = others.iter().find(|(_, given)| *given) {
+            return Err(format!(
+                "{key}: a calendar window has its calendar unit only (no unit, period, burst or slots)"
+            ));
+        }
+        if self.algorithm.is_some_and(|a| a != AlgorithmKind::Calendar) {
+            return Err("algorithm: a calendar window is its own algorithm (leave algorithm out, or say calendar)".into());
+        }
+        let unit = match Unit::parse(unit) {
+            Some(unit @ (Unit::Minute | Unit::Hour | Unit::Day | Unit::Week | Unit::Month)) => unit,
+            _ => {
+                return Err(format!(
+                    "calendar: invalid calendar unit '{unit}' (minute, hour, day, week, month)"
+                ));
+            }
+        };
+        let period = calendar_unit(unit).map_or(unit.period(), CalendarUnit::longest);
+        Ok((
+            AlgorithmKind::Calendar,
+            QuotaConfig {
+                requests_per_unit,
+                period,
+                unit: Some(unit),
+                burst: None,
+                slots: None,
+            },
+        ))
+    }
+}
+
+/// The core's calendar unit of a calendar quota's `unit`.
+pub(crate) fn calendar_unit(unit: Unit) -> Option<CalendarUnit> {
+    Some(match unit {
+        Unit::Minute => CalendarUnit::Minute,
+        Unit::Hour => CalendarUnit::Hour,
+        Unit::Day => CalendarUnit::Day,
+        Unit::Week => CalendarUnit::Week,
+        Unit::Month => CalendarUnit::Month,
+        Unit::Second | Unit::Year => return None,
+    })
+}
+
 /// The sliding window's slots when the file does not say.
 pub(super) const DEFAULT_SLOTS: u32 = 10;
 
@@ -188,13 +266,6 @@ pub(crate) fn build_algorithm(
     kind: AlgorithmKind,
     quotas: &[QuotaConfig],
 ) -> Result<BuiltAlgorithm, tollgate::QuotaError> {
-    fn quota_of(q: &QuotaConfig) -> Result<Quota, tollgate::QuotaError> {
-        let quota = Quota::new(q.requests_per_unit, q.period)?;
-        match q.burst {
-            Some(burst) => quota.with_burst(burst),
-            None => Ok(quota),
-        }
-    }
     fn all<A: tollgate::Algorithm>(
         quotas: &[QuotaConfig],
         build: impl Fn(&QuotaConfig) -> Result<A, tollgate::QuotaError>,
@@ -212,7 +283,72 @@ pub(crate) fn build_algorithm(
         AlgorithmKind::SlidingWindow => BuiltAlgorithm::SlidingWindow(all(quotas, |q| {
             SlidingWindow::new(quota_of(q)?, q.slots.unwrap_or(DEFAULT_SLOTS))
         })?),
+        AlgorithmKind::Calendar | AlgorithmKind::Mixed => {
+            let kinds = vec![kind; quotas.len()];
+            return build_mixed(&kinds, quotas);
+        }
     })
+}
+
+fn quota_of(q: &QuotaConfig) -> Result<Quota, tollgate::QuotaError> {
+    let quota = Quota::new(q.requests_per_unit, q.period)?;
+    match q.burst {
+        Some(burst) => quota.with_burst(burst),
+        None => Ok(quota),
+    }
+}
+
+/// One algorithm per quota (`kinds[i]` runs `quotas[i]`), all-or-nothing:
+/// the core's `AllOf<AnyAlgorithm>`.
+pub(crate) fn build_mixed(
+    kinds: &[AlgorithmKind],
+    quotas: &[QuotaConfig],
+) -> Result<BuiltAlgorithm, tollgate::QuotaError> {
+    let one =
+        |kind: AlgorithmKind, q: &QuotaConfig| -> Result<AnyAlgorithm, tollgate::QuotaError> {
+            Ok(match kind {
+                AlgorithmKind::Gcra => Gcra::new(quota_of(q)?)?.into(),
+                AlgorithmKind::FixedWindow => FixedWindow::new(quota_of(q)?)?.into(),
+                AlgorithmKind::SlidingLog => SlidingLog::new(quota_of(q)?)?.into(),
+                AlgorithmKind::SlidingWindow => {
+                    SlidingWindow::new(quota_of(q)?, q.slots.unwrap_or(DEFAULT_SLOTS))?.into()
+                }
+                // Validation gives every calendar quota a calendar unit.
+                AlgorithmKind::Calendar | AlgorithmKind::Mixed => {
+                    let unit =
+                        q.unit
+                            .and_then(calendar_unit)
+                            .ok_or(tollgate::QuotaError::Overflow {
+                                algorithm: "calendar",
+                                what: "a calendar window without a calendar unit",
+                            })?;
+                    CalendarWindow::new(unit, q.requests_per_unit)?.into()
+                }
+            })
+        };
+    let limits = kinds
+        .iter()
+        .zip(quotas)
+        .map(|(kind, q)| one(*kind, q))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(BuiltAlgorithm::Mixed(AllOf::new(limits)?))
+}
+
+/// The algorithm of `quotas`, each run by its own `kinds[i]`: one
+/// algorithm type when they share one (and it is not a calendar window),
+/// else [`build_mixed`].
+pub(crate) fn build_each(
+    kinds: &[AlgorithmKind],
+    quotas: &[QuotaConfig],
+) -> Result<BuiltAlgorithm, tollgate::QuotaError> {
+    match kinds.first() {
+        Some(&first)
+            if first != AlgorithmKind::Calendar && kinds.iter().all(|&kind| kind == first) =>
+        {
+            build_algorithm(first, quotas)
+        }
+        _ => build_mixed(kinds, quotas),
+    }
 }
 
 /// The limit of a `rate_limit:` block.
@@ -246,7 +382,7 @@ pub(super) fn limit_of(
         .validate()
         .map_err(|error| format!("rate_limit.{error}"))?;
     let algorithm =
-        build_algorithm(kind, &[quota]).map_err(|error| format!("rate_limit: {error}"))?;
+        build_each(&[kind], &[quota]).map_err(|error| format!("rate_limit: {error}"))?;
     Ok(Some(LimitConfig::Limited {
         name,
         limits: Limits {

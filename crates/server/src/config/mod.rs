@@ -55,10 +55,24 @@
 //!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
 //!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
 //!   by default the limit), `period` (`500ms`, `10s`, `5m`, `2h`, `1d`)
-//!   instead of `unit`. `rate_limits:` holds several limits for one
-//!   descriptor, decided all-or-nothing; they share one algorithm (the
-//!   core's `AllOf` runs one algorithm type), and a file mixing them is
-//!   refused.
+//!   instead of `unit`, `calendar` (below) instead of either.
+//!   `rate_limits:` holds several limits for one descriptor, decided
+//!   all-or-nothing; each may run its own algorithm (a GCRA per second and
+//!   a calendar month: the core's `AllOf<AnyAlgorithm>`; limits sharing
+//!   one algorithm run the core's `AllOf` of that type).
+//! - **Calendar windows** (an extension): `calendar: minute | hour | day |
+//!   week | month` in place of `unit`/`period` is a fixed window aligned to
+//!   UTC calendar units (the minute, hour or day boundary; Monday 00:00;
+//!   the 1st 00:00), the core's `CalendarWindow`, on Redis
+//!   `tollgate_redis::calendar`: a monthly quota resets on the 1st for
+//!   every key at once, whatever its length. Lyft's `unit:` keeps its
+//!   meaning (`unit: month` is 30 days from the epoch, below), so no
+//!   envoyproxy/ratelimit file changes meaning; `calendar:` with `unit`,
+//!   `period`, `burst`, `slots` or another `algorithm` is refused at its
+//!   line, as are `calendar: second` / `year` and `algorithm: calendar`
+//!   without `calendar:`. In memory a rule holding a calendar window is
+//!   decided on the wall clock (UNIX time), or on the server's clock when
+//!   one is given (tests: a manual clock reads as UNIX time).
 //! - `concurrency:` (an extension, beside or instead of `rate_limit`): at
 //!   most N leases at once per bucket, with a lease TTL; see
 //!   [`concurrency`] for the keys and [`crate::concurrency`] for what each
@@ -583,26 +597,18 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
                 if list.is_empty() {
                     return Err("rate_limits: needs at least one limit".into());
                 }
-                let mut kind = None;
+                let mut kinds = Vec::with_capacity(list.len());
                 let mut quotas = Vec::with_capacity(list.len());
                 for (i, item) in list.iter().enumerate() {
-                    let (this, quota) = item
+                    let (kind, quota) = item
                         .validate()
                         .map_err(|error| format!("rate_limits[{i}].{error}"))?;
-                    if kind.is_some_and(|k| k != this) {
-                        return Err(format!(
-                            "rate_limits[{i}].algorithm: every limit of a descriptor runs the same algorithm"
-                        ));
-                    }
-                    kind = Some(this);
+                    kinds.push(kind);
                     quotas.push(quota);
                 }
-                let algorithm = build_algorithm(kind.unwrap_or(AlgorithmKind::Gcra), &quotas)
+                let limits = Limits::each(&kinds, quotas)
                     .map_err(|error| format!("rate_limits: {error}"))?;
-                Some(LimitConfig::Limited {
-                    name: None,
-                    limits: Limits { quotas, algorithm },
-                })
+                Some(LimitConfig::Limited { name: None, limits })
             }
         };
         let concurrency = raw
@@ -631,7 +637,10 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
 fn refuse_sliding_log(d: &DescriptorConfig) -> Result<(), String> {
     match &d.limit {
         Some(LimitConfig::Limited { limits, .. })
-            if limits.algorithm.kind() == AlgorithmKind::SlidingLog =>
+            if limits
+                .algorithm
+                .kinds()
+                .contains(&AlgorithmKind::SlidingLog) =>
         {
             Err(format!(
                 "descriptor '{}': runs sliding_log, which the Redis backend does not offer (use sliding_window, exact to its slots)",
