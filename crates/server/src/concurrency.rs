@@ -69,6 +69,7 @@ use tollgate_redis::concurrency::{LeaseId, RedisConcurrencyLimiter, Refusal};
 use tollgate_redis::{FailurePolicy, Redis};
 
 use crate::config::{ConcurrencyConfig, RedisSettings};
+use crate::metrics::ConcurrencyStats;
 use crate::redis_backend::{redis_config, target_name};
 use crate::rules::{Rule, RuleSet};
 use crate::service::{CheckRequest, Status};
@@ -151,6 +152,8 @@ pub struct Unavailable {
 /// Where leases live; see the [module docs](self).
 pub struct Leases {
     store: Store,
+    /// What the leases did, per rule (exported by [`crate::metrics`]).
+    stats: ConcurrencyStats,
 }
 
 enum Store {
@@ -171,8 +174,10 @@ impl fmt::Debug for Leases {
 impl Leases {
     /// Leases in this process's memory, timed by `clock`.
     pub fn memory(clock: ClockSource) -> Leases {
+        let stats = ConcurrencyStats::default();
         Leases {
-            store: Store::Memory(Box::new(MemoryLeases::new(clock))),
+            store: Store::Memory(Box::new(MemoryLeases::new(clock, stats.clone()))),
+            stats,
         }
     }
 
@@ -180,14 +185,32 @@ impl Leases {
     /// `redis`, with the settings' prefix, deadline, breaker and failure
     /// policy; the local policy decides on memory leases timed by `clock`.
     pub fn redis(redis: Redis, settings: &RedisSettings, clock: ClockSource) -> Leases {
+        let stats = ConcurrencyStats::default();
         Leases {
             store: Store::Redis(Box::new(RedisLeases {
                 redis,
                 settings: settings.clone(),
                 limiters: Mutex::new(HashMap::new()),
-                local: MemoryLeases::new(clock),
+                local: MemoryLeases::new(clock, stats.clone()),
+                stats: stats.clone(),
             })),
+            stats,
         }
+    }
+
+    /// The counters of what these leases did, per rule (one set, read by
+    /// `/metrics` and the status page: [`ConcurrencyStats`]).
+    pub fn stats(&self) -> &ConcurrencyStats {
+        &self.stats
+    }
+
+    /// Counts a refusal of a lease under `rule`.
+    pub(crate) fn refused(&self, rule: &Arc<str>, denial: &Denial) {
+        self.stats.count(rule, |t| match denial {
+            Denial::Full { .. } => t.refused_full += 1,
+            Denial::Cost { .. } => t.refused_cost += 1,
+            Denial::Unavailable { .. } => t.refused_unavailable += 1,
+        });
     }
 
     /// Connects to the Redis of `settings` (its own multiplexed connection
@@ -218,15 +241,21 @@ impl Leases {
         bucket: &str,
         cost: u32,
     ) -> Result<Granted, Denial> {
-        if cost > config.limit {
-            return Err(Denial::Cost {
+        let outcome = if cost > config.limit {
+            Err(Denial::Cost {
                 limit: config.limit,
-            });
+            })
+        } else {
+            match &self.store {
+                Store::Memory(memory) => memory.acquire(&rule.id, config, bucket, cost),
+                Store::Redis(redis) => redis.acquire(rule, config, bucket, cost).await,
+            }
+        };
+        match &outcome {
+            Ok(_) => self.stats.count(&rule.id, |t| t.acquired += 1),
+            Err(denial) => self.refused(&rule.id, denial),
         }
-        match &self.store {
-            Store::Memory(memory) => memory.acquire(&rule.id, config, bucket, cost),
-            Store::Redis(redis) => redis.acquire(rule, config, bucket, cost).await,
-        }
+        outcome
     }
 
     /// Gives a lease back. Idempotent: a lease released twice, expired or
@@ -295,9 +324,13 @@ pub(crate) async fn take_slots(
         }
         let outcome = match u32::try_from(cost) {
             Ok(cost) => leases.acquire(rule, config, &bucket, cost).await.err(),
-            Err(_) => Some(Denial::Cost {
-                limit: config.limit,
-            }),
+            Err(_) => {
+                let denial = Denial::Cost {
+                    limit: config.limit,
+                };
+                leases.refused(&rule.id, &denial);
+                Some(denial)
+            }
         };
         if let Some(denial) = outcome {
             *status = Status::Refused {
@@ -316,6 +349,9 @@ pub(crate) async fn take_slots(
 /// it fits), on the server's clock.
 struct MemoryLeases {
     clock: ClockSource,
+    /// Counts releases and expiries (acquisitions are counted by
+    /// [`Leases::acquire`]).
+    stats: ConcurrencyStats,
     ids: std::collections::hash_map::RandomState,
     table: Mutex<Table>,
 }
@@ -348,9 +384,10 @@ struct MemoryLease {
 }
 
 impl MemoryLeases {
-    fn new(clock: ClockSource) -> MemoryLeases {
+    fn new(clock: ClockSource, stats: ConcurrencyStats) -> MemoryLeases {
         MemoryLeases {
             clock,
+            stats,
             ids: std::collections::hash_map::RandomState::new(),
             table: Mutex::new(Table::default()),
         }
@@ -385,7 +422,7 @@ impl MemoryLeases {
     ) -> Result<Granted, Denial> {
         let now = self.now();
         let mut table = self.lock();
-        table.prune(now);
+        table.prune(now, &self.stats);
         let slot = (Arc::clone(rule), bucket.to_owned());
         let (held, first) = table.held.get(&slot).map_or((0, now), |b| {
             (b.held, b.expiries.keys().next().copied().unwrap_or(now))
@@ -431,22 +468,25 @@ impl MemoryLeases {
     fn release(&self, id: &str) -> Released {
         let now = self.now();
         let mut table = self.lock();
-        table.prune(now);
+        table.prune(now, &self.stats);
         match table.remove(id) {
-            true => Released::Freed,
-            false => Released::Unknown,
+            Some(rule) => {
+                self.stats.count(&rule, |t| t.released += 1);
+                Released::Freed
+            }
+            None => Released::Unknown,
         }
     }
 
     fn prune(&self) {
         let now = self.now();
-        self.lock().prune(now);
+        self.lock().prune(now, &self.stats);
     }
 
     fn in_flight(&self, rule: &str, bucket: &str) -> u32 {
         let now = self.now();
         let mut table = self.lock();
-        table.prune(now);
+        table.prune(now, &self.stats);
         table
             .held
             .get(&(Arc::from(rule), bucket.to_owned()))
@@ -457,22 +497,24 @@ impl MemoryLeases {
 impl Table {
     /// Drops every lease whose expiry is at or before `now` (a lease of
     /// TTL `t` taken at `s` holds its slots over `[s, s + t)`).
-    fn prune(&mut self, now: u64) {
+    /// Each counted as expired in `stats`.
+    fn prune(&mut self, now: u64, stats: &ConcurrencyStats) {
         while let Some((expires, _)) = self.expiries.first() {
             if *expires > now {
                 break;
             }
             if let Some((_, id)) = self.expiries.pop_first() {
-                self.remove(&id);
+                if let Some(rule) = self.remove(&id) {
+                    stats.count(&rule, |t| t.expired += 1);
+                }
             }
         }
     }
 
-    /// Removes lease `id` and its slots; whether it was live.
-    fn remove(&mut self, id: &str) -> bool {
-        let Some(lease) = self.leases.remove(id) else {
-            return false;
-        };
+    /// Removes lease `id` and its slots; its rule if it was live.
+    fn remove(&mut self, id: &str) -> Option<Arc<str>> {
+        let lease = self.leases.remove(id)?;
+        let rule = Arc::clone(&lease.rule);
         self.expiries.remove(&(lease.expires, id.to_owned()));
         let slot = (lease.rule, lease.bucket);
         if let Some(bucket) = self.held.get_mut(&slot) {
@@ -493,7 +535,7 @@ impl Table {
                 self.held.remove(&slot);
             }
         }
-        true
+        Some(rule)
     }
 }
 
@@ -510,6 +552,8 @@ struct RedisLeases {
     limiters: Mutex<HashMap<LimiterKey, RedisConcurrencyLimiter>>,
     /// The local failure policy's leases.
     local: MemoryLeases,
+    /// Counts releases of Redis leases.
+    stats: ConcurrencyStats,
 }
 
 /// The prefix of a lease granted by fail open: it holds nothing.
@@ -623,7 +667,11 @@ impl RedisLeases {
                 retry_after: Duration::from_secs(1),
             })?;
         match limiter.release_lease(&id).await {
-            Ok(true) => Ok(Released::Freed),
+            Ok(true) => {
+                self.stats
+                    .count(&Arc::from(rule.as_str()), |t| t.released += 1);
+                Ok(Released::Freed)
+            }
             Ok(false) => Ok(Released::Unknown),
             Err(Refusal::Unavailable { retry_after, .. }) => Err(Unavailable { retry_after }),
             Err(_) => Err(Unavailable {

@@ -12,6 +12,10 @@
 //!   `shadow` `tollgate_rule_shadow_mode`, all in permits as
 //!   `/metrics` counts them. The totals are read when `/status.json` is
 //!   asked; the chart's points are sampled once a second by the server.
+//! - **Concurrency leases per rule** (`concurrency:` rules): acquired,
+//!   refused by reason, released, expired, from the counters `/metrics`
+//!   exports as `tollgate_concurrency_*` (one set: see
+//!   [`crate::metrics::ConcurrencyStats`]).
 //! - **The most-denied keys right now**: a Space-Saving sketch of
 //!   [`TOP_COUNTERS`] counters per window fed with every denial (shadow
 //!   denials included), keyed by rule and bucket, over the current window
@@ -221,6 +225,9 @@ impl StatusBoard {
                 limit: describe(rule),
                 totals: (rule.limits.is_some() || rule.blocked.is_some())
                     .then(|| rule_totals(metrics, rule)),
+                concurrency: rule
+                    .concurrency
+                    .map(|_| metrics.concurrency().totals(&rule.id)),
                 points: series.points(&rule.id),
             })
             .collect();
@@ -376,6 +383,9 @@ pub struct RuleStatus {
     /// Its counts so far (`None` for an unlimited rule, which counts
     /// nothing; a blocked rule counts its denials).
     pub totals: Option<Totals>,
+    /// Its concurrency leases so far, from the counters `/metrics`
+    /// exports (`None` for a rule without `concurrency:`).
+    pub concurrency: Option<crate::metrics::ConcurrencyTotals>,
     /// Per second, oldest first.
     pub points: Vec<Totals>,
 }
