@@ -11,6 +11,7 @@
 #[path = "server/support.rs"]
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
@@ -281,5 +282,61 @@ descriptors:
         take(&server, "user", "bob").await.0,
         "a fresh key fits both"
     );
+    server.stop().await;
+}
+
+/// A bridge ends: once the previous limits' longest period (plus the
+/// slack) has passed, the sweep replaces the bridge by a limiter of the
+/// new limits alone, and the raised limit is in force.
+#[tokio::test]
+async fn a_bridge_ends_after_one_old_period() {
+    let redis = RedisServer::start();
+    let backend = redis.backend(BACKEND);
+    let rules = |n: u64| {
+        format!(
+            "{backend}
+domain: rl
+descriptors:
+  - key: org
+    rate_limit: {{period: 100ms, requests_per_unit: {n}, algorithm: sliding_window}}
+"
+        )
+    };
+    let config =
+        tollgate_server::Config::from_yaml("rules.yaml".as_ref(), &rules(1)).expect("valid");
+    let tollgate_server::config::BackendSettings::Redis(settings) = &config.backend else {
+        panic!("a Redis backend");
+    };
+    let redis_backend = Arc::new(
+        tollgate_server::RedisBackend::connect(settings)
+            .await
+            .expect("connect"),
+    );
+    let server = support::start_on(
+        Some(Arc::clone(&redis_backend) as Arc<dyn tollgate_server::Backend>),
+        ADMIN,
+        &rules(1),
+    )
+    .await;
+    let limits = || {
+        redis_backend
+            .limiter("rl.org")
+            .expect("installed")
+            .limits()
+            .len()
+    };
+    assert_eq!(limits(), 1);
+    server.write_config(ADMIN, &rules(5));
+    server.reloader.reload().expect("reload");
+    assert_eq!(limits(), 2, "the bridge holds the old limit and the new");
+    tollgate_server::Backend::sweep(&*redis_backend);
+    assert_eq!(limits(), 2, "not before the old period and the slack");
+    // 100 ms + 1 s of slack, and some margin: a wait, not a bound asserted.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tollgate_server::Backend::sweep(&*redis_backend);
+    assert_eq!(limits(), 1, "the new limit alone");
+    // (Admitted under the new 5: no count is asserted on a 100 ms window
+    // that real time moves.)
+    take_n(&server, "org", "alice", 5).await;
     server.stop().await;
 }
