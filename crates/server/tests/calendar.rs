@@ -121,6 +121,9 @@ async fn a_gcra_per_second_and_a_calendar_month_in_memory() {
         .expect("rl.user")
         .clone();
     assert_eq!(user["limits"].as_array().map(Vec::len), Some(2), "{user}");
+    assert_eq!(user["limits"][0]["algorithm"], "gcra", "{user}");
+    assert_eq!(user["limits"][1]["algorithm"], "calendar", "{user}");
+    assert_eq!(user["limits"][1]["requests_per_unit"], 5, "{user}");
     server.stop().await;
     lyft_server.stop().await;
 }

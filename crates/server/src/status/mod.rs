@@ -313,22 +313,34 @@ pub fn describe(rule: &Rule) -> String {
     let Some(limits) = &rule.limits else {
         return "unlimited".into();
     };
-    let kind = limits.algorithm.kind().name();
+    let kind = limits.algorithm.kind();
+    let kinds = limits.algorithm.kinds();
     let quotas: Vec<String> = limits
         .quotas
         .iter()
-        .map(|q| {
+        .zip(&kinds)
+        .map(|(q, this)| {
             let per = q.unit.map_or_else(
                 || format!("{}ms", q.period.as_millis()),
                 |unit| unit.name().to_owned(),
             );
-            match q.burst {
+            let mut text = match q.burst {
                 Some(burst) => format!("{}/{per} burst {burst}", q.requests_per_unit),
                 None => format!("{}/{per}", q.requests_per_unit),
+            };
+            // A rule mixing algorithms names each limit's.
+            if kind == crate::config::AlgorithmKind::Mixed {
+                text.push(' ');
+                text.push_str(this.name());
             }
+            text
         })
         .collect();
-    format!("{} {kind}", quotas.join(" + "))
+    if kind == crate::config::AlgorithmKind::Mixed {
+        quotas.join(" + ")
+    } else {
+        format!("{} {}", quotas.join(" + "), kind.name())
+    }
 }
 
 /// A bucket key (`4:user5:alice`, see [`crate::rules::bucket_key`]) as
