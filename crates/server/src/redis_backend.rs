@@ -104,16 +104,17 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::{Carry, Decision};
 use tollgate_redis::{
-    Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Stats, Target,
+    Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Target,
 };
+
+mod carry;
+mod metrics;
+
+use carry::{BRIDGE_SLACK, carried, carry_pairs, limits_of};
+use metrics::{RedisMetrics, Totals};
 
 use crate::backend::{
     Backend, BackendError, BackendHealth, Control, ControlError, ControlFuture, DecideFuture, Hit,
@@ -367,71 +368,6 @@ impl RedisBackend {
             }
         });
     }
-}
-
-/// Added to a bridge's length: the previous keys' TTL slack, and the
-/// clocks of this node and of Redis apart.
-const BRIDGE_SLACK: Duration = Duration::from_secs(1);
-
-const SLIDING_LOG: &str = "sliding_log does not run on Redis (use sliding_window)";
-
-/// Whether `tollgate-redis` carries a key's state from `from` to `to`
-/// (`tollgate_redis::carry`: GCRA to GCRA, fixed window to fixed window).
-fn carried(from: &Limit, to: &Limit) -> bool {
-    matches!(
-        (from, to),
-        (Limit::Gcra(_), Limit::Gcra(_)) | (Limit::FixedWindow(_), Limit::FixedWindow(_))
-    )
-}
-
-/// The `tollgate-redis` limits of `algorithm`.
-fn limits_of(algorithm: &BuiltAlgorithm) -> Result<Vec<Limit>, String> {
-    Ok(match algorithm {
-        BuiltAlgorithm::Gcra(a) => a.limits().iter().cloned().map(Limit::from).collect(),
-        BuiltAlgorithm::FixedWindow(a) => a.limits().iter().cloned().map(Limit::from).collect(),
-        BuiltAlgorithm::SlidingWindow(a) => a.limits().iter().cloned().map(Limit::from).collect(),
-        BuiltAlgorithm::Mixed(a) => a
-            .limits()
-            .iter()
-            .map(|limit| match limit {
-                AnyAlgorithm::Gcra(l) => Ok(Limit::from(l.clone())),
-                AnyAlgorithm::FixedWindow(l) => Ok(Limit::from(l.clone())),
-                AnyAlgorithm::SlidingWindow(l) => Ok(Limit::from(l.clone())),
-                AnyAlgorithm::Calendar(l) => Ok(Limit::from(l.clone())),
-                _ => Err(String::from(SLIDING_LOG)),
-            })
-            .collect::<Result<_, _>>()?,
-        BuiltAlgorithm::SlidingLog(_) => return Err(SLIDING_LOG.into()),
-    })
-}
-
-/// For each limit of `new`, the limit of `old` it carries its state from
-/// (what `carry_from` takes: one per limit, in order): the same limit if
-/// it stayed, else one of the same period (its number changed), else the
-/// next one left in file order; a limit added has nothing to carry (it is
-/// paired with itself: its own keys, which hold nothing to convert).
-fn carry_pairs(old: &[Limit], new: &[Limit]) -> Vec<Limit> {
-    let mut left: Vec<Option<&Limit>> = old.iter().map(Some).collect();
-    let mut take = |found: &dyn Fn(&Limit) -> bool| {
-        let slot = left.iter_mut().find(|slot| slot.is_some_and(found))?;
-        slot.take().cloned()
-    };
-    let mut pairs: Vec<Option<Limit>> = new.iter().map(|n| take(&|o| o == n)).collect();
-    for (pair, n) in pairs.iter_mut().zip(new) {
-        if pair.is_none() {
-            *pair = take(&|o| o.quota().period() == n.quota().period());
-        }
-    }
-    for pair in &mut pairs {
-        if pair.is_none() {
-            *pair = take(&|_| true);
-        }
-    }
-    pairs
-        .into_iter()
-        .zip(new)
-        .map(|(pair, n)| pair.unwrap_or_else(|| n.clone()))
-        .collect()
 }
 
 /// `tollgate-redis`'s connection settings for `settings`.
@@ -701,198 +637,4 @@ impl Backend for RedisBackend {
 
 fn unlimited() -> Decision {
     Decision::from_parts(true, u64::MAX, u64::MAX, Duration::ZERO, Duration::ZERO)
-}
-
-/// A limiter's [`Stats`], summed over the limiters a rule has had.
-#[derive(Clone, Copy, Debug, Default)]
-struct Totals {
-    redis: u64,
-    deny_cache: u64,
-    lease: u64,
-    timeout: u64,
-    error: u64,
-    breaker_open: u64,
-    overloaded: u64,
-    allowed: u64,
-    denied: u64,
-}
-
-impl Totals {
-    fn sum(&mut self, other: &Totals) {
-        self.redis += other.redis;
-        self.deny_cache += other.deny_cache;
-        self.lease += other.lease;
-        self.timeout += other.timeout;
-        self.error += other.error;
-        self.breaker_open += other.breaker_open;
-        self.overloaded += other.overloaded;
-        self.allowed += other.allowed;
-        self.denied += other.denied;
-    }
-
-    fn add(&mut self, stats: &Stats) {
-        self.redis += stats.redis;
-        self.deny_cache += stats.deny_cache;
-        self.lease += stats.lease;
-        self.timeout += stats.policy_timeout;
-        self.error += stats.policy_error;
-        self.breaker_open += stats.policy_breaker_open;
-        self.overloaded += stats.policy_overloaded;
-        self.allowed += stats.policy_allowed;
-        self.denied += stats.policy_denied;
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SourceLabel {
-    rule: String,
-    source: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FaultLabel {
-    rule: String,
-    fault: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
-    rule: String,
-    result: &'static str,
-}
-
-/// Reads every limiter's stats at each scrape (see the [module docs](self)).
-struct RedisMetrics {
-    limiters: Arc<ArcSwap<HashMap<Arc<str>, Arc<Installed>>>>,
-    retired: Arc<Mutex<HashMap<Arc<str>, Totals>>>,
-}
-
-impl fmt::Debug for RedisMetrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisMetrics").finish_non_exhaustive()
-    }
-}
-
-impl Collector for RedisMetrics {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let mut totals: HashMap<Arc<str>, Totals> = self
-            .retired
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        for (id, installed) in self.limiters.load().iter() {
-            totals
-                .entry(Arc::clone(id))
-                .or_default()
-                .add(&installed.limiter.stats());
-        }
-        let sources = Family::<SourceLabel, Counter>::default();
-        let faults = Family::<FaultLabel, Counter>::default();
-        let results = Family::<ResultLabel, Counter>::default();
-        for (id, t) in &totals {
-            let rule = id.to_string();
-            for (source, n) in [
-                ("redis", t.redis),
-                ("deny_cache", t.deny_cache),
-                ("lease", t.lease),
-                ("policy", t.allowed + t.denied),
-            ] {
-                sources
-                    .get_or_create(&SourceLabel {
-                        rule: rule.clone(),
-                        source,
-                    })
-                    .inc_by(n);
-            }
-            for (fault, n) in [
-                ("timeout", t.timeout),
-                ("error", t.error),
-                ("breaker_open", t.breaker_open),
-                ("overloaded", t.overloaded),
-            ] {
-                faults
-                    .get_or_create(&FaultLabel {
-                        rule: rule.clone(),
-                        fault,
-                    })
-                    .inc_by(n);
-            }
-            for (result, n) in [("allowed", t.allowed), ("denied", t.denied)] {
-                results
-                    .get_or_create(&ResultLabel {
-                        rule: rule.clone(),
-                        result,
-                    })
-                    .inc_by(n);
-            }
-        }
-        for (name, help, family) in [
-            (
-                "redis_decisions",
-                "Decisions of the Redis backend by who took them",
-                &sources as &dyn EncodeMetric,
-            ),
-            (
-                "redis_policy_faults",
-                "Decisions the failure policy took, by why Redis did not decide",
-                &faults,
-            ),
-            (
-                "redis_policy_decisions",
-                "Decisions the failure policy took, by answer",
-                &results,
-            ),
-        ] {
-            let metric = encoder.encode_descriptor(name, help, None, family.metric_type())?;
-            family.encode(metric)?;
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tollgate::{FixedWindow, Gcra, Quota};
-
-    use super::*;
-
-    fn gcra(n: u64, secs: u64) -> Limit {
-        Limit::from(
-            Gcra::new(Quota::new(n, Duration::from_secs(secs)).expect("quota")).expect("gcra"),
-        )
-    }
-
-    fn window(n: u64, secs: u64) -> Limit {
-        Limit::from(
-            FixedWindow::new(Quota::new(n, Duration::from_secs(secs)).expect("quota"))
-                .expect("window"),
-        )
-    }
-
-    #[test]
-    fn limits_pair_by_equality_then_period_then_order() {
-        // A changed number: paired with the limit of the same period.
-        assert_eq!(
-            carry_pairs(&[gcra(5, 1), gcra(100, 60)], &[gcra(100, 60), gcra(8, 1)]),
-            vec![gcra(100, 60), gcra(5, 1)]
-        );
-        // A limit added first: the old one is paired with its successor
-        // of the same period, the added one with itself.
-        assert_eq!(
-            carry_pairs(&[window(5, 1)], &[window(1000, 86_400), window(8, 1)]),
-            vec![window(1000, 86_400), window(5, 1)]
-        );
-        // A changed period: paired in order.
-        assert_eq!(
-            carry_pairs(&[gcra(5, 1), gcra(50, 60)], &[gcra(5, 2), gcra(50, 120)]),
-            vec![gcra(5, 1), gcra(50, 60)]
-        );
-        // A limit removed: dropped.
-        assert_eq!(
-            carry_pairs(&[gcra(5, 1), gcra(50, 60)], &[gcra(50, 60)]),
-            vec![gcra(50, 60)]
-        );
-    }
 }
