@@ -24,7 +24,11 @@
 //! quotas with [`Carry::Keep`]: permits already taken stay taken, so a
 //! reload can never hand out a fresh burst (nor lower a key below zero). If
 //! its algorithm changes, its buckets start afresh (state cannot be carried
-//! between algorithms). A request's `limit` override ([`Rule::dynamic`])
+//! between algorithms). A rule mixing algorithms (or holding a calendar
+//! window) runs the core's `AllOf<AnyAlgorithm>` on the wall clock, and
+//! across a change of its quotas carries what the core's `AnyAlgorithm`
+//! carries (permits counted, even across a change of one limit's
+//! algorithm). A request's `limit` override ([`Rule::dynamic`])
 //! is decided by a limiter of its own per override rule, made on first
 //! use and dropped by the sweeper once all its buckets are fresh; at most
 //! [`MAX_DYNAMIC_RULES`] exist at once, and a further one is answered as a
@@ -43,6 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::{Algorithm, AllOf, Carry, ClockSource, Decision, KeyedLimiter};
 
 use crate::config::BuiltAlgorithm;
@@ -238,6 +243,17 @@ enum RuleLimiter {
     FixedWindow(Keyed<tollgate::FixedWindow>),
     SlidingLog(Keyed<tollgate::SlidingLog>),
     SlidingWindow(Keyed<tollgate::SlidingWindow>),
+    Mixed(Keyed<AnyAlgorithm>),
+}
+
+/// The clock of a rule holding several algorithms (calendar windows read
+/// UNIX time): the wall clock, unless the server was given a manual or
+/// custom clock (tests: a manual clock reads as UNIX time).
+fn wall_clock(clock: &ClockSource) -> ClockSource {
+    match clock {
+        ClockSource::Manual(_) | ClockSource::Custom(_) => clock.clone(),
+        _ => tollgate::SystemClock::new().into(),
+    }
 }
 
 fn keyed<A: Algorithm>(algorithm: AllOf<A>, clock: &ClockSource) -> Keyed<A>
@@ -258,6 +274,7 @@ impl RuleLimiter {
             BuiltAlgorithm::FixedWindow(a) => RuleLimiter::FixedWindow(keyed(a, clock)),
             BuiltAlgorithm::SlidingLog(a) => RuleLimiter::SlidingLog(keyed(a, clock)),
             BuiltAlgorithm::SlidingWindow(a) => RuleLimiter::SlidingWindow(keyed(a, clock)),
+            BuiltAlgorithm::Mixed(a) => RuleLimiter::Mixed(keyed(a, &wall_clock(clock))),
         }
     }
 
@@ -275,6 +292,7 @@ impl RuleLimiter {
             (RuleLimiter::SlidingWindow(l), BuiltAlgorithm::SlidingWindow(a)) => {
                 l.set_default(a, Carry::Keep)
             }
+            (RuleLimiter::Mixed(l), BuiltAlgorithm::Mixed(a)) => l.set_default(a, Carry::Keep),
             _ => return false,
         }
         true
@@ -295,6 +313,7 @@ impl RuleLimiter {
             RuleLimiter::FixedWindow(l) => run!(l),
             RuleLimiter::SlidingLog(l) => run!(l),
             RuleLimiter::SlidingWindow(l) => run!(l),
+            RuleLimiter::Mixed(l) => run!(l),
         }
     }
 
@@ -330,6 +349,7 @@ impl RuleLimiter {
             RuleLimiter::FixedWindow(l) => run!(l),
             RuleLimiter::SlidingLog(l) => run!(l),
             RuleLimiter::SlidingWindow(l) => run!(l),
+            RuleLimiter::Mixed(l) => run!(l),
         }
     }
 
@@ -339,6 +359,7 @@ impl RuleLimiter {
             RuleLimiter::FixedWindow(l) => l.sweep(),
             RuleLimiter::SlidingLog(l) => l.sweep(),
             RuleLimiter::SlidingWindow(l) => l.sweep(),
+            RuleLimiter::Mixed(l) => l.sweep(),
         };
     }
 
@@ -348,6 +369,7 @@ impl RuleLimiter {
             RuleLimiter::FixedWindow(l) => l.is_empty(),
             RuleLimiter::SlidingLog(l) => l.is_empty(),
             RuleLimiter::SlidingWindow(l) => l.is_empty(),
+            RuleLimiter::Mixed(l) => l.is_empty(),
         }
     }
 }

@@ -58,17 +58,21 @@
 //!   closed refuses (503 / OVER_LIMIT); local decides on this server's
 //!   memory leases holding `max(1, ⌊limit · share⌋)` slots per bucket.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tollgate::{Clock, ClockSource};
+use tollgate::ClockSource;
 use tollgate_redis::concurrency::{LeaseId, RedisConcurrencyLimiter, Refusal};
 use tollgate_redis::{FailurePolicy, Redis};
 
+mod memory;
+
+use memory::MemoryLeases;
+
 use crate::config::{ConcurrencyConfig, RedisSettings};
+use crate::metrics::ConcurrencyStats;
 use crate::redis_backend::{redis_config, target_name};
 use crate::rules::{Rule, RuleSet};
 use crate::service::{CheckRequest, Status};
@@ -151,6 +155,8 @@ pub struct Unavailable {
 /// Where leases live; see the [module docs](self).
 pub struct Leases {
     store: Store,
+    /// What the leases did, per rule (exported by [`crate::metrics`]).
+    stats: ConcurrencyStats,
 }
 
 enum Store {
@@ -171,8 +177,10 @@ impl fmt::Debug for Leases {
 impl Leases {
     /// Leases in this process's memory, timed by `clock`.
     pub fn memory(clock: ClockSource) -> Leases {
+        let stats = ConcurrencyStats::default();
         Leases {
-            store: Store::Memory(Box::new(MemoryLeases::new(clock))),
+            store: Store::Memory(Box::new(MemoryLeases::new(clock, stats.clone()))),
+            stats,
         }
     }
 
@@ -180,14 +188,32 @@ impl Leases {
     /// `redis`, with the settings' prefix, deadline, breaker and failure
     /// policy; the local policy decides on memory leases timed by `clock`.
     pub fn redis(redis: Redis, settings: &RedisSettings, clock: ClockSource) -> Leases {
+        let stats = ConcurrencyStats::default();
         Leases {
             store: Store::Redis(Box::new(RedisLeases {
                 redis,
                 settings: settings.clone(),
                 limiters: Mutex::new(HashMap::new()),
-                local: MemoryLeases::new(clock),
+                local: MemoryLeases::new(clock, stats.clone()),
+                stats: stats.clone(),
             })),
+            stats,
         }
+    }
+
+    /// The counters of what these leases did, per rule (one set, read by
+    /// `/metrics` and the status page: [`ConcurrencyStats`]).
+    pub fn stats(&self) -> &ConcurrencyStats {
+        &self.stats
+    }
+
+    /// Counts a refusal of a lease under `rule`.
+    pub(crate) fn refused(&self, rule: &Arc<str>, denial: &Denial) {
+        self.stats.count(rule, |t| match denial {
+            Denial::Full { .. } => t.refused_full += 1,
+            Denial::Cost { .. } => t.refused_cost += 1,
+            Denial::Unavailable { .. } => t.refused_unavailable += 1,
+        });
     }
 
     /// Connects to the Redis of `settings` (its own multiplexed connection
@@ -218,15 +244,21 @@ impl Leases {
         bucket: &str,
         cost: u32,
     ) -> Result<Granted, Denial> {
-        if cost > config.limit {
-            return Err(Denial::Cost {
+        let outcome = if cost > config.limit {
+            Err(Denial::Cost {
                 limit: config.limit,
-            });
+            })
+        } else {
+            match &self.store {
+                Store::Memory(memory) => memory.acquire(&rule.id, config, bucket, cost),
+                Store::Redis(redis) => redis.acquire(rule, config, bucket, cost).await,
+            }
+        };
+        match &outcome {
+            Ok(_) => self.stats.count(&rule.id, |t| t.acquired += 1),
+            Err(denial) => self.refused(&rule.id, denial),
         }
-        match &self.store {
-            Store::Memory(memory) => memory.acquire(&rule.id, config, bucket, cost),
-            Store::Redis(redis) => redis.acquire(rule, config, bucket, cost).await,
-        }
+        outcome
     }
 
     /// Gives a lease back. Idempotent: a lease released twice, expired or
@@ -295,9 +327,13 @@ pub(crate) async fn take_slots(
         }
         let outcome = match u32::try_from(cost) {
             Ok(cost) => leases.acquire(rule, config, &bucket, cost).await.err(),
-            Err(_) => Some(Denial::Cost {
-                limit: config.limit,
-            }),
+            Err(_) => {
+                let denial = Denial::Cost {
+                    limit: config.limit,
+                };
+                leases.refused(&rule.id, &denial);
+                Some(denial)
+            }
         };
         if let Some(denial) = outcome {
             *status = Status::Refused {
@@ -306,194 +342,6 @@ pub(crate) async fn take_slots(
                 reason: denial.to_string(),
             };
         }
-    }
-}
-
-// ---- memory ----
-
-/// One table of leases under one mutex: the same steps as
-/// `tollgate-redis`'s `concurrency.lua` (prune the expired, count, add if
-/// it fits), on the server's clock.
-struct MemoryLeases {
-    clock: ClockSource,
-    ids: std::collections::hash_map::RandomState,
-    table: Mutex<Table>,
-}
-
-#[derive(Default)]
-struct Table {
-    /// Per (rule id, bucket) holding slots; an entry leaves at 0.
-    held: HashMap<(Arc<str>, String), Bucket>,
-    /// Live leases by id.
-    leases: HashMap<String, MemoryLease>,
-    /// `(expiry ns, id)` of every live lease, earliest first.
-    expiries: BTreeSet<(u64, String)>,
-    next: u64,
-}
-
-/// One bucket's live leases.
-#[derive(Default)]
-struct Bucket {
-    /// Slots held.
-    held: u32,
-    /// Expiry (ns) → leases expiring then: the first is `retry_after`.
-    expiries: std::collections::BTreeMap<u64, u32>,
-}
-
-struct MemoryLease {
-    rule: Arc<str>,
-    bucket: String,
-    cost: u32,
-    expires: u64,
-}
-
-impl MemoryLeases {
-    fn new(clock: ClockSource) -> MemoryLeases {
-        MemoryLeases {
-            clock,
-            ids: std::collections::hash_map::RandomState::new(),
-            table: Mutex::new(Table::default()),
-        }
-    }
-
-    fn now(&self) -> u64 {
-        self.clock.now().as_u64()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// 128 unguessable bits: two keyed hashes of a counter.
-    fn new_id(&self, counter: u64) -> String {
-        let mut words = [0u64; 2];
-        for (salt, word) in words.iter_mut().enumerate() {
-            let mut hasher = self.ids.build_hasher();
-            hasher.write_u64(counter);
-            hasher.write_usize(salt);
-            *word = hasher.finish();
-        }
-        format!("m{:016x}{:016x}", words[0], words[1])
-    }
-
-    fn acquire(
-        &self,
-        rule: &Arc<str>,
-        config: ConcurrencyConfig,
-        bucket: &str,
-        cost: u32,
-    ) -> Result<Granted, Denial> {
-        let now = self.now();
-        let mut table = self.lock();
-        table.prune(now);
-        let slot = (Arc::clone(rule), bucket.to_owned());
-        let (held, first) = table.held.get(&slot).map_or((0, now), |b| {
-            (b.held, b.expiries.keys().next().copied().unwrap_or(now))
-        });
-        if u64::from(held) + u64::from(cost) > u64::from(config.limit) {
-            return Err(Denial::Full {
-                limit: config.limit,
-                in_flight: held,
-                retry_after: Duration::from_nanos(first.saturating_sub(now)),
-            });
-        }
-        if table.leases.len() >= MAX_LEASES {
-            return Err(Denial::Unavailable {
-                retry_after: Duration::from_secs(1),
-            });
-        }
-        let counter = table.next;
-        table.next += 1;
-        let id = self.new_id(counter);
-        let ttl_ns = u64::try_from(config.lease_ttl.as_nanos()).unwrap_or(u64::MAX);
-        let expires = now.saturating_add(ttl_ns);
-        let entry = table.held.entry(slot).or_default();
-        entry.held = held + cost;
-        *entry.expiries.entry(expires).or_default() += 1;
-        table.expiries.insert((expires, id.clone()));
-        table.leases.insert(
-            id.clone(),
-            MemoryLease {
-                rule: Arc::clone(rule),
-                bucket: bucket.to_owned(),
-                cost,
-                expires,
-            },
-        );
-        Ok(Granted {
-            lease: id,
-            ttl: config.lease_ttl,
-            limit: config.limit,
-            in_flight: Some(held + cost),
-        })
-    }
-
-    fn release(&self, id: &str) -> Released {
-        let now = self.now();
-        let mut table = self.lock();
-        table.prune(now);
-        match table.remove(id) {
-            true => Released::Freed,
-            false => Released::Unknown,
-        }
-    }
-
-    fn prune(&self) {
-        let now = self.now();
-        self.lock().prune(now);
-    }
-
-    fn in_flight(&self, rule: &str, bucket: &str) -> u32 {
-        let now = self.now();
-        let mut table = self.lock();
-        table.prune(now);
-        table
-            .held
-            .get(&(Arc::from(rule), bucket.to_owned()))
-            .map_or(0, |b| b.held)
-    }
-}
-
-impl Table {
-    /// Drops every lease whose expiry is at or before `now` (a lease of
-    /// TTL `t` taken at `s` holds its slots over `[s, s + t)`).
-    fn prune(&mut self, now: u64) {
-        while let Some((expires, _)) = self.expiries.first() {
-            if *expires > now {
-                break;
-            }
-            if let Some((_, id)) = self.expiries.pop_first() {
-                self.remove(&id);
-            }
-        }
-    }
-
-    /// Removes lease `id` and its slots; whether it was live.
-    fn remove(&mut self, id: &str) -> bool {
-        let Some(lease) = self.leases.remove(id) else {
-            return false;
-        };
-        self.expiries.remove(&(lease.expires, id.to_owned()));
-        let slot = (lease.rule, lease.bucket);
-        if let Some(bucket) = self.held.get_mut(&slot) {
-            debug_assert!(
-                bucket.held >= lease.cost,
-                "{} held, releasing {}",
-                bucket.held,
-                lease.cost
-            );
-            bucket.held = bucket.held.saturating_sub(lease.cost);
-            if let Some(count) = bucket.expiries.get_mut(&lease.expires) {
-                *count -= 1;
-                if *count == 0 {
-                    bucket.expiries.remove(&lease.expires);
-                }
-            }
-            if bucket.held == 0 {
-                self.held.remove(&slot);
-            }
-        }
-        true
     }
 }
 
@@ -510,6 +358,8 @@ struct RedisLeases {
     limiters: Mutex<HashMap<LimiterKey, RedisConcurrencyLimiter>>,
     /// The local failure policy's leases.
     local: MemoryLeases,
+    /// Counts releases of Redis leases.
+    stats: ConcurrencyStats,
 }
 
 /// The prefix of a lease granted by fail open: it holds nothing.
@@ -623,7 +473,11 @@ impl RedisLeases {
                 retry_after: Duration::from_secs(1),
             })?;
         match limiter.release_lease(&id).await {
-            Ok(true) => Ok(Released::Freed),
+            Ok(true) => {
+                self.stats
+                    .count(&Arc::from(rule.as_str()), |t| t.released += 1);
+                Ok(Released::Freed)
+            }
             Ok(false) => Ok(Released::Unknown),
             Err(Refusal::Unavailable { retry_after, .. }) => Err(Unavailable { retry_after }),
             Err(_) => Err(Unavailable {

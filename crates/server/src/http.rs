@@ -451,11 +451,13 @@ async fn rules(State(state): State<AppState>) -> Response {
                 // 15: listed with no limit, as if unlimited).
                 (None, Some(quota)) => vec![limit_answer(BLOCKED_ALGORITHM, 0, quota)],
                 (limits, _) => limits.as_ref().map_or_else(Vec::new, |limits| {
-                    let kind = limits.algorithm.kind();
+                    // Each limit's own algorithm (a rule may mix them).
+                    let kinds = limits.algorithm.kinds();
                     limits
                         .quotas
                         .iter()
-                        .map(|quota| {
+                        .zip(kinds)
+                        .map(|(quota, kind)| {
                             let capacity = match kind {
                                 crate::config::AlgorithmKind::Gcra => {
                                     quota.burst.unwrap_or(quota.requests_per_unit)

@@ -25,6 +25,11 @@
 //! backend errors. Label values are lower case (`api="grpc"`), as
 //! envoyproxy/ratelimit's and Prometheus' conventions have them.
 //!
+//! Concurrency rules' leases: `tollgate_concurrency_{acquired,released,
+//! expired}_total{rule}` and `tollgate_concurrency_refused_total{rule,
+//! reason}`, read at each scrape from the lease store's counters, which
+//! the status page reads too ([`ConcurrencyStats`]).
+//!
 //! `tollgate_backend_errors` counts requests answered 503 / `UNAVAILABLE`
 //! because the backend returned an error instead of decisions. Neither
 //! built-in backend does so for an outage: the in-memory backend cannot
@@ -240,6 +245,8 @@ pub struct Metrics {
     config_loads: Family<ResultLabel, Counter>,
     config_ok: Gauge,
     backend_errors: Counter,
+    /// The concurrency lease counters in force ([`ConcurrencyStats`]).
+    concurrency: Arc<Mutex<ConcurrencyStats>>,
     /// Encoding takes `&Registry` only, but one scrape at a time is plenty.
     encoding: Mutex<()>,
 }
@@ -323,6 +330,8 @@ impl Metrics {
             "Requests the backend could not decide",
             backend_errors.clone(),
         );
+        let concurrency = Arc::new(Mutex::new(ConcurrencyStats::default()));
+        registry.register_collector(Box::new(ConcurrencyCollector(Arc::clone(&concurrency))));
         let mut lyft = Registry::default();
         let lyft_rule: [Family<LyftLabel, Counter>; 5] = Default::default();
         for (family, name) in lyft_rule.iter().zip(LYFT_RULE_NAMES) {
@@ -344,6 +353,7 @@ impl Metrics {
             lyft_config[1].clone(),
         );
         Metrics {
+            concurrency,
             registry,
             lyft,
             lyft_rule,
@@ -457,6 +467,25 @@ impl Metrics {
         &mut self.registry
     }
 
+    /// Exports `stats` (the lease store's counters, see
+    /// [`ConcurrencyStats`]) in place of the counters it had.
+    #[must_use]
+    pub fn with_concurrency(self, stats: ConcurrencyStats) -> Metrics {
+        *self
+            .concurrency
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = stats;
+        self
+    }
+
+    /// The concurrency lease counters exported.
+    pub fn concurrency(&self) -> ConcurrencyStats {
+        self.concurrency
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Counts a backend error.
     pub fn backend_error(&self) {
         self.backend_errors.inc();
@@ -475,5 +504,146 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode_registry(&mut text, &self.lyft);
         let _ = prometheus_client::encoding::text::encode_eof(&mut text);
         text
+    }
+}
+
+/// A concurrency rule's lease counts ([`ConcurrencyStats`]), cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConcurrencyTotals {
+    /// Leases granted (HTTP `/v1/acquire`, and RLS / `/v1/check` slots).
+    pub acquired: u64,
+    /// Refused: every slot of the bucket taken.
+    pub refused_full: u64,
+    /// Refused: a cost above the limit (never grantable).
+    pub refused_cost: u64,
+    /// Refused: the lease store could not grant (Redis down and the
+    /// policy refuses, or the memory table full).
+    pub refused_unavailable: u64,
+    /// Leases given back before their TTL.
+    pub released: u64,
+    /// Leases whose TTL ended first, as this server saw them end (see
+    /// [`ConcurrencyStats`]).
+    pub expired: u64,
+}
+
+/// The one set of concurrency lease counters, per rule, that both
+/// `/metrics` and the status page's JSON read: `tollgate_concurrency_
+/// {acquired,released,expired}_total{rule}` and
+/// `tollgate_concurrency_refused_total{rule, reason}` (`reason` = `full`,
+/// `cost`, `unavailable`). Counted by [`crate::concurrency::Leases`];
+/// `rule` is the rule's path (bounded by the file). A lease granted by
+/// the fail-open policy (it holds nothing) counts as acquired, under its
+/// rule, and its release is not counted (it names no rule).
+///
+/// `expired` counts leases that ended by their TTL in this server's memory
+/// (the in-memory store, and the local failure policy's leases on Redis):
+/// on Redis the script drops expired leases server-side, unseen, so a
+/// Redis lease never released is in neither `released` nor `expired`.
+/// Counts are kept per rule path for the life of the process (a reload
+/// does not reset them).
+#[derive(Debug, Clone, Default)]
+pub struct ConcurrencyStats(Arc<Mutex<HashMap<Arc<str>, ConcurrencyTotals>>>);
+
+impl ConcurrencyStats {
+    /// Applies `count` to `rule`'s totals.
+    pub(crate) fn count(&self, rule: &Arc<str>, count: impl FnOnce(&mut ConcurrencyTotals)) {
+        let mut all = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        count(all.entry(Arc::clone(rule)).or_default());
+    }
+
+    /// `rule`'s totals (zero for a rule never counted).
+    pub fn totals(&self, rule: &str) -> ConcurrencyTotals {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(rule)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn all(&self) -> Vec<(Arc<str>, ConcurrencyTotals)> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(rule, totals)| (Arc::clone(rule), *totals))
+            .collect()
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConcurrencyRefusalLabel {
+    rule: String,
+    reason: &'static str,
+}
+
+/// Reads the [`ConcurrencyStats`] in force at each scrape.
+#[derive(Debug)]
+struct ConcurrencyCollector(Arc<Mutex<ConcurrencyStats>>);
+
+impl prometheus_client::collector::Collector for ConcurrencyCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        let stats = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let acquired = Family::<RuleLabel, Counter>::default();
+        let released = Family::<RuleLabel, Counter>::default();
+        let expired = Family::<RuleLabel, Counter>::default();
+        let refused = Family::<ConcurrencyRefusalLabel, Counter>::default();
+        for (rule, t) in stats.all() {
+            let label = RuleLabel {
+                rule: rule.to_string(),
+            };
+            acquired.get_or_create(&label).inc_by(t.acquired);
+            released.get_or_create(&label).inc_by(t.released);
+            expired.get_or_create(&label).inc_by(t.expired);
+            for (reason, n) in [
+                ("full", t.refused_full),
+                ("cost", t.refused_cost),
+                ("unavailable", t.refused_unavailable),
+            ] {
+                refused
+                    .get_or_create(&ConcurrencyRefusalLabel {
+                        rule: rule.to_string(),
+                        reason,
+                    })
+                    .inc_by(n);
+            }
+        }
+        for (name, help, family) in [
+            (
+                "concurrency_acquired",
+                "Concurrency leases granted, per rule",
+                &acquired as &dyn EncodeMetric,
+            ),
+            (
+                "concurrency_refused",
+                "Concurrency leases refused, per rule and reason",
+                &refused,
+            ),
+            (
+                "concurrency_released",
+                "Concurrency leases given back, per rule",
+                &released,
+            ),
+            (
+                "concurrency_expired",
+                "Concurrency leases ended by their TTL in this server's memory, per rule",
+                &expired,
+            ),
+        ] {
+            let metric = encoder.encode_descriptor(name, help, None, family.metric_type())?;
+            family.encode(metric)?;
+        }
+        Ok(())
     }
 }

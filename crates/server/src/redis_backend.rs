@@ -28,15 +28,53 @@
 //!   failover: see `tollgate_redis::backend`).
 //! - **Connection settings** (TLS, ACL user and password, Sentinel, the
 //!   native module) map field by field onto `tollgate_redis::RedisConfig`.
-//! - **Across a reload**, a rule that keeps its path and its exact limits
-//!   keeps its limiter (its leases, deny cache and counters). A rule whose
-//!   limits change gets a new limiter: the Redis keys name the limits'
-//!   parameters, so its buckets start afresh (unlike in memory, where
-//!   permits taken stay taken under the new quota; state in Redis cannot be
-//!   carried over between different scripts' parameters). A replaced or
-//!   removed rule's limiter gives its leases back in the background; its
-//!   keys expire by their TTL. A rule set with a limit the script cannot
-//!   hold exactly (see `tollgate_redis::limit`) is refused whole.
+//! - **Across a reload or an admin limit change** (both install a new rule
+//!   set), a rule that keeps its path and its exact limits keeps its
+//!   limiter (its leases, deny cache and counters). A rule whose limits
+//!   change gets a new limiter, and its keys' state follows the in-memory
+//!   backend's rule ([`crate::backend`]: `Carry::Keep`, permits taken stay
+//!   taken), so that a changed number never hands out a fresh quota:
+//!   - **GCRA → GCRA, fixed window → fixed window**: the new limiter is
+//!     built with `tollgate_redis`'s `carry_from(old limits, Carry::Keep)`:
+//!     each key's state is converted atomically on the server side on its
+//!     first decision under the new limits (see `tollgate_redis::carry`).
+//!     Limits are paired old → new by equality, then by period (a changed
+//!     number), then in file order; a limit added has nothing to carry
+//!     and starts full (the limits it joins still hold), a limit removed
+//!     is dropped.
+//!   - **Every other pair** (a sliding window or a calendar window whose
+//!     number changed, a limit whose algorithm changed): `tollgate-redis`
+//!     does not convert that state, so the new limiter is a *bridge*: it
+//!     holds the new limits and those previous ones (their keys, their
+//!     counts), decided all-or-nothing in the one script call, until the
+//!     longest of their periods (a calendar month: 31 days) plus a second
+//!     of slack for TTLs and clocks has passed; then the sweeper replaces
+//!     it by a limiter of the new limits alone. A request must fit both
+//!     while the bridge stands: a lowered limit holds at once, a raised
+//!     one takes full effect one old period later (reset a key through
+//!     the admin API to give it the new quota at once). Never a fresh
+//!     quota, at the cost of being stricter for one period. (In memory, a
+//!     change of the rule's algorithm starts its buckets afresh: the Redis
+//!     backend is the stricter of the two.) The bridge lives in this
+//!     process: a server restarted with changed limits starts them on
+//!     fresh keys, as before.
+//!
+//!   A replaced or removed rule's limiter gives its leases back in the
+//!   background; its keys expire by their TTL (or are moved by the carry).
+//!   A rule restored with limits it had before finds its old keys. A rule
+//!   set with a limit the script cannot hold exactly (see
+//!   `tollgate_redis::limit`) is refused whole.
+//! - **Deny and allow lists across a limit change**: a list entry is a
+//!   marker in the key's state (see `tollgate_redis::controls`), which the
+//!   carry moves only when a decision meets the key while the previous keys
+//!   may still live. So that a listed key never falls off its list, the
+//!   backend remembers the entries made through [`Backend::control`] (the
+//!   admin API; bounded by the limiter's list capacity, since a refused
+//!   entry is not remembered) and, when a rule's limits change, lists each
+//!   again on the new limiter, in the background, right after the install
+//!   (until then the lazy carry moves the marker on a decision). The memory
+//!   is this process's: an entry made through another server sharing the
+//!   Redis relies on the lazy carry alone (or is listed again by hand).
 //! - **Sliding log** is not run on Redis: the configuration refuses it
 //!   under a Redis backend.
 //! - **Shutdown** gives every lease back (one round trip per key holding
@@ -62,17 +100,21 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tollgate::Decision;
-use tollgate_redis::{Limit, Options, Redis, RedisConfig, RedisLimiter, Stats, Target};
+use tollgate::{Carry, Decision};
+use tollgate_redis::{
+    Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Target,
+};
+
+mod carry;
+mod metrics;
+
+use carry::{BRIDGE_SLACK, carried, carry_pairs, limits_of};
+use metrics::{RedisMetrics, Totals};
 
 use crate::backend::{
     Backend, BackendError, BackendHealth, Control, ControlError, ControlFuture, DecideFuture, Hit,
@@ -87,7 +129,23 @@ const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 struct Installed {
     algorithm: BuiltAlgorithm,
     limiter: RedisLimiter,
+    /// Until when `limiter` also holds the previous limits (a bridge: see
+    /// the module docs); `None` for a limiter of the rule's limits alone.
+    bridge_until: Option<Instant>,
 }
+
+/// A listed key's list, as the admin API last set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Listed {
+    Deny,
+    Allow,
+}
+
+/// Listed keys by rule, then by bucket (see the module docs).
+type Lists = HashMap<Arc<str>, HashMap<String, Listed>>;
+
+/// A rule's listed keys to put on its new limiter.
+type Relist = (Arc<str>, RedisLimiter, Vec<(String, Listed)>);
 
 /// Counts on Redis: one `RedisLimiter` per rule (see the [module docs](self)).
 pub struct RedisBackend {
@@ -99,6 +157,9 @@ pub struct RedisBackend {
     installing: Mutex<()>,
     /// Stats of limiters replaced or removed, per rule, for the metrics.
     retired: Arc<Mutex<HashMap<Arc<str>, Totals>>>,
+    /// The deny and allow lists as set through [`Backend::control`], put
+    /// back on a rule's new limiter when its limits change.
+    lists: Arc<Mutex<Lists>>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -136,6 +197,7 @@ impl RedisBackend {
             limiters: Arc::new(ArcSwap::from_pointee(HashMap::new())),
             installing: Mutex::new(()),
             retired: Arc::new(Mutex::new(HashMap::new())),
+            lists: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -155,18 +217,21 @@ impl RedisBackend {
         algorithm: &BuiltAlgorithm,
         leases: bool,
     ) -> Result<RedisLimiter, String> {
-        let limits: Vec<Limit> = match algorithm {
-            BuiltAlgorithm::Gcra(a) => a.limits().iter().cloned().map(Limit::from).collect(),
-            BuiltAlgorithm::FixedWindow(a) => a.limits().iter().cloned().map(Limit::from).collect(),
-            BuiltAlgorithm::SlidingWindow(a) => {
-                a.limits().iter().cloned().map(Limit::from).collect()
-            }
-            BuiltAlgorithm::SlidingLog(_) => {
-                return Err("sliding_log does not run on Redis (use sliding_window)".into());
-            }
-        };
+        self.builder(&rule.id, algorithm, leases)?
+            .build()
+            .map_err(|error| error.to_string())
+    }
+
+    /// The builder of [`build`](Self::build), before `build()`.
+    fn builder(
+        &self,
+        id: &str,
+        algorithm: &BuiltAlgorithm,
+        leases: bool,
+    ) -> Result<RedisLimiterBuilder, String> {
+        let limits = limits_of(algorithm)?;
         let s = &self.settings;
-        let mut builder = RedisLimiter::builder(self.redis.clone(), &*rule.id)
+        let mut builder = RedisLimiter::builder(self.redis.clone(), id)
             .prefix(s.key_prefix.clone())
             .failure_policy(s.failure_policy)
             .deadline(s.deadline)
@@ -178,7 +243,7 @@ impl RedisBackend {
         if let Some(config) = s.leases.filter(|_| leases) {
             builder = builder.leases(config);
         }
-        builder.build().map_err(|error| error.to_string())
+        Ok(builder)
     }
 
     /// Keeps the stats of a limiter going away, and gives its leases back.
@@ -194,6 +259,114 @@ impl RedisBackend {
                 runtime.spawn(async move { limiter.shutdown().await });
             }
         }
+    }
+
+    /// The limiter of `rule` whose limits become `algorithm`, after
+    /// `previous` (see the module docs): each limit carries its keys' state
+    /// from the previous limit it replaces where `tollgate-redis` can, and
+    /// the previous limits it cannot carry stay in force beside the new
+    /// ones (a bridge) until their keys hold nothing that still counts.
+    fn successor(
+        &self,
+        rule: &Rule,
+        algorithm: &BuiltAlgorithm,
+        previous: Option<&BuiltAlgorithm>,
+    ) -> Result<Installed, String> {
+        let Some(previous) = previous else {
+            return Ok(Installed {
+                algorithm: algorithm.clone(),
+                limiter: self.build(rule, algorithm, true)?,
+                bridge_until: None,
+            });
+        };
+        let (old, new) = (limits_of(previous)?, limits_of(algorithm)?);
+        let mut pairs = carry_pairs(&old, &new);
+        let mut bridged: Vec<Limit> = Vec::new();
+        for (from, to) in pairs.iter().zip(&new) {
+            if from != to && !carried(from, to) && !new.contains(from) && !bridged.contains(from) {
+                bridged.push(from.clone());
+            }
+        }
+        let horizon = bridged
+            .iter()
+            .map(|limit| limit.quota().period())
+            .max()
+            .map(|longest| longest.saturating_add(BRIDGE_SLACK));
+        let mut builder = self.builder(&rule.id, algorithm, true)?;
+        for limit in &bridged {
+            // Paired with itself: its own keys, nothing to convert.
+            builder = builder.limit(limit.clone());
+            pairs.push(limit.clone());
+        }
+        let limiter = builder
+            .carry_from(pairs, Carry::Keep)
+            .build()
+            .map_err(|error| error.to_string())?;
+        Ok(Installed {
+            algorithm: algorithm.clone(),
+            limiter,
+            bridge_until: horizon.and_then(|horizon| Instant::now().checked_add(horizon)),
+        })
+    }
+
+    /// Notes a list change of the admin API (see the module docs).
+    fn record(&self, rule: &Arc<str>, key: &str, control: Control) {
+        let listed = match control {
+            Control::Deny => Some(Listed::Deny),
+            Control::Allow => Some(Listed::Allow),
+            Control::Unlist => None,
+            _ => return,
+        };
+        let mut lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
+        let rule_lists = lists.entry(Arc::clone(rule)).or_default();
+        match listed {
+            Some(listed) => {
+                rule_lists.insert(key.to_owned(), listed);
+            }
+            None => {
+                rule_lists.remove(key);
+            }
+        }
+        if rule_lists.is_empty() {
+            lists.remove(rule);
+        }
+    }
+
+    /// Puts the listed keys of the rules `changed` back on their new
+    /// limiters in `current`, in the background (see the module docs).
+    fn relist(&self, current: &HashMap<Arc<str>, Arc<Installed>>, changed: &[Arc<str>]) {
+        let work: Vec<Relist> = {
+            let lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
+            changed
+                .iter()
+                .filter_map(|id| {
+                    let listed = lists.get(id)?;
+                    let installed = current.get(id)?;
+                    let entries = listed.iter().map(|(k, l)| (k.clone(), *l)).collect();
+                    Some((Arc::clone(id), installed.limiter.clone(), entries))
+                })
+                .collect()
+        };
+        if work.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("no runtime: listed keys not put back on the changed rules");
+            return;
+        };
+        runtime.spawn(async move {
+            for (id, limiter, entries) in work {
+                for (key, listed) in entries {
+                    let done = match listed {
+                        Listed::Deny => limiter.deny(&key).await,
+                        Listed::Allow => limiter.allow(&key).await,
+                    };
+                    if let Err(error) = done {
+                        tracing::warn!(rule = %id, %error, "a listed key was not put back on the rule's new limits");
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -267,24 +440,25 @@ impl Backend for RedisBackend {
         // Build every new limiter before anything changes: a refusal leaves
         // the installed set as it was (the limiters built so far hold
         // nothing yet and are dropped).
+        let mut changed = Vec::new();
         for rule in rules.rules() {
             let Some(limits) = &rule.limits else { continue };
             let installed = match old.get(&rule.id) {
                 Some(installed) if installed.algorithm == limits.algorithm => Arc::clone(installed),
-                _ => {
-                    let limiter = self
-                        .build(rule, &limits.algorithm, true)
+                previous => {
+                    let installed = self
+                        .successor(rule, &limits.algorithm, previous.map(|p| &p.algorithm))
                         .map_err(|error| BackendError::new(format!("rule {}: {error}", rule.id)))?;
-                    Arc::new(Installed {
-                        algorithm: limits.algorithm.clone(),
-                        limiter,
-                    })
+                    if previous.is_some() {
+                        changed.push(Arc::clone(&rule.id));
+                    }
+                    Arc::new(installed)
                 }
             };
             new.insert(Arc::clone(&rule.id), installed);
         }
         self.limiters.store(Arc::new(new));
-        let current = self.limiters.load();
+        let current = self.limiters.load_full();
         for (id, installed) in old.iter() {
             let kept = current
                 .get(id)
@@ -293,7 +467,59 @@ impl Backend for RedisBackend {
                 self.retire(id, installed.limiter.clone());
             }
         }
+        self.relist(&current, &changed);
         Ok(())
+    }
+
+    fn sweep(&self) {
+        // Bridges past their end become limiters of the rule's limits alone.
+        let now = Instant::now();
+        if !self
+            .limiters
+            .load()
+            .values()
+            .any(|i| i.bridge_until.is_some_and(|end| end <= now))
+        {
+            return;
+        }
+        let _one_at_a_time = self
+            .installing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let old = self.limiters.load_full();
+        let mut new = HashMap::clone(&old);
+        let mut ended = Vec::new();
+        for (id, installed) in old.iter() {
+            if installed.bridge_until.is_none_or(|end| end > now) {
+                continue;
+            }
+            let built = self
+                .builder(id, &installed.algorithm, true)
+                .and_then(|builder| builder.build().map_err(|error| error.to_string()));
+            match built {
+                Ok(limiter) => {
+                    new.insert(
+                        Arc::clone(id),
+                        Arc::new(Installed {
+                            algorithm: installed.algorithm.clone(),
+                            limiter,
+                            bridge_until: None,
+                        }),
+                    );
+                    ended.push(Arc::clone(id));
+                }
+                // It was built once with these limits; if it cannot be
+                // again, the bridge (stricter) stays in force.
+                Err(error) => tracing::warn!(rule = %id, %error, "cannot end a bridge"),
+            }
+        }
+        self.limiters.store(Arc::new(new));
+        for id in &ended {
+            if let Some(installed) = old.get(id) {
+                self.retire(id, installed.limiter.clone());
+            }
+        }
+        self.relist(&self.limiters.load_full(), &ended);
     }
 
     fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a> {
@@ -356,6 +582,9 @@ impl Backend for RedisBackend {
                 Control::Allow => limiter.allow(key).await,
                 Control::Unlist => limiter.unlist(key).await,
             };
+            if applied.is_ok() {
+                self.record(&rule.id, key, control);
+            }
             applied.map(drop).map_err(|error| match error {
                 tollgate_redis::ControlError::ListFull { capacity } => ControlError::ListFull(
                     format!("the deny and allow lists hold their {capacity} keys already"),
@@ -408,151 +637,4 @@ impl Backend for RedisBackend {
 
 fn unlimited() -> Decision {
     Decision::from_parts(true, u64::MAX, u64::MAX, Duration::ZERO, Duration::ZERO)
-}
-
-/// A limiter's [`Stats`], summed over the limiters a rule has had.
-#[derive(Clone, Copy, Debug, Default)]
-struct Totals {
-    redis: u64,
-    deny_cache: u64,
-    lease: u64,
-    timeout: u64,
-    error: u64,
-    breaker_open: u64,
-    overloaded: u64,
-    allowed: u64,
-    denied: u64,
-}
-
-impl Totals {
-    fn sum(&mut self, other: &Totals) {
-        self.redis += other.redis;
-        self.deny_cache += other.deny_cache;
-        self.lease += other.lease;
-        self.timeout += other.timeout;
-        self.error += other.error;
-        self.breaker_open += other.breaker_open;
-        self.overloaded += other.overloaded;
-        self.allowed += other.allowed;
-        self.denied += other.denied;
-    }
-
-    fn add(&mut self, stats: &Stats) {
-        self.redis += stats.redis;
-        self.deny_cache += stats.deny_cache;
-        self.lease += stats.lease;
-        self.timeout += stats.policy_timeout;
-        self.error += stats.policy_error;
-        self.breaker_open += stats.policy_breaker_open;
-        self.overloaded += stats.policy_overloaded;
-        self.allowed += stats.policy_allowed;
-        self.denied += stats.policy_denied;
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SourceLabel {
-    rule: String,
-    source: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FaultLabel {
-    rule: String,
-    fault: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
-    rule: String,
-    result: &'static str,
-}
-
-/// Reads every limiter's stats at each scrape (see the [module docs](self)).
-struct RedisMetrics {
-    limiters: Arc<ArcSwap<HashMap<Arc<str>, Arc<Installed>>>>,
-    retired: Arc<Mutex<HashMap<Arc<str>, Totals>>>,
-}
-
-impl fmt::Debug for RedisMetrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisMetrics").finish_non_exhaustive()
-    }
-}
-
-impl Collector for RedisMetrics {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let mut totals: HashMap<Arc<str>, Totals> = self
-            .retired
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        for (id, installed) in self.limiters.load().iter() {
-            totals
-                .entry(Arc::clone(id))
-                .or_default()
-                .add(&installed.limiter.stats());
-        }
-        let sources = Family::<SourceLabel, Counter>::default();
-        let faults = Family::<FaultLabel, Counter>::default();
-        let results = Family::<ResultLabel, Counter>::default();
-        for (id, t) in &totals {
-            let rule = id.to_string();
-            for (source, n) in [
-                ("redis", t.redis),
-                ("deny_cache", t.deny_cache),
-                ("lease", t.lease),
-                ("policy", t.allowed + t.denied),
-            ] {
-                sources
-                    .get_or_create(&SourceLabel {
-                        rule: rule.clone(),
-                        source,
-                    })
-                    .inc_by(n);
-            }
-            for (fault, n) in [
-                ("timeout", t.timeout),
-                ("error", t.error),
-                ("breaker_open", t.breaker_open),
-                ("overloaded", t.overloaded),
-            ] {
-                faults
-                    .get_or_create(&FaultLabel {
-                        rule: rule.clone(),
-                        fault,
-                    })
-                    .inc_by(n);
-            }
-            for (result, n) in [("allowed", t.allowed), ("denied", t.denied)] {
-                results
-                    .get_or_create(&ResultLabel {
-                        rule: rule.clone(),
-                        result,
-                    })
-                    .inc_by(n);
-            }
-        }
-        for (name, help, family) in [
-            (
-                "redis_decisions",
-                "Decisions of the Redis backend by who took them",
-                &sources as &dyn EncodeMetric,
-            ),
-            (
-                "redis_policy_faults",
-                "Decisions the failure policy took, by why Redis did not decide",
-                &faults,
-            ),
-            (
-                "redis_policy_decisions",
-                "Decisions the failure policy took, by answer",
-                &results,
-            ),
-        ] {
-            let metric = encoder.encode_descriptor(name, help, None, family.metric_type())?;
-            family.encode(metric)?;
-        }
-        Ok(())
-    }
 }

@@ -195,7 +195,7 @@ impl Server {
                 .await
                 .map_err(|error| ServeError::Backend(BackendError::new(error)))?,
         });
-        let mut metrics = Metrics::new();
+        let mut metrics = Metrics::new().with_concurrency(leases.stats().clone());
         backend.register_metrics(metrics.registry_mut());
         let service = Arc::new(
             Service::new(

@@ -25,9 +25,9 @@
 //! `refund`, `penalize`, `deny`, `allow`, `unlist`: their guarantees are
 //! the core's); the Redis backend applies them through `tollgate-redis`'s
 //! controls (`RedisLimiter::reset`, ...: one atomic script call each, a
-//! Redis fault answered 503). A changed limit starts fresh buckets on Redis
-//! (the carry of `RedisLimiterBuilder::carry_from` is not wired into the
-//! server yet). A backend without controls answers 501
+//! Redis fault answered 503). A changed limit carries each key's state on
+//! both backends (see [`crate::redis_backend`] for Redis' rules, and how
+//! the deny and allow lists follow a change). A backend without controls answers 501
 //! ([`Backend::control`](crate::backend::Backend::control) is the hook).
 //!
 //! A key is named as a request names it: a domain and one descriptor's
@@ -41,10 +41,10 @@
 //! change lives until the next reload, which puts the file's rules back
 //! (the file stays the source of truth; write the file to keep a
 //! change). The limits are validated as the file's `rate_limits:` are
-//! (one algorithm per rule; on Redis no `sliding_log`), and the buckets
-//! carry their state as a reload does ([`crate::backend`]: in memory,
-//! permits taken stay taken under the new quota, `Carry::Keep`; a new
-//! algorithm starts afresh). Changes and reloads are applied one at a
+//! (each its own algorithm, `calendar:` windows included), and the buckets
+//! carry their state as a reload does ([`crate::backend`]: permits taken
+//! stay taken under the new quota, `Carry::Keep`, in memory and on Redis;
+//! a new algorithm starts afresh). Changes and reloads are applied one at a
 //! time, each to the rules in force ([`Service::change_rules`]), so
 //! neither undoes the other.
 
@@ -62,7 +62,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::backend::{BackendError, Control, ControlError, Hit};
-use crate::config::{AlgorithmKind, Limits, QuotaYaml};
+use crate::config::{Limits, QuotaYaml};
 use crate::rules::Rule;
 use crate::service::Service;
 
@@ -441,22 +441,16 @@ fn new_limits(body: &LimitsBody) -> Result<Limits, String> {
     if body.limits.is_empty() {
         return Err("limits: needs at least one limit".into());
     }
-    let mut kind: Option<AlgorithmKind> = None;
+    let mut kinds = Vec::with_capacity(body.limits.len());
     let mut quotas = Vec::with_capacity(body.limits.len());
     for (i, limit) in body.limits.iter().enumerate() {
-        let (this, quota) = limit
+        let (kind, quota) = limit
             .validate()
             .map_err(|message| format!("limits[{i}].{message}"))?;
-        if kind.is_some_and(|kind| kind != this) {
-            return Err(format!(
-                "limits[{i}].algorithm: every limit of a rule runs the same algorithm"
-            ));
-        }
-        kind = Some(this);
+        kinds.push(kind);
         quotas.push(quota);
     }
-    Limits::new(kind.unwrap_or(AlgorithmKind::Gcra), quotas)
-        .map_err(|failure| format!("limits: {failure}"))
+    Limits::each(&kinds, quotas).map_err(|failure| format!("limits: {failure}"))
 }
 
 async fn limits(State(state): State<AdminState>, body: Bytes) -> Response {

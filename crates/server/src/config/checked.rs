@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::{AllOf, FixedWindow, Gcra, SlidingLog, SlidingWindow};
 
 use super::build_algorithm;
@@ -88,6 +89,12 @@ pub enum AlgorithmKind {
     SlidingLog,
     /// Sliding window counter with `slots`.
     SlidingWindow,
+    /// Fixed window aligned to UTC calendar units (`calendar:`).
+    Calendar,
+    /// Several algorithms in one rule (never written in a file: each
+    /// quota says its own).
+    #[serde(skip)]
+    Mixed,
 }
 
 impl AlgorithmKind {
@@ -98,6 +105,8 @@ impl AlgorithmKind {
             AlgorithmKind::FixedWindow => "fixed_window",
             AlgorithmKind::SlidingLog => "sliding_log",
             AlgorithmKind::SlidingWindow => "sliding_window",
+            AlgorithmKind::Calendar => "calendar",
+            AlgorithmKind::Mixed => "mixed",
         }
     }
 }
@@ -217,6 +226,21 @@ impl Limits {
         let algorithm = build_algorithm(kind, &quotas)?;
         Ok(Limits { quotas, algorithm })
     }
+
+    /// Builds each quota with its own algorithm (`kinds[i]` runs
+    /// `quotas[i]`): one algorithm type when they share one, else the
+    /// core's `AllOf<AnyAlgorithm>` (see the [`config`](super) docs).
+    ///
+    /// # Errors
+    ///
+    /// A quota the core refuses (a limit of 0, an empty list).
+    pub fn each(
+        kinds: &[AlgorithmKind],
+        quotas: Vec<QuotaConfig>,
+    ) -> Result<Limits, tollgate::QuotaError> {
+        let algorithm = super::limits::build_each(kinds, &quotas)?;
+        Ok(Limits { quotas, algorithm })
+    }
 }
 
 impl fmt::Debug for Limits {
@@ -239,6 +263,9 @@ pub enum BuiltAlgorithm {
     SlidingLog(AllOf<SlidingLog>),
     /// Sliding windows.
     SlidingWindow(AllOf<SlidingWindow>),
+    /// Any algorithms, one per quota (calendar windows, or a rule mixing
+    /// algorithms): the core's `AllOf<AnyAlgorithm>`.
+    Mixed(AllOf<AnyAlgorithm>),
 }
 
 impl BuiltAlgorithm {
@@ -249,6 +276,41 @@ impl BuiltAlgorithm {
             BuiltAlgorithm::FixedWindow(_) => AlgorithmKind::FixedWindow,
             BuiltAlgorithm::SlidingLog(_) => AlgorithmKind::SlidingLog,
             BuiltAlgorithm::SlidingWindow(_) => AlgorithmKind::SlidingWindow,
+            BuiltAlgorithm::Mixed(_) => {
+                let kinds = self.kinds();
+                match kinds.first() {
+                    Some(&first) if kinds.iter().all(|&kind| kind == first) => first,
+                    _ => AlgorithmKind::Mixed,
+                }
+            }
+        }
+    }
+
+    /// Each quota's algorithm, in order.
+    pub fn kinds(&self) -> Vec<AlgorithmKind> {
+        match self {
+            BuiltAlgorithm::Mixed(all) => all
+                .limits()
+                .iter()
+                .map(|limit| match limit {
+                    AnyAlgorithm::Gcra(_) => AlgorithmKind::Gcra,
+                    AnyAlgorithm::FixedWindow(_) => AlgorithmKind::FixedWindow,
+                    AnyAlgorithm::SlidingLog(_) => AlgorithmKind::SlidingLog,
+                    AnyAlgorithm::SlidingWindow(_) => AlgorithmKind::SlidingWindow,
+                    // Calendar, and any algorithm the core adds.
+                    _ => AlgorithmKind::Calendar,
+                })
+                .collect(),
+            other => {
+                let n = match other {
+                    BuiltAlgorithm::Gcra(a) => a.limits().len(),
+                    BuiltAlgorithm::FixedWindow(a) => a.limits().len(),
+                    BuiltAlgorithm::SlidingLog(a) => a.limits().len(),
+                    BuiltAlgorithm::SlidingWindow(a) => a.limits().len(),
+                    BuiltAlgorithm::Mixed(_) => 0,
+                };
+                vec![other.kind(); n]
+            }
         }
     }
 
@@ -260,6 +322,7 @@ impl BuiltAlgorithm {
             BuiltAlgorithm::FixedWindow(a) => a.capacity(),
             BuiltAlgorithm::SlidingLog(a) => a.capacity(),
             BuiltAlgorithm::SlidingWindow(a) => a.capacity(),
+            BuiltAlgorithm::Mixed(a) => a.capacity(),
         }
     }
 }

@@ -32,8 +32,8 @@
 //!
 //! The path a file takes: this module reads the file ([`Config::from_yaml`]:
 //! blank files refused, then the raw YAML structs, each validated inside
-//! its own mapping so that errors keep their line) and turns it into the
-//! checked rules of [`checked`] (domains, descriptor trees, limits with the
+//! its own mapping so that errors keep their line; a descriptor's limits
+//! are read by `limits`) and turns it into the checked rules of [`checked`] (domains, descriptor trees, limits with the
 //! core's algorithm built), which [`crate::rules`] and the backends are
 //! built from. The `backend:` section is read by `backend`, the TLS
 //! identities by [`crate::tls`]; the serde plumbing that keeps error lines
@@ -55,10 +55,24 @@
 //!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
 //!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
 //!   by default the limit), `period` (`500ms`, `10s`, `5m`, `2h`, `1d`)
-//!   instead of `unit`. `rate_limits:` holds several limits for one
-//!   descriptor, decided all-or-nothing; they share one algorithm (the
-//!   core's `AllOf` runs one algorithm type), and a file mixing them is
-//!   refused.
+//!   instead of `unit`, `calendar` (below) instead of either.
+//!   `rate_limits:` holds several limits for one descriptor, decided
+//!   all-or-nothing; each may run its own algorithm (a GCRA per second and
+//!   a calendar month: the core's `AllOf<AnyAlgorithm>`; limits sharing
+//!   one algorithm run the core's `AllOf` of that type).
+//! - **Calendar windows** (an extension): `calendar: minute | hour | day |
+//!   week | month` in place of `unit`/`period` is a fixed window aligned to
+//!   UTC calendar units (the minute, hour or day boundary; Monday 00:00;
+//!   the 1st 00:00), the core's `CalendarWindow`, on Redis
+//!   `tollgate_redis::calendar`: a monthly quota resets on the 1st for
+//!   every key at once, whatever its length. Lyft's `unit:` keeps its
+//!   meaning (`unit: month` is 30 days from the epoch, below), so no
+//!   envoyproxy/ratelimit file changes meaning; `calendar:` with `unit`,
+//!   `period`, `burst`, `slots` or another `algorithm` is refused at its
+//!   line, as are `calendar: second` / `year` and `algorithm: calendar`
+//!   without `calendar:`. In memory a rule holding a calendar window is
+//!   decided on the wall clock (UNIX time), or on the server's clock when
+//!   one is given (tests: a manual clock reads as UNIX time).
 //! - `concurrency:` (an extension, beside or instead of `rate_limit`): at
 //!   most N leases at once per bucket, with a lease TTL; see
 //!   [`concurrency`] for the keys and [`crate::concurrency`] for what each
@@ -96,15 +110,14 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
-use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow};
 
 mod admin;
 mod backend;
 pub mod checked;
 pub mod concurrency;
+mod limits;
 
 pub use crate::tls::TlsSettings;
 use crate::yaml::{CheckedSeed, checked_mapping};
@@ -119,6 +132,10 @@ pub use checked::{
     QuotaConfig, Unit,
 };
 pub use concurrency::{ConcurrencyConfig, DEFAULT_LEASE_TTL};
+#[cfg(test)]
+use limits::DEFAULT_SLOTS;
+use limits::{LimitYaml, limit_of};
+pub(crate) use limits::{QuotaYaml, build_algorithm, parse_period};
 
 /// Why a configuration file was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -542,210 +559,6 @@ struct RawDescriptor {
     descriptors: Vec<DescriptorYaml>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LimitYaml {
-    #[serde(default)]
-    unlimited: bool,
-    /// envoyproxy/ratelimit's `replaces`: the names of the limits this
-    /// one switches off when both match in one request.
-    #[serde(default)]
-    replaces: Vec<ReplacesYaml>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    unit: Option<String>,
-    #[serde(default)]
-    requests_per_unit: Option<u64>,
-    #[serde(default)]
-    period: Option<String>,
-    #[serde(default)]
-    algorithm: Option<AlgorithmKind>,
-    #[serde(default)]
-    burst: Option<u64>,
-    #[serde(default)]
-    slots: Option<u32>,
-}
-
-/// One entry of `replaces:`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReplacesYaml {
-    name: String,
-}
-
-impl LimitYaml {
-    /// The `replaces` names, checked as envoyproxy/ratelimit does (no
-    /// empty name, not the limit's own name).
-    fn replaces(&self) -> Result<Vec<String>, String> {
-        let mut names = Vec::with_capacity(self.replaces.len());
-        for (i, entry) in self.replaces.iter().enumerate() {
-            if entry.name.is_empty() {
-                return Err(format!(
-                    "rate_limit.replaces[{i}].name: should not be empty"
-                ));
-            }
-            if self.name.as_deref() == Some(entry.name.as_str()) {
-                return Err(format!(
-                    "rate_limit.replaces[{i}].name: '{}' is this limit's own name",
-                    entry.name
-                ));
-            }
-            names.push(entry.name.clone());
-        }
-        Ok(names)
-    }
-
-    fn split(self) -> Result<(bool, Option<String>, QuotaYaml), String> {
-        let quota = QuotaYaml {
-            unit: self.unit,
-            requests_per_unit: self.requests_per_unit,
-            period: self.period,
-            algorithm: self.algorithm,
-            burst: self.burst,
-            slots: self.slots,
-        };
-        Ok((self.unlimited, self.name, quota))
-    }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct QuotaYaml {
-    #[serde(default)]
-    unit: Option<String>,
-    #[serde(default)]
-    requests_per_unit: Option<u64>,
-    #[serde(default)]
-    period: Option<String>,
-    #[serde(default)]
-    algorithm: Option<AlgorithmKind>,
-    #[serde(default)]
-    burst: Option<u64>,
-    #[serde(default)]
-    slots: Option<u32>,
-}
-
-impl QuotaYaml {
-    fn is_empty(&self) -> bool {
-        self.unit.is_none()
-            && self.requests_per_unit.is_none()
-            && self.period.is_none()
-            && self.algorithm.is_none()
-            && self.burst.is_none()
-            && self.slots.is_none()
-    }
-
-    pub(crate) fn validate(&self) -> Result<(AlgorithmKind, QuotaConfig), String> {
-        let algorithm = self.algorithm.unwrap_or(AlgorithmKind::Gcra);
-        let requests_per_unit = match self.requests_per_unit {
-            Some(0) => return Err("requests_per_unit: must be at least 1".into()),
-            Some(n) => n,
-            None => return Err("requests_per_unit: missing".into()),
-        };
-        let (period, unit) = match (&self.unit, &self.period) {
-            (Some(_), Some(_)) => return Err("give either unit or period, not both".into()),
-            (None, None) => return Err("unit: missing (or give a period)".into()),
-            (Some(unit), None) => {
-                let unit = Unit::parse(unit).ok_or_else(|| {
-                    format!(
-                        "unit: invalid rate limit unit '{unit}' (second, minute, hour, day, week, month, year)"
-                    )
-                })?;
-                (unit.period(), Some(unit))
-            }
-            (None, Some(period)) => {
-                let period = parse_period(period).map_err(|error| format!("period: {error}"))?;
-                (period, Unit::of_period(period))
-            }
-        };
-        if self.burst.is_some() && algorithm != AlgorithmKind::Gcra {
-            return Err(format!(
-                "burst: only the gcra algorithm has a burst, not {}",
-                algorithm.name()
-            ));
-        }
-        if self.slots.is_some() && algorithm != AlgorithmKind::SlidingWindow {
-            return Err(format!(
-                "slots: only the sliding_window algorithm has slots, not {}",
-                algorithm.name()
-            ));
-        }
-        let quota = QuotaConfig {
-            requests_per_unit,
-            period,
-            unit,
-            burst: self.burst,
-            slots: match algorithm {
-                AlgorithmKind::SlidingWindow => Some(self.slots.unwrap_or(DEFAULT_SLOTS)),
-                _ => None,
-            },
-        };
-        Ok((algorithm, quota))
-    }
-}
-
-/// The sliding window's slots when the file does not say.
-const DEFAULT_SLOTS: u32 = 10;
-
-/// `500ms`, `10s`, `5m`, `2h`, `1d`.
-pub(crate) fn parse_period(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("'{text}' has no unit (ms, s, m, h, d)"))?;
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' does not start with a whole number"))?;
-    let millis_per_unit: u64 = match unit.trim() {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        other => return Err(format!("unknown unit '{other}' (ms, s, m, h, d)")),
-    };
-    let millis = number
-        .checked_mul(millis_per_unit)
-        .ok_or_else(|| format!("'{text}' is too long"))?;
-    if millis == 0 {
-        return Err("must be longer than 0".into());
-    }
-    Ok(Duration::from_millis(millis))
-}
-
-pub(crate) fn build_algorithm(
-    kind: AlgorithmKind,
-    quotas: &[QuotaConfig],
-) -> Result<BuiltAlgorithm, tollgate::QuotaError> {
-    fn quota_of(q: &QuotaConfig) -> Result<Quota, tollgate::QuotaError> {
-        let quota = Quota::new(q.requests_per_unit, q.period)?;
-        match q.burst {
-            Some(burst) => quota.with_burst(burst),
-            None => Ok(quota),
-        }
-    }
-    fn all<A: tollgate::Algorithm>(
-        quotas: &[QuotaConfig],
-        build: impl Fn(&QuotaConfig) -> Result<A, tollgate::QuotaError>,
-    ) -> Result<AllOf<A>, tollgate::QuotaError> {
-        AllOf::new(quotas.iter().map(build).collect::<Result<Vec<_>, _>>()?)
-    }
-    Ok(match kind {
-        AlgorithmKind::Gcra => BuiltAlgorithm::Gcra(all(quotas, |q| Gcra::new(quota_of(q)?))?),
-        AlgorithmKind::FixedWindow => {
-            BuiltAlgorithm::FixedWindow(all(quotas, |q| FixedWindow::new(quota_of(q)?))?)
-        }
-        AlgorithmKind::SlidingLog => {
-            BuiltAlgorithm::SlidingLog(all(quotas, |q| SlidingLog::new(quota_of(q)?))?)
-        }
-        AlgorithmKind::SlidingWindow => BuiltAlgorithm::SlidingWindow(all(quotas, |q| {
-            SlidingWindow::new(quota_of(q)?, q.slots.unwrap_or(DEFAULT_SLOTS))
-        })?),
-    })
-}
-
 impl TryFrom<RawDescriptor> for DescriptorYaml {
     type Error = String;
 
@@ -784,26 +597,18 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
                 if list.is_empty() {
                     return Err("rate_limits: needs at least one limit".into());
                 }
-                let mut kind = None;
+                let mut kinds = Vec::with_capacity(list.len());
                 let mut quotas = Vec::with_capacity(list.len());
                 for (i, item) in list.iter().enumerate() {
-                    let (this, quota) = item
+                    let (kind, quota) = item
                         .validate()
                         .map_err(|error| format!("rate_limits[{i}].{error}"))?;
-                    if kind.is_some_and(|k| k != this) {
-                        return Err(format!(
-                            "rate_limits[{i}].algorithm: every limit of a descriptor runs the same algorithm"
-                        ));
-                    }
-                    kind = Some(this);
+                    kinds.push(kind);
                     quotas.push(quota);
                 }
-                let algorithm = build_algorithm(kind.unwrap_or(AlgorithmKind::Gcra), &quotas)
+                let limits = Limits::each(&kinds, quotas)
                     .map_err(|error| format!("rate_limits: {error}"))?;
-                Some(LimitConfig::Limited {
-                    name: None,
-                    limits: Limits { quotas, algorithm },
-                })
+                Some(LimitConfig::Limited { name: None, limits })
             }
         };
         let concurrency = raw
@@ -827,53 +632,15 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
     }
 }
 
-/// The limit of a `rate_limit:` block.
-fn limit_of(
-    (unlimited, name, quota): (bool, Option<String>, QuotaYaml),
-) -> Result<Option<LimitConfig>, String> {
-    if unlimited {
-        if !quota.is_empty() {
-            return Err(
-                "rate_limit: should not specify a unit, period, requests_per_unit or algorithm when unlimited"
-                    .into(),
-            );
-        }
-        return Ok(Some(LimitConfig::Unlimited { name }));
-    }
-    if quota.requests_per_unit == Some(0) {
-        // envoyproxy/ratelimit's "block list" entry: always over the limit.
-        let (_, mut blocked) = QuotaYaml {
-            requests_per_unit: Some(1),
-            ..quota
-        }
-        .validate()
-        .map_err(|error| format!("rate_limit.{error}"))?;
-        blocked.requests_per_unit = 0;
-        return Ok(Some(LimitConfig::Blocked {
-            name,
-            quota: blocked,
-        }));
-    }
-    let (kind, quota) = quota
-        .validate()
-        .map_err(|error| format!("rate_limit.{error}"))?;
-    let algorithm =
-        build_algorithm(kind, &[quota]).map_err(|error| format!("rate_limit: {error}"))?;
-    Ok(Some(LimitConfig::Limited {
-        name,
-        limits: Limits {
-            quotas: vec![quota],
-            algorithm,
-        },
-    }))
-}
-
 /// Redis runs no sliding log (see `tollgate-redis`'s `limit` module).
 /// Nested descriptors are checked as they are read.
 fn refuse_sliding_log(d: &DescriptorConfig) -> Result<(), String> {
     match &d.limit {
         Some(LimitConfig::Limited { limits, .. })
-            if limits.algorithm.kind() == AlgorithmKind::SlidingLog =>
+            if limits
+                .algorithm
+                .kinds()
+                .contains(&AlgorithmKind::SlidingLog) =>
         {
             Err(format!(
                 "descriptor '{}': runs sliding_log, which the Redis backend does not offer (use sliding_window, exact to its slots)",

@@ -1,5 +1,7 @@
 //! The file's parsing and validation, error places included.
 
+use std::time::Duration;
+
 use super::*;
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -136,8 +138,8 @@ fn semantic_errors() {
         ),
         ("domain: d\ndescriptors:\n  - key: ''\n", "empty key"),
         (
-            "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 5}\n      - {unit: day, requests_per_unit: 50, algorithm: sliding_log}\n",
-            "same algorithm",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 5}\n      - {calendar: fortnight, requests_per_unit: 50}\n",
+            "rate_limits[1].calendar: invalid calendar unit",
         ),
         (
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {period: 0s, requests_per_unit: 5}\n",
@@ -152,6 +154,37 @@ fn semantic_errors() {
         let error = parse(text).unwrap_err().to_string();
         assert!(error.contains(needle), "{needle}: {error}");
     }
+}
+
+/// Several algorithms in one rule (a GCRA per second and a sliding log
+/// per day; was refused before calendar windows): the core's
+/// `AllOf<AnyAlgorithm>`, each quota with its own algorithm.
+#[test]
+fn rate_limits_mix_algorithms() {
+    let config = parse(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 5}\n      - {unit: day, requests_per_unit: 50, algorithm: sliding_log}\n      - {calendar: month, requests_per_unit: 500}\n",
+    )
+    .expect("valid");
+    let Some(LimitConfig::Limited { limits, .. }) = &config.domains[0].descriptors[0].limit else {
+        panic!("limited");
+    };
+    assert_eq!(limits.algorithm.kind(), AlgorithmKind::Mixed);
+    assert_eq!(
+        limits.algorithm.kinds(),
+        vec![
+            AlgorithmKind::Gcra,
+            AlgorithmKind::SlidingLog,
+            AlgorithmKind::Calendar
+        ]
+    );
+    assert_eq!(limits.algorithm.capacity(), 5);
+    assert_eq!(limits.quotas[2].period, Duration::from_secs(31 * 86_400));
+    // Under Redis, a sliding log among them is refused (no sliding log there).
+    let error = parse(
+        "backend:\n  redis: redis://127.0.0.1:1\ndomain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 5}\n      - {unit: day, requests_per_unit: 50, algorithm: sliding_log}\n",
+    )
+    .expect_err("refused");
+    assert!(error.to_string().contains("sliding_log"), "{error}");
 }
 
 #[test]

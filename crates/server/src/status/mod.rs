@@ -12,6 +12,10 @@
 //!   `shadow` `tollgate_rule_shadow_mode`, all in permits as
 //!   `/metrics` counts them. The totals are read when `/status.json` is
 //!   asked; the chart's points are sampled once a second by the server.
+//! - **Concurrency leases per rule** (`concurrency:` rules): acquired,
+//!   refused by reason, released, expired, from the counters `/metrics`
+//!   exports as `tollgate_concurrency_*` (one set: see
+//!   [`crate::metrics::ConcurrencyStats`]).
 //! - **The most-denied keys right now**: a Space-Saving sketch of
 //!   [`TOP_COUNTERS`] counters per window fed with every denial (shadow
 //!   denials included), keyed by rule and bucket, over the current window
@@ -221,6 +225,9 @@ impl StatusBoard {
                 limit: describe(rule),
                 totals: (rule.limits.is_some() || rule.blocked.is_some())
                     .then(|| rule_totals(metrics, rule)),
+                concurrency: rule
+                    .concurrency
+                    .map(|_| metrics.concurrency().totals(&rule.id)),
                 points: series.points(&rule.id),
             })
             .collect();
@@ -306,22 +313,34 @@ pub fn describe(rule: &Rule) -> String {
     let Some(limits) = &rule.limits else {
         return "unlimited".into();
     };
-    let kind = limits.algorithm.kind().name();
+    let kind = limits.algorithm.kind();
+    let kinds = limits.algorithm.kinds();
     let quotas: Vec<String> = limits
         .quotas
         .iter()
-        .map(|q| {
+        .zip(&kinds)
+        .map(|(q, this)| {
             let per = q.unit.map_or_else(
                 || format!("{}ms", q.period.as_millis()),
                 |unit| unit.name().to_owned(),
             );
-            match q.burst {
+            let mut text = match q.burst {
                 Some(burst) => format!("{}/{per} burst {burst}", q.requests_per_unit),
                 None => format!("{}/{per}", q.requests_per_unit),
+            };
+            // A rule mixing algorithms names each limit's.
+            if kind == crate::config::AlgorithmKind::Mixed {
+                text.push(' ');
+                text.push_str(this.name());
             }
+            text
         })
         .collect();
-    format!("{} {kind}", quotas.join(" + "))
+    if kind == crate::config::AlgorithmKind::Mixed {
+        quotas.join(" + ")
+    } else {
+        format!("{} {}", quotas.join(" + "), kind.name())
+    }
 }
 
 /// A bucket key (`4:user5:alice`, see [`crate::rules::bucket_key`]) as
@@ -376,6 +395,9 @@ pub struct RuleStatus {
     /// Its counts so far (`None` for an unlimited rule, which counts
     /// nothing; a blocked rule counts its denials).
     pub totals: Option<Totals>,
+    /// Its concurrency leases so far, from the counters `/metrics`
+    /// exports (`None` for a rule without `concurrency:`).
+    pub concurrency: Option<crate::metrics::ConcurrencyTotals>,
     /// Per second, oldest first.
     pub points: Vec<Totals>,
 }

@@ -399,7 +399,7 @@ async fn leases_are_given_back_on_graceful_shutdown() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reload_keeps_unchanged_rules_and_refreshes_changed_ones() {
+async fn reload_keeps_unchanged_rules_and_never_refreshes_changed_ones() {
     let redis = RedisServer::start();
     let backend = redis.backend("");
     let server = start_with("", &format!("{backend}{RULES}")).await;
@@ -423,7 +423,22 @@ async fn reload_keeps_unchanged_rules_and_refreshes_changed_ones() {
             .expect("remaining")
     };
     assert_eq!(left(check(&server, "user", "u", true).await), 2, "kept");
-    assert_eq!(left(check(&server, "window", "w", true).await), 4, "afresh");
+    // The sliding window spent its 2: until one old period has passed, a
+    // request must also fit the old limit (never a fresh quota).
+    assert_eq!(
+        left(check(&server, "window", "w", true).await),
+        0,
+        "never afresh"
+    );
+    assert_eq!(
+        check(&server, "window", "w", false).await["overall_code"],
+        "OVER_LIMIT"
+    );
+    assert_eq!(
+        left(check(&server, "window", "x", true).await),
+        2,
+        "min of 2 and 4"
+    );
 
     // A rule the script cannot hold exactly is refused whole, old rules stay.
     let inexact = format!(
