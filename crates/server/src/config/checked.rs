@@ -9,8 +9,6 @@ use serde::Deserialize;
 use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::{AllOf, FixedWindow, Gcra, SlidingLog, SlidingWindow};
 
-use super::build_algorithm;
-
 /// One domain's rules.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DomainConfig {
@@ -210,37 +208,6 @@ pub struct Limits {
     pub quotas: Vec<QuotaConfig>,
     /// The algorithm, built.
     pub algorithm: BuiltAlgorithm,
-}
-
-impl Limits {
-    /// Builds `kind` over `quotas` (what a rule of the file does; the
-    /// service builds a descriptor's `limit` override with it).
-    ///
-    /// # Errors
-    ///
-    /// A quota the core refuses (a limit of 0, an empty list).
-    pub fn new(
-        kind: AlgorithmKind,
-        quotas: Vec<QuotaConfig>,
-    ) -> Result<Limits, tollgate::QuotaError> {
-        let algorithm = build_algorithm(kind, &quotas)?;
-        Ok(Limits { quotas, algorithm })
-    }
-
-    /// Builds each quota with its own algorithm (`kinds[i]` runs
-    /// `quotas[i]`): one algorithm type when they share one, else the
-    /// core's `AllOf<AnyAlgorithm>` (see the [`config`](super) docs).
-    ///
-    /// # Errors
-    ///
-    /// A quota the core refuses (a limit of 0, an empty list).
-    pub fn each(
-        kinds: &[AlgorithmKind],
-        quotas: Vec<QuotaConfig>,
-    ) -> Result<Limits, tollgate::QuotaError> {
-        let algorithm = super::limits::build_each(kinds, &quotas)?;
-        Ok(Limits { quotas, algorithm })
-    }
 }
 
 impl fmt::Debug for Limits {

@@ -351,6 +351,37 @@ pub(crate) fn build_each(
     }
 }
 
+impl Limits {
+    /// Builds `kind` over `quotas` (what a rule of the file does; the
+    /// service builds a descriptor's `limit` override with it).
+    ///
+    /// # Errors
+    ///
+    /// A quota the core refuses (a limit of 0, an empty list).
+    pub fn new(
+        kind: AlgorithmKind,
+        quotas: Vec<QuotaConfig>,
+    ) -> Result<Limits, tollgate::QuotaError> {
+        let algorithm = build_algorithm(kind, &quotas)?;
+        Ok(Limits { quotas, algorithm })
+    }
+
+    /// Builds each quota with its own algorithm (`kinds[i]` runs
+    /// `quotas[i]`): one algorithm type when they share one, else the
+    /// core's `AllOf<AnyAlgorithm>` (see the [`config`](super) docs).
+    ///
+    /// # Errors
+    ///
+    /// A quota the core refuses (a limit of 0, an empty list).
+    pub fn each(
+        kinds: &[AlgorithmKind],
+        quotas: Vec<QuotaConfig>,
+    ) -> Result<Limits, tollgate::QuotaError> {
+        let algorithm = build_each(kinds, &quotas)?;
+        Ok(Limits { quotas, algorithm })
+    }
+}
+
 /// The limit of a `rate_limit:` block.
 pub(super) fn limit_of(
     (unlimited, name, quota): (bool, Option<String>, QuotaYaml),

@@ -135,7 +135,7 @@ pub use concurrency::{ConcurrencyConfig, DEFAULT_LEASE_TTL};
 #[cfg(test)]
 use limits::DEFAULT_SLOTS;
 use limits::{LimitYaml, limit_of};
-pub(crate) use limits::{QuotaYaml, build_algorithm, parse_period};
+pub(crate) use limits::{QuotaYaml, parse_period};
 
 /// Why a configuration file was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
