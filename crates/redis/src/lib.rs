@@ -71,6 +71,7 @@ pub use config::{Options, RedisConfig, Secret, SentinelConfig, Target, TlsConfig
 pub use controls::ControlError;
 pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
+pub use limiter::batch::{BatchStats, Batcher};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
 pub use module::ModuleUse;
 pub use policy::{FailurePolicy, Fault, Source, Stats};

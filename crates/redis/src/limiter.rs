@@ -49,6 +49,8 @@ use crate::policy::{Counters, FailurePolicy, Fault, Policy, Source, Stats};
 use crate::script::{self, Op, Script};
 use redis::Cmd;
 
+pub mod batch;
+
 /// A request that can never be admitted: its cost is above a limit's
 /// capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
