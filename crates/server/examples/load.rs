@@ -21,6 +21,17 @@
 //! taken by the failure policy instead of Redis are printed: a figure with
 //! many of them measured the policy, not Redis.
 //!
+//! **Redis-bound runs.** With `TOLLGATE_BENCH_REDIS_CPU=P` in the
+//! environment, the `redis-server` this program starts (backends `redis` and
+//! `direct`) runs under a CPU quota of P % of one core (a cgroup of its own:
+//! v2 `cpu.max`, else v1 `cpu.cfs_quota_us`, period 10 ms; needs root; the
+//! run stops with a message if the quota cannot be set), so that Redis's
+//! CPU is the scarce resource and both the server and the direct client are
+//! bound by it, whatever else runs on the machine: the wall rates of the
+//! two are then the Redis-bound rates issue 15 compares. Without it, read
+//! `redis cpu/decision` (Redis's own CPU per decision, printed after each
+//! Redis run), whose inverse is the Redis-bound rate.
+//!
 //! Starts the server in this process on 127.0.0.1 (ports chosen by the OS,
 //! the monotonic clock), then for each API runs
 //! CONCURRENCY client tasks in a closed loop (each sends its next request
@@ -101,6 +112,71 @@ fn redis_usage(server: &tollgate_testkit::RedisServer) -> (f64, u64) {
         field("used_cpu_user") + field("used_cpu_sys"),
         field("total_commands_processed") as u64,
     )
+}
+
+/// `redis-server`'s CPU capped for a run (see the module docs): the process
+/// in a cgroup of its own with a CPU quota, moved back out and the cgroup
+/// removed on drop.
+struct CpuCap {
+    dir: std::path::PathBuf,
+    parent_procs: std::path::PathBuf,
+    pid: u32,
+}
+
+impl CpuCap {
+    /// Caps `server` at `percent` of one core, if `TOLLGATE_BENCH_REDIS_CPU`
+    /// asks for it.
+    fn from_env(server: &tollgate_testkit::RedisServer) -> Result<Option<CpuCap>, String> {
+        let Ok(percent) = std::env::var("TOLLGATE_BENCH_REDIS_CPU") else {
+            return Ok(None);
+        };
+        let percent: u64 = percent
+            .parse()
+            .ok()
+            .filter(|p| (1..=400).contains(p))
+            .ok_or(format!(
+                "TOLLGATE_BENCH_REDIS_CPU: a percentage of one core, 1 to 400, not '{percent}'"
+            ))?;
+        CpuCap::apply(server.pid(), percent)
+            .map(Some)
+            .map_err(|e| format!("cannot cap redis-server's CPU: {e}"))
+    }
+
+    fn apply(pid: u32, percent: u64) -> std::io::Result<CpuCap> {
+        const PERIOD_US: u64 = 10_000;
+        let quota = PERIOD_US * percent / 100;
+        let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let root = if v2 {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/cpu"
+        };
+        let dir = std::path::Path::new(root).join(format!("tollgate-bench-{pid}"));
+        std::fs::create_dir(&dir)?;
+        let cap = CpuCap {
+            dir: dir.clone(),
+            parent_procs: std::path::Path::new(root).join("cgroup.procs"),
+            pid,
+        };
+        if v2 {
+            std::fs::write(dir.join("cpu.max"), format!("{quota} {PERIOD_US}"))?;
+        } else {
+            std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
+            std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string())?;
+        }
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
+        println!("redis-server capped at {percent} % of one core ({quota} µs per {PERIOD_US} µs)");
+        Ok(cap)
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        // Back to the parent (the process may have exited already), then the
+        // empty cgroup can go.
+        let _ = std::fs::write(&self.parent_procs, self.pid.to_string());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 /// Prints what `decisions` cost Redis between two [`redis_usage`] readings.
@@ -348,6 +424,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     if backend == "direct" {
         let own = tollgate_testkit::RedisServer::start();
+        let _cap = CpuCap::from_env(&own)?;
         println!(
             "{seconds} s, {workers} concurrent callers, tollgate-redis directly on {} (no server)",
             own.url()
@@ -378,6 +455,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         other => {
             return Err(format!("backend: memory, redis or a redis:// URL, not '{other}'").into());
         }
+    };
+    let _cap = match &own_redis {
+        Some(own) => CpuCap::from_env(own)?,
+        None => None,
     };
     let mut config = SERVER.to_owned();
     if let Some(url) = &redis_url {

@@ -23,16 +23,20 @@
 //!   own start*, and on a timeout, an error or a refusal is decided by its
 //!   limiter's failure policy and counted under its limiter's stats, as in
 //!   [`RedisLimiter::check_n`] / [`RedisLimiter::peek_n`].
-//! - **Never a timer, never a wait for a batch to fill.** A decision made
-//!   while no other decision of this batcher is in flight is sent at once,
-//!   alone, from the caller's own task: at one caller the path (and the
-//!   latency) is exactly the limiter's own. A decision made while others are
-//!   in flight joins the queue; the first to join an empty queue spawns one
-//!   flush task, which sends *everything queued when it runs* (in calls of
-//!   at most [`MAX_BATCH`] entries, pipelined on the shared connection). A
-//!   queued decision waits only for that task to be scheduled, the same kind
-//!   of hand-off the multiplexed connection makes for every call; the
-//!   decision that finds nothing in flight never waits for anyone.
+//! - **Never a timer, never a wait for a batch to fill.** At most
+//!   [`MAX_OUTSTANDING`] script calls of a batcher are in flight at once.
+//!   A decision that finds a call free and nothing queued is sent at once,
+//!   alone, from the caller's own task: at one caller (and whenever Redis
+//!   keeps up) the path and the latency are the limiter's own. A decision
+//!   that finds every call in flight joins the queue, and the queue leaves
+//!   as one batch (at most [`MAX_BATCH`] entries per call) the moment a call
+//!   in flight is answered. A queued decision therefore waits for Redis to
+//!   answer what was sent before it — which, sent alone on the same
+//!   connection, it would have waited for anyway, Redis answering a
+//!   connection's commands in order — plus one hand-off; nothing waits for
+//!   a timer or for a batch to fill, and a batch holds only what was already
+//!   queued. The batches form exactly when Redis is the bottleneck (calls
+//!   pile up behind it), which is when its cost per decision matters.
 //! - **One instant per batch.** Entries on the server's clock share the
 //!   batch's one `TIME` reading (the script call is atomic, so this is the
 //!   instant at which every entry is decided); an entry of a limiter on a
@@ -49,11 +53,9 @@
 //! it is in use (one module command is cheaper than a script), and Redis
 //! Cluster (a batch's keys live in different hash slots).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
-
-use futures_util::future::join_all;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
@@ -68,6 +70,11 @@ use crate::limit::Limit;
 use crate::limiter::{CostError, Outcome, RedisLimiter};
 use crate::policy::{Fault, Source};
 use crate::script::{self, Op};
+
+/// The most script calls of one batcher in flight at once (see the module
+/// docs): two, so that Redis has the next batch in its socket while it runs
+/// one, and batches form as soon as calls pile up.
+pub const MAX_OUTSTANDING: usize = 2;
 
 /// The most entries one script call decides: a batch runs on Redis's one
 /// thread, so a bound keeps one call short (about 100 µs at 64 entries).
@@ -124,15 +131,22 @@ pub struct Batcher {
 
 struct Inner {
     redis: Redis,
-    queue: Mutex<Vec<Entry>>,
-    /// Decisions between their send and their answer. Relaxed: a hint that
-    /// picks "alone" or "queued", and either path decides correctly; it
-    /// orders no other memory (the queue has its lock).
-    in_flight: AtomicUsize,
+    state: Mutex<State>,
+    /// Whether a decision may go alone (always, but in tests that force
+    /// the batch path).
+    lone_calls: bool,
     /// Counters for [`BatchStats`]. Relaxed: independent statistics.
     alone: AtomicU64,
     batched: AtomicU64,
     batches: AtomicU64,
+}
+
+/// The queue and the calls in flight, under one lock.
+#[derive(Default)]
+struct State {
+    queue: Vec<Entry>,
+    /// Script calls sent and not answered yet (lone and batch calls).
+    outstanding: usize,
 }
 
 /// One queued decision.
@@ -154,23 +168,28 @@ impl std::fmt::Debug for Batcher {
     }
 }
 
-/// Counts a decision in flight while alive.
-struct InFlight<'a>(&'a AtomicUsize);
+/// A script call in flight (lone or batch): frees its place on drop
+/// (answered, or its caller gone), sending what queued meanwhile.
+struct Outstanding<'a>(&'a Arc<Inner>);
 
-impl Drop for InFlight<'_> {
+impl Drop for Outstanding<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.finished();
     }
 }
 
 impl Batcher {
     /// A batcher for limiters built on `redis` (or a clone of it).
     pub fn new(redis: &Redis) -> Batcher {
+        Batcher::with_lone_calls(redis, true)
+    }
+
+    fn with_lone_calls(redis: &Redis, lone_calls: bool) -> Batcher {
         Batcher {
             inner: Arc::new(Inner {
                 redis: redis.clone(),
-                queue: Mutex::new(Vec::new()),
-                in_flight: AtomicUsize::new(0),
+                state: Mutex::new(State::default()),
+                lone_calls,
                 alone: AtomicU64::new(0),
                 batched: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
@@ -323,8 +342,8 @@ impl Batcher {
         Err((fault, s.open_for))
     }
 
-    /// One decision's script call: alone if nothing else is in flight,
-    /// else queued for the next batch.
+    /// One decision's script call: alone if a call is free and nothing is
+    /// queued, else queued for the next batch.
     async fn call(
         &self,
         limiter: &RedisLimiter,
@@ -333,9 +352,16 @@ impl Batcher {
         op: Op,
     ) -> Result<Reply, Fault> {
         let inner = &self.inner;
-        let before = inner.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _in_flight = InFlight(&inner.in_flight);
-        if before == 0 {
+        let alone = {
+            let mut state = inner.lock();
+            let free = state.queue.is_empty() && state.outstanding < MAX_OUTSTANDING;
+            if inner.lone_calls && free {
+                state.outstanding += 1;
+            }
+            inner.lone_calls && free
+        };
+        if alone {
+            let _outstanding = Outstanding(inner);
             inner.alone.fetch_add(1, Ordering::Relaxed);
             // The limiter's own call (the lean script): `extra` is the cost,
             // as in `RedisLimiter::decide`.
@@ -354,24 +380,19 @@ impl Batcher {
             return Err(Fault::Error);
         };
         let (answer, answered) = oneshot::channel();
-        let entry = Entry {
-            limiter: limiter.clone(),
-            key,
-            op,
-            now,
-            cost,
-            answer,
-        };
-        let first = {
-            let mut queue = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-            queue.push(entry);
-            queue.len() == 1
-        };
-        if first {
-            let inner = Arc::clone(inner);
-            tokio::spawn(async move { inner.flush().await });
+        {
+            let mut state = inner.lock();
+            state.queue.push(Entry {
+                limiter: limiter.clone(),
+                key,
+                op,
+                now,
+                cost,
+                answer,
+            });
+            inner.dispatch(&mut state);
         }
-        // A flush that could not answer (its task cancelled with the
+        // A batch that could not answer (its task cancelled with the
         // runtime) is an error like a dropped connection.
         let raw = answered.await.map_err(|_| Fault::Error)??;
         // As the single call: a reply that does not decode is an error.
@@ -380,32 +401,50 @@ impl Batcher {
 }
 
 impl Inner {
-    /// Sends everything queued, [`MAX_BATCH`] entries per script call, the
-    /// calls pipelined; answers every entry.
-    async fn flush(&self) {
-        let entries = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut batches = Vec::with_capacity(entries.len().div_ceil(MAX_BATCH));
-        let mut entries = entries.into_iter().peekable();
-        while entries.peek().is_some() {
-            batches.push(entries.by_ref().take(MAX_BATCH).collect::<Vec<_>>());
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is plain values, valid even if a holder panicked.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A call in flight was answered (or abandoned): its place is free.
+    fn finished(self: &Arc<Self>) {
+        let mut state = self.lock();
+        state.outstanding -= 1;
+        self.dispatch(&mut state);
+    }
+
+    /// Sends what is queued, one batch per free call, each from a task of
+    /// its own (no caller's cancellation can strand the others' answers).
+    fn dispatch(self: &Arc<Self>, state: &mut State) {
+        // Outside a runtime (a caller dropped there) nothing can be sent:
+        // the queue waits for the next call's dispatch, or its callers'
+        // deadlines.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        while state.outstanding < MAX_OUTSTANDING && !state.queue.is_empty() {
+            let n = state.queue.len().min(MAX_BATCH);
+            let batch: Vec<Entry> = state.queue.drain(..n).collect();
+            state.outstanding += 1;
+            let inner = Arc::clone(self);
+            runtime.spawn(async move {
+                let _outstanding = Outstanding(&inner);
+                inner.send(batch).await;
+            });
         }
-        self.batches
-            .fetch_add(batches.len() as u64, Ordering::Relaxed);
-        let connection = self.redis.connection();
-        join_all(batches.into_iter().map(|batch| {
-            let mut connection = connection.clone();
-            async move {
-                self.batched
-                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                let answers = run(&mut connection, &batch).await;
-                for (entry, answer) in batch.into_iter().zip(answers) {
-                    // The caller may be gone (its deadline passed): nothing
-                    // to answer then.
-                    let _ = entry.answer.send(answer);
-                }
-            }
-        }))
-        .await;
+    }
+
+    /// One batch script call; answers every entry.
+    async fn send(&self, batch: Vec<Entry>) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batched
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let answers = run(&mut self.redis.connection(), &batch).await;
+        for (entry, answer) in batch.into_iter().zip(answers) {
+            // The caller may be gone (its deadline passed): nothing to
+            // answer then.
+            let _ = entry.answer.send(answer);
+        }
     }
 }
 

@@ -53,8 +53,8 @@ async fn admitted(batcher: &Batcher, limiter: &RedisLimiter, key: &str, n: usize
 /// 1,000 concurrent checks of one key admit exactly the burst (GCRA) or
 /// the window's limit (fixed), every one decided by Redis, in far fewer
 /// script calls than decisions. On one thread the schedule is fixed: the
-/// first check finds nothing in flight and goes alone, the 999 others queue
-/// before the flush runs, which sends them in ⌈999 / 64⌉ = 16 calls.
+/// first two checks find a call free and go alone, the 998 others queue
+/// before either is answered, and leave in ⌈998 / 64⌉ = 16 batches.
 #[tokio::test]
 async fn concurrent_checks_count_exactly_in_fewer_calls() {
     let server = RedisServer::start();
@@ -71,9 +71,9 @@ async fn concurrent_checks_count_exactly_in_fewer_calls() {
         assert_eq!(
             batcher.stats(),
             BatchStats {
-                alone: 1,
-                batched: 999,
-                batches: 999_u64.div_ceil(MAX_BATCH as u64),
+                alone: MAX_OUTSTANDING as u64,
+                batched: 998,
+                batches: 998_u64.div_ceil(MAX_BATCH as u64),
             }
         );
     }
@@ -142,16 +142,13 @@ async fn a_batch_with_one_refused_entry_answers_the_others() {
     let foreign = limiter.redis_keys("foreign").pop().unwrap();
     let foreign = String::from_utf8(foreign).unwrap();
     server.cli(&["HSET", &foreign, "field", "value"]);
-    let mut answers = Vec::new();
-    {
-        let mut queue = batcher.inner.queue.lock().unwrap();
-        for (key, cost) in [("plain", 1), ("refused", 1 << 60), ("foreign", 2)] {
-            let (entry, answered) = entry(&limiter, key, cost);
-            queue.push(entry);
-            answers.push(answered);
-        }
+    let (mut batch, mut answers) = (Vec::new(), Vec::new());
+    for (key, cost) in [("plain", 1), ("refused", 1 << 60), ("foreign", 2)] {
+        let (entry, answered) = entry(&limiter, key, cost);
+        batch.push(entry);
+        answers.push(answered);
     }
-    batcher.inner.flush().await;
+    batcher.inner.send(batch).await;
     let mut answers: Vec<Answer> = answers
         .into_iter()
         .map(|mut answered| answered.try_recv().unwrap())
@@ -174,7 +171,7 @@ async fn a_batch_with_one_refused_entry_answers_the_others() {
 async fn a_refused_entry_is_the_policys_and_spares_the_breaker() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let batcher = Batcher::new(&redis);
+    let batcher = Batcher::with_lone_calls(&redis, false);
     let limiter = RedisLimiter::builder(redis.clone(), "policy")
         .limit(gcra(10))
         .deadline(Duration::from_secs(10))
@@ -184,14 +181,11 @@ async fn a_refused_entry_is_the_policys_and_spares_the_breaker() {
         })
         .build()
         .unwrap();
-    // Every call queued: one decision stays "in flight" for the test.
-    batcher.inner.in_flight.fetch_add(1, Ordering::Relaxed);
     // The script refuses a `now` that is not a number; no limiter sends one.
     let (entry, answered) = entry(&limiter, "k", 1);
     let mut bad = entry;
     bad.now = "not a number".into();
-    batcher.inner.queue.lock().unwrap().push(bad);
-    batcher.inner.flush().await;
+    batcher.inner.send(vec![bad]).await;
     assert_eq!(answered.await.unwrap(), Err(Fault::Script));
     // Through the public path the breaker stays closed: the next decision is
     // Redis's.
@@ -228,9 +222,8 @@ async fn batched_decisions_equal_the_limiters_own() {
                 .unwrap()
         };
         let (lone, batched) = (twin("-lone"), twin("-batched"));
-        let batcher = Batcher::new(&redis);
-        // Every batcher call queued: one decision stays "in flight".
-        batcher.inner.in_flight.fetch_add(1, Ordering::Relaxed);
+        // Every call a batch (of one).
+        let batcher = Batcher::with_lone_calls(&redis, false);
         for step in 0..60_u64 {
             let cost = step % 3;
             let peek = step % 7 == 3;
