@@ -16,6 +16,9 @@
 //! - **failure policy**: fail open, fail closed or a local share, with a
 //!   deadline, a circuit breaker and counters ([`policy`], [`breaker`]).
 //! - **deny cache**: standing denials answered locally ([`deny_cache`]).
+//! - **batcher**: the decisions of concurrent callers coalesced into one
+//!   script call per batch, each entry decided on its own
+//!   ([`limiter::batch`]).
 //! - **lease**: a batch of permits taken in one round trip and spent
 //!   locally ([`lease`]).
 //! - **controls**: reset, refund, penalty, deny and allow lists of one key,

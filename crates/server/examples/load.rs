@@ -24,7 +24,7 @@
 //! **Redis-bound runs.** With `TOLLGATE_BENCH_REDIS_CPU=P` in the
 //! environment, the `redis-server` this program starts (backends `redis` and
 //! `direct`) runs under a CPU quota of P % of one core (a cgroup of its own:
-//! v2 `cpu.max`, else v1 `cpu.cfs_quota_us`, period 10 ms; needs root; the
+//! v2 `cpu.max`, else v1 `cpu.cfs_quota_us`: 1 ms per 100/P ms; needs root; the
 //! run stops with a message if the quota cannot be set), so that Redis's
 //! CPU is the scarce resource and both the server and the direct client are
 //! bound by it, whatever else runs on the machine: the wall rates of the
@@ -133,9 +133,9 @@ impl CpuCap {
         let percent: u64 = percent
             .parse()
             .ok()
-            .filter(|p| (1..=400).contains(p))
+            .filter(|p| (1..=100).contains(p))
             .ok_or(format!(
-                "TOLLGATE_BENCH_REDIS_CPU: a percentage of one core, 1 to 400, not '{percent}'"
+                "TOLLGATE_BENCH_REDIS_CPU: a percentage of one core, 1 to 100, not '{percent}'"
             ))?;
         CpuCap::apply(server.pid(), percent)
             .map(Some)
@@ -143,8 +143,12 @@ impl CpuCap {
     }
 
     fn apply(pid: u32, percent: u64) -> std::io::Result<CpuCap> {
-        const PERIOD_US: u64 = 10_000;
-        let quota = PERIOD_US * percent / 100;
+        // The kernel's smallest quota (1 ms) and the shortest period that
+        // gives the share: the shortest throttled stretches (at 20 %, 1 ms
+        // of CPU per 5 ms), so that a decision's deadline is not spent
+        // waiting for the next period.
+        const QUOTA_US: u64 = 1_000;
+        let (quota, period) = (QUOTA_US, QUOTA_US * 100 / percent);
         let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
         let root = if v2 {
             "/sys/fs/cgroup"
@@ -159,13 +163,13 @@ impl CpuCap {
             pid,
         };
         if v2 {
-            std::fs::write(dir.join("cpu.max"), format!("{quota} {PERIOD_US}"))?;
+            std::fs::write(dir.join("cpu.max"), format!("{quota} {period}"))?;
         } else {
-            std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
+            std::fs::write(dir.join("cpu.cfs_period_us"), period.to_string())?;
             std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string())?;
         }
         std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
-        println!("redis-server capped at {percent} % of one core ({quota} µs per {PERIOD_US} µs)");
+        println!("redis-server capped at {percent} % of one core ({quota} µs per {period} µs)");
         Ok(cap)
     }
 }

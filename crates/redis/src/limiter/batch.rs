@@ -435,7 +435,13 @@ impl Inner {
     }
 
     /// One batch script call; answers every entry.
-    async fn send(&self, batch: Vec<Entry>) {
+    async fn send(&self, mut batch: Vec<Entry>) {
+        // A caller gone meanwhile (its deadline passed, its answer the
+        // policy's) is not decided on Redis too: nothing taken for it.
+        batch.retain(|entry| !entry.answer.is_closed());
+        if batch.is_empty() {
+            return;
+        }
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.batched
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
