@@ -77,7 +77,8 @@ use crate::script::{self, Op};
 pub const MAX_OUTSTANDING: usize = 2;
 
 /// The most entries one script call decides: a batch runs on Redis's one
-/// thread, so a bound keeps one call short (about 100 µs at 64 entries).
+/// thread, so a bound keeps one call short (300 µs at 64 entries on a
+/// shared 2-core machine: 4.7 µs per entry, against 7.8 µs for one lean call).
 pub const MAX_BATCH: usize = 64;
 
 /// The batch script: `batch.lua`'s prelude, the lean scripts as functions,
@@ -114,7 +115,7 @@ type Answer = Result<Vec<i64>, Fault>;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BatchStats {
-    /// Decisions sent alone (nothing else was in flight).
+    /// Decisions sent alone (a call was free and nothing queued).
     pub alone: u64,
     /// Decisions sent in batches.
     pub batched: u64,
