@@ -215,6 +215,11 @@ impl Redis {
         module::run(connection, self.uses_module(), absent, script, keys, args).await
     }
 
+    /// Whether `other` is this handle or a clone of it (one connection).
+    pub(crate) fn same(&self, other: &Redis) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Whether this is a cluster connection.
     pub fn is_cluster(&self) -> bool {
         matches!(&*self.inner, Inner::Cluster(_))

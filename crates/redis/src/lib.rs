@@ -17,6 +17,9 @@
 //! - **failure policy**: fail open, fail closed or a local share, with a
 //!   deadline, a circuit breaker and counters ([`policy`], [`breaker`]).
 //! - **deny cache**: standing denials answered locally ([`deny_cache`]).
+//! - **batcher**: the decisions of concurrent callers coalesced into one
+//!   script call per batch, each entry decided on its own
+//!   ([`limiter::batch`]).
 //! - **lease**: a batch of permits taken in one round trip and spent
 //!   locally ([`lease`]).
 //! - **controls**: reset, refund, penalty, deny and allow lists of one key,
@@ -76,6 +79,7 @@ pub use config::{Options, RedisConfig, Secret, SentinelConfig, Target, TlsConfig
 pub use controls::ControlError;
 pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
+pub use limiter::batch::{BatchStats, Batcher};
 pub use limiter::{CostError, Outcome, RedisLimiter, RedisLimiterBuilder};
 pub use module::ModuleUse;
 pub use observe::RedisObserver;

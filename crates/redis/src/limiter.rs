@@ -71,6 +71,8 @@ pub use builder::RedisLimiterBuilder;
 use leases::Leases;
 pub(crate) use round_trip::Reply;
 
+pub mod batch;
+
 /// A request that can never be admitted: its cost is above a limit's
 /// capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,9 +17,21 @@
 //! CONCURRENCY tasks sharing one multiplexed connection as the server's
 //! limiters do: the Redis-bound rate the server is compared with. With
 //! Redis, the backend
-//! section sets a deadline of 20 ms and `fail_open`, and the decisions
+//! section sets a deadline of 20 ms (200 ms with Redis capped, below) and
+//! `fail_open`, and the decisions
 //! taken by the failure policy instead of Redis are printed: a figure with
 //! many of them measured the policy, not Redis.
+//!
+//! **Redis-bound runs.** With `TOLLGATE_BENCH_REDIS_CPU=P` in the
+//! environment, the `redis-server` this program starts (backends `redis` and
+//! `direct`) runs under a CPU quota of P % of one core (a cgroup of its own:
+//! v2 `cpu.max`, else v1 `cpu.cfs_quota_us`: 1 ms per 100/P ms; needs root; the
+//! run stops with a message if the quota cannot be set), so that Redis's
+//! CPU is the scarce resource and both the server and the direct client are
+//! bound by it, whatever else runs on the machine: the wall rates of the
+//! two are then the Redis-bound rates issue 15 compares. Without it, read
+//! `redis cpu/decision` (Redis's own CPU per decision, printed after each
+//! Redis run), whose inverse is the Redis-bound rate.
 //!
 //! Starts the server in this process on 127.0.0.1 (ports chosen by the OS,
 //! the monotonic clock), then for each API runs
@@ -101,6 +113,86 @@ fn redis_usage(server: &tollgate_testkit::RedisServer) -> (f64, u64) {
         field("used_cpu_user") + field("used_cpu_sys"),
         field("total_commands_processed") as u64,
     )
+}
+
+/// Both peers' Redis deadline: 20 ms, or 200 ms when Redis's CPU is capped
+/// (a throttled Redis stalls for up to a quota period: the runs measure
+/// Redis's rate, not the failure policy).
+fn deadline() -> Duration {
+    if std::env::var_os("TOLLGATE_BENCH_REDIS_CPU").is_some() {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_millis(20)
+    }
+}
+
+/// `redis-server`'s CPU capped for a run (see the module docs): the process
+/// in a cgroup of its own with a CPU quota, moved back out and the cgroup
+/// removed on drop.
+struct CpuCap {
+    dir: std::path::PathBuf,
+    parent_procs: std::path::PathBuf,
+    pid: u32,
+}
+
+impl CpuCap {
+    /// Caps `server` at `percent` of one core, if `TOLLGATE_BENCH_REDIS_CPU`
+    /// asks for it.
+    fn from_env(server: &tollgate_testkit::RedisServer) -> Result<Option<CpuCap>, String> {
+        let Ok(percent) = std::env::var("TOLLGATE_BENCH_REDIS_CPU") else {
+            return Ok(None);
+        };
+        let percent: u64 = percent
+            .parse()
+            .ok()
+            .filter(|p| (1..=100).contains(p))
+            .ok_or(format!(
+                "TOLLGATE_BENCH_REDIS_CPU: a percentage of one core, 1 to 100, not '{percent}'"
+            ))?;
+        CpuCap::apply(server.pid(), percent)
+            .map(Some)
+            .map_err(|e| format!("cannot cap redis-server's CPU: {e}"))
+    }
+
+    fn apply(pid: u32, percent: u64) -> std::io::Result<CpuCap> {
+        // The kernel's smallest quota (1 ms) and the shortest period that
+        // gives the share: the shortest throttled stretches (at 20 %, 1 ms
+        // of CPU per 5 ms), so that a decision's deadline is not spent
+        // waiting for the next period.
+        const QUOTA_US: u64 = 1_000;
+        let (quota, period) = (QUOTA_US, QUOTA_US * 100 / percent);
+        let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let root = if v2 {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/cpu"
+        };
+        let dir = std::path::Path::new(root).join(format!("tollgate-bench-{pid}"));
+        std::fs::create_dir(&dir)?;
+        let cap = CpuCap {
+            dir: dir.clone(),
+            parent_procs: std::path::Path::new(root).join("cgroup.procs"),
+            pid,
+        };
+        if v2 {
+            std::fs::write(dir.join("cpu.max"), format!("{quota} {period}"))?;
+        } else {
+            std::fs::write(dir.join("cpu.cfs_period_us"), period.to_string())?;
+            std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string())?;
+        }
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
+        println!("redis-server capped at {percent} % of one core ({quota} µs per {period} µs)");
+        Ok(cap)
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        // Back to the parent (the process may have exited already), then the
+        // empty cgroup can go.
+        let _ = std::fs::write(&self.parent_procs, self.pid.to_string());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 /// Prints what `decisions` cost Redis between two [`redis_usage`] readings.
@@ -295,7 +387,7 @@ async fn run_direct(url: &str, workers: usize, seconds: u64) -> Report {
         RedisLimiter::builder(redis.clone(), name)
             .limit(Gcra::new(Quota::per_second(per_second).expect("quota")).expect("gcra"))
             .failure_policy(FailurePolicy::FailOpen)
-            .deadline(Duration::from_millis(20))
+            .deadline(deadline())
             .build()
             .expect("limiter")
     };
@@ -348,6 +440,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     if backend == "direct" {
         let own = tollgate_testkit::RedisServer::start();
+        let _cap = CpuCap::from_env(&own)?;
         println!(
             "{seconds} s, {workers} concurrent callers, tollgate-redis directly on {} (no server)",
             own.url()
@@ -379,10 +472,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("backend: memory, redis or a redis:// URL, not '{other}'").into());
         }
     };
+    let _cap = match &own_redis {
+        Some(own) => CpuCap::from_env(own)?,
+        None => None,
+    };
     let mut config = SERVER.to_owned();
     if let Some(url) = &redis_url {
         config.push_str(&format!(
-            "backend:\n  redis: {url}\n  deadline: 20ms\n  failure_policy: fail_open\n"
+            "backend:\n  redis: {url}\n  deadline: {}ms\n  failure_policy: fail_open\n",
+            deadline().as_millis()
         ));
     }
     config.push_str(RULES);

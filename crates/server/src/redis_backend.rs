@@ -8,8 +8,17 @@
 //!   (`domain.key_value…`, so the Redis keys read
 //!   `<key_prefix>{<rule>|<bucket>}:<limit>`), holding the rule's limits;
 //!   every limiter shares one multiplexed connection (or the cluster
-//!   client). A request's descriptors are decided concurrently on it, so
-//!   that they are pipelined in one write.
+//!   client). A request's descriptors are decided concurrently on it.
+//! - **Batched across requests**: every decision goes through one
+//!   `tollgate_redis::Batcher`, so that the decisions of concurrent
+//!   requests (and of one request's descriptors) share script calls: a
+//!   decision made while none other is in flight is sent alone at once; one
+//!   made while others are in flight joins the next batch, which holds only
+//!   what is already queued (never a timer). Each decision stays
+//!   independent (its own reply, its own refusal), with its limiter's
+//!   deadline, breaker and failure policy (see `tollgate_redis::limiter::batch`'s
+//!   guarantees). Rules of several limits, sliding windows, Redis Cluster
+//!   and the native module keep one call per decision.
 //! - **Failure policy, deadline, breaker, deny cache, leases** are the
 //!   Redis limiter's own, one setting for every rule. Every decision
 //!   returns within the deadline plus the policy's (local) time, whatever
@@ -107,7 +116,7 @@ use futures_util::future::join_all;
 use prometheus_client::registry::Registry;
 use tollgate::{Carry, Decision};
 use tollgate_redis::{
-    Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Target,
+    Batcher, Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Target,
 };
 
 mod carry;
@@ -150,6 +159,8 @@ type Relist = (Arc<str>, RedisLimiter, Vec<(String, Listed)>);
 /// Counts on Redis: one `RedisLimiter` per rule (see the [module docs](self)).
 pub struct RedisBackend {
     redis: Redis,
+    /// Coalesces concurrent decisions into fewer script calls.
+    batcher: Batcher,
     settings: RedisSettings,
     /// Shared with the metrics collector.
     limiters: Arc<ArcSwap<HashMap<Arc<str>, Arc<Installed>>>>,
@@ -192,6 +203,7 @@ impl RedisBackend {
     /// A backend on an existing connection.
     pub fn with_redis(redis: Redis, settings: RedisSettings) -> RedisBackend {
         RedisBackend {
+            batcher: Batcher::new(&redis),
             redis,
             settings,
             limiters: Arc::new(ArcSwap::from_pointee(HashMap::new())),
@@ -416,11 +428,12 @@ pub(crate) fn target_name(settings: &RedisSettings) -> String {
     }
 }
 
-async fn decide_one(limiter: &RedisLimiter, key: &str, cost: u64) -> Decision {
+/// One decision, batched with the concurrent ones (see the module docs).
+async fn decide_one(batcher: &Batcher, limiter: &RedisLimiter, key: &str, cost: u64) -> Decision {
     let decision = if cost == 0 {
-        limiter.peek_n(key, 0).await
+        batcher.peek_n(limiter, key, 0).await
     } else {
-        limiter.check_n(key, cost).await
+        batcher.check_n(limiter, key, cost).await
     };
     // The server checks costs first; only a reload that lowered the
     // capacity in between lands here: a denial, never to fit.
@@ -530,14 +543,16 @@ impl Backend for RedisBackend {
                 async move {
                     match (limiters.get(&hit.rule.id), &hit.rule.limits) {
                         (Some(installed), _) => {
-                            decide_one(&installed.limiter, hit.key, hit.cost).await
+                            decide_one(&self.batcher, &installed.limiter, hit.key, hit.cost).await
                         }
                         // A `limit` override, or raced a reload that removed
                         // the rule: decided by a limiter of its own, on the
                         // rule's keys (which name the limits).
                         (None, Some(limits)) => {
                             match self.build(hit.rule, &limits.algorithm, false) {
-                                Ok(limiter) => decide_one(&limiter, hit.key, hit.cost).await,
+                                Ok(limiter) => {
+                                    decide_one(&self.batcher, &limiter, hit.key, hit.cost).await
+                                }
                                 // Never "no limit" for a limit Redis cannot hold.
                                 Err(_) => Decision::from_parts(
                                     false,

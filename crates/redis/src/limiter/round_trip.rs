@@ -76,7 +76,7 @@ impl RedisLimiter {
 
     /// One script call. `extra` is the fifth argument: the lease's need, or
     /// a refund's stamp.
-    async fn call(
+    pub(super) async fn call(
         &self,
         key: &BoundedKey,
         cost: u64,
@@ -129,17 +129,8 @@ impl RedisLimiter {
             None if s.scripts_only => script::run(&mut connection, which, &keys, args).await?,
             None => Redis::decide(&s.redis, &mut connection, which, &keys, args).await?,
         };
-        // A lean script's compact reply, in the general form (a longer reply
-        // is the module's or a marker's, already in that form).
-        let expanded = match (&s.limits[..], raw.len()) {
-            ([limit], 1) if matches!(which, Script::Gcra | Script::Fixed) => {
-                script::lean_of(limit, self.unit_nanos()).and_then(|lean| {
-                    let now = now.parse().unwrap_or(0);
-                    script::expand_lean(&raw, lean, op == Op::Check, cost, now)
-                })
-            }
-            _ => None,
-        };
+        let lean = matches!(which, Script::Gcra | Script::Fixed);
+        let expanded = self.expand_compact(&raw, lean, op, cost, &now);
         let general = expanded.as_deref().unwrap_or(&raw);
         self.decode(general).ok_or_else(|| {
             redis::RedisError::from((
@@ -150,7 +141,29 @@ impl RedisLimiter {
         })
     }
 
-    fn decode(&self, raw: &[i64]) -> Option<Reply> {
+    /// A lean script's compact reply (one number) in the general form, for
+    /// [`decode`](Self::decode); `None` for a reply already in that form
+    /// (the module's, a marker's, the general script's) or one that does
+    /// not read back. `lean`: the reply is a lean script's; `now`: the
+    /// clock reading sent (empty on the server's clock).
+    pub(super) fn expand_compact(
+        &self,
+        raw: &[i64],
+        lean: bool,
+        op: Op,
+        cost: u64,
+        now: &str,
+    ) -> Option<Vec<i64>> {
+        match (&self.shared.limits[..], raw.len()) {
+            ([limit], 1) if lean => script::lean_of(limit, self.unit_nanos()).and_then(|lean| {
+                let now = now.parse().unwrap_or(0);
+                script::expand_lean(raw, lean, op == Op::Check, cost, now)
+            }),
+            _ => None,
+        }
+    }
+
+    pub(super) fn decode(&self, raw: &[i64]) -> Option<Reply> {
         let limits = &self.shared.limits;
         let (&[allowed, taken, now], rest) = raw.split_first_chunk::<{ script::HEAD_REPLY }>()?;
         if rest.is_empty() {
