@@ -522,6 +522,8 @@ fn entry_answer(item: Value) -> Answer {
                 _ => Err(Fault::Error),
             })
             .collect(),
+        // A lean script's compact reply (see `script`, "The lean reply").
+        Value::Int(i) => Ok(vec![i]),
         Value::ServerError(e) => Err(classify(&RedisError::from(e))),
         _ => Err(Fault::Error),
     }
