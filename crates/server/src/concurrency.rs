@@ -74,8 +74,8 @@ use memory::MemoryLeases;
 use crate::config::{ConcurrencyConfig, RedisSettings};
 use crate::metrics::ConcurrencyStats;
 use crate::redis_backend::{redis_config, target_name};
+use crate::request::{CheckRequest, Status};
 use crate::rules::{Rule, RuleSet};
-use crate::service::{CheckRequest, Status};
 
 /// The most leases the memory table holds at once.
 pub const MAX_LEASES: usize = 1 << 20;

@@ -47,6 +47,7 @@ pub mod listen;
 pub mod metrics;
 pub mod redis_backend;
 pub mod reload;
+pub mod request;
 pub mod rules;
 pub mod server;
 pub mod service;

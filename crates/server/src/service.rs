@@ -73,84 +73,11 @@ use crate::backend::{Backend, BackendError, Hit};
 use crate::concurrency::Leases;
 use std::fmt::Write as _;
 
-use crate::config::{AlgorithmKind, Limits, QuotaConfig, ServerSettings, Unit};
+use crate::config::{AlgorithmKind, Limits, QuotaConfig, ServerSettings};
 use crate::metrics::{Api, Metrics, Refusal, RuleCounters};
+pub use crate::request::{CheckRequest, Descriptor, LimitOverride, Outcome, Status};
 use crate::rules::{Rule, RuleSet, bucket_key};
 use crate::status::StatusBoard;
-
-/// One descriptor of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Descriptor {
-    /// `(key, value)` entries, outermost first.
-    pub entries: Vec<(String, String)>,
-    /// This descriptor's cost; `None` takes the request's.
-    pub cost: Option<u64>,
-    /// Envoy's `limit` override: decided under this limit instead of the
-    /// rules' (see the module docs).
-    pub limit: Option<LimitOverride>,
-}
-
-/// A limit a request asks for (Envoy's `RateLimitOverride`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LimitOverride {
-    /// Requests per unit; 0 admits nothing.
-    pub requests_per_unit: u64,
-    /// The unit; `None` for Envoy's `UNKNOWN` (refused: OVER_LIMIT).
-    pub unit: Option<Unit>,
-}
-
-/// A request, as either API decodes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckRequest {
-    /// The domain.
-    pub domain: String,
-    /// The descriptors.
-    pub descriptors: Vec<Descriptor>,
-    /// The cost of descriptors that do not give their own.
-    pub cost: u64,
-}
-
-/// The answer for one descriptor.
-#[derive(Debug, Clone)]
-pub enum Status {
-    /// No rule matched: OK, no limit.
-    NoRule,
-    /// An `unlimited` rule matched: OK.
-    Unlimited {
-        /// The rule.
-        rule: Arc<Rule>,
-    },
-    /// The bucket was decided.
-    Decided {
-        /// The rule.
-        rule: Arc<Rule>,
-        /// The backend's decision.
-        decision: Decision,
-        /// The quota that bound the decision (see [`binding_quota`]).
-        quota: QuotaConfig,
-    },
-    /// The descriptor cannot be decided as sent (see the module docs):
-    /// OVER_LIMIT, nothing counted.
-    Refused {
-        /// The rule it matched, if it got that far.
-        rule: Option<Arc<Rule>>,
-        /// The limit it would have been decided under, if known.
-        quota: Option<QuotaConfig>,
-        /// Why, for logs and the HTTP API.
-        reason: String,
-    },
-}
-
-impl Status {
-    /// Whether this descriptor is answered OVER_LIMIT (never in shadow mode).
-    pub fn is_over_limit(&self) -> bool {
-        match self {
-            Status::Decided { rule, decision, .. } => decision.is_denied() && !rule.shadow_mode,
-            Status::Refused { rule, .. } => !rule.as_ref().is_some_and(|rule| rule.shadow_mode),
-            Status::NoRule | Status::Unlimited { .. } => false,
-        }
-    }
-}
 
 /// Why a blocked rule's descriptor is OVER_LIMIT.
 const BLOCKED: &str = "the rule admits nothing (requests_per_unit: 0)";
@@ -193,20 +120,6 @@ impl Plan {
             }
             Plan::Refused { rule, .. } => rule.as_ref(),
         }
-    }
-}
-
-/// The answer to a request.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    /// One status per descriptor, in request order.
-    pub statuses: Vec<Status>,
-}
-
-impl Outcome {
-    /// Whether any descriptor is over its limit.
-    pub fn is_over_limit(&self) -> bool {
-        self.statuses.iter().any(Status::is_over_limit)
     }
 }
 
