@@ -3,147 +3,37 @@
 //! certificates generated here by rcgen and a user `alice` that has a
 //! password, the `default` user switched off.
 
-use std::ffi::OsStr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, KeyPair,
-};
 use tollgate::{Gcra, Quota};
 use tollgate_redis::{
     FailurePolicy, Options, Redis, RedisConfig, RedisLimiter, Secret, Source, TlsConfig,
 };
-use tollgate_testkit::{redis_is_process_with, spawn_on_free_port};
+use tollgate_testkit::tls::{Pki, TLS_USER, TlsRedis};
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, PEM.
-struct Pki {
-    ca: String,
-    server_cert: String,
-    server_key: String,
-    client_cert: String,
-    client_key: String,
+/// The TLS `redis-server` and the directory of its files (removed on drop,
+/// after the server: fields drop in order).
+struct TlsServer {
+    redis: TlsRedis,
+    _dir: tempfile::TempDir,
 }
 
 fn pki() -> Pki {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    // Distinct names: a leaf named like its issuer looks self-signed.
-    ca_params.distinguished_name = DistinguishedName::new();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "tollgate test CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let leaf = |names: Vec<String>| {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(names.clone()).unwrap();
-        params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, &names[0]);
-        let cert = params.signed_by(&key, &ca).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let (server_cert, server_key) = leaf(vec!["127.0.0.1".into(), "localhost".into()]);
-    let (client_cert, client_key) = leaf(vec!["tollgate-client".into()]);
-    Pki {
-        ca: ca.pem(),
-        server_cert,
-        server_key,
-        client_cert,
-        client_key,
-    }
-}
-
-/// `redis-server` on a TLS port only, killed (and its files removed) on drop.
-struct TlsServer {
-    port: u16,
-    child: Child,
-    dir: PathBuf,
+    Pki::generate("tollgate-client")
 }
 
 impl TlsServer {
     fn start(pki: &Pki) -> TlsServer {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "tollgate-tls-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = |name: &str, pem: &str| {
-            let path = dir.join(name);
-            std::fs::write(&path, pem).unwrap();
-            path
-        };
-        let (cert, key, ca) = (
-            file("server.crt", &pki.server_cert),
-            file("server.key", &pki.server_key),
-            file("ca.crt", &pki.ca),
-        );
-        let (client_cert, client_key) = (
-            file("client.crt", &pki.client_cert),
-            file("client.key", &pki.client_key),
-        );
-        // The port is checked to be this server's own (see the testkit),
-        // over TLS as alice.
-        let (port, child) = spawn_on_free_port(
-            "redis-server (TLS)",
-            |port| {
-                let mut command = Command::new("redis-server");
-                command
-                    .args(["--port", "0", "--bind", "127.0.0.1"])
-                    .args(["--tls-port", &port.to_string()])
-                    .arg("--tls-cert-file")
-                    .arg(&cert)
-                    .arg("--tls-key-file")
-                    .arg(&key)
-                    .arg("--tls-ca-cert-file")
-                    .arg(&ca)
-                    .args(["--tls-auth-clients", "yes"])
-                    .args([
-                        "--user",
-                        "alice",
-                        "on",
-                        ">alice-secret",
-                        "~*",
-                        "&*",
-                        "+@all",
-                    ])
-                    .args(["--user", "default", "off"])
-                    .args(["--save", "", "--appendonly", "no"])
-                    .arg("--dir")
-                    .arg(&dir)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null());
-                command
-            },
-            |port, pid| {
-                let options: [&OsStr; 11] = [
-                    "--tls".as_ref(),
-                    "--cacert".as_ref(),
-                    ca.as_ref(),
-                    "--cert".as_ref(),
-                    client_cert.as_ref(),
-                    "--key".as_ref(),
-                    client_key.as_ref(),
-                    "--user".as_ref(),
-                    "alice".as_ref(),
-                    "--pass".as_ref(),
-                    "alice-secret".as_ref(),
-                ];
-                redis_is_process_with(port, pid, &options)
-            },
-        );
-        TlsServer { port, child, dir }
+        let dir = tempfile::tempdir().unwrap();
+        let redis = TlsRedis::start(dir.path(), pki);
+        TlsServer { redis, _dir: dir }
     }
 
     fn config(&self, pki: &Pki) -> RedisConfig {
-        let mut config = RedisConfig::single(format!("redis://127.0.0.1:{}", self.port));
-        config.username = Some("alice".into());
-        config.password = Some("alice-secret".into());
+        let mut config = RedisConfig::single(format!("redis://127.0.0.1:{}", self.redis.port));
+        config.username = Some(TLS_USER.0.into());
+        config.password = Some(TLS_USER.1.into());
         let mut tls = TlsConfig::default();
         tls.ca_pem = Some(pki.ca.clone().into_bytes());
         tls.client_cert_pem = Some(pki.client_cert.clone().into_bytes());
@@ -155,14 +45,6 @@ impl TlsServer {
             retries: 0,
         };
         config
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

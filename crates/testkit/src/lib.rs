@@ -6,6 +6,8 @@
 //! Everything here panics on failure: it runs in tests and benchmarks,
 //! where a missing server is a broken set-up, not an error to handle.
 
+pub mod tls;
+
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};

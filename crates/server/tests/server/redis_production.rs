@@ -4,16 +4,13 @@
 //! across a failover. Real `redis-server` and `redis-sentinel` processes,
 //! started here on free loopback ports.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, KeyPair,
-};
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_testkit::tls::{Pki, TlsRedis};
 
 use crate::support::*;
 
@@ -26,43 +23,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100000}
 ";
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, PEM.
-struct Pki {
-    ca: String,
-    server_cert: String,
-    server_key: String,
-    client_cert: String,
-    client_key: String,
-}
-
 fn pki() -> Pki {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name = DistinguishedName::new();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "tollgate server test CA");
-    let ca =
-        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
-    let leaf = |names: Vec<String>| {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(names.clone()).expect("params");
-        params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, &names[0]);
-        let cert = params.signed_by(&key, &ca).expect("leaf");
-        (cert.pem(), key.serialize_pem())
-    };
-    let (server_cert, server_key) = leaf(vec!["127.0.0.1".into(), "localhost".into()]);
-    let (client_cert, client_key) = leaf(vec!["tollgate-server".into()]);
-    Pki {
-        ca: ca.pem(),
-        server_cert,
-        server_key,
-        client_cert,
-        client_key,
-    }
+    Pki::generate("tollgate-server")
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -89,67 +51,6 @@ fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// `redis-server` on a TLS port only, requiring client certificates, with
-/// a user `alice` (password `alice-secret`) and the `default` user off.
-fn tls_redis(dir: &Path, pki: &Pki) -> (Process, u16) {
-    let cert = write(dir, "server.crt", &pki.server_cert);
-    let key = write(dir, "server.key", &pki.server_key);
-    let ca = write(dir, "redis-ca.crt", &pki.ca);
-    let client_cert = write(dir, "redis-client.crt", &pki.client_cert);
-    let client_key = write(dir, "redis-client.key", &pki.client_key);
-    // The port is checked to be this server's own (see the testkit), over
-    // TLS as alice.
-    let (port, child) = tollgate_testkit::spawn_on_free_port(
-        "redis-server (TLS)",
-        |port| {
-            let mut command = Command::new("redis-server");
-            command
-                .args(["--port", "0", "--bind", "127.0.0.1"])
-                .args(["--tls-port", &port.to_string()])
-                .arg("--tls-cert-file")
-                .arg(&cert)
-                .arg("--tls-key-file")
-                .arg(&key)
-                .arg("--tls-ca-cert-file")
-                .arg(&ca)
-                .args(["--tls-auth-clients", "yes"])
-                .args([
-                    "--user",
-                    "alice",
-                    "on",
-                    ">alice-secret",
-                    "~*",
-                    "&*",
-                    "+@all",
-                ])
-                .args(["--user", "default", "off"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            command
-        },
-        |port, pid| {
-            let options: [&OsStr; 11] = [
-                "--tls".as_ref(),
-                "--cacert".as_ref(),
-                ca.as_ref(),
-                "--cert".as_ref(),
-                client_cert.as_ref(),
-                "--key".as_ref(),
-                client_key.as_ref(),
-                "--user".as_ref(),
-                "alice".as_ref(),
-                "--pass".as_ref(),
-                "alice-secret".as_ref(),
-            ];
-            tollgate_testkit::redis_is_process_with(port, pid, &options)
-        },
-    );
-    (Process(child), port)
-}
-
 /// The server on Redis over TLS with a client certificate, as user
 /// `alice` whose password comes from a file: decisions are Redis's (the
 /// third call of a 2-per-minute rule is over), and a wrong password stops
@@ -158,7 +59,8 @@ fn tls_redis(dir: &Path, pki: &Pki) -> (Process, u16) {
 async fn the_server_decides_on_tls_redis_with_a_client_certificate_and_an_acl_user() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pki = pki();
-    let (_redis, port) = tls_redis(dir.path(), &pki);
+    let redis = TlsRedis::start(dir.path(), &pki);
+    let port = redis.port;
     let password = write(dir.path(), "password", "alice-secret\n");
     let backend = |password: &Path| {
         format!(
