@@ -73,17 +73,15 @@
 //!   A rule restored with limits it had before finds its old keys. A rule
 //!   set with a limit the script cannot hold exactly (see
 //!   `tollgate_redis::limit`) is refused whole.
-//! - **Deny and allow lists across a limit change**: a list entry is a
-//!   marker in the key's state (see `tollgate_redis::controls`), which the
-//!   carry moves only when a decision meets the key while the previous keys
-//!   may still live. So that a listed key never falls off its list, the
-//!   backend remembers the entries made through [`Backend::control`] (the
-//!   admin API; bounded by the limiter's list capacity, since a refused
-//!   entry is not remembered) and, when a rule's limits change, lists each
-//!   again on the new limiter, in the background, right after the install
-//!   (until then the lazy carry moves the marker on a decision). The memory
-//!   is this process's: an entry made through another server sharing the
-//!   Redis relies on the lazy carry alone (or is listed again by hand).
+//! - **Deny and allow lists across a limit change**: a list entry (and a
+//!   penalty) is a marker in the key's state (see
+//!   `tollgate_redis::controls`). A limiter built to carry from the
+//!   previous limits moves every listed and penalised key's marker to its
+//!   new keys itself, from the lists' registry in Redis (see
+//!   `tollgate_redis::carry`, "Listed and penalised keys stay so"), and
+//!   keeps carrying on decisions until that walk is done: so a listed key
+//!   stays listed whichever server listed it, and a bridge's new keys hold
+//!   the markers when the bridge ends.
 //! - **Sliding log** is not run on Redis: the configuration refuses it
 //!   under a Redis backend.
 //! - **Shutdown** gives every lease back (one round trip per key holding
@@ -143,19 +141,6 @@ struct Installed {
     bridge_until: Option<Instant>,
 }
 
-/// A listed key's list, as the admin API last set it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Listed {
-    Deny,
-    Allow,
-}
-
-/// Listed keys by rule, then by bucket (see the module docs).
-type Lists = HashMap<Arc<str>, HashMap<String, Listed>>;
-
-/// A rule's listed keys to put on its new limiter.
-type Relist = (Arc<str>, RedisLimiter, Vec<(String, Listed)>);
-
 /// Counts on Redis: one `RedisLimiter` per rule (see the [module docs](self)).
 pub struct RedisBackend {
     redis: Redis,
@@ -168,9 +153,6 @@ pub struct RedisBackend {
     installing: Mutex<()>,
     /// Stats of limiters replaced or removed, per rule, for the metrics.
     retired: Arc<Mutex<HashMap<Arc<str>, Totals>>>,
-    /// The deny and allow lists as set through [`Backend::control`], put
-    /// back on a rule's new limiter when its limits change.
-    lists: Arc<Mutex<Lists>>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -209,7 +191,6 @@ impl RedisBackend {
             limiters: Arc::new(ArcSwap::from_pointee(HashMap::new())),
             installing: Mutex::new(()),
             retired: Arc::new(Mutex::new(HashMap::new())),
-            lists: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -320,66 +301,6 @@ impl RedisBackend {
             bridge_until: horizon.and_then(|horizon| Instant::now().checked_add(horizon)),
         })
     }
-
-    /// Notes a list change of the admin API (see the module docs).
-    fn record(&self, rule: &Arc<str>, key: &str, control: Control) {
-        let listed = match control {
-            Control::Deny => Some(Listed::Deny),
-            Control::Allow => Some(Listed::Allow),
-            Control::Unlist => None,
-            _ => return,
-        };
-        let mut lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
-        let rule_lists = lists.entry(Arc::clone(rule)).or_default();
-        match listed {
-            Some(listed) => {
-                rule_lists.insert(key.to_owned(), listed);
-            }
-            None => {
-                rule_lists.remove(key);
-            }
-        }
-        if rule_lists.is_empty() {
-            lists.remove(rule);
-        }
-    }
-
-    /// Puts the listed keys of the rules `changed` back on their new
-    /// limiters in `current`, in the background (see the module docs).
-    fn relist(&self, current: &HashMap<Arc<str>, Arc<Installed>>, changed: &[Arc<str>]) {
-        let work: Vec<Relist> = {
-            let lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
-            changed
-                .iter()
-                .filter_map(|id| {
-                    let listed = lists.get(id)?;
-                    let installed = current.get(id)?;
-                    let entries = listed.iter().map(|(k, l)| (k.clone(), *l)).collect();
-                    Some((Arc::clone(id), installed.limiter.clone(), entries))
-                })
-                .collect()
-        };
-        if work.is_empty() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!("no runtime: listed keys not put back on the changed rules");
-            return;
-        };
-        runtime.spawn(async move {
-            for (id, limiter, entries) in work {
-                for (key, listed) in entries {
-                    let done = match listed {
-                        Listed::Deny => limiter.deny(&key).await,
-                        Listed::Allow => limiter.allow(&key).await,
-                    };
-                    if let Err(error) = done {
-                        tracing::warn!(rule = %id, %error, "a listed key was not put back on the rule's new limits");
-                    }
-                }
-            }
-        });
-    }
 }
 
 /// `tollgate-redis`'s connection settings for `settings`.
@@ -480,7 +401,6 @@ impl Backend for RedisBackend {
                 self.retire(id, installed.limiter.clone());
             }
         }
-        self.relist(&current, &changed);
         Ok(())
     }
 
@@ -532,7 +452,6 @@ impl Backend for RedisBackend {
                 self.retire(id, installed.limiter.clone());
             }
         }
-        self.relist(&self.limiters.load_full(), &ended);
     }
 
     fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a> {
@@ -597,9 +516,6 @@ impl Backend for RedisBackend {
                 Control::Allow => limiter.allow(key).await,
                 Control::Unlist => limiter.unlist(key).await,
             };
-            if applied.is_ok() {
-                self.record(&rule.id, key, control);
-            }
             applied.map(drop).map_err(|error| match error {
                 tollgate_redis::ControlError::ListFull { capacity } => ControlError::ListFull(
                     format!("the deny and allow lists hold their {capacity} keys already"),
