@@ -381,7 +381,7 @@ impl Batcher {
             return Err(Fault::Error);
         };
         let (answer, answered) = oneshot::channel();
-        let sent_now = now.clone();
+        let sent_now: i64 = now.parse().unwrap_or(0);
         {
             let mut state = inner.lock();
             state.queue.push(Entry {
@@ -399,7 +399,7 @@ impl Batcher {
         let raw = answered.await.map_err(|_| Fault::Error)??;
         // As the single call: the lean scripts' compact reply in the
         // general form, and a reply that does not decode is an error.
-        let expanded = limiter.expand_compact(&raw, true, op, cost, &sent_now);
+        let expanded = limiter.expand_compact(&raw, true, op, cost, sent_now);
         limiter
             .decode(expanded.as_deref().unwrap_or(&raw))
             .ok_or(Fault::Error)

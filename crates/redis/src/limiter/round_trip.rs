@@ -130,7 +130,7 @@ impl RedisLimiter {
             None => Redis::decide(&s.redis, &mut connection, which, &keys, args).await?,
         };
         let lean = matches!(which, Script::Gcra | Script::Fixed);
-        let expanded = self.expand_compact(&raw, lean, op, cost, &now);
+        let expanded = self.expand_compact(&raw, lean, op, cost, now.parse().unwrap_or(0));
         let general = expanded.as_deref().unwrap_or(&raw);
         self.decode(general).ok_or_else(|| {
             redis::RedisError::from((
@@ -145,20 +145,18 @@ impl RedisLimiter {
     /// [`decode`](Self::decode); `None` for a reply already in that form
     /// (the module's, a marker's, the general script's) or one that does
     /// not read back. `lean`: the reply is a lean script's; `now`: the
-    /// clock reading sent (empty on the server's clock).
+    /// clock reading sent (0 on the server's clock).
     pub(super) fn expand_compact(
         &self,
         raw: &[i64],
         lean: bool,
         op: Op,
         cost: u64,
-        now: &str,
+        now: i64,
     ) -> Option<Vec<i64>> {
         match (&self.shared.limits[..], raw.len()) {
-            ([limit], 1) if lean => script::lean_of(limit, self.unit_nanos()).and_then(|lean| {
-                let now = now.parse().unwrap_or(0);
-                script::expand_lean(raw, lean, op == Op::Check, cost, now)
-            }),
+            ([limit], 1) if lean => script::lean_of(limit, self.unit_nanos())
+                .and_then(|lean| script::expand_lean(raw, lean, op == Op::Check, cost, now)),
             _ => None,
         }
     }

@@ -158,7 +158,7 @@ async fn a_batch_with_one_refused_entry_answers_the_others() {
         let raw = std::mem::replace(&mut answers[i], Err(Fault::Error)).unwrap();
         // The lean script's compact reply, read back as the call does.
         let raw = limiter
-            .expand_compact(&raw, true, Op::Check, cost, "")
+            .expand_compact(&raw, true, Op::Check, cost, 0)
             .unwrap_or(raw);
         let reply = limiter.decode(&raw).unwrap();
         assert!(reply.decision.is_allowed(), "{:?}", reply.decision);
