@@ -225,25 +225,38 @@ impl Batcher {
         cost: u64,
     ) -> Result<Outcome, CostError> {
         limiter.check_cost(cost)?;
+        let key = key.as_ref();
+        let outcome = self
+            .check_bounded(limiter, &BoundedKey::new(key), cost)
+            .await;
+        // As `RedisLimiter::check_outcome`: every decision reported once to
+        // the limiter's observer (dry-run's shadow marking included).
+        if let Some(observer) = &limiter.shared().observer {
+            limiter.report(&**observer, key, cost, &outcome);
+        }
+        Ok(outcome)
+    }
+
+    /// `RedisLimiter::check_bounded`, with the script call possibly batched.
+    async fn check_bounded(&self, limiter: &RedisLimiter, key: &BoundedKey, cost: u64) -> Outcome {
         // As `RedisLimiter::check_outcome`: local answers count against the
         // task's budget.
         tokio::task::coop::consume_budget().await;
-        let key = &BoundedKey::new(key.as_ref());
         let s = limiter.shared();
         if let Some(cache) = &s.deny_cache {
             if let Some(decision) = cache.get(key, cost, s.clock.now()) {
-                return Ok(limiter.counted(decision, Source::DenyCache));
+                return limiter.counted(decision, Source::DenyCache);
             }
         }
         if let Some(leases) = &s.leases {
             if cost > 0 {
-                return Ok(leases.check(limiter, key, cost).await);
+                return leases.check(limiter, key, cost).await;
             }
         }
         if !self.batchable(limiter) {
-            return Ok(limiter.check_plain(key, cost).await);
+            return limiter.check_plain(key, cost).await;
         }
-        Ok(self.decide(limiter, key, cost, Op::Check).await)
+        self.decide(limiter, key, cost, Op::Check).await
     }
 
     /// [`RedisLimiter::peek_n`] of `limiter`, in a batch when others are in

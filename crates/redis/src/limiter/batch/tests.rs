@@ -259,3 +259,53 @@ async fn batched_decisions_equal_the_limiters_own() {
         assert_eq!(batched.stats().redis, 60);
     }
 }
+
+/// Found in review: a decision through the batcher bypassed the limiter's
+/// observer (the batcher was written before observers existed), so a
+/// limiter observed, or in dry-run, saw nothing of the server's decisions.
+/// Every batched check, lone or in a batch, admitted or denied, is
+/// reported once, as `RedisLimiter::check_n` reports it.
+#[tokio::test]
+async fn batched_checks_are_reported_to_the_limiters_observer() {
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<(bool, Source)>>);
+    impl crate::RedisObserver for Seen {
+        fn on_redis_decision(&self, event: &tollgate::observe::Event<'_>, source: Source) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((event.decision.is_allowed(), source));
+        }
+    }
+
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let seen = Arc::new(Seen::default());
+    let observed = RedisLimiter::builder(redis.clone(), "observed")
+        .limit(gcra(3))
+        .deadline(Duration::from_secs(10))
+        .observer(ObserverHandle(Arc::clone(&seen)))
+        .build()
+        .unwrap();
+    let batcher = Batcher::new(&redis);
+    let forced = Batcher::with_lone_calls(&redis, false);
+    let mut allowed = 0;
+    for i in 0..5 {
+        let b = if i % 2 == 0 { &batcher } else { &forced };
+        allowed += u64::from(b.check_n(&observed, "k", 1).await.unwrap().is_allowed());
+    }
+    assert_eq!(allowed, 3);
+    let seen = seen.0.lock().unwrap();
+    assert_eq!(seen.len(), 5, "every check reported once");
+    assert_eq!(seen.iter().filter(|(a, _)| *a).count(), 3);
+    assert!(seen.iter().all(|(_, source)| *source == Source::Redis));
+
+    struct ObserverHandle(Arc<Seen>);
+    impl crate::RedisObserver for ObserverHandle {
+        fn on_redis_decision(&self, event: &tollgate::observe::Event<'_>, source: Source) {
+            self.0.on_redis_decision(event, source);
+        }
+    }
+}
