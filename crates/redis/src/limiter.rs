@@ -44,6 +44,7 @@
 //! While the failover runs, decisions follow the failure policy, whose local
 //! share admits at most `share` of each quota per node over the outage.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -223,6 +224,18 @@ impl RedisLimiter {
 
     /// A decision of `cost` permits of `key`, within capacity.
     async fn check_bounded(&self, key: &BoundedKey, cost: u64) -> Outcome {
+        self.check_local_first(key, cost, || self.check_plain(key, cost))
+            .await
+    }
+
+    /// A check answered locally where it can be (a cached denial, a held
+    /// lease), else by `remote` (the script call, alone or batched).
+    pub(crate) async fn check_local_first<F: Future<Output = Outcome>>(
+        &self,
+        key: &BoundedKey,
+        cost: u64,
+        remote: impl FnOnce() -> F,
+    ) -> Outcome {
         // Answers from the deny cache, a lease or the policy complete without
         // waiting: count them against the task's budget so that a caller
         // looping on them still lets the runtime run other tasks (among them
@@ -239,7 +252,7 @@ impl RedisLimiter {
                 return leases.check(self, key, cost).await;
             }
         }
-        self.check_plain(key, cost).await
+        remote().await
     }
 
     /// Whether this limiter is in dry-run (shadow): its decisions are the
@@ -345,7 +358,26 @@ impl RedisLimiter {
     /// One decision by the script, or by the policy if Redis cannot answer.
     async fn decide(&self, key: &BoundedKey, cost: u64, op: Op) -> Outcome {
         let sent = self.now();
-        match self.ask(key, cost, op, cost, None).await {
+        self.decided(
+            key,
+            cost,
+            op,
+            sent,
+            self.ask(key, cost, op, cost, None).await,
+        )
+    }
+
+    /// The outcome of a script call sent at `sent`: a denial cached, the
+    /// decision counted, a fault sent to the failure policy.
+    pub(crate) fn decided(
+        &self,
+        key: &BoundedKey,
+        cost: u64,
+        op: Op,
+        sent: Nanos,
+        asked: Result<Reply, (Fault, Duration)>,
+    ) -> Outcome {
+        match asked {
             Ok(reply) => {
                 if let (Some(cache), Op::Check) = (&self.shared.deny_cache, op) {
                     if reply.decision.is_denied() {

@@ -55,7 +55,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
@@ -64,11 +63,10 @@ use tollgate::{Clock, Decision};
 
 use super::{Reply, Time};
 use crate::backend::{Connection, Redis};
-use crate::breaker::Pass;
 use crate::key::BoundedKey;
 use crate::limit::Limit;
 use crate::limiter::{CostError, Outcome, RedisLimiter};
-use crate::policy::{Fault, Source};
+use crate::policy::Fault;
 use crate::script::{self, Op};
 
 /// The most script calls of one batcher in flight at once (see the module
@@ -239,24 +237,15 @@ impl Batcher {
 
     /// `RedisLimiter::check_bounded`, with the script call possibly batched.
     async fn check_bounded(&self, limiter: &RedisLimiter, key: &BoundedKey, cost: u64) -> Outcome {
-        // As `RedisLimiter::check_outcome`: local answers count against the
-        // task's budget.
-        tokio::task::coop::consume_budget().await;
-        let s = limiter.shared();
-        if let Some(cache) = &s.deny_cache {
-            if let Some(decision) = cache.get(key, cost, s.clock.now()) {
-                return limiter.counted(decision, Source::DenyCache);
-            }
-        }
-        if let Some(leases) = &s.leases {
-            if cost > 0 {
-                return leases.check(limiter, key, cost).await;
-            }
-        }
-        if !self.batchable(limiter) {
-            return limiter.check_plain(key, cost).await;
-        }
-        self.decide(limiter, key, cost, Op::Check).await
+        limiter
+            .check_local_first(key, cost, || async {
+                if self.batchable(limiter) {
+                    self.decide(limiter, key, cost, Op::Check).await
+                } else {
+                    limiter.check_plain(key, cost).await
+                }
+            })
+            .await
     }
 
     /// [`RedisLimiter::peek_n`] of `limiter`, in a batch when others are in
@@ -305,55 +294,9 @@ impl Batcher {
 
     /// `RedisLimiter::decide`, with the script call possibly batched.
     async fn decide(&self, limiter: &RedisLimiter, key: &BoundedKey, cost: u64, op: Op) -> Outcome {
-        let s = limiter.shared();
         let sent = limiter.now();
-        match self.ask(limiter, key, cost, op).await {
-            Ok(reply) => {
-                if let (Some(cache), Op::Check) = (&s.deny_cache, op) {
-                    if reply.decision.is_denied() {
-                        cache.put(key, cost, sent, &reply.decision);
-                    }
-                }
-                limiter.counted(reply.decision, Source::Redis)
-            }
-            Err((fault, retry)) => limiter.fallback(key, cost, fault, retry),
-        }
-    }
-
-    /// `RedisLimiter::ask`: the breaker, the in-flight bound and the
-    /// deadline around one (possibly batched) script call.
-    async fn ask(
-        &self,
-        limiter: &RedisLimiter,
-        key: &BoundedKey,
-        cost: u64,
-        op: Op,
-    ) -> Result<Reply, (Fault, Duration)> {
-        let s = limiter.shared();
-        if let Pass::Refuse(retry) = s.breaker.pass() {
-            return Err((Fault::BreakerOpen, retry));
-        }
-        let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
-            return Err((Fault::Overloaded, s.deadline));
-        };
-        let outcome = tokio::time::timeout(s.deadline, self.call(limiter, key, cost, op)).await;
-        let fault = match outcome {
-            Ok(Ok(reply)) => {
-                s.breaker.success();
-                return Ok(reply);
-            }
-            // Redis answered: the fault is this entry's (issue 17).
-            Ok(Err(Fault::Script)) => {
-                s.breaker.success();
-                return Err((Fault::Script, Duration::ZERO));
-            }
-            Ok(Err(fault)) => fault,
-            Err(_) => Fault::Timeout,
-        };
-        if s.breaker.failure() {
-            s.redis.reconnect();
-        }
-        Err((fault, s.open_for))
+        let asked = limiter.guarded(self.call(limiter, key, cost, op)).await;
+        limiter.decided(key, cost, op, sent, asked)
     }
 
     /// One decision's script call: alone if a call is free and nothing is

@@ -6,6 +6,7 @@
 //! A fault is returned to the caller, which decides what answers it: the
 //! failure policy for a decision, an error for a control.
 
+use std::future::Future;
 use std::time::Duration;
 
 use redis::Cmd;
@@ -44,6 +45,30 @@ impl RedisLimiter {
         extra: u64,
         refund: Option<&Reply>,
     ) -> Result<Reply, (Fault, Duration)> {
+        self.guarded(async {
+            self.call(key, cost, op, extra, refund).await.map_err(|e| {
+                // Redis answered an error the script raised: it is up, the
+                // fault is this key's or this call's (bug of issue 17: one
+                // malformed key opened the breaker for every key).
+                if script::is_call_error(&e) {
+                    Fault::Script
+                } else {
+                    Fault::Error
+                }
+            })
+        })
+        .await
+    }
+
+    /// One script call (`call`: alone or in a batch) through the breaker,
+    /// the in-flight bound and the deadline. `call` answers
+    /// [`Fault::Script`] for an error the script raised (Redis is up: the
+    /// breaker counts a success) and [`Fault::Error`] for any other. `Err`
+    /// carries the fault and when Redis will next be tried.
+    pub(crate) async fn guarded(
+        &self,
+        call: impl Future<Output = Result<Reply, Fault>>,
+    ) -> Result<Reply, (Fault, Duration)> {
         let s = &self.shared;
         if let Pass::Refuse(retry) = s.breaker.pass() {
             return Err((Fault::BreakerOpen, retry));
@@ -51,21 +76,16 @@ impl RedisLimiter {
         let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
             return Err((Fault::Overloaded, s.deadline));
         };
-        let outcome =
-            tokio::time::timeout(s.deadline, self.call(key, cost, op, extra, refund)).await;
-        let fault = match outcome {
+        let fault = match tokio::time::timeout(s.deadline, call).await {
             Ok(Ok(reply)) => {
                 s.breaker.success();
                 return Ok(reply);
             }
-            Ok(Err(e)) if script::is_call_error(&e) => {
-                // Redis answered: it is up. The fault is this key's or this
-                // call's (bug of issue 17: one malformed key opened the
-                // breaker for every key).
+            Ok(Err(Fault::Script)) => {
                 s.breaker.success();
                 return Err((Fault::Script, Duration::ZERO));
             }
-            Ok(Err(_)) => Fault::Error,
+            Ok(Err(fault)) => fault,
             Err(_) => Fault::Timeout,
         };
         if s.breaker.failure() {

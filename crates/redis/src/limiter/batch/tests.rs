@@ -4,6 +4,8 @@
 
 use super::*;
 use crate::Options;
+use crate::policy::Source;
+use std::time::Duration;
 use tollgate::{FixedWindow, Gcra, ManualClock, Quota};
 use tollgate_testkit::RedisServer;
 
