@@ -152,6 +152,15 @@ const KEYS_PER_SHARD_AT_CAP: usize = 1 << 16;
 /// `16·t` shards, two threads share a lock word on 1 check in 16 or fewer.
 const SHARDS_PER_THREAD: usize = 16;
 
+/// The threads the machine runs at once, read once per process: std reads
+/// the CPU affinity and the cgroup's quota files for it, which a limiter
+/// made on a request's path (a server's per-request override) should not
+/// pay each time.
+fn machine_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
 /// The shard count of a map capped at `max_keys` live keys on a machine
 /// running `threads` threads at once: one shard per 2^16 keys of the cap,
 /// and no more than 16 per thread, within 8 to 256.
@@ -354,8 +363,7 @@ impl<K: Hash + Eq, T, C, E> KeyMap<K, T, C, E> {
         let shards = if cfg!(loom) {
             1
         } else {
-            let threads = std::thread::available_parallelism().map_or(1, usize::from);
-            shard_count(max_keys, threads)
+            shard_count(max_keys, machine_threads())
         };
         KeyMap {
             hasher: Hasher::default(),
@@ -547,10 +555,9 @@ mod tests {
         assert_eq!(shard_count(1 << 24, 1), 16);
         assert_eq!(shard_count(1 << 20, 2), 16);
         // The map itself uses this machine's count.
-        let threads = std::thread::available_parallelism().map_or(1, usize::from);
         assert_eq!(
             Map::new(1 << 24, || 0).shard_count(),
-            shard_count(1 << 24, threads)
+            shard_count(1 << 24, machine_threads())
         );
     }
 
