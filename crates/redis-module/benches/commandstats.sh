@@ -85,14 +85,20 @@ peer[module-admit-new]=$(spec tollgate.decide TOLLGATE.DECIDE mn:__rand_int__ "$
 peer[script-deny]=$(spec evalsha EVALSHA $decide 1 sd "${call[@]}" "${deny_limit[@]}")
 peer[lean-deny]=$(spec evalsha EVALSHA $lean 1 ld "${call[@]}" "${deny_limit[@]}")
 peer[module-deny]=$(spec tollgate.decide TOLLGATE.DECIDE md "${deny_limit[@]}" "${call[@]}")
-order=(empty-script bare-script script-admit lean-admit module-admit module-admit-new
-  script-deny lean-deny module-deny)
+# TOLLGATE.LEAN: the same call, the lean scripts' one-integer reply (what
+# tollgate-redis sends for one GCRA or fixed window limit).
+peer[module-lean-admit]=$(spec tollgate.lean TOLLGATE.LEAN ma "${admit_limit[@]}" "${call[@]}")
+peer[module-lean-admit-new]=$(spec tollgate.lean TOLLGATE.LEAN mn:__rand_int__ "${admit_limit[@]}" "${call_new[@]}")
+peer[module-lean-deny]=$(spec tollgate.lean TOLLGATE.LEAN md "${deny_limit[@]}" "${call[@]}")
+order=(empty-script bare-script script-admit lean-admit module-admit module-lean-admit
+  module-admit-new module-lean-admit-new script-deny lean-deny module-deny module-lean-deny)
 if [[ -n $cell ]]; then
   peer[cell-admit]=$(spec cl.throttle CL.THROTTLE ca 1000000 1000000 1)
   peer[cell-admit-new]=$(spec cl.throttle CL.THROTTLE cn:__rand_int__ 1000000 1000000 1)
   peer[cell-deny]=$(spec cl.throttle CL.THROTTLE cd 0 1 3600)
-  order=(empty-script bare-script script-admit lean-admit module-admit cell-admit
-    module-admit-new cell-admit-new script-deny lean-deny module-deny cell-deny)
+  order=(empty-script bare-script script-admit lean-admit module-admit module-lean-admit
+    cell-admit module-admit-new module-lean-admit-new cell-admit-new script-deny lean-deny
+    module-deny module-lean-deny cell-deny)
 fi
 if [[ -n ${PEERS:-} ]]; then read -r -a order <<<"$PEERS"; fi
 # An empty database but for the (single-key) denials, which start denied.
@@ -177,19 +183,19 @@ awk '
       print line
     }
     print "# ratios module / redis-cell of the minimums: usec cpu_P16 cpu_P64"
-    for (k = 1; k <= 3; k++) {
-      m = "module-" kinds0[k]; c = "cell-" kinds0[k]
+    for (k = 1; k <= 6; k++) {
+      m = (k > 3 ? "module-lean-" : "module-") kinds0[(k - 1) % 3 + 1]; c = "cell-" kinds0[(k - 1) % 3 + 1]
       if (!((m, 3) in v) || !((c, 3) in v)) continue
-      line = kinds0[k]
+      line = m
       for (j = 1; j <= 3; j++) line = line " " sprintf("%.3f", least(v[m, mcols[j]]) / least(v[c, mcols[j]]))
       print line
     }
     print "# ratios module / redis-cell, median of the per-round ratios: usec cpu_P16 cpu_P64 (CPU: lower is better) rps_P16 rps_P64 (higher is better)"
     split("admit admit-new deny", kinds, " ")
-    for (k = 1; k <= 3; k++) {
-      m = "module-" kinds[k]; c = "cell-" kinds[k]
+    for (k = 1; k <= 6; k++) {
+      m = (k > 3 ? "module-lean-" : "module-") kinds[(k - 1) % 3 + 1]; c = "cell-" kinds[(k - 1) % 3 + 1]
       if (!((m, 3) in v) || !((c, 3) in v)) continue
-      line = kinds[k]
+      line = m
       split("3 6 7 4 5", cols, " ")
       for (j = 1; j <= 5; j++) {
         list = ""
@@ -213,5 +219,6 @@ per_key() { # command...
 }
 echo "# bytes per key, key u:<12 digits>"
 echo "module $(per_key TOLLGATE.DECIDE u:__rand_int__ "${hour_limit[@]}" "${call[@]}")"
+echo "module-lean $(per_key TOLLGATE.LEAN u:__rand_int__ "${hour_limit[@]}" "${call[@]}")"
 [[ -n $cell ]] && echo "cell $(per_key CL.THROTTLE u:__rand_int__ 0 1 3600)"
 echo "lean-script $(per_key EVALSHA "$lean" 1 u:__rand_int__ "${call[@]}" "${hour_limit[@]}")"

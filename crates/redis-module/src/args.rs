@@ -233,6 +233,33 @@ pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
     })
 }
 
+/// Parses the arguments of `TOLLGATE.LEAN`: those of `TOLLGATE.DECIDE`
+/// with one limit, a GCRA or a fixed window, and a check or a peek (the
+/// lean scripts' calls, see [`crate::lean`]).
+///
+/// # Errors
+///
+/// As [`parse`], and a call of another shape.
+pub fn parse_lean<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
+    let call = parse(args)?;
+    let lean = matches!(call.op, Op::Check | Op::Peek)
+        && matches!(
+            call.limits.as_slice(),
+            [LimitArgs {
+                params: Params::Gcra { .. } | Params::Fixed { .. },
+                ..
+            }]
+        );
+    if !lean {
+        return Err(ArgError(
+            "ERR tollgate: TOLLGATE.LEAN decides one GCRA or fixed window limit, \
+             op 'c' or 'p' (TOLLGATE.DECIDE takes the others)"
+                .to_owned(),
+        ));
+    }
+    Ok(call)
+}
+
 /// `g scale interval capacity m`, checked as the scripts check it.
 fn gcra(
     unit: i128,

@@ -7,15 +7,42 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis_module::raw::{self, KeyType};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, redis_module};
 
-use crate::args::{self, LimitArgs, Params, STRIDE};
+use crate::args::{self, Call, LimitArgs, Params, STRIDE};
 use crate::effects;
+use crate::lean;
 use crate::store::{Fields, Store};
 use crate::transition;
 
 /// `TOLLGATE.DECIDE`: see the [crate docs](crate).
 fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let args = argv.get(1..).unwrap_or_default();
-    // The arguments' bytes, on the stack up to five limits (no allocation).
+    let call = with_bytes(args, |raw| args::parse(raw))?;
+    let (now, mut store) = bind(ctx, args, &call);
+    let reply = transition::run(&call, now.0, now.1, &mut store).map_err(RedisError::String)?;
+    reply_array(ctx, &reply);
+    Ok(RedisValue::NoReply)
+}
+
+/// `TOLLGATE.LEAN`: see [`lean`].
+fn lean(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    let args = argv.get(1..).unwrap_or_default();
+    let call = with_bytes(args, |raw| args::parse_lean(raw))?;
+    let (now, mut store) = bind(ctx, args, &call);
+    match lean::run(&call, now.0, now.1, &mut store).map_err(RedisError::String)? {
+        lean::Reply::Compact(v) => {
+            raw::reply_with_long_long(ctx.get_raw(), v);
+        }
+        lean::Reply::General(reply) => reply_array(ctx, &reply),
+    }
+    Ok(RedisValue::NoReply)
+}
+
+/// `parse` over the arguments' bytes, on the stack up to five limits (no
+/// allocation).
+fn with_bytes(
+    args: &[RedisString],
+    parse: fn(&[&[u8]]) -> Result<Call, args::ArgError>,
+) -> Result<Call, RedisError> {
     let mut stack: [&[u8]; 5 * STRIDE + args::TAIL] = [&[]; 5 * STRIDE + args::TAIL];
     let heap: Vec<&[u8]>;
     let raw: &[&[u8]] = if args.len() <= stack.len() {
@@ -27,28 +54,39 @@ fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         heap = args.iter().map(RedisString::as_slice).collect();
         &heap
     };
-    let call = args::parse(raw).map_err(|e| RedisError::String(e.0))?;
+    parse(raw).map_err(|e| RedisError::String(e.0))
+}
+
+/// The call's clock (reading, ns per unit) and its keys as a [`Store`].
+fn bind<'a>(
+    ctx: &'a Context,
+    args: &'a [RedisString],
+    call: &'a Call,
+) -> ((i128, i128), RedisStore<'a>) {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
-    let (now, unit) = match call.now {
+    let now = match call.now {
         None => (i128::try_from(wall.as_micros()).unwrap_or(0), 1_000),
         Some(ns) => (ns, 1),
     };
-    let mut store = RedisStore {
+    let store = RedisStore {
         ctx,
         args,
         limits: &call.limits,
         wall_ms: i128::try_from(wall.as_millis()).unwrap_or(0),
     };
-    let reply = transition::run(&call, now, unit, &mut store).map_err(RedisError::String)?;
-    // Straight to the client: no intermediate `RedisValue` array.
+    (now, store)
+}
+
+/// An array of integers, straight to the client: no intermediate
+/// `RedisValue` array.
+fn reply_array(ctx: &Context, reply: &[i64]) {
     let raw_ctx = ctx.get_raw();
     raw::reply_with_array(raw_ctx, c_long::try_from(reply.len()).unwrap_or(0));
-    for value in reply {
+    for &value in reply {
         raw::reply_with_long_long(raw_ctx, value);
     }
-    Ok(RedisValue::NoReply)
 }
 
 /// The call's keys on the server: strings through the key API, hashes
@@ -181,5 +219,6 @@ redis_module! {
     data_types: [],
     commands: [
         ["tollgate.decide", decide, "write deny-oom", 1, -6, 7, ""],
+        ["tollgate.lean", lean, "write deny-oom", 1, 1, 1, ""],
     ],
 }

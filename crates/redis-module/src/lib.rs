@@ -31,6 +31,10 @@
 //! the next admission, as the scripts do (see [`transition`], "Foreign
 //! values").
 //!
+//! `TOLLGATE.LEAN`, the same arguments for one GCRA or fixed window limit
+//! and a check or a peek, answers as the lean scripts do: one integer where
+//! it is exact (see [`lean`]). Clients use it where they detect it.
+//!
 //! # Guarantees
 //!
 //! - **Atomic**: a module command runs alone on the server's main thread, as
@@ -76,6 +80,7 @@
 
 pub mod args;
 mod controls;
+pub mod lean;
 pub mod store;
 pub mod transition;
 

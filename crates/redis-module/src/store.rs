@@ -52,3 +52,50 @@ pub fn lua_number(raw: &[u8]) -> Option<f64> {
     let value: f64 = body.parse().ok()?;
     Some(if negative { -value } else { value })
 }
+
+/// Keys in memory, for the transitions' tests: strings with their TTL,
+/// hashes.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Memory {
+    pub(crate) strings: std::collections::HashMap<usize, (Vec<u8>, i128)>,
+    pub(crate) hashes: std::collections::HashMap<usize, Vec<(String, String)>>,
+}
+
+#[cfg(test)]
+impl Store for Memory {
+    fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
+        Ok(self.strings.get(&i).map(|(v, _)| v.clone()))
+    }
+    fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
+        self.strings.insert(i, (value.as_bytes().to_vec(), ttl_ms));
+    }
+    fn del(&mut self, i: usize) {
+        self.strings.remove(&i);
+        self.hashes.remove(&i);
+    }
+    fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
+        Ok(self
+            .hashes
+            .get(&i)
+            .map(|h| {
+                h.iter()
+                    .map(|(f, v)| (f.clone().into_bytes(), v.clone().into_bytes()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+    fn hset(&mut self, i: usize, fields: &[(&str, String)]) {
+        let hash = self.hashes.entry(i).or_default();
+        for (f, v) in fields {
+            hash.retain(|(g, _)| g != f);
+            hash.push(((*f).to_owned(), v.clone()));
+        }
+    }
+    fn hdel(&mut self, i: usize, field: &str) {
+        if let Some(hash) = self.hashes.get_mut(&i) {
+            hash.retain(|(g, _)| g != field);
+        }
+    }
+    fn pexpire(&mut self, _i: usize, _ttl_ms: i128) {}
+}

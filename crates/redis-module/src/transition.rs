@@ -28,7 +28,7 @@ use crate::store::{Fields, Store, lua_number};
 
 /// The clock of a call.
 #[derive(Clone, Copy, Debug)]
-struct Clock {
+pub(crate) struct Clock {
     /// Clock units (µs on the server's clock, ns in test mode).
     now: i128,
     /// Nanoseconds per clock unit.
@@ -40,6 +40,16 @@ struct Clock {
 }
 
 impl Clock {
+    /// The clock of `call`, read at `now` in units of `unit` ns.
+    pub(crate) fn of(call: &Call, now: i128, unit: i128) -> Clock {
+        Clock {
+            now,
+            unit,
+            slack: call.slack,
+            stamp: call.stamp,
+        }
+    }
+
     fn ttl_ms(&self, ns: i128) -> i128 {
         cdiv(ns, 1_000_000) + self.slack
     }
@@ -72,7 +82,7 @@ fn window_pair(raw: &[u8]) -> Option<(f64, f64)> {
 }
 
 /// One limit's loaded state.
-enum State {
+pub(crate) enum State {
     Gcra {
         debt: i128,
         /// `now mod M`, ticks.
@@ -88,7 +98,7 @@ enum State {
     Sliding(Wheel),
 }
 
-struct Wheel {
+pub(crate) struct Wheel {
     /// The key holds something else: deleted before the first write.
     foreign: bool,
     head: i128,
@@ -99,7 +109,7 @@ struct Wheel {
 }
 
 /// A limit's decision: allowed, headroom, retry, reset (the reply's four).
-type Verdict = [i128; 4];
+pub(crate) type Verdict = [i128; 4];
 
 /// Runs `call` over `store`, returns the reply.
 ///
@@ -109,12 +119,7 @@ type Verdict = [i128; 4];
 /// store's read errors, should a store have them, an error reply that writes
 /// nothing (every key is read before any write).
 pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<Vec<i64>, String> {
-    let clock = Clock {
-        now,
-        unit,
-        slack: call.slack,
-        stamp: call.stamp,
-    };
+    let clock = Clock::of(call, now, unit);
     let mut states = Vec::with_capacity(call.limits.len());
     for (i, limit) in call.limits.iter().enumerate() {
         states.push(load(store, i, &limit.params, &clock)?);
@@ -157,7 +162,7 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
 }
 
 /// Whether a loaded state is "none" (where a control's marker may be).
-fn blank(state: &State) -> bool {
+pub(crate) fn blank(state: &State) -> bool {
     match state {
         State::Gcra { debt, .. } => *debt == 0,
         State::Fixed { count, .. } => *count == 0,
@@ -165,11 +170,16 @@ fn blank(state: &State) -> bool {
     }
 }
 
-fn clamp(v: i128) -> i64 {
+pub(crate) fn clamp(v: i128) -> i64 {
     i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
 }
 
-fn load(store: &mut dyn Store, i: usize, p: &Params, c: &Clock) -> Result<State, String> {
+pub(crate) fn load(
+    store: &mut dyn Store,
+    i: usize,
+    p: &Params,
+    c: &Clock,
+) -> Result<State, String> {
     match *p {
         Params::Gcra { scale, m, .. } => {
             // The script's state (see `tollgate_redis::script`, "State"): the
@@ -292,7 +302,7 @@ fn avail(p: &Params, state: &State) -> i128 {
     }
 }
 
-fn decide(p: &Params, state: &State, c: &Clock, take: i128) -> Verdict {
+pub(crate) fn decide(p: &Params, state: &State, c: &Clock, take: i128) -> Verdict {
     match (*p, state) {
         (
             Params::Gcra {
@@ -359,7 +369,14 @@ fn decide(p: &Params, state: &State, c: &Clock, take: i128) -> Verdict {
     }
 }
 
-fn admit(store: &mut dyn Store, i: usize, p: &Params, state: &mut State, c: &Clock, take: i128) {
+pub(crate) fn admit(
+    store: &mut dyn Store,
+    i: usize,
+    p: &Params,
+    state: &mut State,
+    c: &Clock,
+    take: i128,
+) {
     if take <= 0 {
         return;
     }
@@ -566,50 +583,7 @@ impl Wheel {
 mod tests {
     use super::*;
     use crate::args::parse;
-
-    /// Keys in memory: strings with their TTL, hashes.
-    #[derive(Default)]
-    struct Memory {
-        strings: HashMap<usize, (Vec<u8>, i128)>,
-        hashes: HashMap<usize, Vec<(String, String)>>,
-    }
-
-    impl Store for Memory {
-        fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
-            Ok(self.strings.get(&i).map(|(v, _)| v.clone()))
-        }
-        fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
-            self.strings.insert(i, (value.as_bytes().to_vec(), ttl_ms));
-        }
-        fn del(&mut self, i: usize) {
-            self.strings.remove(&i);
-            self.hashes.remove(&i);
-        }
-        fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
-            Ok(self
-                .hashes
-                .get(&i)
-                .map(|h| {
-                    h.iter()
-                        .map(|(f, v)| (f.clone().into_bytes(), v.clone().into_bytes()))
-                        .collect()
-                })
-                .unwrap_or_default())
-        }
-        fn hset(&mut self, i: usize, fields: &[(&str, String)]) {
-            let hash = self.hashes.entry(i).or_default();
-            for (f, v) in fields {
-                hash.retain(|(g, _)| g != f);
-                hash.push(((*f).to_owned(), v.clone()));
-            }
-        }
-        fn hdel(&mut self, i: usize, field: &str) {
-            if let Some(hash) = self.hashes.get_mut(&i) {
-                hash.retain(|(g, _)| g != field);
-            }
-        }
-        fn pexpire(&mut self, _i: usize, _ttl_ms: i128) {}
-    }
+    use crate::store::Memory;
 
     fn decide(store: &mut Memory, args: &[&str], now_ns: i128) -> Result<Vec<i64>, String> {
         let call = parse(args).map_err(|e| e.0)?;

@@ -49,6 +49,11 @@ pub struct Redis {
     /// a hint read per call; either value decides correctly, and a change
     /// needs to order nothing else.
     module: Arc<AtomicBool>,
+    /// Whether a lean script's call goes to the module's lean command
+    /// (`module` too). Relaxed for the same reason: a stale value sends the
+    /// general command, or the lean one to a server that answers `unknown
+    /// command`, which falls back to the script as for the module.
+    lean: Arc<AtomicBool>,
     /// The configuration's choice: [`ModuleUse::Never`] is never detected.
     module_use: ModuleUse,
 }
@@ -164,6 +169,7 @@ impl Redis {
         let redis = Redis {
             inner: Arc::new(inner),
             module: Arc::new(AtomicBool::new(false)),
+            lean: Arc::new(AtomicBool::new(false)),
             module_use,
         };
         if module_use != ModuleUse::Never {
@@ -179,9 +185,10 @@ impl Redis {
         Ok(redis)
     }
 
-    /// Looks for the native module (`COMMAND INFO tollgate.decide`, on every
-    /// primary of a cluster) and uses it for the decisions that follow if
-    /// every node has it, else the scripts: see [`module`].
+    /// Looks for the native module (`COMMAND INFO tollgate.decide
+    /// tollgate.lean`, on every primary of a cluster) and uses it for the
+    /// decisions that follow if every node has it, else the scripts: see
+    /// [`module`].
     ///
     /// With [`ModuleUse::Never`], the scripts stay and this answers `false`.
     pub async fn detect_module(&self) -> bool {
@@ -192,8 +199,9 @@ impl Redis {
             Inner::Single(_) => module::detect(&mut self.connection()).await,
             Inner::Cluster(c) => module::detect_cluster(&mut c.clone()).await,
         };
-        self.module.store(found, Ordering::Relaxed);
-        found
+        self.lean.store(found.lean, Ordering::Relaxed);
+        self.module.store(found.decide, Ordering::Relaxed);
+        found.decide
     }
 
     /// Whether decisions go to the native module (see [`module`]).
@@ -211,8 +219,15 @@ impl Redis {
         args: impl Fn(&mut Cmd),
     ) -> redis::RedisResult<Vec<i64>> {
         // On `unknown command`: the scripts from now on.
-        let absent = || self.module.store(false, Ordering::Relaxed);
-        module::run(connection, self.uses_module(), absent, script, keys, args).await
+        let absent = || {
+            self.module.store(false, Ordering::Relaxed);
+            self.lean.store(false, Ordering::Relaxed);
+        };
+        let found = module::Found {
+            decide: self.uses_module(),
+            lean: self.lean.load(Ordering::Relaxed),
+        };
+        module::run(connection, found, absent, script, keys, args).await
     }
 
     /// Whether `other` is this handle or a clone of it (one connection).

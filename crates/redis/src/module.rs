@@ -5,8 +5,12 @@
 //!
 //! - **Detection**: when a [`Redis`](crate::Redis) connects (and with
 //!   [`ModuleUse::Detect`], the default) it sends `COMMAND INFO
-//!   tollgate.decide`; on a cluster to every primary. The module is used
-//!   only if **every** node answers with the command's description. An
+//!   tollgate.decide tollgate.lean`; on a cluster to every primary. The
+//!   module is used only if **every** node answers with the first command's
+//!   description, and a lean script's call (one GCRA or fixed window limit,
+//!   a check or a peek) goes to `TOLLGATE.LEAN`, whose reply is the lean
+//!   script's, only if every node knows that one too (a module that
+//!   predates it gets `TOLLGATE.DECIDE` for everything). An
 //!   error (a server that refuses `COMMAND`, as some managed services do)
 //!   counts as "absent": the scripts need nothing installed, so doubt
 //!   chooses them.
@@ -32,6 +36,18 @@ use crate::script::{self, Script};
 
 /// The module's command.
 pub const COMMAND: &str = "TOLLGATE.DECIDE";
+/// The module's lean command: one GCRA or fixed window limit, a check or a
+/// peek, answered as the lean scripts answer (one integer where exact).
+pub const LEAN: &str = "TOLLGATE.LEAN";
+
+/// Which of the module's commands every server knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Found {
+    /// `TOLLGATE.DECIDE`: the module is used.
+    pub(crate) decide: bool,
+    /// `TOLLGATE.LEAN` too (a module older than it has only the first).
+    pub(crate) lean: bool,
+}
 
 /// Whether to decide with the native module where it is loaded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,50 +63,79 @@ pub enum ModuleUse {
     Require,
 }
 
-/// `COMMAND INFO tollgate.decide` on every node; `true` if each knows it.
-pub(crate) async fn detect<C: ConnectionLike>(connection: &mut C) -> bool {
+/// `COMMAND INFO tollgate.decide tollgate.lean`.
+fn command_info() -> Cmd {
     let mut cmd = redis::cmd("COMMAND");
-    cmd.arg("INFO").arg(COMMAND);
-    matches!(cmd.query_async::<Value>(connection).await, Ok(reply) if known(&reply))
+    cmd.arg("INFO").arg(COMMAND).arg(LEAN);
+    cmd
+}
+
+/// [`command_info`] on one server: which commands it knows.
+pub(crate) async fn detect<C: ConnectionLike>(connection: &mut C) -> Found {
+    match command_info().query_async::<Value>(connection).await {
+        Ok(reply) => found(&reply),
+        Err(_) => Found::default(),
+    }
 }
 
 /// The cluster's version of [`detect`]: every primary is asked.
 pub(crate) async fn detect_cluster(
     connection: &mut redis::cluster_async::ClusterConnection,
-) -> bool {
-    let mut cmd = redis::cmd("COMMAND");
-    cmd.arg("INFO").arg(COMMAND);
+) -> Found {
     let routing = RoutingInfo::MultiNode((
         MultipleNodeRoutingInfo::AllMasters,
         Some(ResponsePolicy::CombineArrays),
     ));
-    matches!(connection.route_command(cmd, routing).await, Ok(reply) if known(&reply))
-}
-
-/// An array of command descriptions with no nil: every node knows it.
-fn known(reply: &Value) -> bool {
-    match reply {
-        Value::Array(items) => !items.is_empty() && items.iter().all(|i| !matches!(i, Value::Nil)),
-        _ => false,
+    match connection.route_command(command_info(), routing).await {
+        Ok(reply) => found(&reply),
+        Err(_) => Found::default(),
     }
 }
 
-/// Runs one decision through the module if `use_module` says so, else
-/// through `script` (see [`script::run`]); `args` appends the script's
-/// arguments. On `unknown command` the same decision is sent to `script`
-/// and `on_absent` is called (see the [module docs](self)).
+/// Each node's two command descriptions, in order (nil for a command it
+/// does not know), concatenated on a cluster: a command is used only if
+/// every node knows it.
+fn found(reply: &Value) -> Found {
+    let Value::Array(items) = reply else {
+        return Found::default();
+    };
+    if items.is_empty() || items.len() % 2 != 0 {
+        return Found::default();
+    }
+    let every = |first: usize| {
+        items
+            .iter()
+            .skip(first)
+            .step_by(2)
+            .all(|i| !matches!(i, Value::Nil))
+    };
+    let decide = every(0);
+    Found {
+        decide,
+        lean: decide && every(1),
+    }
+}
+
+/// Runs one decision through the module if `found` says so, else through
+/// `script` (see [`script::run`]); `args` appends the script's arguments.
+/// A lean script's call goes to [`LEAN`] where every server knows it, and
+/// answers as the lean script would. On `unknown command` the same decision
+/// is sent to `script` and `on_absent` is called (see the [module
+/// docs](self)).
 pub(crate) async fn run<C: ConnectionLike>(
     connection: &mut C,
-    use_module: bool,
+    found: Found,
     on_absent: impl FnOnce(),
     script: Script,
     keys: &[Vec<u8>],
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
-    if use_module {
-        match command(keys, &args).query_async(connection).await {
+    if found.decide {
+        let lean = found.lean && matches!(script, Script::Gcra | Script::Fixed);
+        let name = if lean { LEAN } else { COMMAND };
+        match command(name, keys, &args).query_async(connection).await {
             Err(e) if unknown_command(&e) => on_absent(),
-            reply => return reply,
+            reply => return script::numbers(reply?),
         }
     }
     script::run(connection, script, keys, args).await
@@ -112,7 +157,7 @@ const PER_LIMIT: usize = 6;
 /// The module's command from the script's arguments: each key in front of
 /// its limit's values, the call's own five last (see the module crate's
 /// docs for why).
-fn command(keys: &[Vec<u8>], args: &impl Fn(&mut Cmd)) -> Cmd {
+fn command(name: &str, keys: &[Vec<u8>], args: &impl Fn(&mut Cmd)) -> Cmd {
     let mut script_args = Cmd::new();
     args(&mut script_args);
     let values: Vec<&[u8]> = script_args
@@ -128,7 +173,7 @@ fn command(keys: &[Vec<u8>], args: &impl Fn(&mut Cmd)) -> Cmd {
         "the script's arguments: {HEAD} then {PER_LIMIT} per key, for {} keys",
         keys.len()
     );
-    let mut cmd = redis::cmd(COMMAND);
+    let mut cmd = redis::cmd(name);
     let limits = values.get(HEAD..).unwrap_or_default();
     for (key, limit) in keys.iter().zip(limits.chunks(PER_LIMIT)) {
         cmd.arg(key.as_slice());
@@ -149,7 +194,7 @@ mod tests {
     #[test]
     fn the_command_puts_each_key_before_its_limit_and_the_call_last() {
         let keys = vec![b"a".to_vec(), b"b".to_vec()];
-        let cmd = command(&keys, &|cmd: &mut Cmd| {
+        let cmd = command(COMMAND, &keys, &|cmd: &mut Cmd| {
             cmd.arg("c").arg("").arg(1).arg(10).arg(0);
             cmd.arg("g").arg(1).arg(2).arg(3).arg(4).arg(0);
             cmd.arg("f").arg(5).arg(6).arg(0).arg(0).arg(0);
@@ -167,12 +212,24 @@ mod tests {
 
     #[test]
     fn detection_needs_every_node() {
-        assert!(known(&Value::Array(vec![Value::Array(vec![])])));
-        assert!(!known(&Value::Array(vec![
-            Value::Array(vec![]),
-            Value::Nil
-        ])));
-        assert!(!known(&Value::Array(vec![])));
-        assert!(!known(&Value::Nil));
+        let info = || Value::Array(vec![]);
+        let both = Found {
+            decide: true,
+            lean: true,
+        };
+        let decide_only = Found {
+            decide: true,
+            lean: false,
+        };
+        assert_eq!(found(&Value::Array(vec![info(), info()])), both);
+        // Two nodes: the second's module predates the lean command.
+        let older = Value::Array(vec![info(), info(), info(), Value::Nil]);
+        assert_eq!(found(&older), decide_only);
+        // One node without the module: neither.
+        let absent = Value::Array(vec![info(), info(), Value::Nil, Value::Nil]);
+        assert_eq!(found(&absent), Found::default());
+        assert_eq!(found(&Value::Array(vec![])), Found::default());
+        assert_eq!(found(&Value::Array(vec![info()])), Found::default());
+        assert_eq!(found(&Value::Nil), Found::default());
     }
 }

@@ -262,8 +262,9 @@ pub(crate) async fn run<C: ConnectionLike>(
 }
 
 /// The numbers of a reply: an array of integers, or one integer (a lean
-/// script's compact reply, see [`expand_lean`]) as an array of one.
-fn numbers(reply: Value) -> RedisResult<Vec<i64>> {
+/// script's or the module's lean command's compact reply, see
+/// [`expand_lean`]) as an array of one.
+pub(crate) fn numbers(reply: Value) -> RedisResult<Vec<i64>> {
     match reply {
         Value::Int(v) => Ok(vec![v]),
         other => Ok(Vec::<i64>::from_redis_value(other)?),

@@ -96,6 +96,11 @@ impl ModuleServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// The module's decisions: `TOLLGATE.DECIDE` and `TOLLGATE.LEAN` calls.
+    fn decisions(&self) -> u64 {
+        self.calls("tollgate.decide") + self.calls("tollgate.lean")
+    }
+
     /// `calls` of `command` in `INFO commandstats` (0 if never called).
     fn calls(&self, command: &str) -> u64 {
         let stats = self.cli(&["INFO", "commandstats"]);
@@ -248,13 +253,16 @@ async fn the_module_passes_the_parity_vectors_and_the_scenarios_on_one_server() 
     )
     .await;
 
-    // Every decision went to the module, none to a script.
-    assert!(server.calls("tollgate.decide") > 100);
+    // Every decision went to the module, none to a script: one GCRA or
+    // fixed window limit to its lean command, several to the general one.
+    assert!(server.decisions() > 100);
+    assert!(server.calls("tollgate.lean") > 0);
+    assert!(server.calls("tollgate.decide") > 0);
     assert_eq!(server.calls("evalsha") + server.calls("eval"), 0);
 
     // Issue 20's controls (always scripts) read by the module's decisions:
     // the same scenarios as through the scripts (tests/controls.rs).
-    let decided = server.calls("tollgate.decide");
+    let decided = server.decisions();
     scenarios::controls::every_control_on_every_shape(&redis, "ctl").await;
     scenarios::controls::refunds_racing_checks_admit_exactly_the_refunds(
         &connections,
@@ -263,7 +271,7 @@ async fn the_module_passes_the_parity_vectors_and_the_scenarios_on_one_server() 
         10,
     )
     .await;
-    assert!(server.calls("tollgate.decide") > decided + 100);
+    assert!(server.decisions() > decided + 100);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,7 +313,7 @@ async fn the_module_passes_the_parity_vectors_on_a_cluster() {
     scenarios::controls::every_control_on_every_shape(&redis, "ctl").await;
     for (i, node) in nodes.iter().enumerate() {
         assert!(
-            node.calls("tollgate.decide") > 0,
+            node.decisions() > 0,
             "node {i} decided nothing: the keys did not spread"
         );
         // The controls are scripts; every decision is the module's.
@@ -348,7 +356,7 @@ async fn without_the_module_the_scripts_decide_and_a_lost_module_falls_back_at_o
         limiter.check_outcome("k", 1).await.unwrap().source,
         Source::Redis
     );
-    assert_eq!(server.calls("tollgate.decide"), 0);
+    assert_eq!(server.decisions(), 0);
     drop(server);
 
     // The module unloaded under a connected client: the same call is
@@ -429,4 +437,168 @@ async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
     assert_eq!(kind, "string", "the hash was not replaced");
     let ttl: i64 = c.pttl("{v}hash").await.unwrap();
     assert_ne!(ttl, -1, "the replaced key has no TTL");
+}
+
+/// `TOLLGATE.LEAN` answers as the lean scripts do, byte for byte, and
+/// leaves the same state: the same calls on two keys, one through
+/// `gcra.lua`/`fixed.lua`, one through the command, on one server (peeks, a
+/// cost of 0 or above the capacity, denials, the fixed window's general
+/// reply where the compact one would be inexact, and every control's
+/// marker). Any other shape is an error reply that writes nothing.
+#[tokio::test]
+async fn the_lean_command_answers_as_the_lean_scripts() {
+    use tollgate_redis::script::{SOURCE_FIXED, SOURCE_GCRA};
+    let server = ModuleServer::start(false);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    /// `op`, `now` (ns), `cost`.
+    type Step = (&'static str, u64, u64);
+    let cases: [(&str, &str, [&str; 5], &[Step]); 4] = [
+        (
+            "gcra",
+            SOURCE_GCRA,
+            ["g", "1", "100", "500", "9000000000000000"],
+            &[
+                ("c", 1000, 1),
+                ("p", 1000, 0),
+                ("p", 1000, 3),
+                ("c", 1000, 4),
+                ("c", 1000, 1),
+                ("p", 1000, 1),
+                ("c", 1000, 6),
+                ("c", 1000, 0),
+                ("c", 1150, 1),
+                ("c", 9000, 5),
+            ],
+        ),
+        (
+            "fixed",
+            SOURCE_FIXED,
+            ["f", "1000", "3", "0", "0"],
+            &[
+                ("c", 5000, 1),
+                ("p", 5000, 2),
+                ("c", 5000, 2),
+                ("c", 5000, 1),
+                ("c", 5000, 4),
+                ("p", 5500, 0),
+                ("c", 5999, 0),
+                ("c", 6000, 3),
+            ],
+        ),
+        (
+            "fixed-inexact",
+            SOURCE_FIXED,
+            ["f", "86400000000000", "1000000", "0", "0"],
+            &[("c", 10, 1), ("c", 10, 999_999), ("c", 20, 1), ("p", 30, 0)],
+        ),
+        (
+            "fixed-clock-back",
+            SOURCE_FIXED,
+            ["f", "1000", "5", "0", "0"],
+            &[
+                ("c", 5000, 1),
+                ("c", 3000, 1),
+                ("p", 3000, 0),
+                ("c", 3000, 9),
+            ],
+        ),
+    ];
+    let mut compact = 0;
+    for (name, source, limit, steps) in cases {
+        let markers = ["!d", "!a", "!p99999999", "!p1", "!pn"];
+        let mut calls: Vec<(Option<&str>, Step)> = steps.iter().map(|s| (None, *s)).collect();
+        calls.extend(markers.iter().map(|m| (Some(*m), ("c", 7000, 1))));
+        for (i, (marker, (op, now, cost))) in calls.into_iter().enumerate() {
+            let (script_key, lean_key) = (format!("{name}:script"), format!("{name}:lean"));
+            if let Some(marker) = marker {
+                for key in [&script_key, &lean_key] {
+                    let _: () = c.set(key, marker).await.unwrap();
+                }
+            }
+            let tail = [op, &now.to_string(), &cost.to_string(), "600000", "0"].map(str::to_owned);
+            let by_script: redis::Value = redis::cmd("EVAL")
+                .arg(source)
+                .arg(1)
+                .arg(&script_key)
+                .arg(&tail)
+                .arg(&limit)
+                .arg(0)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let by_module: redis::Value = redis::cmd("TOLLGATE.LEAN")
+                .arg(&lean_key)
+                .arg(&limit)
+                .arg(0)
+                .arg(&tail)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(
+                by_module, by_script,
+                "{name} call {i}: {marker:?} {op} {now} {cost}"
+            );
+            compact += usize::from(marker.is_none() && matches!(by_module, redis::Value::Int(_)));
+            let states: [Option<String>; 2] = [
+                c.get(&script_key).await.unwrap(),
+                c.get(&lean_key).await.unwrap(),
+            ];
+            assert_eq!(states[1], states[0], "{name} call {i}: the states differ");
+        }
+    }
+    // (The same split as the scripts': tests/parity.rs.)
+    assert_eq!(compact, 10 + 8 + 1);
+
+    // Several limits, a sliding window, a lease: TOLLGATE.DECIDE's.
+    let shapes: [&[&str]; 3] = [
+        &[
+            "{s}a",
+            "g",
+            "1",
+            "100",
+            "500",
+            "9000000000000",
+            "0",
+            "{s}b",
+            "f",
+            "10",
+            "1",
+            "0",
+            "0",
+            "0",
+            "c",
+            "",
+            "1",
+            "10",
+            "0",
+        ],
+        &[
+            "{s}c", "s", "1000", "10", "5", "0", "0", "c", "", "1", "10", "0",
+        ],
+        &[
+            "{s}d",
+            "g",
+            "1",
+            "100",
+            "500",
+            "9000000000000",
+            "0",
+            "l",
+            "",
+            "1",
+            "10",
+            "0",
+        ],
+    ];
+    for args in shapes {
+        let error = redis::cmd("TOLLGATE.LEAN")
+            .arg(args)
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("TOLLGATE.LEAN"), "{error}");
+    }
+    let keys: Vec<String> = c.keys("{s}*").await.unwrap();
+    assert!(keys.is_empty(), "a refused call wrote {keys:?}");
 }

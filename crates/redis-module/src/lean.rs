@@ -1,0 +1,259 @@
+//! `TOLLGATE.LEAN`: one GCRA or fixed window limit, a check or a peek,
+//! answered as the lean scripts answer (`gcra.lua`, `fixed.lua`; see
+//! `tollgate_redis::script`, "The lean reply").
+//!
+//! # Why a second command
+//!
+//! Pipelined, most of what a decision costs Redis is not the decision but
+//! the command around it: reading its arguments and writing its reply.
+//! `TOLLGATE.DECIDE` answers the general 7-number array; the lean reply is
+//! one integer, from which the client rebuilds that array with the numbers
+//! it sent (`tollgate_redis::script::expand_lean`). Measured with
+//! `redis-benchmark -P 64` (`BENCHMARKS.md`), that one change is what takes
+//! the module's pipelined rate above redis-cell's.
+//!
+//! The reply of `TOLLGATE.DECIDE` stays the general one, so that a client
+//! that predates this command reads every module it meets; a client uses
+//! `TOLLGATE.LEAN` only where it detected it (see `tollgate_redis::module`).
+//!
+//! # Contract
+//!
+//! The arguments are `TOLLGATE.DECIDE`'s for one limit (`key alg a1 a2 a3 a4
+//! x op now cost slack stamp`) with `alg` `g` or `f` and `op` `c` or `p`
+//! ([`parse_lean`](crate::args::parse_lean)); any other call is an error
+//! reply that writes nothing. The transitions, stored states and TTLs are
+//! `TOLLGATE.DECIDE`'s ([`transition`]); only the reply's
+//! form differs, and only where the lean scripts' differs:
+//!
+//! - GCRA: admitted, the reset (the debt after the call, ticks); denied,
+//!   `-1 - debt`.
+//! - Fixed window: `headroom · (period + 1) + left` (`left`, the window's
+//!   time left in clock units), `-1 -` that for a denial, where it is exact:
+//!   `(limit + 1) · (period + 1) < 2^53` and `left ≤ period`; elsewhere the
+//!   general array.
+//! - A control's marker: the general array, as the scripts answer it.
+
+use crate::args::{Call, Op, Params};
+use crate::store::Store;
+use crate::transition::{self, Clock, State, Verdict, clamp};
+
+/// 2^53: the lean scripts' exact range.
+const EXACT: i128 = 1 << 53;
+
+/// What `TOLLGATE.LEAN` answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The compact reply: one integer, its sign the decision.
+    Compact(i64),
+    /// The general array (a marker's answer, an inexact window).
+    General(Vec<i64>),
+}
+
+/// Decides `call` (parsed by [`parse_lean`](crate::args::parse_lean)) over
+/// `store` at `now` (clock units of `unit` ns), writes what it takes, and
+/// answers as the lean scripts do.
+///
+/// # Errors
+///
+/// A call that is not one limit (the parser refuses it first), or the
+/// store's read errors, as [`transition::run`].
+pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<Reply, String> {
+    let [limit] = call.limits.as_slice() else {
+        return Err("ERR tollgate: TOLLGATE.LEAN decides one limit".to_owned());
+    };
+    let clock = Clock::of(call, now, unit);
+    let mut state = transition::load(store, 0, &limit.params, &clock)?;
+    if let Some(reply) =
+        crate::controls::marked(call, now, unit, store, |_| transition::blank(&state))
+    {
+        return Ok(Reply::General(reply));
+    }
+    let verdict = transition::decide(&limit.params, &state, &clock, call.cost);
+    let allowed = verdict[0] == 1;
+    let check = call.op == Op::Check;
+    if allowed && check {
+        transition::admit(store, 0, &limit.params, &mut state, &clock, call.cost);
+    }
+    if let Some(v) = compact(&limit.params, &state, &verdict, unit) {
+        return Ok(Reply::Compact(v));
+    }
+    let taken = if allowed && check { call.cost } else { 0 };
+    let mut reply = vec![clamp(verdict[0]), clamp(taken), clamp(now)];
+    reply.extend(verdict.map(clamp));
+    Ok(Reply::General(reply))
+}
+
+/// The compact reply for `verdict`, if exact (see the [module docs](self)).
+fn compact(params: &Params, state: &State, verdict: &Verdict, unit: i128) -> Option<i64> {
+    let [allowed, headroom, _, reset] = *verdict;
+    let v = match (*params, state) {
+        // Admitted, the reset is the debt after the call; denied, the debt.
+        (Params::Gcra { .. }, State::Gcra { .. }) => reset,
+        (Params::Fixed { period, limit }, State::Fixed { until_next, .. }) => {
+            let left = until_next / unit;
+            let span = period + 1;
+            if left > period || (limit + 1) * span >= EXACT {
+                return None;
+            }
+            headroom * span + left
+        }
+        _ => return None,
+    };
+    i64::try_from(if allowed == 1 { v } else { -1 - v }).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{parse, parse_lean};
+    use crate::store::Memory;
+
+    const M: &str = "9000000000000000";
+
+    /// The general reply the client rebuilds from a compact one
+    /// (`tollgate_redis::script::expand_lean`, restated for the test).
+    fn expand(v: i64, params: &Params, check: bool, cost: i64, now: i64) -> Vec<i64> {
+        let allowed = v >= 0;
+        let u = if allowed { v } else { -1 - v };
+        let taken = if allowed && check { cost } else { 0 };
+        let [headroom, retry, reset] = match *params {
+            Params::Gcra {
+                interval, capacity, ..
+            } => {
+                let (interval, capacity) = (interval as i64, capacity as i64);
+                if allowed {
+                    [capacity - u, 0, u]
+                } else {
+                    let need = cost * interval;
+                    let retry = if need <= capacity {
+                        u + need - capacity
+                    } else {
+                        -1
+                    };
+                    [(capacity - u).max(0), retry, u]
+                }
+            }
+            Params::Fixed { period, limit } => {
+                let (span, limit) = (period as i64 + 1, limit as i64);
+                let (headroom, left) = (u / span, u % span);
+                let reset = if headroom < limit { left } else { 0 };
+                let retry = if allowed {
+                    0
+                } else if cost <= limit {
+                    left
+                } else {
+                    -1
+                };
+                [headroom, retry, reset]
+            }
+            Params::Sliding { .. } => unreachable!("no lean sliding window"),
+        };
+        let a = i64::from(allowed);
+        vec![a, taken, now, a, headroom, retry, reset]
+    }
+
+    /// `TOLLGATE.LEAN` and `TOLLGATE.DECIDE` on two stores, the same calls:
+    /// the lean reply reads back as the general one and both stores hold the
+    /// same state after every step, for each shape; returns how many steps
+    /// answered in the compact form.
+    fn agree(limit: [&str; 5], steps: &[(&str, i128, i64)]) -> usize {
+        let (mut lean, mut general) = (Memory::default(), Memory::default());
+        let mut compact = 0;
+        for (i, &(op, now, cost)) in steps.iter().enumerate() {
+            let (now_s, cost_s) = (now.to_string(), cost.to_string());
+            let mut args = vec!["k"];
+            args.extend(limit);
+            args.extend(["0", op, &now_s, &cost_s, "5", "0"]);
+            let call = parse_lean(&args).unwrap();
+            let want = transition::run(&parse(&args).unwrap(), now, 1, &mut general).unwrap();
+            let got = match run(&call, now, 1, &mut lean).unwrap() {
+                Reply::Compact(v) => {
+                    compact += 1;
+                    expand(v, &call.limits[0].params, op == "c", cost, now as i64)
+                }
+                Reply::General(reply) => reply,
+            };
+            assert_eq!(got, want, "step {i}: {op} at {now}, cost {cost}");
+            assert_eq!(lean.strings, general.strings, "step {i}: the states differ");
+        }
+        compact
+    }
+
+    #[test]
+    fn the_lean_gcra_reply_reads_back_as_the_general_one() {
+        let steps = [
+            ("c", 1000, 1),
+            ("p", 1000, 0),
+            ("p", 1000, 3),
+            ("c", 1000, 4),
+            ("c", 1000, 1),
+            ("p", 1000, 1),
+            ("c", 1000, 6),
+            ("c", 1000, 0),
+            ("c", 1150, 1),
+            ("c", 9000, 5),
+        ];
+        let compact = agree(["g", "1", "100", "500", M], &steps);
+        assert_eq!(compact, steps.len(), "every GCRA decision is compact");
+    }
+
+    #[test]
+    fn the_lean_fixed_reply_is_compact_only_where_exact() {
+        let window = [
+            ("c", 5000, 1),
+            ("p", 5000, 2),
+            ("c", 5000, 2),
+            ("c", 5000, 1),
+            ("c", 5000, 4),
+            ("p", 5500, 0),
+            ("c", 5999, 0),
+            ("c", 6000, 3),
+        ];
+        assert_eq!(agree(["f", "1000", "3", "0", "0"], &window), window.len());
+        // (limit + 1) · (period + 1) past 2^53: the general array.
+        let wide = [("c", 10, 1), ("c", 10, 999_999), ("c", 20, 1), ("p", 30, 0)];
+        assert_eq!(
+            agree(["f", "86400000000000", "1000000", "0", "0"], &wide),
+            0
+        );
+        // A stored window ahead of a clock that stepped back: more than a
+        // period left, the general array.
+        let back = [
+            ("c", 5000, 1),
+            ("c", 3000, 1),
+            ("p", 3000, 0),
+            ("c", 3000, 9),
+        ];
+        assert_eq!(agree(["f", "1000", "5", "0", "0"], &back), 1);
+    }
+
+    #[test]
+    fn a_marker_is_answered_in_the_general_form() {
+        let mut store = Memory::default();
+        store.strings.insert(0, (b"!d".to_vec(), 100));
+        let args = ["k", "g", "1", "100", "500", M, "0", "c", "0", "1", "5", "0"];
+        let reply = run(&parse_lean(&args).unwrap(), 0, 1, &mut store).unwrap();
+        assert_eq!(reply, Reply::General(vec![0, 0, 0, 0, 0, -1, -1]));
+    }
+
+    #[test]
+    fn other_shapes_are_refused() {
+        let two = [
+            "a", "g", "1", "100", "500", M, "0", "b", "f", "10", "1", "0", "0", "0", "c", "0", "1",
+            "5", "0",
+        ];
+        let sliding = [
+            "k", "s", "1000", "10", "5", "0", "0", "c", "0", "1", "5", "0",
+        ];
+        let lease = ["k", "g", "1", "100", "500", M, "0", "l", "0", "1", "5", "0"];
+        for args in [&two[..], &sliding, &lease] {
+            let error = parse_lean(args).unwrap_err().0;
+            assert!(error.contains("TOLLGATE.LEAN"), "{error}");
+        }
+        // What both commands refuse, the lean one refuses the same way.
+        let bad = [
+            "k", "g", "1", "100", "500", M, "0", "c", "0", "-2", "5", "0",
+        ];
+        assert_eq!(parse_lean(&bad), Err(parse(&bad).unwrap_err()));
+    }
+}
