@@ -31,7 +31,9 @@
 //! bound by it, whatever else runs on the machine: the wall rates of the
 //! two are then the Redis-bound rates issue 15 compares. Without it, read
 //! `redis cpu/decision` (Redis's own CPU per decision, printed after each
-//! Redis run), whose inverse is the Redis-bound rate.
+//! Redis run), whose inverse is the Redis-bound rate. With
+//! `TOLLGATE_BENCH_REDIS_CORE=N` as well, that `redis-server` runs alone on
+//! core N and this process on the others (see [`pin_from_env`]).
 //!
 //! Starts the server in this process on 127.0.0.1 (ports chosen by the OS,
 //! the monotonic clock), then for each API runs
@@ -193,6 +195,45 @@ impl Drop for CpuCap {
         let _ = std::fs::write(&self.parent_procs, self.pid.to_string());
         let _ = std::fs::remove_dir(&self.dir);
     }
+}
+
+/// With `TOLLGATE_BENCH_REDIS_CORE=N`: `redis-server` pinned to core N and
+/// this process (server and clients) to the other cores (`taskset`), so
+/// that Redis has a core of its own, as on a host of its own in
+/// production: its caches are not the load's, and what it costs per
+/// decision is its own work, not the refills after the server ran on its
+/// core.
+fn pin_from_env(server: &tollgate_testkit::RedisServer) -> Result<(), String> {
+    let Ok(core) = std::env::var("TOLLGATE_BENCH_REDIS_CORE") else {
+        return Ok(());
+    };
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let core: usize = core
+        .parse()
+        .ok()
+        .filter(|c| *c < cores && cores > 1)
+        .ok_or(format!(
+            "TOLLGATE_BENCH_REDIS_CORE: a core below {cores}, with another left, not '{core}'"
+        ))?;
+    let others: Vec<String> = (0..cores)
+        .filter(|c| *c != core)
+        .map(|c| c.to_string())
+        .collect();
+    for (pid, list) in [
+        (server.pid(), core.to_string()),
+        (std::process::id(), others.join(",")),
+    ] {
+        let status = std::process::Command::new("taskset")
+            .args(["-a", "-pc", &list, &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("taskset: {e}"))?;
+        if !status.success() {
+            return Err(format!("taskset -a -pc {list} {pid}: {status}"));
+        }
+    }
+    println!("redis-server on core {core}, this process on cores {}", others.join(","));
+    Ok(())
 }
 
 /// Prints what `decisions` cost Redis between two [`redis_usage`] readings.
@@ -441,6 +482,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if backend == "direct" {
         let own = tollgate_testkit::RedisServer::start();
         let _cap = CpuCap::from_env(&own)?;
+        pin_from_env(&own)?;
         println!(
             "{seconds} s, {workers} concurrent callers, tollgate-redis directly on {} (no server)",
             own.url()
@@ -476,6 +518,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(own) => CpuCap::from_env(own)?,
         None => None,
     };
+    if let Some(own) = &own_redis {
+        pin_from_env(own)?;
+    }
     let mut config = SERVER.to_owned();
     if let Some(url) = &redis_url {
         config.push_str(&format!(
