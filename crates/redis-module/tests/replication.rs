@@ -82,6 +82,16 @@ impl Server {
             .collect()
     }
 
+    /// `TOLLGATE.LEAN` with `args`: its one integer (the lean reply).
+    fn lean(&self, args: &[&str]) -> i64 {
+        let mut command = vec!["TOLLGATE.LEAN"];
+        command.extend_from_slice(args);
+        let reply = self.cli(&command);
+        reply
+            .parse()
+            .unwrap_or_else(|_| panic!("{args:?} replied {reply}"))
+    }
+
     /// Every key with its type, value and absolute expiry (ms), sorted.
     fn dump(&self) -> Vec<String> {
         let mut keys: Vec<String> = self
@@ -212,6 +222,14 @@ fn replicas_and_the_aof_hold_exactly_the_masters_state() {
     for _ in 0..12 {
         assert_eq!(master.decide(&call(&[&fixed, &sliding], &CHECK))[0], 1);
     }
+    // The lean command writes what the general one writes: replicated the
+    // same way (admitted: a reply of at least 0).
+    let lean_gcra = limit("g:lean", &GCRA);
+    let lean_fixed = limit("f:lean", &["f", "3600000000", "100", "0", "0", "0"]);
+    for _ in 0..12 {
+        assert!(master.lean(&call(&[&lean_gcra], &CHECK)) >= 0);
+        assert!(master.lean(&call(&[&lean_fixed], &CHECK)) >= 0);
+    }
     // A refund of a whole fixed window deletes its key.
     let gone = limit("f:gone", &["f", "3600000000", "100", "0", "0", "0"]);
     let now = master.decide(&call(&[&gone], &["c", "", "3", "1000", "0"]))[2].to_string();
@@ -225,7 +243,9 @@ fn replicas_and_the_aof_hold_exactly_the_masters_state() {
         .collect();
     assert_eq!(
         keys,
-        ["f:w", "g:hash", "g:hot", "g:long", "g:short", "s:w"],
+        [
+            "f:lean", "f:w", "g:hash", "g:hot", "g:lean", "g:long", "g:short", "s:w"
+        ],
         "{expected:#?}"
     );
     assert!(

@@ -232,7 +232,10 @@ fn pin_from_env(server: &tollgate_testkit::RedisServer) -> Result<(), String> {
             return Err(format!("taskset -a -pc {list} {pid}: {status}"));
         }
     }
-    println!("redis-server on core {core}, this process on cores {}", others.join(","));
+    println!(
+        "redis-server on core {core}, this process on cores {}",
+        others.join(",")
+    );
     Ok(())
 }
 
