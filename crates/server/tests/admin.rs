@@ -365,7 +365,7 @@ async fn admin_api_in_memory() {
 #[tokio::test]
 async fn admin_api_on_redis() {
     let redis = RedisServer::start();
-    let file = format!("{}{RULES}", redis.backend(""));
+    let file = format!("{}{RULES}", redis.backend(support::PATIENT));
     let server = start_with(ADMIN, &file).await;
     controls(&server).await;
     admin_api(&server, &file).await;

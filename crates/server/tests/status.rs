@@ -180,7 +180,7 @@ descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}
 ";
-    let server = start_with("", &format!("{}{rules}", redis.backend(""))).await;
+    let server = start_with("", &format!("{}{rules}", redis.backend(support::PATIENT))).await;
     let base = format!("http://{}", server.http);
     for _ in 0..3 {
         check(&base, &[("user", "bob")], None).await;

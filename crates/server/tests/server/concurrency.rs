@@ -215,7 +215,7 @@ descriptors:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_two_servers_share_the_slots_and_either_releases_a_lease() {
     let redis = tollgate_testkit::RedisServer::start();
-    let rules = format!("{}{REDIS_RULES}", redis.backend(""));
+    let rules = format!("{}{REDIS_RULES}", redis.backend(crate::support::PATIENT));
     let a = start_with("", &rules).await;
     let b = start_with("", &rules).await;
 

@@ -53,7 +53,7 @@ async fn grpc_code(server: &TestServer, key: &str, value: &str) -> Code {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_share_one_limit_through_redis() {
     let redis = RedisServer::start();
-    let rules = format!("{}{RULES}", redis.backend(""));
+    let rules = format!("{}{RULES}", redis.backend(crate::support::PATIENT));
     let a = start_with("", &rules).await;
     let b = start_with("", &rules).await;
 
@@ -374,9 +374,9 @@ async fn leases_are_given_back_on_graceful_shutdown() {
     let redis = RedisServer::start();
     let leased = format!(
         "{}{RULES}",
-        redis.backend("  leases: {initial: 8, max: 8, ttl: 10s}\n")
+        redis.backend(&format!("  leases: {{initial: 8, max: 8, ttl: 10s}}\n{}", crate::support::PATIENT))
     );
-    let plain = format!("{}{RULES}", redis.backend(""));
+    let plain = format!("{}{RULES}", redis.backend(crate::support::PATIENT));
     let a = start_with("", &leased).await;
     let b = start_with("", &plain).await;
 
@@ -401,7 +401,7 @@ async fn leases_are_given_back_on_graceful_shutdown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_keeps_unchanged_rules_and_never_refreshes_changed_ones() {
     let redis = RedisServer::start();
-    let backend = redis.backend("");
+    let backend = redis.backend(crate::support::PATIENT);
     let server = start_with("", &format!("{backend}{RULES}")).await;
     for _ in 0..2 {
         assert_eq!(

@@ -212,6 +212,13 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
 
 pub use tollgate_testkit::{RedisCluster, RedisServer};
 
+/// Extra `backend:` lines for tests of what Redis decides, not of the
+/// deadline: one that no loaded 2-core CI machine reaches, so that no
+/// decision goes to the failure policy by accident (the default deadline is
+/// 5 ms, which a Redis round trip can pass while the other test binaries
+/// compete for the cores).
+pub const PATIENT: &str = "  deadline: 2s\n";
+
 /// A `backend:` section of the server's configuration on a test Redis.
 pub trait BackendSection {
     /// The section, with `extra` lines (each indented by two spaces).
