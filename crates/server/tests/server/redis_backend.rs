@@ -374,7 +374,10 @@ async fn leases_are_given_back_on_graceful_shutdown() {
     let redis = RedisServer::start();
     let leased = format!(
         "{}{RULES}",
-        redis.backend(&format!("  leases: {{initial: 8, max: 8, ttl: 10s}}\n{}", crate::support::PATIENT))
+        redis.backend(&format!(
+            "  leases: {{initial: 8, max: 8, ttl: 10s}}\n{}",
+            crate::support::PATIENT
+        ))
     );
     let plain = format!("{}{RULES}", redis.backend(crate::support::PATIENT));
     let a = start_with("", &leased).await;
