@@ -232,3 +232,53 @@ fn observers_see_outcomes_and_keys_only_when_asked() {
         [(Outcome::Allowed, None), (Outcome::Shadow, None)]
     );
 }
+
+/// `copy_controls_to`: lists and running penalties (with the time they have
+/// left) move to a limiter of another algorithm; an ended penalty does not;
+/// past the target's cap the copy is an error, never a silent drop.
+#[test]
+fn controls_copy_to_a_limiter_of_another_algorithm() {
+    let clock = ManualClock::new();
+    let from = limiter(&clock);
+    from.deny("mallory").unwrap();
+    from.allow("vip").unwrap();
+    let _ = from.penalize("slow", Duration::from_secs(10)).unwrap();
+    let _ = from.penalize("forever", Duration::MAX).unwrap();
+    let _ = from.penalize("ended", Duration::from_secs(1)).unwrap();
+    clock.advance(Duration::from_secs(4));
+
+    let to: KeyedLimiter<String, FixedWindow> =
+        KeyedLimiter::builder(FixedWindow::new(Quota::per_minute(2).unwrap()).unwrap())
+            .clock(clock.clone())
+            .build();
+    assert_eq!(from.copy_controls_to(&to), Ok(4));
+    assert_eq!(to.listed("mallory"), Some(List::Deny));
+    assert_eq!(to.listed("vip"), Some(List::Allow));
+    assert!(to.check("mallory").is_denied());
+    for _ in 0..5 {
+        assert!(to.check("vip").is_allowed());
+    }
+    // 10 s of penalty, 4 s of which had passed: 6 s left.
+    let slow = to.check("slow");
+    assert!(slow.is_denied());
+    assert_eq!(slow.retry_after(), Duration::from_secs(6));
+    assert_eq!(
+        to.check("forever").retry_after(),
+        Duration::from_nanos(u64::MAX)
+    );
+    assert!(to.check("ended").is_allowed());
+    clock.advance(Duration::from_secs(6));
+    assert!(to.check("slow").is_allowed());
+    assert!(to.check("forever").is_denied());
+
+    // A target whose cap is smaller than the controls: an error.
+    let small: KeyedLimiter<String, FixedWindow> =
+        KeyedLimiter::builder(FixedWindow::new(Quota::per_minute(2).unwrap()).unwrap())
+            .clock(clock.clone())
+            .max_controlled(1)
+            .build();
+    assert!(matches!(
+        from.copy_controls_to(&small),
+        Err(ControlError::Full { max: 1 })
+    ));
+}

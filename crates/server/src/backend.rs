@@ -24,7 +24,8 @@
 //! quotas with [`Carry::Keep`]: permits already taken stay taken, so a
 //! reload can never hand out a fresh burst (nor lower a key below zero). If
 //! its algorithm changes, its buckets start afresh (state cannot be carried
-//! between algorithms). A rule mixing algorithms (or holding a calendar
+//! between algorithms), but its deny and allow lists and running penalties
+//! move to the new buckets (a listed key never turns admitted by a reload). A rule mixing algorithms (or holding a calendar
 //! window) runs the core's `AllOf<AnyAlgorithm>` on the wall clock, and
 //! across a change of its quotas carries what the core's `AnyAlgorithm`
 //! carries (permits counted, even across a change of one limit's
@@ -298,6 +299,32 @@ impl RuleLimiter {
         true
     }
 
+    /// Puts this rule's deny and allow list entries and running penalties
+    /// on `to` (see [`KeyedLimiter::copy_controls_to`]): a fresh limiter
+    /// replacing this one must not admit a listed key.
+    fn copy_controls_to(&self, to: &RuleLimiter) -> Result<usize, tollgate::control::ControlError> {
+        match self {
+            RuleLimiter::Gcra(l) => to.take_controls_from(l),
+            RuleLimiter::FixedWindow(l) => to.take_controls_from(l),
+            RuleLimiter::SlidingLog(l) => to.take_controls_from(l),
+            RuleLimiter::SlidingWindow(l) => to.take_controls_from(l),
+            RuleLimiter::Mixed(l) => to.take_controls_from(l),
+        }
+    }
+
+    fn take_controls_from<B: Algorithm>(
+        &self,
+        from: &KeyedLimiter<String, B>,
+    ) -> Result<usize, tollgate::control::ControlError> {
+        match self {
+            RuleLimiter::Gcra(l) => from.copy_controls_to(l),
+            RuleLimiter::FixedWindow(l) => from.copy_controls_to(l),
+            RuleLimiter::SlidingLog(l) => from.copy_controls_to(l),
+            RuleLimiter::SlidingWindow(l) => from.copy_controls_to(l),
+            RuleLimiter::Mixed(l) => from.copy_controls_to(l),
+        }
+    }
+
     fn decide(&self, key: &str, cost: u64) -> Result<Decision, tollgate::CostError> {
         macro_rules! run {
             ($l:expr) => {
@@ -480,7 +507,10 @@ impl Backend for MemoryBackend {
         let mut new = HashMap::with_capacity(rules.rules().len());
         for rule in rules.rules() {
             let Some(limits) = &rule.limits else { continue };
-            let kept = retired.remove(&rule.id).as_ref().and_then(|installed| {
+            // The rule's limiter until now (in force, or retired by an
+            // earlier reload).
+            let previous = retired.remove(&rule.id);
+            let kept = previous.as_ref().and_then(|installed| {
                 if installed.algorithm == limits.algorithm {
                     return Some(Arc::clone(installed));
                 }
@@ -491,12 +521,26 @@ impl Backend for MemoryBackend {
                     })
                 })
             });
-            let installed = kept.unwrap_or_else(|| {
-                Arc::new(Installed {
-                    algorithm: limits.algorithm.clone(),
-                    limiter: RuleLimiter::new(&limits.algorithm, &self.clock),
-                })
-            });
+            let installed = match kept {
+                Some(installed) => installed,
+                None => {
+                    let limiter = RuleLimiter::new(&limits.algorithm, &self.clock);
+                    // A change of algorithm: the counts start afresh (see the
+                    // module docs), the lists and penalties do not.
+                    if let Some(previous) = &previous {
+                        previous.limiter.copy_controls_to(&limiter).map_err(|e| {
+                            BackendError::new(format!(
+                                "rule {}: its lists and penalties do not fit the new limiter: {e}",
+                                rule.id
+                            ))
+                        })?;
+                    }
+                    Arc::new(Installed {
+                        algorithm: limits.algorithm.clone(),
+                        limiter,
+                    })
+                }
+            };
             new.insert(Arc::clone(&rule.id), installed);
         }
         self.limiters.store(Arc::new(new));

@@ -340,3 +340,59 @@ descriptors:
     take_n(&server, "org", "alice", 5).await;
     server.stop().await;
 }
+
+/// In memory too: a deny-listed key stays denied (and an allow-listed one
+/// allowed) when its rule's limits change, by a reload that keeps the
+/// algorithm, one that changes it, and an admin change.
+#[tokio::test]
+async fn a_deny_listed_key_stays_denied_across_a_limit_change_in_memory() {
+    let rules = |n: u64, algorithm: &str| {
+        format!(
+            "
+domain: rl
+descriptors:
+  - key: user
+    rate_limit: {{unit: minute, requests_per_unit: {n}, algorithm: {algorithm}}}
+"
+        )
+    };
+    let server = start_with(ADMIN, &rules(1, "gcra")).await;
+    for (list, value) in [("deny", "mallory"), ("allow", "vip")] {
+        let body = json!({"domain": "rl", "descriptor": [{"key": "user", "value": value}]});
+        let path = format!("/v1/admin/lists/{list}");
+        let (status, answer) = admin(&server, Method::POST, &path, body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+    }
+    let listed = |step: &'static str| {
+        let server = &server;
+        async move {
+            for _ in 0..3 {
+                assert!(
+                    !take(server, "user", "mallory").await.0,
+                    "{step}: mallory denied"
+                );
+                assert!(take(server, "user", "vip").await.0, "{step}: vip allowed");
+            }
+        }
+    };
+    listed("listed").await;
+    for (step, n, algorithm) in [
+        ("same algorithm", 2, "gcra"),
+        ("new algorithm", 2, "fixed_window"),
+        ("back again", 3, "sliding_window"),
+    ] {
+        server.write_config(ADMIN, &rules(n, algorithm));
+        server.reloader.reload().expect("reload");
+        listed(step).await;
+    }
+    let (status, answer) = admin(
+        &server,
+        Method::PUT,
+        "/v1/admin/limits",
+        json!({"rule": "rl.user", "limits": [{"requests_per_unit": 4, "unit": "minute", "algorithm": "gcra"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    listed("admin change").await;
+    server.stop().await;
+}

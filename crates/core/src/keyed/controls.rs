@@ -300,6 +300,48 @@ where
         self.shared.ops.controls.list(key)
     }
 
+    /// Puts every list entry and running penalty of this limiter on `to`,
+    /// another limiter of the same keys whatever its algorithm: what a
+    /// service that replaces a limiter (a change of algorithm, whose states
+    /// cannot be carried) must keep, or a deny-listed key would be admitted
+    /// by the new one. A penalty keeps the time it has left (measured on
+    /// this limiter's clock, applied on `to`'s), and drops the key's state
+    /// on `to` as [`penalize`](Self::penalize) does. Returns how many keys
+    /// were copied.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::Full`] if `to`'s cap on controlled keys is reached;
+    /// the keys copied before stay.
+    pub fn copy_controls_to<B: Algorithm>(
+        &self,
+        to: &KeyedLimiter<K, B>,
+    ) -> Result<usize, ControlError>
+    where
+        K: Clone,
+    {
+        let now = self.shared.clock.now().as_u64();
+        let controls: Vec<(K, Control)> = read(&self.shared.ops.controls.entries)
+            .iter()
+            .filter(|(_, control)| !control.is_spent(now))
+            .map(|(key, control)| (key.clone(), *control))
+            .collect();
+        for (key, control) in &controls {
+            if control.list.is_some() {
+                to.set_list(key, control.list)?;
+            }
+            if control.penalty_until > now {
+                let left = if control.penalty_until == u64::MAX {
+                    Duration::MAX
+                } else {
+                    Duration::from_nanos(control.penalty_until - now)
+                };
+                to.penalize(key, left).map(drop)?;
+            }
+        }
+        Ok(controls.len())
+    }
+
     fn set_list<Q>(&self, key: &Q, list: Option<List>) -> Result<Option<List>, ControlError>
     where
         K: Borrow<Q> + From<Q::Owned>,
