@@ -57,16 +57,28 @@ fn serve_answers_on_loopback_and_stops_on_sigterm() {
     );
 }
 
-/// `--log-format json`: every log line is one JSON object, as log shippers
-/// read them; only the "serving on" line (the command's output) is text.
+/// `--log-format json`: every line of stderr is one JSON object, as log
+/// shippers read them, the "serving on" line included (it was text, which a
+/// JSON pipeline cannot parse).
 #[test]
 fn json_logs_on_request() {
     let stderr = serve_until_sigterm("json", &["--log-format", "json"]);
     let events: Vec<serde_json::Value> = stderr
         .iter()
-        .filter(|line| !line.starts_with("tollgate: serving"))
         .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{line:?}: {error}")))
         .collect();
+    let serving = events
+        .iter()
+        .find(|event| event["fields"]["http"].is_string())
+        .unwrap_or_else(|| panic!("no 'serving' event in {stderr:?}"));
+    assert_eq!(serving["level"], "INFO");
+    assert!(serving["fields"]["grpc"].is_string(), "{serving}");
+    assert!(
+        serving["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("tollgate: serving")),
+        "{serving}"
+    );
     let stopped = events
         .iter()
         .find(|event| event["fields"]["message"] == "tollgate server stopped")
@@ -180,5 +192,23 @@ fn a_bad_config_is_refused_with_its_line_before_binding() {
     assert!(stderr.contains("rules.yaml:3"), "{stderr}");
     assert!(stderr.contains("rate_limit.unit"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // With JSON logs, the refusal is one JSON error event, the only line.
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--log-format", "json", "--config"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("tollgate runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    let event: serde_json::Value =
+        serde_json::from_str(lines[0]).unwrap_or_else(|error| panic!("{stderr:?}: {error}"));
+    assert_eq!(event["level"], "ERROR", "{event}");
+    let error = event["fields"]["error"].as_str().expect("an error field");
+    assert!(error.contains("rules.yaml:3"), "{event}");
+    assert!(error.contains("rate_limit.unit"), "{event}");
     let _ = std::fs::remove_dir_all(&dir);
 }
