@@ -205,9 +205,11 @@ impl Store for RedisStore<'_> {
     }
 
     fn pexpire(&mut self, i: usize, ttl_ms: i128) {
-        let ttl = i64::try_from(ttl_ms.max(1)).unwrap_or(i64::MAX).to_string();
-        let _ = self.call("PEXPIRE", &[self.key(i), ttl.as_bytes()]);
+        // The same absolute time on the master as replicated: a relative
+        // `PEXPIRE` here read the server's clock again, one millisecond
+        // later at times, and the replica's expiry differed by it.
         let at = self.at_ms(ttl_ms.max(1));
+        let _ = self.call("PEXPIREAT", &[self.key(i), at.as_bytes()]);
         self.replicate("PEXPIREAT", &[self.key(i), at.as_bytes()]);
     }
 }

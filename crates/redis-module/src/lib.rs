@@ -44,7 +44,7 @@
 //!   clock in microseconds (what `TIME` reads, from the server process
 //!   itself); a `now` of nanoseconds is the test mode, as for the script.
 //! - **TTL with every write**: a string state is written and given its TTL
-//!   in the same command, a hash state gets `PEXPIRE` after its `HSET`; a
+//!   in the same command, a hash state gets `PEXPIREAT` after its `HSET`; a
 //!   key with nothing to hold is deleted; a denial writes nothing.
 //! - **Replication by effects**: replicas and the AOF receive the writes
 //!   (`SET … PXAT`, `HSET`, `HDEL`, `PEXPIREAT`, `DEL`, wrapped in one
