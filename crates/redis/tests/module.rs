@@ -441,71 +441,25 @@ async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
 
 /// `TOLLGATE.LEAN` answers as the lean scripts do, byte for byte, and
 /// leaves the same state: the same calls on two keys, one through
-/// `gcra.lua`/`fixed.lua`, one through the command, on one server (peeks, a
-/// cost of 0 or above the capacity, denials, the fixed window's general
-/// reply where the compact one would be inexact, and every control's
-/// marker). Any other shape is an error reply that writes nothing.
+/// `gcra.lua`/`fixed.lua`, one through the command, on one server (the
+/// lean scripts' off-vector calls, [`scenarios::lean_cases`], then every
+/// control's marker). Any other shape is an error reply that writes nothing.
 #[tokio::test]
 async fn the_lean_command_answers_as_the_lean_scripts() {
-    use tollgate_redis::script::{SOURCE_FIXED, SOURCE_GCRA};
     let server = ModuleServer::start(false);
     let client = redis::Client::open(server.url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    /// `op`, `now` (ns), `cost`.
-    type Step = (&'static str, u64, u64);
-    let cases: [(&str, &str, [&str; 5], &[Step]); 4] = [
-        (
-            "gcra",
-            SOURCE_GCRA,
-            ["g", "1", "100", "500", "9000000000000000"],
-            &[
-                ("c", 1000, 1),
-                ("p", 1000, 0),
-                ("p", 1000, 3),
-                ("c", 1000, 4),
-                ("c", 1000, 1),
-                ("p", 1000, 1),
-                ("c", 1000, 6),
-                ("c", 1000, 0),
-                ("c", 1150, 1),
-                ("c", 9000, 5),
-            ],
-        ),
-        (
-            "fixed",
-            SOURCE_FIXED,
-            ["f", "1000", "3", "0", "0"],
-            &[
-                ("c", 5000, 1),
-                ("p", 5000, 2),
-                ("c", 5000, 2),
-                ("c", 5000, 1),
-                ("c", 5000, 4),
-                ("p", 5500, 0),
-                ("c", 5999, 0),
-                ("c", 6000, 3),
-            ],
-        ),
-        (
-            "fixed-inexact",
-            SOURCE_FIXED,
-            ["f", "86400000000000", "1000000", "0", "0"],
-            &[("c", 10, 1), ("c", 10, 999_999), ("c", 20, 1), ("p", 30, 0)],
-        ),
-        (
-            "fixed-clock-back",
-            SOURCE_FIXED,
-            ["f", "1000", "5", "0", "0"],
-            &[
-                ("c", 5000, 1),
-                ("c", 3000, 1),
-                ("p", 3000, 0),
-                ("c", 3000, 9),
-            ],
-        ),
-    ];
-    let mut compact = 0;
-    for (name, source, limit, steps) in cases {
+    type Step = scenarios::lean_cases::Step;
+    let mut compact = Vec::new();
+    for scenarios::lean_cases::LeanCase {
+        name,
+        source,
+        limit,
+        steps,
+        ..
+    } in scenarios::lean_cases::cases()
+    {
+        compact.push(0);
         let markers = ["!d", "!a", "!p99999999", "!p1", "!pn"];
         let mut calls: Vec<(Option<&str>, Step)> = steps.iter().map(|s| (None, *s)).collect();
         calls.extend(markers.iter().map(|m| (Some(*m), ("c", 7000, 1))));
@@ -539,7 +493,8 @@ async fn the_lean_command_answers_as_the_lean_scripts() {
                 by_module, by_script,
                 "{name} call {i}: {marker:?} {op} {now} {cost}"
             );
-            compact += usize::from(marker.is_none() && matches!(by_module, redis::Value::Int(_)));
+            *compact.last_mut().unwrap() +=
+                usize::from(marker.is_none() && matches!(by_module, redis::Value::Int(_)));
             let states: [Option<String>; 2] = [
                 c.get(&script_key).await.unwrap(),
                 c.get(&lean_key).await.unwrap(),
@@ -547,8 +502,8 @@ async fn the_lean_command_answers_as_the_lean_scripts() {
             assert_eq!(states[1], states[0], "{name} call {i}: the states differ");
         }
     }
-    // (The same split as the scripts': tests/parity.rs.)
-    assert_eq!(compact, 10 + 8 + 1);
+    // The same split as the scripts' (tests/parity.rs).
+    assert_eq!(compact, scenarios::lean_cases::COMPACT);
 
     // Several limits, a sliding window, a lease: TOLLGATE.DECIDE's.
     let shapes: [&[&str]; 3] = [

@@ -117,98 +117,28 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
     assert_eq!(compact, compared, "compact replies");
 }
 
-/// Off the vectors' path, the same calls through a lean script and the
-/// general one on two keys give the same reply (the lean one read back by
-/// `expand_lean`) and leave the same state: peeks, a cost of 0, a cost above
-/// the capacity, denials, and the fixed window's general reply where the
-/// compact one would be inexact (a period × limit past 2^53; a stored
-/// window ahead of a clock that stepped back, whose time left exceeds a
-/// period).
+/// Off the vectors' path ([`scenarios::lean_cases`]), the same calls
+/// through a lean script and the general one on two keys give the same
+/// reply (the lean one read back by `expand_lean`) and leave the same
+/// state.
 #[tokio::test]
 async fn the_lean_replies_read_back_as_the_general_ones_off_the_vectors() {
-    use tollgate_redis::script::{SOURCE, SOURCE_FIXED, SOURCE_GCRA};
+    use tollgate_redis::script::SOURCE;
     let server = support::Server::start();
     let mut raw = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let gcra = Lean::Gcra {
-        interval: 100,
-        capacity: 500,
-    };
-    let fixed = |period: u64, limit: u64| Lean::Fixed {
-        period,
-        limit,
-        unit_nanos: 1,
-    };
-    /// `op`, `now` (ns), `cost`.
-    type Step = (&'static str, u64, u64);
-    /// A name, the lean script, its limit's five arguments and its shape.
-    type Case = (
-        &'static str,
-        &'static str,
-        [&'static str; 5],
-        Lean,
-        &'static [Step],
-    );
-    let cases: [Case; 4] = [
-        (
-            "gcra",
-            SOURCE_GCRA,
-            ["g", "1", "100", "500", "9000000000000000"],
-            gcra,
-            &[
-                ("c", 1000, 1),
-                ("p", 1000, 0),
-                ("p", 1000, 3),
-                ("c", 1000, 4),
-                ("c", 1000, 1),
-                ("p", 1000, 1),
-                ("c", 1000, 6),
-                ("c", 1000, 0),
-                ("c", 1150, 1),
-                ("c", 9000, 5),
-            ],
-        ),
-        (
-            "fixed",
-            SOURCE_FIXED,
-            ["f", "1000", "3", "0", "0"],
-            fixed(1000, 3),
-            &[
-                ("c", 5000, 1),
-                ("p", 5000, 2),
-                ("c", 5000, 2),
-                ("c", 5000, 1),
-                ("c", 5000, 4),
-                ("p", 5500, 0),
-                ("c", 5999, 0),
-                ("c", 6000, 3),
-            ],
-        ),
-        (
-            "fixed-inexact",
-            SOURCE_FIXED,
-            ["f", "86400000000000", "1000000", "0", "0"],
-            fixed(86_400_000_000_000, 1_000_000),
-            &[("c", 10, 1), ("c", 10, 999_999), ("c", 20, 1), ("p", 30, 0)],
-        ),
-        (
-            "fixed-clock-back",
-            SOURCE_FIXED,
-            ["f", "1000", "5", "0", "0"],
-            fixed(1000, 5),
-            &[
-                ("c", 5000, 1),
-                ("c", 3000, 1),
-                ("p", 3000, 0),
-                ("c", 3000, 9),
-            ],
-        ),
-    ];
     let mut forms = std::collections::BTreeMap::new();
-    for (name, lean, params, shape, steps) in cases {
+    for scenarios::lean_cases::LeanCase {
+        name,
+        source: lean,
+        limit: params,
+        shape,
+        steps,
+    } in scenarios::lean_cases::cases()
+    {
         for (i, &(op, now, cost)) in steps.iter().enumerate() {
             let mut args = vec![op.to_owned(), now.to_string(), cost.to_string()];
             args.extend(["600000", "0"].map(str::to_owned));

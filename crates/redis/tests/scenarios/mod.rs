@@ -3,6 +3,7 @@
 
 pub mod carry_lists;
 pub mod controls;
+pub mod lean_cases;
 pub mod vectors;
 
 use std::time::{Duration, Instant};
