@@ -107,49 +107,29 @@ mod tests {
     use super::*;
     use crate::args::{parse, parse_lean};
     use crate::store::Memory;
+    use tollgate_redis::script::{Lean, expand_lean};
 
     const M: &str = "9000000000000000";
 
-    /// The general reply the client rebuilds from a compact one
-    /// (`tollgate_redis::script::expand_lean`, restated for the test).
+    /// The client's reading of a compact reply for `params` (the call's
+    /// `check`, `cost` and `now`): what `tollgate-redis` does with it.
     fn expand(v: i64, params: &Params, check: bool, cost: i64, now: i64) -> Vec<i64> {
-        let allowed = v >= 0;
-        let u = if allowed { v } else { -1 - v };
-        let taken = if allowed && check { cost } else { 0 };
-        let [headroom, retry, reset] = match *params {
+        let shape = match *params {
             Params::Gcra {
                 interval, capacity, ..
-            } => {
-                let (interval, capacity) = (interval as i64, capacity as i64);
-                if allowed {
-                    [capacity - u, 0, u]
-                } else {
-                    let need = cost * interval;
-                    let retry = if need <= capacity {
-                        u + need - capacity
-                    } else {
-                        -1
-                    };
-                    [(capacity - u).max(0), retry, u]
-                }
-            }
-            Params::Fixed { period, limit } => {
-                let (span, limit) = (period as i64 + 1, limit as i64);
-                let (headroom, left) = (u / span, u % span);
-                let reset = if headroom < limit { left } else { 0 };
-                let retry = if allowed {
-                    0
-                } else if cost <= limit {
-                    left
-                } else {
-                    -1
-                };
-                [headroom, retry, reset]
-            }
+            } => Lean::Gcra {
+                interval: u64::try_from(interval).unwrap(),
+                capacity: u64::try_from(capacity).unwrap(),
+            },
+            Params::Fixed { period, limit } => Lean::Fixed {
+                period: u64::try_from(period).unwrap(),
+                limit: u64::try_from(limit).unwrap(),
+                unit_nanos: 1,
+            },
             Params::Sliding { .. } => unreachable!("no lean sliding window"),
         };
-        let a = i64::from(allowed);
-        vec![a, taken, now, a, headroom, retry, reset]
+        let cost = u64::try_from(cost).unwrap();
+        expand_lean(&[v], shape, check, cost, now).expect("a reply the client reads")
     }
 
     /// `TOLLGATE.LEAN` and `TOLLGATE.DECIDE` on two stores, the same calls:
