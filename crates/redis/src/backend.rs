@@ -26,7 +26,7 @@
 //!   [`Redis::connect`] and [`Redis::connect_cluster`] are its plain-URL
 //!   shorthands.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -45,15 +45,12 @@ use crate::script::Script;
 #[derive(Clone)]
 pub struct Redis {
     inner: Arc<Inner>,
-    /// Whether decisions go to the native module (see [`module`]). Relaxed:
-    /// a hint read per call; either value decides correctly, and a change
-    /// needs to order nothing else.
-    module: Arc<AtomicBool>,
-    /// Whether a lean script's call goes to the module's lean command
-    /// (`module` too). Relaxed for the same reason: a stale value sends the
-    /// general command, or the lean one to a server that answers `unknown
-    /// command`, which falls back to the script as for the module.
-    lean: Arc<AtomicBool>,
+    /// Which of the native module's commands decisions go to (see
+    /// [`module`]; a [`module::Found`] as a byte). Relaxed: a hint read per
+    /// call; every value decides correctly (a command the server no longer
+    /// knows answers `unknown command`, which falls back to the script), and
+    /// a change needs to order nothing else.
+    module: Arc<AtomicU8>,
     /// The configuration's choice: [`ModuleUse::Never`] is never detected.
     module_use: ModuleUse,
 }
@@ -168,8 +165,7 @@ impl Redis {
     async fn ready(inner: Inner, module_use: ModuleUse) -> Result<Redis, RedisError> {
         let redis = Redis {
             inner: Arc::new(inner),
-            module: Arc::new(AtomicBool::new(false)),
-            lean: Arc::new(AtomicBool::new(false)),
+            module: Arc::new(AtomicU8::new(module::Found::None.to_u8())),
             module_use,
         };
         if module_use != ModuleUse::Never {
@@ -199,14 +195,17 @@ impl Redis {
             Inner::Single(_) => module::detect(&mut self.connection()).await,
             Inner::Cluster(c) => module::detect_cluster(&mut c.clone()).await,
         };
-        self.lean.store(found.lean, Ordering::Relaxed);
-        self.module.store(found.decide, Ordering::Relaxed);
-        found.decide
+        self.module.store(found.to_u8(), Ordering::Relaxed);
+        found != module::Found::None
     }
 
     /// Whether decisions go to the native module (see [`module`]).
     pub fn uses_module(&self) -> bool {
-        self.module.load(Ordering::Relaxed)
+        self.found() != module::Found::None
+    }
+
+    fn found(&self) -> module::Found {
+        module::Found::from_u8(self.module.load(Ordering::Relaxed))
     }
 
     /// One decision on `connection`, by the module or else by `script`
@@ -220,14 +219,10 @@ impl Redis {
     ) -> redis::RedisResult<Vec<i64>> {
         // On `unknown command`: the scripts from now on.
         let absent = || {
-            self.module.store(false, Ordering::Relaxed);
-            self.lean.store(false, Ordering::Relaxed);
+            self.module
+                .store(module::Found::None.to_u8(), Ordering::Relaxed);
         };
-        let found = module::Found {
-            decide: self.uses_module(),
-            lean: self.lean.load(Ordering::Relaxed),
-        };
-        module::run(connection, found, absent, script, keys, args).await
+        module::run(connection, self.found(), absent, script, keys, args).await
     }
 
     /// Whether `other` is this handle or a clone of it (one connection).

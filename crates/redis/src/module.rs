@@ -42,11 +42,34 @@ pub const LEAN: &str = "TOLLGATE.LEAN";
 
 /// Which of the module's commands every server knows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Found {
-    /// `TOLLGATE.DECIDE`: the module is used.
-    pub(crate) decide: bool,
-    /// `TOLLGATE.LEAN` too (a module older than it has only the first).
-    pub(crate) lean: bool,
+pub(crate) enum Found {
+    /// Not the module: the scripts decide.
+    #[default]
+    None,
+    /// `TOLLGATE.DECIDE` only (a module that predates the lean command).
+    Decide,
+    /// Both commands.
+    Lean,
+}
+
+impl Found {
+    /// As stored in one atomic byte.
+    pub(crate) fn to_u8(self) -> u8 {
+        match self {
+            Found::None => 0,
+            Found::Decide => 1,
+            Found::Lean => 2,
+        }
+    }
+
+    /// Back from [`to_u8`](Self::to_u8).
+    pub(crate) fn from_u8(v: u8) -> Found {
+        match v {
+            1 => Found::Decide,
+            2 => Found::Lean,
+            _ => Found::None,
+        }
+    }
 }
 
 /// Whether to decide with the native module where it is loaded.
@@ -109,10 +132,10 @@ fn found(reply: &Value) -> Found {
             .step_by(2)
             .all(|i| !matches!(i, Value::Nil))
     };
-    let decide = every(0);
-    Found {
-        decide,
-        lean: decide && every(1),
+    match (every(0), every(1)) {
+        (true, true) => Found::Lean,
+        (true, false) => Found::Decide,
+        (false, _) => Found::None,
     }
 }
 
@@ -130,8 +153,8 @@ pub(crate) async fn run<C: ConnectionLike>(
     keys: &[Vec<u8>],
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
-    if found.decide {
-        let lean = found.lean && matches!(script, Script::Gcra | Script::Fixed);
+    if found != Found::None {
+        let lean = found == Found::Lean && matches!(script, Script::Gcra | Script::Fixed);
         let name = if lean { LEAN } else { COMMAND };
         match command(name, keys, &args).query_async(connection).await {
             Err(e) if unknown_command(&e) => on_absent(),
@@ -213,14 +236,7 @@ mod tests {
     #[test]
     fn detection_needs_every_node() {
         let info = || Value::Array(vec![]);
-        let both = Found {
-            decide: true,
-            lean: true,
-        };
-        let decide_only = Found {
-            decide: true,
-            lean: false,
-        };
+        let (both, decide_only) = (Found::Lean, Found::Decide);
         assert_eq!(found(&Value::Array(vec![info(), info()])), both);
         // Two nodes: the second's module predates the lean command.
         let older = Value::Array(vec![info(), info(), info(), Value::Nil]);
