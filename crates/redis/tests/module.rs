@@ -400,6 +400,13 @@ async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
         let reply: redis::RedisResult<Vec<i64>> = call("{v}a", cost).query_async(&mut c).await;
         let error = reply.expect_err(cost).to_string();
         assert!(error.contains("cost"), "{cost}: {error}");
+        // The lean command (the same arguments) refuses them the same way.
+        let mut lean = redis::cmd("TOLLGATE.LEAN");
+        lean.arg("{v}a")
+            .arg(&["g", "1", "100", "500", "9000000000000", "0"])
+            .arg(&["c", "", cost, "10", "0"]);
+        let error = lean.query_async::<i64>(&mut c).await.expect_err(cost);
+        assert!(error.to_string().contains("cost"), "lean {cost}: {error}");
     }
     let keys: Vec<String> = c.keys("*").await.unwrap();
     assert!(keys.is_empty(), "a refused call wrote {keys:?}");
