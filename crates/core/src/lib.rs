@@ -92,6 +92,7 @@ pub mod quota;
 #[cfg(feature = "opentelemetry")]
 pub mod sampler;
 pub mod shaper;
+mod shard_lock;
 pub mod store;
 pub mod striped;
 mod sync;

@@ -72,6 +72,38 @@ macro_rules! word_update {
 }
 pub(crate) use word_update;
 
+/// [`word_update!`] on a word held exclusively (`&mut AtomicU64`): the
+/// transition reads the word and, if it has something to write, stores it,
+/// with no read-modify-write instruction (nothing else can write the word
+/// meanwhile). Under loom the access goes through loom's checked `with_mut`.
+macro_rules! word_update_mut {
+    ($cell:expr, |$current:ident| $transition:expr) => {{
+        let cell: &mut $crate::sync::AtomicU64 = $cell;
+        #[cfg(not(loom))]
+        let word: &mut u64 = cell.get_mut();
+        #[cfg(not(loom))]
+        let decision = {
+            let $current = *word;
+            let (decision, next) = $transition;
+            if let Some(next) = next {
+                *word = next;
+            }
+            decision
+        };
+        #[cfg(loom)]
+        let decision = cell.with_mut(|word: &mut u64| {
+            let $current = *word;
+            let (decision, next) = $transition;
+            if let Some(next) = next {
+                *word = next;
+            }
+            decision
+        });
+        decision
+    }};
+}
+pub(crate) use word_update_mut;
+
 /// Applies `next` to the word in `cell` atomically, unconditionally (a
 /// charge): the same compare-and-swap loop as `word_update!`, always
 /// writing.

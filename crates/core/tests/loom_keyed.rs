@@ -2,8 +2,9 @@
 //! and quota changes racing checks of the same key.
 //!
 //! Under `--cfg loom` the map is the production `KeyMap` (`src/keymap.rs`)
-//! with one shard and loom's `RwLock`, so every interleaving of the
-//! limiter's own steps and of the map's locking is explored.
+//! with one shard and loom's `Mutex` as its shard lock, so every
+//! interleaving of the limiter's own steps and of the map's locking is
+//! explored.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate --test loom_keyed --release`
 #![cfg(loom)]

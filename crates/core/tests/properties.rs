@@ -14,6 +14,9 @@
 //!   - *exact reset*: at `now + reset_after` the limiter is full again (a
 //!     peek of cost 0 reports the whole capacity remaining), one nanosecond
 //!     earlier it is not.
+//!   The same steps also run on a bare cell through
+//!   [`Algorithm::check_cell_mut`] (the keyed limiter's path, a cell held
+//!   exclusively under its shard's lock): every decision is the limiter's.
 //! - **no-ops**: checks of cost 0 and peeks of any cost, inserted anywhere in a
 //!   sequence, change none of its decisions.
 //!
@@ -454,6 +457,11 @@ fn against_model<S: Subject>(
     prop_assert_eq!(capacity, model.capacity());
     let mut now = resolve_start(subject, start);
     let clock = ManualClock::starting_at(Nanos::new(now));
+    // Beside the limiter, a bare cell held exclusively, as a keyed
+    // limiter's shard holds its keys' cells: `check_cell_mut` must answer
+    // and write exactly as `check_cell` does.
+    let exclusive = algorithm.clone();
+    let mut exclusive_cell = exclusive.new_cell();
     let limiter = Limiter::with_clock(algorithm, clock.clone());
     let mut last = None;
     let mut at_the_horizon = 0;
@@ -487,6 +495,20 @@ fn against_model<S: Subject>(
             (false, true) => (limiter.check(), model.check(now, cost)),
             (false, false) => (limiter.check_n(cost).unwrap(), model.check(now, cost)),
         };
+        let at = Nanos::new(now);
+        let held = if step.peek {
+            exclusive.peek_cell(&exclusive_cell, at, cost)
+        } else {
+            exclusive.check_cell_mut(&mut exclusive_cell, at, cost)
+        };
+        prop_assert_eq!(
+            held,
+            got,
+            "step {} at {} ns, cost {}: check_cell_mut",
+            i,
+            now,
+            cost
+        );
         let got = Expected::from(got);
         prop_assert_eq!(
             got,

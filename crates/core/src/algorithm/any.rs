@@ -194,6 +194,15 @@ impl Algorithm for AnyAlgorithm {
         dispatch!(self, cell, |a, c| a.check_cell(c, now, cost), self.closed())
     }
 
+    fn check_cell_mut(&self, cell: &mut AnyCell, now: Nanos, cost: u64) -> Decision {
+        dispatch!(
+            self,
+            cell,
+            |a, c| a.check_cell_mut(c, now, cost),
+            self.closed()
+        )
+    }
+
     fn peek_cell(&self, cell: &AnyCell, now: Nanos, cost: u64) -> Decision {
         dispatch!(self, cell, |a, c| a.peek_cell(c, now, cost), self.closed())
     }

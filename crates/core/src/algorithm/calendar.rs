@@ -293,6 +293,11 @@ impl Algorithm for CalendarWindow {
         store::word_update!(cell, |state| self.transition(state, now, cost))
     }
 
+    #[inline(always)]
+    fn check_cell_mut(&self, cell: &mut AtomicU64, now: Nanos, cost: u64) -> Decision {
+        store::word_update_mut!(cell, |state| self.transition(state, now, cost))
+    }
+
     fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         self.transition(store::word_load(cell), now, cost).0
     }

@@ -328,6 +328,11 @@ impl Algorithm for Gcra {
         store::word_update!(cell, |tat| self.transition(tat, now, cost))
     }
 
+    #[inline(always)]
+    fn check_cell_mut(&self, cell: &mut AtomicU64, now: Nanos, cost: u64) -> Decision {
+        store::word_update_mut!(cell, |tat| self.transition(tat, now, cost))
+    }
+
     #[inline]
     fn peek_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> Decision {
         self.transition(store::word_load(cell), now, cost).0

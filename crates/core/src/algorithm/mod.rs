@@ -63,6 +63,16 @@ pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static 
     /// atomic step. A denial does not change the cell.
     fn check_cell(&self, cell: &Self::Cell, now: Nanos, cost: u64) -> Decision;
 
+    /// [`check_cell`](Self::check_cell) for a caller that holds the cell
+    /// exclusively (a keyed limiter, under its shard's lock): the same
+    /// transition and the same decision, written with a plain store where
+    /// the state is one word, since nothing can race it. The default is
+    /// `check_cell` itself.
+    #[inline(always)]
+    fn check_cell_mut(&self, cell: &mut Self::Cell, now: Nanos, cost: u64) -> Decision {
+        self.check_cell(cell, now, cost)
+    }
+
     /// Decides `cost` permits at `now` without recording anything.
     fn peek_cell(&self, cell: &Self::Cell, now: Nanos, cost: u64) -> Decision;
 

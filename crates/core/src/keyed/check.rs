@@ -1,6 +1,6 @@
-//! The check path: a known key under its shard's shared lock, a new or
-//! re-resolved key under its exclusive lock, the overflow state, and the
-//! sweep.
+//! The check path: a known key under its shard's lock, a new or
+//! re-resolved key under the same lock with the shard's tables changed,
+//! the overflow state, and the sweep.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -14,7 +14,7 @@ use crate::decision::Decision;
 use crate::keymap::{Held, HeldMut, ShardMut};
 use crate::sync::Ordering;
 
-/// A shard of a keyed limiter's map, write-locked.
+/// A shard of a keyed limiter's map, locked.
 type Shard<'a, K, A> = ShardMut<'a, K, ShardTag<A>, <A as Algorithm>::Cell, Entry<A>>;
 
 impl<K, A> Shared<K, A>
@@ -40,14 +40,15 @@ where
         // Acquire: pairs with the Release of a change, so that an entry of the
         // current generation is decided under the rules that change published.
         let generation = self.generation.load(Ordering::Acquire);
-        // A known key of the current generation: its shard's shared lock
-        // only. A hot entry runs its shard's default, current if the shard's
+        // A known key of the current generation: its shard's lock, held
+        // once. A hot entry runs its shard's default, current if the shard's
         // tag is; any other entry says which generation resolved it. (Either
         // may be newer than the generation read: a request that read a later
         // one brought it up to date; its rules are then the current ones.)
-        // The guard is dropped at the end of the arm, before any write lock.
+        // The guard is dropped at the end of the arm, before the slow path
+        // locks the shard again.
         let known = match self.map.get(key) {
-            Some(found) => {
+            Some(mut found) => {
                 match found.held() {
                     Some(Held::Hot(tag, cell)) if tag.generation >= generation => {
                         return run(&tag.algorithm.algorithm, cell, now, cost, mode);
@@ -109,7 +110,7 @@ where
         }
         let owned = K::from(key.to_owned());
         let tier = self.resolve(&owned);
-        let fresh = Entry {
+        let mut fresh = Entry {
             cell: tier.algorithm.new_cell(),
             algorithm: Arc::clone(&tier.algorithm),
         };
@@ -244,8 +245,8 @@ where
     fn fresh_time(&self, now: Nanos) -> Nanos {
         // Relaxed: a sweep stores its reading before it takes any shard's
         // lock to remove a key, and a request that missed that key did so
-        // under the same shard's lock taken after the removal (its read
-        // lock on the miss, its write lock on the insert): the lock's
+        // under the same shard's lock taken after the removal (on the miss,
+        // and again on the insert): the lock's
         // release/acquire makes the store visible here. A reading from a
         // sweep that removed nothing this request depends on only makes
         // the decision later, never earlier.

@@ -360,9 +360,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if let Some(found) = self.shared.map.get(key) {
+        if let Some(mut found) = self.shared.map.get(key) {
             match found.held() {
-                Some(Held::Hot(tag, cell)) => change(&tag.algorithm.algorithm, cell),
+                Some(Held::Hot(tag, cell)) => change(&tag.algorithm.algorithm, &*cell),
                 Some(Held::Other(entry)) => change(&entry.algorithm.algorithm, &entry.cell),
                 None => {}
             }

@@ -88,14 +88,16 @@ pub(super) fn within_capacity<A: Algorithm>(algorithm: &A, cost: u64) -> Result<
     Ok(())
 }
 
-/// Runs a request on `cell` under `algorithm`.
+/// Runs a request on `cell` under `algorithm`. The cell is held
+/// exclusively (its shard is locked): a check writes it with
+/// [`Algorithm::check_cell_mut`], without a read-modify-write.
 ///
 /// Inlined so that `mode`, a constant at every call site, selects its arm
 /// at compile time and the decision is built in the caller's frame.
 #[inline(always)]
 pub(super) fn run<A: Algorithm, R: Answer>(
     algorithm: &A,
-    cell: &A::Cell,
+    cell: &mut A::Cell,
     now: Nanos,
     cost: u64,
     mode: Mode,
@@ -106,7 +108,7 @@ pub(super) fn run<A: Algorithm, R: Answer>(
         }
     }
     R::decided(match mode {
-        Mode::Check => algorithm.check_cell(cell, now, cost),
+        Mode::Check => algorithm.check_cell_mut(cell, now, cost),
         Mode::Peek => algorithm.peek_cell(cell, now, cost),
         Mode::Charge => {
             algorithm.charge_cell(cell, now, cost);
@@ -122,8 +124,8 @@ impl<A: Algorithm> Entry<A> {
     }
 
     #[inline(always)]
-    pub(super) fn run<R: Answer>(&self, now: Nanos, cost: u64, mode: Mode) -> R {
-        run(&self.algorithm.algorithm, &self.cell, now, cost, mode)
+    pub(super) fn run<R: Answer>(&mut self, now: Nanos, cost: u64, mode: Mode) -> R {
+        run(&self.algorithm.algorithm, &mut self.cell, now, cost, mode)
     }
 
     /// Moves to `tier`'s algorithm, carrying the state if it differs.

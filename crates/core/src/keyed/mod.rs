@@ -42,7 +42,7 @@
 //! has not had a request since the last change, holds a pointer to its own
 //! algorithm beside its cell (24 bytes), until it is back on the default.
 //! The first request to a shard after a change of quota moves that shard's
-//! keys aside (a hold of its write lock for O(keys in the shard), as when
+//! keys aside (a hold of its lock for O(keys in the shard), as when
 //! its table grows); each key's state is still carried over at its own
 //! next request.
 //!
@@ -85,13 +85,15 @@
 //!
 //! # Concurrency and hashing
 //!
-//! The map is split by hash into shards, each a read/write lock around a
-//! `hashbrown` table (see `src/keymap.rs` for the choice and its bounds): a
-//! request for an existing key takes its shard's shared lock (an atomic
-//! read-modify-write on a word of its own cache line, and its release) and
-//! runs the algorithm on the key's own state. A new key takes its shard's
-//! exclusive lock, which also grows the shard's table when it is full (a
-//! hold of O(keys in the shard): at most 65,536 keys at the default cap).
+//! The map is split by hash into shards, each a lock around `hashbrown`
+//! tables (see `src/keymap.rs` and `src/shard_lock.rs` for the choice and
+//! its bounds): a request for an existing key takes its shard's lock (one
+//! atomic read-modify-write on a word of its own cache line; the release
+//! is a plain store) and runs the algorithm on the key's own state, which
+//! the lock makes exclusive, so a one-word state is written with a plain
+//! store. A new key takes the same lock, which also grows the shard's table
+//! when it is full (a hold of O(keys in the shard): at most 65,536 keys at
+//! the default cap).
 //! There are enough shards that a full one holds about 2^16 keys at the cap
 //! ([`max_keys`](KeyedBuilder::max_keys)), from 8 to 256. The hasher is
 //! foldhash, seeded at random per limiter, so that keys chosen by an
