@@ -14,9 +14,9 @@
 //!   - *exact reset*: at `now + reset_after` the limiter is full again (a
 //!     peek of cost 0 reports the whole capacity remaining), one nanosecond
 //!     earlier it is not.
-//!   The same steps also run on a bare cell through
-//!   [`Algorithm::check_cell_mut`] (the keyed limiter's path, a cell held
-//!   exclusively under its shard's lock): every decision is the limiter's.
+//!   - *exclusive cell*: the same steps on a bare cell through
+//!     [`Algorithm::check_cell_mut`] (the keyed limiter's path, a cell held
+//!     exclusively under its shard's lock) answer as the limiter does.
 //! - **no-ops**: checks of cost 0 and peeks of any cost, inserted anywhere in a
 //!   sequence, change none of its decisions.
 //!
