@@ -6,7 +6,9 @@
 //!
 //! - direct: tollgate `Limiter::new(Gcra::new(q)?)` against governor
 //!   `RateLimiter::direct(q)` (each on its default clock: both read the TSC
-//!   through quanta now), and both on their monotonic clocks;
+//!   through quanta now), and both on their monotonic clocks; beside them
+//!   `clock_read_alone`, the default clock's read and nothing else, the
+//!   floor under any check on the TSC;
 //! - keyed, u64 keys, uniform over 10^3 and 10^6 keys:
 //!   `KeyedLimiter::<u64, Gcra>::new(Gcra::new(q)?)` (its sweeper on, every
 //!   second, as a user gets it) against `RateLimiter::keyed(q)` (dashmap,
@@ -39,7 +41,7 @@ use std::time::Instant;
 
 use governor::clock::{DefaultClock, MonotonicClock as GovernorMonotonic};
 use governor::state::keyed::DashMapStateStore;
-use tollgate::{Gcra, KeyedLimiter, Limiter, MonotonicClock, Quota};
+use tollgate::{Clock, Gcra, KeyedLimiter, Limiter, MonotonicClock, QuantaClock, Quota};
 
 /// Checks per contender per round: short rounds, so that on a busy machine
 /// some of them run undisturbed.
@@ -245,6 +247,7 @@ fn direct(size: Size, out: &mut Vec<String>) {
     let tollgate_monotonic = Limiter::with_clock(gcra(), MonotonicClock::new());
     let governor_monotonic =
         governor::RateLimiter::direct_with_clock(governor_quota(), GovernorMonotonic);
+    let clock = QuantaClock::new();
     let mut contenders = [
         Contender::new("tollgate_default", |_| {
             tollgate_default.check().is_allowed()
@@ -254,6 +257,12 @@ fn direct(size: Size, out: &mut Vec<String>) {
             tollgate_monotonic.check().is_allowed()
         }),
         Contender::new("governor_monotonic", |_| governor_monotonic.check().is_ok()),
+        // The floor of a check on the TSC: the clock read alone, which
+        // every check of either library makes once (`true`: "admitted").
+        Contender::new("clock_read_alone", |_| {
+            black_box(clock.now());
+            true
+        }),
     ];
     scenario(size, "direct", 0, &mut contenders, out);
 }
