@@ -598,9 +598,11 @@ fn main() {
         governor::Quota::per_second(NonZeroU32::new(ALLOW_RATE as u32).expect("nonzero"));
     let governor_monotonic =
         governor::RateLimiter::direct_with_clock(governor_quota, governor::clock::MonotonicClock);
-    // One hot key among 1,000 in a map.
+    // One hot key among 1,000 in a map, on the monotonic clock as its
+    // peers here are (the default clock is the TSC since issue 16).
     let keyed_tollgate = (
         KeyedLimiter::builder(Gcra::new(allow).expect("gcra"))
+            .clock(MonotonicClock::new())
             .sweep_every(None)
             .build(),
         0u64,
