@@ -60,6 +60,19 @@
 //! values, so that metrics stay bounded; the limit in the name, so that two
 //! routes asking different limits for the same keys count apart), one
 //! bucket per list of values.
+//!
+//! An override replaces the file rule's limits, not the operators' word on
+//! a key (decision): where the descriptor also matches a limited rule of
+//! the file, that rule's deny list and running penalties still refuse the
+//! key (an override would otherwise let a deny-listed client through at
+//! whatever limit Envoy asks). The file rule's bucket is looked at with a
+//! cost of 0 in the same batch as the override's own (one round trip on
+//! Redis), which counts nothing there and is denied only by a list or a
+//! penalty; the override's bucket is charged as for any admission, as a
+//! descriptor is when another descriptor of its request is over the limit.
+//! An allow list does not lift an override's limit: it only ever refuses,
+//! never admits. A file rule in shadow mode, or blocked, adds nothing (the
+//! override replaces it, as in envoyproxy/ratelimit).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -93,6 +106,10 @@ enum Plan {
         /// envoyproxy/ratelimit's `key1` / `key2` from the request's values
         /// (`detailed_metric`, `value_to_metric`).
         metric: Option<(String, String)>,
+        /// For a `limit` override: the file rule the descriptor matches and
+        /// its bucket, whose deny list and penalties still apply (module
+        /// docs, "Limit overrides").
+        controls: Option<(Arc<Rule>, String)>,
     },
     /// Bad input: OVER_LIMIT, counted as a refusal, not under a rule.
     Refused {
@@ -349,18 +366,32 @@ impl Service {
             })
             .collect();
         let plans = drop_replaced(plans);
+        // A limited descriptor's bucket, then (for a `limit` override) its
+        // file rule's bucket at cost 0, which only looks: denied only by a
+        // deny list or a penalty. Both go in the one batch.
         let hits: Vec<Hit<'_>> = plans
             .iter()
-            .filter_map(|plan| match plan {
+            .flat_map(|plan| match plan {
                 Plan::Limited {
-                    rule, key, cost, ..
-                } => Some(Hit {
                     rule,
                     key,
-                    cost: *cost,
-                }),
-                _ => None,
+                    cost,
+                    controls,
+                    ..
+                } => {
+                    let decided = Hit {
+                        rule,
+                        key,
+                        cost: *cost,
+                    };
+                    let looked = controls
+                        .as_ref()
+                        .map(|(rule, key)| Hit { rule, key, cost: 0 });
+                    [Some(decided), looked]
+                }
+                _ => [None, None],
             })
+            .flatten()
             .collect();
         let decisions = if hits.is_empty() {
             Vec::new()
@@ -415,10 +446,23 @@ impl Service {
                     cost,
                     metric,
                     key,
+                    controls,
                 } => {
-                    let Some(decision) = decisions.next() else {
+                    let Some(mut decision) = decisions.next() else {
                         return Err(CheckError::Backend(BackendError::new("too few decisions")));
                     };
+                    if controls.is_some() {
+                        let Some(looked) = decisions.next() else {
+                            return Err(CheckError::Backend(BackendError::new(
+                                "too few decisions",
+                            )));
+                        };
+                        // The file rule's deny list or penalty refuses what
+                        // the override admitted.
+                        if looked.is_denied() && decision.is_allowed() {
+                            decision = looked;
+                        }
+                    }
                     self.count(&counters, &rule, cost, &decision, metric);
                     if decision.is_denied() {
                         self.status.denied(&rule.id, &key, cost);
@@ -493,10 +537,12 @@ impl Service {
             .map(|(k, v)| (k.as_str(), v.as_str()));
         let cost = descriptor.cost.unwrap_or(request_cost);
         let dynamic;
+        let mut controls = None;
         let (rule, key) = match descriptor.limit {
             Some(limit) => match dynamic_rule(domain, descriptor, limit) {
                 Ok(rule) => {
                     dynamic = rule;
+                    controls = controlling_rule(rules, domain, descriptor);
                     (&dynamic, bucket_key(entries))
                 }
                 Err((quota, reason)) => return refused(None, quota, reason),
@@ -538,6 +584,7 @@ impl Service {
             rule: Arc::clone(rule),
             key,
             cost,
+            controls,
         }
     }
 
@@ -646,6 +693,24 @@ fn dynamic_rule(
         // `crate::concurrency`).
         concurrency: None,
     }))
+}
+
+/// The file rule whose deny list and penalties a `limit` override's
+/// descriptor still answers to, with its bucket: the rule the descriptor
+/// matches without the override, if it has limits (only a limited rule has
+/// lists and penalties) and is not in shadow mode (which never denies).
+fn controlling_rule(
+    rules: &RuleSet,
+    domain: &str,
+    descriptor: &Descriptor,
+) -> Option<(Arc<Rule>, String)> {
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    let (rule, key) = rules.find_bucket(domain, entries)?;
+    (rule.limits.is_some() && rule.blocked.is_none() && !rule.shadow_mode)
+        .then(|| (Arc::clone(rule), key))
 }
 
 /// envoyproxy/ratelimit's `replaces`: every rule named by the `replaces` of

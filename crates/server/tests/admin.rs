@@ -217,6 +217,68 @@ async fn post(server: &TestServer, path: &str, user: &str, extra: Value) -> (Sta
     call(server, Method::POST, path, Some(body)).await
 }
 
+/// One `/v1/check` for `user` under a `limit` override of `per_hour` an
+/// hour (Envoy's dynamic limit); whether it was admitted.
+async fn take_overridden(server: &TestServer, user: &str, per_hour: u64) -> bool {
+    let answer: Value = within(
+        http_client()
+            .post(server.url("/v1/check"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"domain": "rl", "descriptors": [{
+                "entries": [{"key": "user", "value": user}],
+                "limit": {"requests_per_unit": per_hour, "unit": "hour"},
+            }]}))
+            .send(),
+    )
+    .await
+    .expect("check")
+    .json()
+    .await
+    .expect("json");
+    answer["overall_code"] == "OK"
+}
+
+/// A `limit` override replaces the file rule's limits but not its deny
+/// list or its penalties (a deny-listed key got through under any
+/// override before), and an allow list does not lift the override's limit.
+async fn overrides_answer_to_the_lists(server: &TestServer) {
+    // Unlisted: the override's limit, not the file rule's 3 a minute.
+    for _ in 0..5 {
+        assert!(take_overridden(server, "olive", 100).await, "olive");
+    }
+    let (status, done) = post(server, "/v1/admin/lists/deny", "mallet", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(
+        !take_overridden(server, "mallet", 100).await,
+        "a deny-listed key stays denied under an override"
+    );
+    let (status, done) = post(
+        server,
+        "/v1/admin/penalize",
+        "penny",
+        json!({"duration_ms": 60_000}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(
+        !take_overridden(server, "penny", 100).await,
+        "a penalized key stays denied under an override"
+    );
+    post(server, "/v1/admin/lists/allow", "ally", json!({})).await;
+    assert!(take_overridden(server, "ally", 1).await);
+    assert!(
+        !take_overridden(server, "ally", 1).await,
+        "an allow list does not lift the override's limit"
+    );
+    // Unlisted and forgiven: the override's limit alone again.
+    let body = json!({"domain": "rl", "descriptor": [{"key": "user", "value": "mallet"}]});
+    let (status, _) = call(server, Method::DELETE, "/v1/admin/lists/deny", Some(body)).await;
+    assert_eq!(status, StatusCode::OK);
+    post(server, "/v1/admin/reset", "penny", json!({})).await;
+    assert!(take_overridden(server, "mallet", 100).await, "unlisted");
+    assert!(take_overridden(server, "penny", 100).await, "forgiven");
+}
+
 /// Reset, refund, penalty and the lists, each checked by the requests
 /// that follow it.
 async fn controls(server: &TestServer) {
@@ -358,6 +420,7 @@ async fn controls(server: &TestServer) {
 async fn admin_api_in_memory() {
     let server = start_with(ADMIN, RULES).await;
     controls(&server).await;
+    overrides_answer_to_the_lists(&server).await;
     admin_api(&server, RULES).await;
     server.stop().await;
 }
@@ -368,6 +431,7 @@ async fn admin_api_on_redis() {
     let file = format!("{}{RULES}", redis.backend(support::PATIENT));
     let server = start_with(ADMIN, &file).await;
     controls(&server).await;
+    overrides_answer_to_the_lists(&server).await;
     admin_api(&server, &file).await;
     server.stop().await;
 }
