@@ -304,8 +304,32 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 
     // Inlined into the caller with `check_cell`, so that a caller that reads
     // one field of the decision pays for that field only.
+    //
+    // A limiter with a control in force or an observer takes the whole
+    // decision out of line (`decide_observed`), tested before the clock is
+    // read: the plain path then holds no call and no value across one, and
+    // compiles to the clock read, the transition and its compare-and-swap
+    // alone. With the test after the clock read, the call's register saves
+    // cost ~0.75 ns of a ~9.2 ns check (measured against governor's check
+    // in one harness: 1.09× before, 1.00× after).
     #[inline(always)]
     fn decide(&self, cost: u64, record: bool) -> Decision {
+        let shared = &*self.shared;
+        if shared.controls.any() || shared.observer.is_some() {
+            return self.decide_observed(cost, record);
+        }
+        let now: Nanos = shared.clock.now();
+        if record {
+            shared.algorithm.check_cell(&shared.cell, now, cost)
+        } else {
+            shared.algorithm.peek_cell(&shared.cell, now, cost)
+        }
+    }
+
+    /// [`decide`](Self::decide) with a control in force or an observer.
+    #[cold]
+    #[inline(never)]
+    fn decide_observed(&self, cost: u64, record: bool) -> Decision {
         let shared = &*self.shared;
         let now: Nanos = shared.clock.now();
         if shared.controls.any() {
