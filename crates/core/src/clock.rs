@@ -53,9 +53,10 @@
 //! crate) and a scaling, and on this project's KVM guest an inlined `rdtsc`
 //! with the same scaling measured the same (16.1–17.3 ns against quanta's
 //! 16.5, interleaved, 20 million readings, load average 2–4): the counter
-//! read itself is the cost, and the call overlaps it. It also dominates a
-//! direct check (about 9 of its ~10 ns), which is why tollgate's and
-//! governor's direct checks on this clock class differ by one nanosecond.
+//! read itself is the cost, and the call overlaps it. It is nearly all of
+//! a direct check: 8.45 of 8.56 ns in `benches/defaults.rs`
+//! (`clock_read_alone` against `tollgate_default`, issue 16), so that no
+//! check on this clock class can be much cheaper than one counter read.
 //!
 //! # Clocks that go backwards
 //!
