@@ -458,6 +458,9 @@ impl<K: Hash + Eq, T, C, E> KeyMap<K, T, C, E> {
             // The hot table, then the other one.
             let mut hot = true;
             loop {
+                // A request waiting for this shard goes first: a spinlock
+                // taken again at once would be won back every time.
+                shard.let_waiters_in();
                 let mut guard = shard.lock();
                 let Shard {
                     tag,
