@@ -23,9 +23,21 @@
 //! If it keeps its algorithm, its buckets keep their state and adopt the new
 //! quotas with [`Carry::Keep`]: permits already taken stay taken, so a
 //! reload can never hand out a fresh burst (nor lower a key below zero). If
-//! its algorithm changes, its buckets start afresh (state cannot be carried
-//! between algorithms), but its deny and allow lists and running penalties
-//! move to the new buckets (a listed key never turns admitted by a reload). A rule mixing algorithms (or holding a calendar
+//! its algorithm changes, no state can be converted between the two
+//! algorithms, so the new limiter starts empty beside the old one, which
+//! stays as a *bridge* until the sweeper finds all its buckets fresh (the
+//! Redis backend bridges the same way, by time): a request must fit the old
+//! limits as its key's state left them and the new ones, an admission is
+//! charged to the old limits too where its key still holds a state there
+//! (not where it is full, so that the bridge ends), and a key the old
+//! limits refuse is refused with nothing taken. A lowered limit holds at
+//! once, a raised one takes full effect once the old state is spent out;
+//! never a fresh quota (bug of issue 16's session: a spent key got the new
+//! limit's whole quota). Chained changes keep every bridge still counting.
+//! Admin controls (lists, penalties, reset, refund) apply to the rule's
+//! limiter and to its bridges alike; the deny and allow lists and running
+//! penalties also move to the new limiter (a listed key never turns
+//! admitted by a reload). A rule mixing algorithms (or holding a calendar
 //! window) runs the core's `AllOf<AnyAlgorithm>` on the wall clock, and
 //! across a change of its quotas carries what the core's `AnyAlgorithm`
 //! carries (permits counted, even across a change of one limit's
@@ -344,6 +356,37 @@ impl RuleLimiter {
         }
     }
 
+    /// What a request of `cost` would be told now, without taking anything:
+    /// a cost above the capacity is looked at as the capacity (a bridge's
+    /// old limits count what they can hold).
+    fn peek(&self, key: &str, cost: u64) -> Decision {
+        macro_rules! run {
+            ($l:expr) => {
+                $l.peek_n(key, cost)
+                    .or_else(|error| $l.peek_n(key, error.capacity()))
+                    .unwrap_or_else(|error| never(error.capacity()))
+            };
+        }
+        match self {
+            RuleLimiter::Gcra(l) => run!(l),
+            RuleLimiter::FixedWindow(l) => run!(l),
+            RuleLimiter::SlidingLog(l) => run!(l),
+            RuleLimiter::SlidingWindow(l) => run!(l),
+            RuleLimiter::Mixed(l) => run!(l),
+        }
+    }
+
+    /// Records `cost` taken from `key`, whether or not it fits.
+    fn charge(&self, key: &str, cost: u64) {
+        match self {
+            RuleLimiter::Gcra(l) => drop(l.charge_n(key, cost)),
+            RuleLimiter::FixedWindow(l) => drop(l.charge_n(key, cost)),
+            RuleLimiter::SlidingLog(l) => drop(l.charge_n(key, cost)),
+            RuleLimiter::SlidingWindow(l) => drop(l.charge_n(key, cost)),
+            RuleLimiter::Mixed(l) => drop(l.charge_n(key, cost)),
+        }
+    }
+
     /// Applies `control` to `key` (the core's keyed controls).
     fn control(&self, key: &str, control: Control) -> Result<(), ControlError> {
         let full =
@@ -404,6 +447,90 @@ impl RuleLimiter {
 struct Installed {
     algorithm: BuiltAlgorithm,
     limiter: RuleLimiter,
+    /// The rule's limiters from before a change of its algorithm, newest
+    /// first, for as long as they hold a state that counts: a *bridge*
+    /// (module docs, "State across a reload").
+    bridges: ArcSwap<Vec<RuleLimiter>>,
+}
+
+impl Installed {
+    fn new(
+        algorithm: BuiltAlgorithm,
+        limiter: RuleLimiter,
+        bridges: Vec<RuleLimiter>,
+    ) -> Installed {
+        Installed {
+            algorithm,
+            limiter,
+            bridges: ArcSwap::from_pointee(bridges),
+        }
+    }
+
+    /// Decides `cost` for `key` under the rule's limiter and, while a
+    /// bridge stands, under its old limits too: a key the old limits
+    /// refuse is refused (nothing taken anywhere), and an admission is
+    /// also charged to every old limiter still holding a state for the key
+    /// (a full state there has nothing to remember, and charging it would
+    /// make a state the bridge must then outlive).
+    fn decide(&self, key: &str, cost: u64) -> Result<Decision, tollgate::CostError> {
+        let bridges = self.bridges.load();
+        if bridges.is_empty() {
+            return self.limiter.decide(key, cost);
+        }
+        let mut holding = Vec::with_capacity(bridges.len());
+        for bridge in bridges.iter() {
+            let looked = bridge.peek(key, cost);
+            if looked.is_denied() {
+                return Ok(looked);
+            }
+            // A cost of 0 reports the state as it is: below full, it counts.
+            let now = bridge.peek(key, 0);
+            if now.remaining() < now.limit() {
+                holding.push(bridge);
+            }
+        }
+        let decision = self.limiter.decide(key, cost)?;
+        if decision.is_allowed() && cost > 0 {
+            for bridge in holding {
+                bridge.charge(key, cost);
+            }
+        }
+        Ok(decision)
+    }
+
+    /// Applies `control` to the rule's limiter and to its bridges, so that
+    /// a list, a penalty, a reset or a refund means the same under both.
+    /// The rule's limiter answers: a bridge that cannot hold a list entry
+    /// refuses more, never less, so its error is not the caller's.
+    fn control(&self, key: &str, control: Control) -> Result<(), ControlError> {
+        self.limiter.control(key, control)?;
+        for bridge in self.bridges.load().iter() {
+            let _ = bridge.control(key, control);
+        }
+        Ok(())
+    }
+
+    /// Sweeps the limiter and the bridges, and ends the bridges left empty.
+    fn sweep(&self) {
+        self.limiter.sweep();
+        let bridges = self.bridges.load();
+        if bridges.is_empty() {
+            return;
+        }
+        for bridge in bridges.iter() {
+            bridge.sweep();
+        }
+        if bridges.iter().any(RuleLimiter::is_empty) {
+            let left: Vec<RuleLimiter> =
+                bridges.iter().filter(|b| !b.is_empty()).cloned().collect();
+            self.bridges.store(Arc::new(left));
+        }
+    }
+
+    /// Nothing to remember: every bucket fresh, no bridge left.
+    fn is_empty(&self) -> bool {
+        self.limiter.is_empty() && self.bridges.load().is_empty()
+    }
 }
 
 /// Counts in this process: one keyed limiter per rule.
@@ -479,7 +606,7 @@ impl MemoryBackend {
 impl Backend for MemoryBackend {
     fn control<'a>(&'a self, rule: &'a Rule, key: &'a str, control: Control) -> ControlFuture<'a> {
         let result = match self.limiters.load().get(&rule.id) {
-            Some(installed) => installed.limiter.control(key, control),
+            Some(installed) => installed.control(key, control),
             None => Err(ControlError::Backend(BackendError::new(format!(
                 "rule {} is not in force (a reload raced)",
                 rule.id
@@ -515,18 +642,21 @@ impl Backend for MemoryBackend {
                     return Some(Arc::clone(installed));
                 }
                 installed.limiter.adopt(&limits.algorithm).then(|| {
-                    Arc::new(Installed {
-                        algorithm: limits.algorithm.clone(),
-                        limiter: installed.limiter.clone(),
-                    })
+                    Arc::new(Installed::new(
+                        limits.algorithm.clone(),
+                        installed.limiter.clone(),
+                        installed.bridges.load().to_vec(),
+                    ))
                 })
             });
             let installed = match kept {
                 Some(installed) => installed,
                 None => {
                     let limiter = RuleLimiter::new(&limits.algorithm, &self.clock);
-                    // A change of algorithm: the counts start afresh (see the
-                    // module docs), the lists and penalties do not.
+                    // A change of algorithm: the lists and penalties move to
+                    // the new limiter, and the old one stays beside it as a
+                    // bridge until its states are fresh (module docs).
+                    let mut bridges = Vec::new();
                     if let Some(previous) = &previous {
                         previous.limiter.copy_controls_to(&limiter).map_err(|e| {
                             BackendError::new(format!(
@@ -534,11 +664,10 @@ impl Backend for MemoryBackend {
                                 rule.id
                             ))
                         })?;
+                        bridges.push(previous.limiter.clone());
+                        bridges.extend(previous.bridges.load().iter().cloned());
                     }
-                    Arc::new(Installed {
-                        algorithm: limits.algorithm.clone(),
-                        limiter,
-                    })
+                    Arc::new(Installed::new(limits.algorithm.clone(), limiter, bridges))
                 }
             };
             new.insert(Arc::clone(&rule.id), installed);
@@ -554,7 +683,7 @@ impl Backend for MemoryBackend {
                 .map(|hit| {
                     let decision = match (limiters.get(&hit.rule.id), &hit.rule.limits) {
                         (_, Some(limits)) if hit.rule.dynamic => self.decide_dynamic(hit, limits),
-                        (Some(installed), _) => installed.limiter.decide(hit.key, hit.cost),
+                        (Some(installed), _) => installed.decide(hit.key, hit.cost),
                         // Raced a reload: decided as a fresh bucket.
                         (None, Some(limits)) => RuleLimiter::new(&limits.algorithm, &self.clock)
                             .decide(hit.key, hit.cost),
@@ -577,15 +706,15 @@ impl Backend for MemoryBackend {
 
     fn sweep(&self) {
         for installed in self.limiters.load().values() {
-            installed.limiter.sweep();
+            installed.sweep();
         }
         let mut retired = self
             .retired
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         retired.retain(|_, installed| {
-            installed.limiter.sweep();
-            !installed.limiter.is_empty()
+            installed.sweep();
+            !installed.is_empty()
         });
         drop(retired);
         self.dynamic
@@ -600,3 +729,80 @@ impl Backend for MemoryBackend {
 
 /// How often the server calls [`Backend::sweep`].
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use tollgate::ManualClock;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn rules(algorithm: &str) -> RuleSet {
+        let yaml = format!(
+            "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {{period: 1s, requests_per_unit: 2, algorithm: {algorithm}}}\n"
+        );
+        RuleSet::new(&Config::from_yaml(Path::new("t.yaml"), &yaml).expect("config"))
+    }
+
+    fn decide(backend: &MemoryBackend, rules: &RuleSet, key: &str) -> bool {
+        let (rule, _) = rules.find_bucket("rl", [("user", key)]).expect("rule");
+        let hit = Hit { rule, key, cost: 1 };
+        let future = backend.decide(std::slice::from_ref(&hit));
+        let decisions = ready(future);
+        decisions[0].is_allowed()
+    }
+
+    /// The backend's futures are ready at once.
+    fn ready(future: DecideFuture<'_>) -> Vec<Decision> {
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        let mut future = future;
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(decisions) => decisions.expect("decided"),
+            std::task::Poll::Pending => panic!("the memory backend never waits"),
+        }
+    }
+
+    fn bridges(backend: &MemoryBackend) -> usize {
+        backend
+            .limiters
+            .load()
+            .values()
+            .map(|i| i.bridges.load().len())
+            .sum()
+    }
+
+    #[test]
+    fn a_bridge_ends_once_the_sweeper_finds_its_states_fresh() {
+        let clock = ManualClock::new();
+        let backend = MemoryBackend::new(clock.clone());
+        let gcra = rules("gcra");
+        backend.install(&gcra).expect("install");
+        assert!(decide(&backend, &gcra, "a"));
+        assert!(decide(&backend, &gcra, "a"));
+        assert!(!decide(&backend, &gcra, "a"));
+
+        let window = rules("fixed_window");
+        backend.install(&window).expect("install");
+        assert_eq!(bridges(&backend), 1);
+        assert!(!decide(&backend, &window, "a"), "the GCRA's state holds");
+        backend.sweep();
+        assert_eq!(
+            bridges(&backend),
+            1,
+            "a state still counts: the bridge stands"
+        );
+
+        // A full second later the GCRA's state is fresh: the sweeper drops
+        // it, and with it the bridge.
+        clock.advance(Duration::from_secs(1));
+        backend.sweep();
+        assert_eq!(bridges(&backend), 0);
+        assert!(decide(&backend, &window, "a"));
+        assert!(decide(&backend, &window, "a"));
+        assert!(!decide(&backend, &window, "a"), "the new limits alone");
+    }
+}

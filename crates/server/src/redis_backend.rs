@@ -63,8 +63,8 @@
 //!     one takes full effect one old period later (reset a key through
 //!     the admin API to give it the new quota at once). Never a fresh
 //!     quota, at the cost of being stricter for one period. (In memory, a
-//!     change of the rule's algorithm starts its buckets afresh: the Redis
-//!     backend is the stricter of the two.) The bridge lives in this
+//!     change of the rule's algorithm is bridged too: see
+//!     [`crate::backend`].) The bridge lives in this
 //!     process: a server restarted with changed limits starts them on
 //!     fresh keys, as before.
 //!

@@ -396,3 +396,62 @@ descriptors:
     listed("admin change").await;
     server.stop().await;
 }
+
+/// In memory, a change of a rule's algorithm never hands out a fresh
+/// quota: the old limiter stays beside the new one (a bridge) until its
+/// states are fresh, as the Redis backend's bridge does. Before, the
+/// buckets started afresh: a spent key got the new limit's whole quota.
+#[tokio::test]
+async fn a_changed_algorithm_in_memory_never_hands_out_a_fresh_quota() {
+    // On the test server's manual clock: time moves only when told.
+    let rules = |algorithm: &str, n: u64| {
+        format!(
+            "
+domain: rl
+descriptors:
+  - key: user
+    rate_limit: {{period: 3s, requests_per_unit: {n}, algorithm: {algorithm}}}
+"
+        )
+    };
+    let server = start_with(ADMIN, &rules("gcra", 3)).await;
+    for _ in 0..3 {
+        assert!(take(&server, "user", "alice").await.0);
+    }
+    assert!(!take(&server, "user", "alice").await.0);
+
+    // Raised, and a new algorithm: what alice took still counts.
+    server.write_config(ADMIN, &rules("fixed_window", 10));
+    server.reloader.reload().expect("reload");
+    assert!(
+        !take(&server, "user", "alice").await.0,
+        "a spent key has no fresh quota after a change of algorithm"
+    );
+    // A key the old limits never saw has the new ones at once.
+    for _ in 0..10 {
+        assert!(take(&server, "user", "bob").await.0, "bob, new limits");
+    }
+    assert!(!take(&server, "user", "bob").await.0);
+
+    // Lowered, and another algorithm: both old limiters still count.
+    server.write_config(ADMIN, &rules("sliding_window", 2));
+    server.reloader.reload().expect("reload");
+    assert!(
+        !take(&server, "user", "bob").await.0,
+        "bob: the fixed window's count holds"
+    );
+    assert!(
+        !take(&server, "user", "alice").await.0,
+        "alice: the GCRA's state holds"
+    );
+
+    // One old period later every old state is fresh: the new limits alone.
+    server.clock.advance(Duration::from_millis(3_100));
+    for key in ["alice", "bob"] {
+        for _ in 0..2 {
+            assert!(take(&server, "user", key).await.0, "{key}: new limits");
+        }
+        assert!(!take(&server, "user", key).await.0, "{key}: 2 per 3 s");
+    }
+    server.stop().await;
+}

@@ -44,8 +44,8 @@
 //! (each its own algorithm, `calendar:` windows included), and the buckets
 //! carry their state as a reload does ([`crate::backend`]: permits taken
 //! stay taken under the new quota, `Carry::Keep`, in memory and on Redis;
-//! a new algorithm starts its counts afresh in memory, is bridged on Redis,
-//! and keeps the rule's lists and penalties). Changes and reloads are applied one at a
+//! a new algorithm is bridged, in memory as on Redis, and keeps the rule's
+//! lists and penalties). Changes and reloads are applied one at a
 //! time, each to the rules in force ([`Service::change_rules`]), so
 //! neither undoes the other.
 

@@ -93,7 +93,10 @@ async fn good_and_bad_files_and_state_across_a_change() {
     // Reported once, not at every poll.
     assert_eq!(server.reloader.reload(), Ok(Reloaded::Unchanged));
 
-    // Fixed: back to good; an algorithm change starts the bucket afresh.
+    // Fixed: back to good. An algorithm change is bridged: what alice took
+    // still counts under the old limits until her old state is fresh (it
+    // started the bucket afresh before issue 16's session), then the new
+    // limits alone decide.
     server.write_config(
         "  reload_interval_ms: 0\n",
         "
@@ -104,6 +107,11 @@ descriptors:
 ",
     );
     assert_eq!(server.reloader.reload(), Ok(Reloaded::Applied { rules: 1 }));
+    assert_eq!(
+        check(&server, "user", "alice").await["overall_code"],
+        "OVER_LIMIT"
+    );
+    server.clock.advance(Duration::from_secs(60));
     assert_eq!(
         check(&server, "user", "alice").await["statuses"][0]["remaining"],
         4
