@@ -7,7 +7,9 @@ mod support;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use support::{BackendSection, RedisServer, TestServer, http_client, start_with, within};
+use support::{
+    BackendSection, RedisServer, TestServer, check_json, http_client, start_with, within,
+};
 
 const TOKEN: &str = "sesame";
 const ADMIN: &str = "  bearer_token: sesame\nadmin:\n  enabled: true\n";
@@ -40,19 +42,9 @@ async fn call(
 
 /// One `/v1/check` for `user`; whether it was admitted.
 async fn take(server: &TestServer, user: &str) -> bool {
-    let answer: Value = within(
-        http_client()
-            .post(server.url("/v1/check"))
-            .bearer_auth(TOKEN)
-            .json(&json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": user}]}]}))
-            .send(),
-    )
-    .await
-    .expect("check")
-    .json()
-    .await
-    .expect("json");
-    answer["overall_code"] == "OK"
+    let body =
+        json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": user}]}]});
+    check_json(server, Some(TOKEN), &body).await["overall_code"] == "OK"
 }
 
 async fn inspect(server: &TestServer, user: &str) -> (StatusCode, Value) {
@@ -220,22 +212,11 @@ async fn post(server: &TestServer, path: &str, user: &str, extra: Value) -> (Sta
 /// One `/v1/check` for `user` under a `limit` override of `per_hour` an
 /// hour (Envoy's dynamic limit); whether it was admitted.
 async fn take_overridden(server: &TestServer, user: &str, per_hour: u64) -> bool {
-    let answer: Value = within(
-        http_client()
-            .post(server.url("/v1/check"))
-            .bearer_auth(TOKEN)
-            .json(&json!({"domain": "rl", "descriptors": [{
-                "entries": [{"key": "user", "value": user}],
-                "limit": {"requests_per_unit": per_hour, "unit": "hour"},
-            }]}))
-            .send(),
-    )
-    .await
-    .expect("check")
-    .json()
-    .await
-    .expect("json");
-    answer["overall_code"] == "OK"
+    let body = json!({"domain": "rl", "descriptors": [{
+        "entries": [{"key": "user", "value": user}],
+        "limit": {"requests_per_unit": per_hour, "unit": "hour"},
+    }]});
+    check_json(server, Some(TOKEN), &body).await["overall_code"] == "OK"
 }
 
 /// A `limit` override replaces the file rule's limits but not its deny

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use support::{BackendSection, RedisServer, TestServer, http_client, start_with, within};
+use support::{
+    BackendSection, RedisServer, TestServer, check_json, http_client, start_with, within,
+};
 
 const TOKEN: &str = "sesame";
 const ADMIN: &str = "  bearer_token: sesame\nadmin:\n  enabled: true\n";
@@ -47,18 +49,9 @@ descriptors:
 /// One `/v1/check` of `key=value`: whether it was admitted, and the
 /// remaining it reports.
 async fn take(server: &TestServer, key: &str, value: &str) -> (bool, u64) {
-    let answer: Value = within(
-        http_client()
-            .post(server.url("/v1/check"))
-            .bearer_auth(TOKEN)
-            .json(&json!({"domain": "rl", "descriptors": [{"entries": [{"key": key, "value": value}]}]}))
-            .send(),
-    )
-    .await
-    .expect("check")
-    .json()
-    .await
-    .expect("json");
+    let body =
+        json!({"domain": "rl", "descriptors": [{"entries": [{"key": key, "value": value}]}]});
+    let answer = check_json(server, Some(TOKEN), &body).await;
     (
         answer["overall_code"] == "OK",
         answer["statuses"][0]["remaining"]

@@ -34,17 +34,9 @@ descriptors:
 ";
 
 async fn check(server: &TestServer, key: &str, value: &str) -> Value {
-    within(
-        http_client()
-            .post(server.url("/v1/check"))
-            .json(&json!({"domain": "rl", "descriptors": [{"entries": [{"key": key, "value": value}]}]}))
-            .send(),
-    )
-    .await
-    .expect("http")
-    .json()
-    .await
-    .expect("json")
+    let body =
+        json!({"domain": "rl", "descriptors": [{"entries": [{"key": key, "value": value}]}]});
+    check_json(server, None, &body).await
 }
 
 #[tokio::test]

@@ -149,6 +149,25 @@ pub fn http_client() -> reqwest::Client {
         .expect("client")
 }
 
+/// One `POST /v1/check` of `body`, with the bearer `token` if any: the
+/// answer's JSON.
+pub async fn check_json(
+    server: &TestServer,
+    token: Option<&str>,
+    body: &serde_json::Value,
+) -> serde_json::Value {
+    let mut request = http_client().post(server.url("/v1/check")).json(body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    within(request.send())
+        .await
+        .expect("check")
+        .json()
+        .await
+        .expect("json")
+}
+
 /// A gRPC descriptor of `(key, value)` entries.
 pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
