@@ -249,6 +249,20 @@ pub trait Backend: Send + Sync + 'static {
 
 type Keyed<A> = KeyedLimiter<String, AllOf<A>>;
 
+/// Runs `$body` on the keyed limiter inside a [`RuleLimiter`], whatever its
+/// algorithm (`each!(rule_limiter, |l| l.is_empty())`).
+macro_rules! each {
+    ($limiter:expr, |$l:ident| $body:expr) => {
+        match $limiter {
+            RuleLimiter::Gcra($l) => $body,
+            RuleLimiter::FixedWindow($l) => $body,
+            RuleLimiter::SlidingLog($l) => $body,
+            RuleLimiter::SlidingWindow($l) => $body,
+            RuleLimiter::Mixed($l) => $body,
+        }
+    };
+}
+
 /// One rule's buckets.
 #[derive(Clone)]
 enum RuleLimiter {
@@ -315,132 +329,61 @@ impl RuleLimiter {
     /// on `to` (see [`KeyedLimiter::copy_controls_to`]): a fresh limiter
     /// replacing this one must not admit a listed key.
     fn copy_controls_to(&self, to: &RuleLimiter) -> Result<usize, tollgate::control::ControlError> {
-        match self {
-            RuleLimiter::Gcra(l) => to.take_controls_from(l),
-            RuleLimiter::FixedWindow(l) => to.take_controls_from(l),
-            RuleLimiter::SlidingLog(l) => to.take_controls_from(l),
-            RuleLimiter::SlidingWindow(l) => to.take_controls_from(l),
-            RuleLimiter::Mixed(l) => to.take_controls_from(l),
-        }
-    }
-
-    fn take_controls_from<B: Algorithm>(
-        &self,
-        from: &KeyedLimiter<String, B>,
-    ) -> Result<usize, tollgate::control::ControlError> {
-        match self {
-            RuleLimiter::Gcra(l) => from.copy_controls_to(l),
-            RuleLimiter::FixedWindow(l) => from.copy_controls_to(l),
-            RuleLimiter::SlidingLog(l) => from.copy_controls_to(l),
-            RuleLimiter::SlidingWindow(l) => from.copy_controls_to(l),
-            RuleLimiter::Mixed(l) => from.copy_controls_to(l),
-        }
+        each!(self, |from| each!(to, |to| from.copy_controls_to(to)))
     }
 
     fn decide(&self, key: &str, cost: u64) -> Result<Decision, tollgate::CostError> {
-        macro_rules! run {
-            ($l:expr) => {
-                if cost == 0 {
-                    $l.peek_n(key, 0)
-                } else {
-                    $l.check_n(key, cost)
-                }
-            };
-        }
-        match self {
-            RuleLimiter::Gcra(l) => run!(l),
-            RuleLimiter::FixedWindow(l) => run!(l),
-            RuleLimiter::SlidingLog(l) => run!(l),
-            RuleLimiter::SlidingWindow(l) => run!(l),
-            RuleLimiter::Mixed(l) => run!(l),
-        }
+        each!(self, |l| if cost == 0 {
+            l.peek_n(key, 0)
+        } else {
+            l.check_n(key, cost)
+        })
     }
 
     /// What a request of `cost` would be told now, without taking anything:
     /// a cost above the capacity is looked at as the capacity (a bridge's
     /// old limits count what they can hold).
     fn peek(&self, key: &str, cost: u64) -> Decision {
-        macro_rules! run {
-            ($l:expr) => {
-                $l.peek_n(key, cost)
-                    .or_else(|error| $l.peek_n(key, error.capacity()))
-                    .unwrap_or_else(|error| never(error.capacity()))
-            };
-        }
-        match self {
-            RuleLimiter::Gcra(l) => run!(l),
-            RuleLimiter::FixedWindow(l) => run!(l),
-            RuleLimiter::SlidingLog(l) => run!(l),
-            RuleLimiter::SlidingWindow(l) => run!(l),
-            RuleLimiter::Mixed(l) => run!(l),
-        }
+        each!(self, |l| l
+            .peek_n(key, cost)
+            .or_else(|error| l.peek_n(key, error.capacity()))
+            .unwrap_or_else(|error| never(error.capacity())))
     }
 
     /// Records `cost` taken from `key`, whether or not it fits.
     fn charge(&self, key: &str, cost: u64) {
-        match self {
-            RuleLimiter::Gcra(l) => drop(l.charge_n(key, cost)),
-            RuleLimiter::FixedWindow(l) => drop(l.charge_n(key, cost)),
-            RuleLimiter::SlidingLog(l) => drop(l.charge_n(key, cost)),
-            RuleLimiter::SlidingWindow(l) => drop(l.charge_n(key, cost)),
-            RuleLimiter::Mixed(l) => drop(l.charge_n(key, cost)),
-        }
+        each!(self, |l| drop(l.charge_n(key, cost)));
     }
 
     /// Applies `control` to `key` (the core's keyed controls).
     fn control(&self, key: &str, control: Control) -> Result<(), ControlError> {
         let full =
             |error: tollgate::control::ControlError| ControlError::ListFull(error.to_string());
-        macro_rules! run {
-            ($l:expr) => {
-                match control {
-                    Control::Reset => {
-                        let _ = $l.reset(key);
-                        Ok(())
-                    }
-                    Control::Refund(n) => {
-                        let _ = $l.refund(key, n);
-                        Ok(())
-                    }
-                    Control::Penalize(duration) => {
-                        $l.penalize(key, duration).map(drop).map_err(full)
-                    }
-                    Control::Deny => $l.deny(key).map_err(full),
-                    Control::Allow => $l.allow(key).map_err(full),
-                    Control::Unlist => {
-                        let _ = $l.unlist(key);
-                        Ok(())
-                    }
-                }
-            };
-        }
-        match self {
-            RuleLimiter::Gcra(l) => run!(l),
-            RuleLimiter::FixedWindow(l) => run!(l),
-            RuleLimiter::SlidingLog(l) => run!(l),
-            RuleLimiter::SlidingWindow(l) => run!(l),
-            RuleLimiter::Mixed(l) => run!(l),
-        }
+        each!(self, |l| match control {
+            Control::Reset => {
+                let _ = l.reset(key);
+                Ok(())
+            }
+            Control::Refund(n) => {
+                let _ = l.refund(key, n);
+                Ok(())
+            }
+            Control::Penalize(duration) => l.penalize(key, duration).map(drop).map_err(full),
+            Control::Deny => l.deny(key).map_err(full),
+            Control::Allow => l.allow(key).map_err(full),
+            Control::Unlist => {
+                let _ = l.unlist(key);
+                Ok(())
+            }
+        })
     }
 
     fn sweep(&self) {
-        match self {
-            RuleLimiter::Gcra(l) => l.sweep(),
-            RuleLimiter::FixedWindow(l) => l.sweep(),
-            RuleLimiter::SlidingLog(l) => l.sweep(),
-            RuleLimiter::SlidingWindow(l) => l.sweep(),
-            RuleLimiter::Mixed(l) => l.sweep(),
-        };
+        each!(self, |l| drop(l.sweep()));
     }
 
     fn is_empty(&self) -> bool {
-        match self {
-            RuleLimiter::Gcra(l) => l.is_empty(),
-            RuleLimiter::FixedWindow(l) => l.is_empty(),
-            RuleLimiter::SlidingLog(l) => l.is_empty(),
-            RuleLimiter::SlidingWindow(l) => l.is_empty(),
-            RuleLimiter::Mixed(l) => l.is_empty(),
-        }
+        each!(self, |l| l.is_empty())
     }
 }
 
