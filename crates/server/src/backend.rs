@@ -422,15 +422,21 @@ impl Installed {
         }
         let mut holding = Vec::with_capacity(bridges.len());
         for bridge in bridges.iter() {
+            // A cost of 0 reports the state as it is (denied only by a list
+            // or a penalty). A full one admits any cost the old limits can
+            // hold and has nothing to remember: the common case, one look.
+            let state = bridge.peek(key, 0);
+            if state.is_denied() {
+                return Ok(state);
+            }
+            if state.remaining() >= state.limit() {
+                continue;
+            }
             let looked = bridge.peek(key, cost);
             if looked.is_denied() {
                 return Ok(looked);
             }
-            // A cost of 0 reports the state as it is: below full, it counts.
-            let now = bridge.peek(key, 0);
-            if now.remaining() < now.limit() {
-                holding.push(bridge);
-            }
+            holding.push(bridge);
         }
         let decision = self.limiter.decide(key, cost)?;
         if decision.is_allowed() && cost > 0 {
