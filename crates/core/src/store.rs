@@ -80,25 +80,21 @@ macro_rules! word_update_mut {
     ($cell:expr, |$current:ident| $transition:expr) => {{
         let cell: &mut $crate::sync::AtomicU64 = $cell;
         #[cfg(not(loom))]
-        let word: &mut u64 = cell.get_mut();
-        #[cfg(not(loom))]
-        let decision = {
-            let $current = *word;
-            let (decision, next) = $transition;
-            if let Some(next) = next {
-                *word = next;
-            }
-            decision
-        };
+        let decision = $crate::store::word_update_mut!(@apply cell.get_mut(), $current, $transition);
         #[cfg(loom)]
         let decision = cell.with_mut(|word: &mut u64| {
-            let $current = *word;
-            let (decision, next) = $transition;
-            if let Some(next) = next {
-                *word = next;
-            }
-            decision
+            $crate::store::word_update_mut!(@apply word, $current, $transition)
         });
+        decision
+    }};
+    // The transition on the word itself, written back if it has a value.
+    (@apply $word:expr, $current:ident, $transition:expr) => {{
+        let word: &mut u64 = $word;
+        let $current = *word;
+        let (decision, next) = $transition;
+        if let Some(next) = next {
+            *word = next;
+        }
         decision
     }};
 }
