@@ -318,7 +318,13 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         if shared.controls.any() || shared.observer.is_some() {
             return self.decide_observed(cost, record);
         }
-        let now: Nanos = shared.clock.now();
+        self.decide_at(shared.clock.now(), cost, record)
+    }
+
+    /// The algorithm's own decision at `now`: a check, or a peek.
+    #[inline(always)]
+    fn decide_at(&self, now: Nanos, cost: u64, record: bool) -> Decision {
+        let shared = &*self.shared;
         if record {
             shared.algorithm.check_cell(&shared.cell, now, cost)
         } else {
@@ -335,8 +341,8 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         if shared.controls.any() {
             return self.decide_controlled(now, cost, record);
         }
+        let decision = self.decide_at(now, cost, record);
         if record {
-            let decision = shared.algorithm.check_cell(&shared.cell, now, cost);
             if let Some(observer) = &shared.observer {
                 shared.report(
                     &**observer,
@@ -345,10 +351,8 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
                     &decision,
                 );
             }
-            decision
-        } else {
-            shared.algorithm.peek_cell(&shared.cell, now, cost)
         }
+        decision
     }
 
     /// The name given at build time (`""` when unnamed).
