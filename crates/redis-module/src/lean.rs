@@ -106,6 +106,7 @@ fn compact(params: &Params, state: &State, verdict: &Verdict, unit: i128) -> Opt
 mod tests {
     use super::*;
     use crate::args::{parse, parse_lean};
+    use crate::lean_cases;
     use crate::store::Memory;
     use tollgate_redis::script::{Lean, expand_lean};
 
@@ -159,52 +160,22 @@ mod tests {
         compact
     }
 
+    /// The lean scripts' own off-vector cases (`tollgate-redis`'s
+    /// `tests/scenarios/lean_cases.rs`, which its parity and module tests
+    /// replay against Redis): GCRA steps all compact; the fixed window
+    /// compact only where exact ((limit + 1) · (period + 1) past 2^53, or a
+    /// stored window ahead of a clock that stepped back, answer the general
+    /// array).
     #[test]
-    fn the_lean_gcra_reply_reads_back_as_the_general_one() {
-        let steps = [
-            ("c", 1000, 1),
-            ("p", 1000, 0),
-            ("p", 1000, 3),
-            ("c", 1000, 4),
-            ("c", 1000, 1),
-            ("p", 1000, 1),
-            ("c", 1000, 6),
-            ("c", 1000, 0),
-            ("c", 1150, 1),
-            ("c", 9000, 5),
-        ];
-        let compact = agree(["g", "1", "100", "500", M], &steps);
-        assert_eq!(compact, steps.len(), "every GCRA decision is compact");
-    }
-
-    #[test]
-    fn the_lean_fixed_reply_is_compact_only_where_exact() {
-        let window = [
-            ("c", 5000, 1),
-            ("p", 5000, 2),
-            ("c", 5000, 2),
-            ("c", 5000, 1),
-            ("c", 5000, 4),
-            ("p", 5500, 0),
-            ("c", 5999, 0),
-            ("c", 6000, 3),
-        ];
-        assert_eq!(agree(["f", "1000", "3", "0", "0"], &window), window.len());
-        // (limit + 1) · (period + 1) past 2^53: the general array.
-        let wide = [("c", 10, 1), ("c", 10, 999_999), ("c", 20, 1), ("p", 30, 0)];
-        assert_eq!(
-            agree(["f", "86400000000000", "1000000", "0", "0"], &wide),
-            0
-        );
-        // A stored window ahead of a clock that stepped back: more than a
-        // period left, the general array.
-        let back = [
-            ("c", 5000, 1),
-            ("c", 3000, 1),
-            ("p", 3000, 0),
-            ("c", 3000, 9),
-        ];
-        assert_eq!(agree(["f", "1000", "5", "0", "0"], &back), 1);
+    fn the_lean_reply_reads_back_as_the_general_one_and_is_compact_only_where_exact() {
+        for (case, compact) in lean_cases::cases().iter().zip(lean_cases::COMPACT) {
+            let steps: Vec<(&str, i128, i64)> = case
+                .steps
+                .iter()
+                .map(|&(op, now, cost)| (op, i128::from(now), i64::try_from(cost).unwrap()))
+                .collect();
+            assert_eq!(agree(case.limit, &steps), compact, "{}", case.name);
+        }
     }
 
     #[test]

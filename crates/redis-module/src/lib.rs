@@ -84,6 +84,14 @@ pub mod lean;
 pub mod store;
 pub mod transition;
 
+/// The lean scripts' off-vector cases, shared with `tollgate-redis`'s
+/// tests, which replay them against Redis (`lean.rs`'s tests replay them
+/// on the transitions themselves).
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../redis/tests/scenarios/lean_cases.rs"]
+mod lean_cases;
+
 #[cfg(not(test))]
 mod command;
 #[cfg(not(test))]
