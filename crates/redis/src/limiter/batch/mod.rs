@@ -84,9 +84,9 @@ pub const MAX_BATCH: usize = 64;
 pub const SOURCE_BATCH: &str = concat!(
     include_str!("batch.lua"),
     "local function gcra(KEYS, ARGV, redis)\n",
-    include_str!("../gcra.lua"),
+    include_str!("../../gcra.lua"),
     "\nend\nlocal function fixed(KEYS, ARGV, redis)\n",
-    include_str!("../fixed.lua"),
+    include_str!("../../fixed.lua"),
     "\nend\n",
     "local n = #KEYS\n",
     "if #ARGV ~= n * 11 then\n",
