@@ -6,7 +6,9 @@
 
 use redis::AsyncCommands as _;
 use tollgate::Nanos;
+use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tollgate_server::grpc::proto::envoy::r#type::v3::RateLimitUnit;
 
 use crate::support::*;
 
@@ -326,5 +328,79 @@ async fn lyft_keys_on_a_cluster() {
     }
     assert!(nodes.len() > 1, "12 keys in one slot's node: {nodes:?}");
     assert_eq!(code(&server, &[("user", "u0")], 1).await, Code::OverLimit);
+    server.stop().await;
+}
+
+/// A request's `limit` override is Lyft's too: it counts in Lyft's key,
+/// with the override's unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_overrides_count_in_lyft_keys() {
+    let redis = RedisServer::start();
+    let rules = format!(
+        "{}{RULES}",
+        backend(&redis.url(), "{expiration_jitter_max: 0s}")
+    );
+    let server = start_with("", &rules).await;
+    at(&server, NOW);
+    let mut pod = LyftPod::on(&redis.url(), "").await;
+    let tenant = [("tenant", "t1")];
+    let overridden = || {
+        let mut d = descriptor(&tenant);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 3,
+            unit: RateLimitUnit::Hour as i32,
+        });
+        request("rl", vec![d])
+    };
+    let mut client = server.grpc_client().await;
+    let mut decide = async || {
+        within(client.should_rate_limit(overridden()))
+            .await
+            .expect("grpc")
+            .into_inner()
+            .overall_code()
+    };
+    assert_eq!(decide().await, Code::Ok);
+    assert!(pod.should_rate_limit(&tenant, (3, 3600), 1, NOW).await);
+    assert_eq!(decide().await, Code::Ok);
+    assert_eq!(decide().await, Code::OverLimit);
+    assert_eq!(redis.keys("*"), vec!["rl_tenant_t1_1699920000".to_owned()]);
+    assert_eq!(redis.cli(&["GET", "rl_tenant_t1_1699920000"]), "3");
+    server.stop().await;
+}
+
+/// A key holding something other than a count, and Redis gone: the rule's
+/// failure policy decides (here fail_closed), counted in its metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_go_to_the_rules_failure_policy() {
+    let mut redis = RedisServer::start();
+    let rules = format!(
+        "{}  failure_policy: fail_closed\n{RULES}",
+        backend(&redis.url(), "{expiration_jitter_max: 0s}")
+    );
+    let server = start_with("", &rules).await;
+    at(&server, NOW);
+    redis.cli(&["SET", "rl_user_x_1699920000", "not a count"]);
+    assert_eq!(code(&server, &[("user", "x")], 1).await, Code::OverLimit);
+    assert_eq!(redis.cli(&["GET", "rl_user_x_1699920000"]), "not a count");
+    assert_eq!(code(&server, &[("user", "y")], 1).await, Code::Ok);
+    redis.kill();
+    assert_eq!(code(&server, &[("user", "z")], 1).await, Code::OverLimit);
+    let text = server.metrics().await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"tollgate_redis_decisions_total{rule="rl.user",source="policy"}"#
+        ),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"tollgate_redis_decisions_total{rule="rl.user",source="redis"}"#
+        ),
+        1.0
+    );
     server.stop().await;
 }

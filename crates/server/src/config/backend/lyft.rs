@@ -626,6 +626,55 @@ mod tests {
         }
     }
 
+    fn yaml(backend: &str) -> Result<KeyLayout, crate::config::ConfigError> {
+        let text = format!("backend:\n  redis: redis://a\n{backend}domain: d\n");
+        let config = crate::config::Config::from_yaml(std::path::Path::new("t.yaml"), &text)?;
+        match config.backend {
+            crate::config::BackendSettings::Redis(redis) => Ok(redis.key_layout),
+            crate::config::BackendSettings::Memory => panic!("a redis backend"),
+        }
+    }
+
+    #[test]
+    fn the_yaml_layout() {
+        assert_eq!(yaml("").unwrap(), KeyLayout::Tollgate);
+        assert_eq!(
+            yaml("  key_layout: lyft\n").unwrap(),
+            KeyLayout::Lyft(Box::default())
+        );
+        let KeyLayout::Lyft(layout) = yaml(
+            "  key_layout: lyft\n  lyft: {key_prefix: 'rl:', expiration_jitter_max: 10s, stop_increment_when_over_limit: true, per_second: {redis: 'redis://b:6379', password: pw}}\n",
+        )
+        .unwrap() else {
+            panic!("lyft");
+        };
+        assert_eq!(layout.key_prefix, "rl:");
+        assert_eq!(layout.expiration_jitter_max, Duration::from_secs(10));
+        assert!(layout.stop_increment_when_over_limit);
+        let per_second = layout.per_second.unwrap();
+        assert_eq!(
+            per_second.target,
+            RedisTarget::Single("redis://b:6379".into())
+        );
+        assert!(per_second.password.is_some());
+        for (text, needle) in [
+            ("  key_layout: envoy\n", "key_layout"),
+            (
+                "  lyft: {key_prefix: x}\n",
+                "lyft: only with key_layout: lyft",
+            ),
+            (
+                "  key_layout: lyft\n  lyft: {expiration_jitter_max: 1500ms}\n",
+                "lyft.expiration_jitter_max",
+            ),
+            ("  key_layout: lyft\n  lyft: {prefix: x}\n", "prefix"),
+            ("  key_layout: lyft\n  lyft: {per_second: {}}\n", "redis"),
+        ] {
+            let error = yaml(text).unwrap_err();
+            assert!(error.to_string().contains(needle), "{needle}: {error}");
+        }
+    }
+
     #[test]
     fn go_durations() {
         for ok in ["0", "150us", "1m30s", "10s", "1.5h", "500µs"] {
