@@ -188,10 +188,11 @@ impl RedisLimiter {
     /// Decides `hits` of Lyft's `window` on `redis` (this limiter's Redis,
     /// or another: Lyft's per-second Redis) at `now` (UNIX time, the time
     /// `window.key` was built for): [`count`] through this limiter's deny
-    /// cache, circuit breaker, in-flight bound, deadline and failure
-    /// policy, as one of its own decisions is, and counted in its
-    /// [`stats`](Self::stats). Leases do not apply (Lyft's pods could not
-    /// see them).
+    /// cache (checks only, keyed by Lyft's key), circuit breaker, in-flight
+    /// bound, deadline and failure policy, as one of its own decisions is,
+    /// and counted in its [`stats`](Self::stats). Leases do not apply
+    /// (Lyft's pods could not see them). The limiter's own limits play no
+    /// part but in the failure policy (its local share, its capacity).
     pub async fn check_lyft(
         &self,
         redis: &Redis,
@@ -202,7 +203,7 @@ impl RedisLimiter {
     ) -> Outcome {
         let s = self.shared();
         let bounded = BoundedKey::new(window.key.as_bytes());
-        if let Some(cache) = &s.deny_cache {
+        if let (Some(cache), CountOp::Check) = (&s.deny_cache, op) {
             if let Some(decision) = cache.get(&bounded, hits, self.now()) {
                 return self.counted(decision, Source::DenyCache);
             }

@@ -54,7 +54,12 @@
 //!   `[0, expiration_jitter_max)` whole seconds, as Lyft's `EXPIRE`.
 //! - **Failure policy, deadline, breaker, deny cache**: the rule's
 //!   limiter's, as for tollgate's keys (`RedisLimiter::check_lyft`), and
-//!   its decisions are counted in the same metrics. Leases do not apply.
+//!   its decisions are counted in the same metrics (with
+//!   `stop_increment_when_over_limit`, a request's looks are counted too;
+//!   while Redis is away a look decided by the local share takes from it,
+//!   which is stricter, never looser). Leases do not apply: Lyft's pods
+//!   could not see them. Each key is one script call on the multiplexed
+//!   connection (pipelined with the others, not batched into one call).
 //! - **Admin controls** (reset, refund, penalties, lists) are refused for
 //!   these rules: Lyft's keys hold a bare count, with no place for a
 //!   marker that Lyft's pods would honour.

@@ -154,6 +154,17 @@ async fn lyft_pods_and_tollgate_share_one_count() {
         redis.cli(&["GET", &pod.key("rl", &alice, 60, NOW + 60)]),
         "10"
     );
+    // Lyft's duration_until_reset: the window's end, 40 s away.
+    let mut client = server.grpc_client().await;
+    let status = within(client.should_rate_limit(request("rl", vec![descriptor(&alice)])))
+        .await
+        .expect("grpc")
+        .into_inner()
+        .statuses
+        .remove(0);
+    assert_eq!(status.code(), Code::OverLimit);
+    assert_eq!(status.limit_remaining, 0);
+    assert_eq!(status.duration_until_reset.map(|d| d.seconds), Some(40));
 
     // share_threshold: every value matching the wildcard counts under the
     // pattern, in Lyft's key as in its own.
