@@ -415,3 +415,42 @@ async fn failures_go_to_the_rules_failure_policy() {
     );
     server.stop().await;
 }
+
+/// The admin controls (reset, lists, penalties…) need a marker in the
+/// key's state, which Lyft's bare count has no room for: refused for a
+/// rule in Lyft's keys, applied as before to a rule in tollgate's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_controls_are_refused_on_lyft_keys() {
+    use tollgate_server::Backend as _;
+    use tollgate_server::backend::{Control, ControlError};
+    use tollgate_server::config::BackendSettings;
+    use tollgate_server::rules::RuleSet;
+
+    let redis = RedisServer::start();
+    let text = format!("{}{RULES}", backend(&redis.url(), "{}"));
+    let config =
+        tollgate_server::Config::from_yaml(std::path::Path::new("t.yaml"), &text).expect("config");
+    let BackendSettings::Redis(settings) = &config.backend else {
+        panic!("a redis backend");
+    };
+    let backend = tollgate_server::RedisBackend::connect(settings)
+        .await
+        .expect("connect");
+    let rules = RuleSet::new(&config);
+    backend.install(&rules).expect("install");
+    let rule = |id: &str| {
+        rules
+            .rules()
+            .iter()
+            .find(|rule| &*rule.id == id)
+            .expect("rule")
+            .clone()
+    };
+    let user = rule("rl.user");
+    assert_eq!(
+        backend.control(&user, "k", Control::Deny).await,
+        Err(ControlError::Unsupported("deny"))
+    );
+    let gcra = rule("rl.gcra");
+    assert_eq!(backend.control(&gcra, "k", Control::Reset).await, Ok(()));
+}
