@@ -29,6 +29,8 @@
 //! - **observers and dry-run**: the core's decision observers, told
 //!   whether Redis or the failure policy decided; dry-run reports refusals
 //!   as shadow ([`observe`]).
+//! - **Lyft layout**: envoyproxy/ratelimit's own fixed-window keys and
+//!   counts, shared with its pods during a rolling upgrade ([`lyft`]).
 //! - **calendar window**: a fixed window aligned to UTC minutes, hours,
 //!   days, weeks (Monday) or months (the 1st) ([`calendar`]).
 //!
@@ -67,6 +69,7 @@ pub mod key;
 pub mod lease;
 pub mod limit;
 pub mod limiter;
+pub mod lyft;
 pub mod module;
 pub mod observe;
 pub mod policy;

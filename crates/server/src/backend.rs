@@ -276,7 +276,7 @@ enum RuleLimiter {
 /// The clock of a rule holding several algorithms (calendar windows read
 /// UNIX time): the wall clock, unless the server was given a manual or
 /// custom clock (tests: a manual clock reads as UNIX time).
-fn wall_clock(clock: &ClockSource) -> ClockSource {
+pub(crate) fn wall_clock(clock: &ClockSource) -> ClockSource {
     match clock {
         ClockSource::Manual(_) | ClockSource::Custom(_) => clock.clone(),
         _ => tollgate::SystemClock::new().into(),

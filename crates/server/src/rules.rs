@@ -382,6 +382,26 @@ pub fn bucket_key<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> 
     key
 }
 
+/// The entries of a [`bucket_key`], in order (`None` for a string that is
+/// not one): what a backend that names keys by the entries themselves
+/// (envoyproxy/ratelimit's layout) reads back.
+pub fn bucket_entries(key: &str) -> Option<Vec<(&str, &str)>> {
+    fn field(rest: &str) -> Option<(&str, &str)> {
+        let (len, rest) = rest.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        (rest.is_char_boundary(len) && rest.len() >= len).then(|| rest.split_at(len))
+    }
+    let mut entries = Vec::new();
+    let mut rest = key;
+    while !rest.is_empty() {
+        let (k, after) = field(rest)?;
+        let (v, after) = field(after)?;
+        entries.push((k, v));
+        rest = after;
+    }
+    Some(entries)
+}
+
 fn push_entry(key: &mut String, k: &str, v: &str) {
     // Writing to a String cannot fail.
     let _ = write!(key, "{}:{k}{}:{v}", k.len(), v.len());
@@ -509,6 +529,22 @@ descriptors:
             find(&s, "d", &[("route", "/api/v2/resource/456/action")]),
             Some("d.route_/api/*/resource/*/action")
         );
+    }
+
+    #[test]
+    fn bucket_entries_read_back_bucket_keys() {
+        for entries in [
+            vec![("a_b", "c")],
+            vec![("a", "b:1:c1:d"), ("", "")],
+            vec![("10", "é:2"), ("k", "")],
+        ] {
+            assert_eq!(
+                bucket_entries(&bucket_key(entries.iter().copied())),
+                Some(entries)
+            );
+        }
+        assert_eq!(bucket_entries("3:ab"), None);
+        assert_eq!(bucket_entries("x:ab0:"), None);
     }
 
     #[test]

@@ -186,7 +186,8 @@ impl Server {
             (None, BackendSettings::Redis(redis)) => Arc::new(
                 RedisBackend::connect(redis)
                     .await
-                    .map_err(ServeError::Backend)?,
+                    .map_err(ServeError::Backend)?
+                    .with_clock(&self.clock),
             ),
         };
         let leases = Arc::new(match &self.config.backend {

@@ -125,7 +125,8 @@ use admin::AdminSection;
 pub use admin::AdminSettings;
 use backend::BackendSection;
 pub use backend::{
-    BackendSettings, RedisSettings, RedisTarget, RedisTls, SentinelSettings, redact_url,
+    BackendSettings, KeyLayout, LYFT_LAYOUT_VARIABLES, LyftEnvError, LyftLayout, PerSecondRedis,
+    RedisSettings, RedisTarget, RedisTls, SentinelSettings, redact_url,
 };
 pub use checked::{
     AlgorithmKind, BuiltAlgorithm, DescriptorConfig, DomainConfig, LimitConfig, Limits,

@@ -84,6 +84,11 @@
 //!   the markers when the bridge ends.
 //! - **Sliding log** is not run on Redis: the configuration refuses it
 //!   under a Redis backend.
+//! - **Lyft's key layout** (`key_layout: lyft`): fixed-window rules count
+//!   in envoyproxy/ratelimit's own keys, shared with its pods during a
+//!   rolling upgrade; the other rules keep the keys above. See the `lyft`
+//!   submodule's docs (`src/redis_backend/lyft.rs`) for its decisions and
+//!   guarantees.
 //! - **Shutdown** gives every lease back (one round trip per key holding
 //!   one, each bounded by the deadline), after the last request.
 //!
@@ -112,12 +117,13 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 use prometheus_client::registry::Registry;
-use tollgate::{Carry, Decision};
+use tollgate::{Carry, ClockSource, Decision};
 use tollgate_redis::{
     Batcher, Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Target,
 };
 
 mod carry;
+mod lyft;
 mod metrics;
 
 use carry::{BRIDGE_SLACK, carried, carry_pairs, limits_of};
@@ -127,7 +133,9 @@ use crate::backend::{
     Backend, BackendError, BackendHealth, Control, ControlError, ControlFuture, DecideFuture, Hit,
     PolicyTotals,
 };
-use crate::config::{BuiltAlgorithm, RedisSettings, RedisTarget, RedisTls, redact_url};
+use crate::config::{
+    BuiltAlgorithm, KeyLayout, LyftLayout, RedisSettings, RedisTarget, RedisTls, redact_url,
+};
 use crate::rules::{Rule, RuleSet};
 
 /// How long [`Backend::shutdown`] may spend giving leases back.
@@ -153,6 +161,8 @@ pub struct RedisBackend {
     installing: Mutex<()>,
     /// Stats of limiters replaced or removed, per rule, for the metrics.
     retired: Arc<Mutex<HashMap<Arc<str>, Totals>>>,
+    /// `key_layout: lyft`: where and how its rules count.
+    lyft: Option<lyft::Lyft>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -179,7 +189,49 @@ impl RedisBackend {
                     target_name(settings)
                 ))
             })?;
-        Ok(RedisBackend::with_redis(redis, settings.clone()))
+        let mut backend = RedisBackend::with_redis(redis, settings.clone());
+        if let KeyLayout::Lyft(layout) = &settings.key_layout {
+            if let Some(per_second) = &layout.per_second {
+                let second = RedisSettings {
+                    target: per_second.target.clone(),
+                    username: per_second.username.clone(),
+                    password: per_second.password.clone(),
+                    tls: per_second.tls.clone(),
+                    ..settings.clone()
+                };
+                let redis = Redis::open(&redis_config(&second)).await.map_err(|error| {
+                    BackendError::new(format!(
+                        "cannot connect to {} (per-second limits): {error}",
+                        target_name(&second)
+                    ))
+                })?;
+                backend = backend.with_per_second_redis(redis);
+            }
+        }
+        Ok(backend)
+    }
+
+    /// Where Lyft's layout counts limits of unit `second` (its
+    /// `REDIS_PERSECOND`): [`connect`](Self::connect) connects the
+    /// settings' `per_second` Redis; a backend made
+    /// [`with_redis`](Self::with_redis) counts them on its one Redis
+    /// unless given one here. Without Lyft's layout, nothing.
+    pub fn with_per_second_redis(mut self, redis: Redis) -> RedisBackend {
+        if let Some(lyft) = &mut self.lyft {
+            lyft.set_per_second(redis);
+        }
+        self
+    }
+
+    /// The clock of Lyft's layout, read as UNIX time for its keys' window
+    /// starts: a manual or custom clock as given (tests), any other as the
+    /// system's wall clock. By default, the system's wall clock. Without
+    /// Lyft's layout, nothing (tollgate's scripts read Redis's `TIME`).
+    pub fn with_clock(mut self, clock: &ClockSource) -> RedisBackend {
+        if let Some(lyft) = &mut self.lyft {
+            lyft.set_clock(crate::backend::wall_clock(clock));
+        }
+        self
     }
 
     /// A backend on an existing connection.
@@ -187,10 +239,17 @@ impl RedisBackend {
         RedisBackend {
             batcher: Batcher::new(&redis),
             redis,
-            settings,
             limiters: Arc::new(ArcSwap::from_pointee(HashMap::new())),
             installing: Mutex::new(()),
             retired: Arc::new(Mutex::new(HashMap::new())),
+            lyft: match &settings.key_layout {
+                KeyLayout::Tollgate => None,
+                KeyLayout::Lyft(layout) => Some(lyft::Lyft::new(
+                    LyftLayout::clone(layout),
+                    tollgate::SystemClock::new().into(),
+                )),
+            },
+            settings,
         }
     }
 
@@ -457,10 +516,39 @@ impl Backend for RedisBackend {
     fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a> {
         let limiters = self.limiters.load_full();
         Box::pin(async move {
-            let decisions = hits.iter().map(|hit| {
+            // Lyft's layout first sorts out its hits (decided together:
+            // `stop_increment_when_over_limit` looks at them all).
+            let mut lyft_hits = Vec::new();
+            let mut slots = Vec::with_capacity(hits.len());
+            for hit in hits {
+                let lyft_rule = self.lyft.as_ref().and_then(|_| lyft::lyft_rule(hit.rule));
+                slots.push(match lyft_rule {
+                    None => Slot::Tollgate,
+                    Some(rule) => match self.lyft_limiter(&limiters, hit.rule) {
+                        Some(limiter) => {
+                            lyft_hits.push(lyft::LyftHit { hit, rule, limiter });
+                            Slot::Lyft
+                        }
+                        // Never "no limit" for a limit Redis cannot hold.
+                        None => Slot::Refused(lyft::refused(rule.limit())),
+                    },
+                });
+            }
+            let in_lyft = async {
+                match &self.lyft {
+                    Some(lyft) if !lyft_hits.is_empty() => {
+                        lyft.decide(&self.redis, &lyft_hits).await
+                    }
+                    _ => Vec::new(),
+                }
+            };
+            let in_tollgate = join_all(hits.iter().zip(&slots).map(|(hit, slot)| {
                 let limiters = &limiters;
                 async move {
-                    match (limiters.get(&hit.rule.id), &hit.rule.limits) {
+                    if !matches!(slot, Slot::Tollgate) {
+                        return None;
+                    }
+                    Some(match (limiters.get(&hit.rule.id), &hit.rule.limits) {
                         (Some(installed), _) => {
                             decide_one(&self.batcher, &installed.limiter, hit.key, hit.cost).await
                         }
@@ -484,10 +572,22 @@ impl Backend for RedisBackend {
                         }
                         // Unlimited rules never reach a backend.
                         (None, None) => unlimited(),
-                    }
+                    })
                 }
-            });
-            Ok(join_all(decisions).await)
+            }));
+            let (in_lyft, in_tollgate) = futures_util::future::join(in_lyft, in_tollgate).await;
+            let mut in_lyft = in_lyft.into_iter();
+            Ok(slots
+                .into_iter()
+                .zip(in_tollgate)
+                .map(|(slot, tollgate)| match slot {
+                    Slot::Tollgate => tollgate,
+                    Slot::Lyft => in_lyft.next(),
+                    Slot::Refused(decision) => Some(decision),
+                })
+                // Every slot holds its decision; a missing one is refused.
+                .map(|decision| decision.unwrap_or_else(|| lyft::refused(0)))
+                .collect())
         })
     }
 
@@ -499,6 +599,12 @@ impl Backend for RedisBackend {
     }
 
     fn control<'a>(&'a self, rule: &'a Rule, key: &'a str, control: Control) -> ControlFuture<'a> {
+        if self.lyft.is_some() && lyft::lyft_rule(rule).is_some() {
+            // Lyft's keys hold a bare count (see the `lyft` module).
+            return Box::pin(std::future::ready(Err(ControlError::Unsupported(
+                control.name(),
+            ))));
+        }
         let installed = self.limiters.load().get(&rule.id).cloned();
         Box::pin(async move {
             let Some(installed) = installed else {
@@ -563,6 +669,35 @@ impl Backend for RedisBackend {
                 tracing::warn!("leases not all given back within {SHUTDOWN_BUDGET:?}");
             }
         })
+    }
+}
+
+/// Who decides one hit of a request.
+enum Slot {
+    /// tollgate's layout, on the rule's limiter.
+    Tollgate,
+    /// Lyft's layout (the next of its decisions, in order).
+    Lyft,
+    /// Refused before asking.
+    Refused(Decision),
+}
+
+impl RedisBackend {
+    /// The limiter whose policy, breaker, deadline and stats a Lyft-layout
+    /// hit of `rule` goes through: the installed one, or (an override, a
+    /// rule a reload removed) one of its own; `None` if none can be built.
+    fn lyft_limiter(
+        &self,
+        limiters: &HashMap<Arc<str>, Arc<Installed>>,
+        rule: &Rule,
+    ) -> Option<RedisLimiter> {
+        match limiters.get(&rule.id) {
+            Some(installed) => Some(installed.limiter.clone()),
+            None => {
+                let limits = rule.limits.as_ref()?;
+                self.build(rule, &limits.algorithm, false).ok()
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@ mod envoy_types;
 mod health;
 mod http_api;
 mod lyft;
+mod lyft_keys;
 mod redis_backend;
 mod redis_production;
 mod reload;

@@ -13,9 +13,11 @@ use super::parse_period;
 use crate::yaml::checked_mapping;
 
 mod connection;
+mod lyft;
 
 use connection::{ModuleYaml, PasswordYaml, SentinelSection, TlsSection};
 pub use connection::{RedisTarget, RedisTls, SentinelSettings, redact_url};
+pub use lyft::{KeyLayout, LYFT_LAYOUT_VARIABLES, LyftEnvError, LyftLayout, PerSecondRedis};
 
 /// Where the counts live.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -49,6 +51,8 @@ pub enum BackendSettings {
 ///   deny_cache: 0                  # keys; 0: off
 ///   key_prefix: tollgate
 ///   leases: {initial: 8, max: 256, ttl: 100ms, max_keys: 100000}  # absent: off
+///   key_layout: tollgate           # or lyft: envoyproxy/ratelimit's keys (see `KeyLayout`)
+///   lyft: {key_prefix: '', expiration_jitter_max: 300s}  # key_layout: lyft only
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisSettings {
@@ -82,6 +86,8 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// Leases, if on. By default, off.
     pub leases: Option<tollgate_redis::LeaseConfig>,
+    /// How keys are named and counted. By default, tollgate's layout.
+    pub key_layout: KeyLayout,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +131,10 @@ struct BackendYaml {
     key_prefix: Option<String>,
     #[serde(default)]
     leases: Option<LeasesYaml>,
+    #[serde(default)]
+    key_layout: Option<String>,
+    #[serde(default)]
+    lyft: Option<lyft::LyftYaml>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +252,7 @@ impl TryFrom<BackendYaml> for BackendSection {
                 "key_prefix: must not contain '{' or '}' (they would move the hash tag)".into(),
             );
         }
+        let key_layout = lyft::layout(yaml.key_layout.as_deref(), yaml.lyft)?;
         Ok(BackendSection(BackendSettings::Redis(Box::new(
             RedisSettings {
                 target,
@@ -270,6 +281,7 @@ impl TryFrom<BackendYaml> for BackendSection {
                 deny_cache: yaml.deny_cache.unwrap_or(0),
                 key_prefix,
                 leases,
+                key_layout,
             },
         ))))
     }

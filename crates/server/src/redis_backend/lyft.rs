@@ -1,0 +1,249 @@
+//! `key_layout: lyft`: fixed-window rules count in envoyproxy/ratelimit's
+//! own keys, so that during a rolling upgrade Lyft's old pods and
+//! tollgate's new ones, on one Redis, share one count and the limit holds
+//! across both fleets. The key format and the atomic transition are
+//! `tollgate_redis::lyft`'s; this module picks the rules, builds each
+//! descriptor's key, routes it to its Redis and applies Lyft's variables
+//! ([`LyftLayout`]).
+//!
+//! # Decisions and guarantees
+//!
+//! - **Which rules**: a rule of one fixed-window quota whose period is one
+//!   of Lyft's units (`unit: second` … `year`, or a `period` of exactly
+//!   that length), and a request's `limit` override (always such a
+//!   window): these are Lyft's rules, and count in Lyft's keys. Every other
+//!   rule (GCRA, tollgate's default for a rule that names no algorithm;
+//!   sliding windows; calendar windows; several quotas on one rule; a
+//!   period Lyft has no unit for) keeps tollgate's keys and its exact
+//!   algorithm: Lyft's pods cannot share those counts, and need not (they
+//!   have no such rules). A Lyft deployment's rules run as fixed windows
+//!   when the configuration says so (Lyft's environment does).
+//! - **The key**: `<key_prefix><domain>_<k1>_<v1>_…_<kn>_<vn>_<window
+//!   start>`, the request's entries in order, a `share_threshold` wildcard's
+//!   values written as its pattern (as Lyft), the window start in UNIX
+//!   seconds aligned to the unit's length (a month is 30 days, a year 365,
+//!   as Lyft). Each decision reads the clock once.
+//! - **Fixed window, not GCRA**: the guarantee is the fixed window's weak
+//!   one: every aligned window admits ≤ limit, across both fleets; two
+//!   adjacent windows can admit up to 2 × limit within one unit across
+//!   their edge, where tollgate's default GCRA admits at most burst + rate
+//!   · t in any interval. That is Lyft's semantics, kept for the count to
+//!   be shared.
+//! - **What a refusal counts**: nothing (tollgate's rule). Lyft's pods
+//!   count their refused hits too (`INCRBY` first, decide after), so a key
+//!   they refused reads above its limit; tollgate reads such a count as
+//!   full. With hits of 1 both decide alike; with a larger `hits_addend`
+//!   tollgate may admit a small request after a large one was refused
+//!   where Lyft would not. Neither ever admits above the limit.
+//! - **`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`** (`stop_increment_when_over_limit`):
+//!   when on and a request has two or more descriptors counting in Lyft's
+//!   keys, each is first looked at (a read, in parallel); if one would go
+//!   over, none is counted: the refused ones are refused and the others
+//!   answered by their look (OK, nothing counted), as Lyft. Otherwise each
+//!   is checked and counted atomically on its own. A race between the look
+//!   and the count can count the others of a request refused after all, as
+//!   in Lyft. Off (Lyft's default), each descriptor is counted on its own.
+//! - **Redis Cluster and all-or-nothing**: Lyft's keys have no hash tag,
+//!   so each descriptor's key is in its own slot; one call decides one key
+//!   atomically and no call spans two, so a request's descriptors are
+//!   never decided all-or-nothing (neither are they in Lyft, nor in
+//!   tollgate's service, which decides descriptors independently).
+//! - **`REDIS_PERSECOND`** (`per_second`): keys of unit `second` go to the
+//!   second Redis, the others to the backend's Redis, as Lyft.
+//! - **TTL**: each counting write sets the unit's length plus a uniform
+//!   `[0, expiration_jitter_max)` whole seconds, as Lyft's `EXPIRE`.
+//! - **Failure policy, deadline, breaker, deny cache**: the rule's
+//!   limiter's, as for tollgate's keys (`RedisLimiter::check_lyft`), and
+//!   its decisions are counted in the same metrics (with
+//!   `stop_increment_when_over_limit`, a request's looks are counted too;
+//!   while Redis is away a look decided by the local share takes from it,
+//!   which is stricter, never looser). Leases do not apply: Lyft's pods
+//!   could not see them. Each key is one script call on the multiplexed
+//!   connection (pipelined with the others, not batched into one call).
+//! - **Admin controls** (reset, refund, penalties, lists) are refused for
+//!   these rules: Lyft's keys hold a bare count, with no place for a
+//!   marker that Lyft's pods would honour.
+//! - **A `limit` override's look at the file rule** (see
+//!   [`crate::service`]): where that rule counts in Lyft's keys, the look
+//!   reads its count, so a window Lyft's pods pushed over its limit also
+//!   refuses the override.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tollgate::{Clock, ClockSource, Decision};
+use tollgate_redis::lyft::{CountOp, Window, cache_key};
+use tollgate_redis::{Redis, RedisLimiter};
+
+use crate::backend::Hit;
+use crate::config::{BuiltAlgorithm, LyftLayout, Unit};
+use crate::rules::{Rule, bucket_entries};
+
+/// A rule's one window, when it counts in Lyft's layout (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LyftRule {
+    limit: u64,
+    unit: Unit,
+}
+
+/// Whether `rule` counts in Lyft's keys, and its window (module docs).
+pub(super) fn lyft_rule(rule: &Rule) -> Option<LyftRule> {
+    let limits = rule.limits.as_ref()?;
+    if !matches!(limits.algorithm, BuiltAlgorithm::FixedWindow(_)) {
+        return None;
+    }
+    let [quota] = limits.quotas.as_slice() else {
+        return None;
+    };
+    let unit = quota.unit?;
+    (quota.period == unit.period()).then_some(LyftRule {
+        limit: quota.requests_per_unit,
+        unit,
+    })
+}
+
+/// One hit to decide in Lyft's layout, with what decides it.
+pub(super) struct LyftHit<'a> {
+    pub(super) hit: &'a Hit<'a>,
+    pub(super) rule: LyftRule,
+    /// The rule's limiter: its policy, breaker, deadline and stats.
+    pub(super) limiter: RedisLimiter,
+}
+
+/// The layout's settings and the Redis of per-second limits.
+pub(super) struct Lyft {
+    layout: LyftLayout,
+    per_second: Option<Redis>,
+    /// UNIX time (the window starts in the keys).
+    clock: ClockSource,
+}
+
+/// A hit made ready: its key, Redis and TTL.
+struct Planned<'a> {
+    key: String,
+    redis: &'a Redis,
+    rule: LyftRule,
+    expire: u64,
+    cost: u64,
+    limiter: &'a RedisLimiter,
+}
+
+impl Planned<'_> {
+    fn window(&self) -> Window<'_> {
+        Window {
+            key: &self.key,
+            limit: self.rule.limit,
+            divider: self.rule.unit.period().as_secs(),
+            expire: self.expire,
+        }
+    }
+}
+
+impl Lyft {
+    pub(super) fn new(layout: LyftLayout, clock: ClockSource) -> Lyft {
+        Lyft {
+            layout,
+            per_second: None,
+            clock,
+        }
+    }
+
+    pub(super) fn set_per_second(&mut self, redis: Redis) {
+        self.per_second = Some(redis);
+    }
+
+    pub(super) fn set_clock(&mut self, clock: ClockSource) {
+        self.clock = clock;
+    }
+
+    /// The TTL of a write in a window of `divider` seconds.
+    fn expire(&self, divider: u64) -> u64 {
+        let jitter = self.layout.expiration_jitter_max.as_secs();
+        let jitter = if jitter > 0 {
+            fastrand::u64(0..jitter)
+        } else {
+            0
+        };
+        divider.saturating_add(jitter)
+    }
+
+    /// Decides `hits` (see the module docs), in order. A hit whose bucket
+    /// does not read back as entries (never, for the server's buckets) is
+    /// refused, never let through.
+    pub(super) async fn decide(&self, main: &Redis, hits: &[LyftHit<'_>]) -> Vec<Decision> {
+        let now = self.clock.now();
+        let seconds = now.as_u64() / 1_000_000_000;
+        let planned: Vec<Option<Planned<'_>>> = hits
+            .iter()
+            .map(|h| {
+                let entries = bucket_entries(h.hit.key)?;
+                let divider = h.rule.unit.period().as_secs();
+                let key = cache_key(
+                    &self.layout.key_prefix,
+                    &h.hit.rule.domain,
+                    entries,
+                    divider,
+                    seconds,
+                );
+                let redis = match (&self.per_second, h.rule.unit) {
+                    (Some(per_second), Unit::Second) => per_second,
+                    _ => main,
+                };
+                Some(Planned {
+                    key,
+                    redis,
+                    rule: h.rule,
+                    expire: self.expire(divider),
+                    cost: h.hit.cost,
+                    limiter: &h.limiter,
+                })
+            })
+            .collect();
+        let counting = planned.iter().flatten().filter(|p| p.cost > 0).count();
+        if self.layout.stop_increment_when_over_limit && counting > 1 {
+            let looks = join_all(planned.iter().map(|p| async move {
+                let p = p.as_ref()?;
+                let outcome = p
+                    .limiter
+                    .check_lyft(p.redis, &p.window(), CountOp::Peek, p.cost, now)
+                    .await;
+                Some(outcome.decision)
+            }))
+            .await;
+            if looks.iter().flatten().any(Decision::is_denied) {
+                return looks
+                    .into_iter()
+                    .zip(hits)
+                    .map(|(look, h)| look.unwrap_or_else(|| refused(h.rule.limit)))
+                    .collect();
+            }
+        }
+        join_all(planned.iter().zip(hits).map(|(p, h)| async move {
+            let Some(p) = p else {
+                return refused(h.rule.limit);
+            };
+            let op = if p.cost == 0 {
+                CountOp::Peek
+            } else {
+                CountOp::Check
+            };
+            let outcome = p
+                .limiter
+                .check_lyft(p.redis, &p.window(), op, p.cost, now)
+                .await;
+            outcome.decision
+        }))
+        .await
+    }
+}
+
+/// A denial for a hit whose rule has no limiter (one Redis cannot hold).
+pub(super) fn refused(limit: u64) -> Decision {
+    Decision::from_parts(false, limit, 0, Duration::MAX, Duration::ZERO)
+}
+
+impl LyftRule {
+    pub(super) fn limit(self) -> u64 {
+        self.limit
+    }
+}
