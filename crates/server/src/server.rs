@@ -240,10 +240,23 @@ impl Server {
                 None
             }
         };
-        let grpc_listener = bind(settings.grpc_listen).await?;
-        let http_listener = bind(settings.http_listen).await?;
-        let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
-        let http_addr = local_addr(&http_listener, settings.http_listen)?;
+        let listeners = async {
+            let grpc_listener = bind(settings.grpc_listen).await?;
+            let http_listener = bind(settings.http_listen).await?;
+            let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
+            let http_addr = local_addr(&http_listener, settings.http_listen)?;
+            Ok((grpc_listener, http_listener, grpc_addr, http_addr))
+        };
+        let (grpc_listener, http_listener, grpc_addr, http_addr) = match listeners.await {
+            Ok(listeners) => listeners,
+            Err(error) => {
+                // Not serving: the client stops too.
+                if let Some(xds) = &xds {
+                    xds.abort();
+                }
+                return Err(error);
+            }
+        };
         // The bytes just validated; if the file changed since, the first
         // poll picks it up.
         let loaded = std::fs::read(&self.path).unwrap_or_default();
