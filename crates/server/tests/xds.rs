@@ -129,7 +129,9 @@ impl AggregatedDiscoveryService for Ads {
                 }
             }
         });
-        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(responses))))
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(
+            responses,
+        ))))
     }
 
     async fn delta_aggregated_resources(
@@ -323,9 +325,12 @@ fn run(bound: BoundServer) -> Running {
 
 impl Running {
     async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
-        within(RateLimitServiceClient::connect(format!("http://{}", self.grpc)))
-            .await
-            .expect("connect")
+        within(RateLimitServiceClient::connect(format!(
+            "http://{}",
+            self.grpc
+        )))
+        .await
+        .expect("connect")
     }
 
     async fn stop(mut self) {
@@ -369,11 +374,18 @@ async fn admits_exactly(
     for i in 0..n {
         let response = check(client, key, value).await;
         assert_eq!(response.overall_code(), Code::Ok, "{key}={value}, call {i}");
-        let limit = response.statuses[0].current_limit.as_ref().expect("a limit");
+        let limit = response.statuses[0]
+            .current_limit
+            .as_ref()
+            .expect("a limit");
         assert_eq!(limit.requests_per_unit, n, "{key}={value}");
     }
     let response = check(client, key, value).await;
-    assert_eq!(response.overall_code(), Code::OverLimit, "{key}={value}, call {n}");
+    assert_eq!(
+        response.overall_code(),
+        Code::OverLimit,
+        "{key}={value}, call {n}"
+    );
 }
 
 // ---- tests ----
@@ -382,18 +394,24 @@ async fn admits_exactly(
 async fn snapshots_apply_bad_ones_are_nacked_and_a_restart_keeps_the_rules() {
     let mut plane = ControlPlane::start(Some(("v1".into(), vec![rules("api-rules", 3)]))).await;
     // bind() returns once v1 is in force.
-    let bound = within(server(settings(&plane)).bind())
-        .await
-        .expect("bind");
+    let bound = within(server(settings(&plane)).bind()).await.expect("bind");
     let subscribe = plane.next().await;
     assert_eq!(subscribe.token.as_deref(), Some("secret"), "the header");
     let request = &subscribe.request;
     assert_eq!(request.type_url, RATE_LIMIT_CONFIG_TYPE);
-    assert_eq!((request.version_info.as_str(), request.response_nonce.as_str()), ("", ""));
+    assert_eq!(
+        (
+            request.version_info.as_str(),
+            request.response_nonce.as_str()
+        ),
+        ("", "")
+    );
     let node = request.node.as_ref().expect("node");
     assert_eq!(node.id, "tollgate-test");
     assert!(
-        node.metadata.as_ref().is_some_and(|m| m.fields.contains_key("zone")),
+        node.metadata
+            .as_ref()
+            .is_some_and(|m| m.fields.contains_key("zone")),
         "{node:?}"
     );
     let ack = plane.answer_to("1").await;
@@ -404,7 +422,10 @@ async fn snapshots_apply_bad_ones_are_nacked_and_a_restart_keeps_the_rules() {
     let mut client = running.client().await;
     admits_exactly(&mut client, "user", "alice", 3).await;
     // One of /login's 2, spent under v1.
-    assert_eq!(check(&mut client, "path", "/login").await.overall_code(), Code::Ok);
+    assert_eq!(
+        check(&mut client, "path", "/login").await.overall_code(),
+        Code::Ok
+    );
 
     // v2 raises the per-user limit; /login is unchanged and keeps its count.
     plane.publish("v2", vec![rules("api-rules", 5)]);
@@ -452,7 +473,10 @@ async fn snapshots_apply_bad_ones_are_nacked_and_a_restart_keeps_the_rules() {
 /// `path=/login` (2 a minute) had one request under v1: one more is OK,
 /// the next over the limit (the count survived the reload).
 async fn admits_exactly_after_one(client: &mut RateLimitServiceClient<tonic::transport::Channel>) {
-    assert_eq!(check(client, "path", "/login").await.overall_code(), Code::Ok);
+    assert_eq!(
+        check(client, "path", "/login").await.overall_code(),
+        Code::Ok
+    );
     assert_eq!(
         check(client, "path", "/login").await.overall_code(),
         Code::OverLimit,
@@ -525,8 +549,16 @@ async fn a_domain_in_two_resources_needs_merge_domain_config() {
     let binding = tokio::spawn(server(settings(&plane)).bind());
     let nack = plane.answer_to("1").await;
     let detail = nack.error_detail.expect("NACK");
-    assert!(detail.message.contains("duplicate domain 'api'"), "{}", detail.message);
-    assert!(detail.message.contains("'one'") && detail.message.contains("'two'"), "{}", detail.message);
+    assert!(
+        detail.message.contains("duplicate domain 'api'"),
+        "{}",
+        detail.message
+    );
+    assert!(
+        detail.message.contains("'one'") && detail.message.contains("'two'"),
+        "{}",
+        detail.message
+    );
     binding.abort();
     plane.stop().await;
 }

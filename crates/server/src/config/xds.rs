@@ -259,14 +259,16 @@ impl XdsSettings {
             )?,
             factor: match get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
                 None => 0.5,
-                Some(text) => text.parse::<f64>().ok().filter(|f| f.is_finite()).ok_or_else(
-                    || {
+                Some(text) => text
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+                    .ok_or_else(|| {
                         XdsSettingsError::new(
                             "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
                             format!("'{text}' is not a number"),
                         )
-                    },
-                )?,
+                    })?,
             },
             jitter: boolean(&get, "XDS_CLIENT_BACKOFF_JITTER", true)?,
         };
@@ -546,7 +548,10 @@ mod tests {
             ("CONFIG_GRPC_XDS_SERVER_URL", "dns:///xds.example:9000"),
             ("CONFIG_GRPC_XDS_NODE_ID", "rls-1"),
             ("CONFIG_GRPC_XDS_NODE_METADATA", "a=1,b=x=y,c:3"),
-            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "X-Token:abc,team:rl"),
+            (
+                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+                "X-Token:abc,team:rl",
+            ),
             ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "1m30s"),
             ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "500ms"),
             ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1.5h"),
@@ -563,7 +568,10 @@ mod tests {
         let metadata: Vec<_> = settings.node_metadata.iter().collect();
         assert_eq!(
             metadata,
-            [(&"a".to_owned(), &"1".to_owned()), (&"b".into(), &"x=y".into())]
+            [
+                (&"a".to_owned(), &"1".to_owned()),
+                (&"b".into(), &"x=y".into())
+            ]
         );
         assert_eq!(settings.headers["x-token"], "abc");
         assert_eq!(settings.headers["team"], "rl");
@@ -609,7 +617,10 @@ mod tests {
         let missing = dir.path().join("missing.pem");
         let error = XdsSettings::from_lookup(lookup(&[
             ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
-            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", missing.to_str().unwrap()),
+            (
+                "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+                missing.to_str().unwrap(),
+            ),
         ]))
         .unwrap_err();
         assert_eq!(error.variable(), "CONFIG_GRPC_XDS_SERVER_TLS_CACERT");
@@ -635,7 +646,10 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(settings.server_url, "https://xds:443");
-        assert_eq!(settings.tls.unwrap().server_name.as_deref(), Some("xds.internal"));
+        assert_eq!(
+            settings.tls.unwrap().server_name.as_deref(),
+            Some("xds.internal")
+        );
     }
 
     #[test]

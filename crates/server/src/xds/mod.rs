@@ -80,8 +80,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-pub use crate::config::xds::{XdsSettings, XdsSettingsError};
 use crate::config::Config;
+pub use crate::config::xds::{XdsSettings, XdsSettingsError};
 use crate::rules::RuleSet;
 use crate::service::Service;
 pub use snapshot::{RATE_LIMIT_CONFIG_TYPE, SnapshotError, snapshot_domains};
@@ -177,15 +177,22 @@ impl XdsClient {
             let channel = self.connect().await;
             let (received, result) = self.subscribe(channel, &mut version).await;
             match result {
-                Ok(()) => tracing::warn!(url = %self.settings.server_url, "the xDS control plane closed the stream"),
-                Err(status) => tracing::warn!(url = %self.settings.server_url, %status, "the xDS stream failed"),
+                Ok(()) => {
+                    tracing::warn!(url = %self.settings.server_url, "the xDS control plane closed the stream")
+                }
+                Err(status) => {
+                    tracing::warn!(url = %self.settings.server_url, %status, "the xDS stream failed")
+                }
             }
             if received {
                 attempt = 0;
             }
             let wait = self.settings.backoff.wait(attempt, fastrand::f64());
             attempt = attempt.saturating_add(1);
-            tracing::info!(?wait, "reconnecting to the xDS control plane; the rules in force stay");
+            tracing::info!(
+                ?wait,
+                "reconnecting to the xDS control plane; the rules in force stay"
+            );
             tokio::time::sleep(wait).await;
         }
     }

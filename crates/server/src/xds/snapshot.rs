@@ -234,7 +234,11 @@ mod tests {
         }
     }
 
-    fn resource(name: &str, domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitConfig {
+    fn resource(
+        name: &str,
+        domain: &str,
+        descriptors: Vec<RateLimitDescriptor>,
+    ) -> RateLimitConfig {
         RateLimitConfig {
             name: name.into(),
             domain: domain.into(),
@@ -297,7 +301,11 @@ descriptors:
 
     #[test]
     fn a_bad_resource_is_refused_by_name() {
-        let bad = resource("bad", "api", vec![limited("k", "", RateLimitUnit::Unknown, 3)]);
+        let bad = resource(
+            "bad",
+            "api",
+            vec![limited("k", "", RateLimitUnit::Unknown, 3)],
+        );
         let error = snapshot_domains(&[any(&bad)], false).unwrap_err();
         assert!(error.to_string().starts_with("resource 'bad': "), "{error}");
         assert!(error.to_string().contains("unit"), "{error}");
@@ -324,19 +332,41 @@ descriptors:
 
     #[test]
     fn a_domain_twice_is_refused_unless_merged() {
-        let first = resource("one", "api", vec![limited("a", "", RateLimitUnit::Second, 1)]);
-        let second = resource("two", "api", vec![limited("b", "", RateLimitUnit::Second, 2)]);
+        let first = resource(
+            "one",
+            "api",
+            vec![limited("a", "", RateLimitUnit::Second, 1)],
+        );
+        let second = resource(
+            "two",
+            "api",
+            vec![limited("b", "", RateLimitUnit::Second, 2)],
+        );
         let snapshot = [any(&first), any(&second)];
         let error = snapshot_domains(&snapshot, false).unwrap_err();
-        assert!(error.to_string().contains("duplicate domain 'api'"), "{error}");
+        assert!(
+            error.to_string().contains("duplicate domain 'api'"),
+            "{error}"
+        );
         let merged = snapshot_domains(&snapshot, true).unwrap();
         assert_eq!(merged.len(), 1);
-        let keys: Vec<_> = merged[0].descriptors.iter().map(|d| d.key.as_str()).collect();
+        let keys: Vec<_> = merged[0]
+            .descriptors
+            .iter()
+            .map(|d| d.key.as_str())
+            .collect();
         assert_eq!(keys, ["a", "b"]);
         // Merged, one descriptor given twice is still refused.
-        let again = resource("three", "api", vec![limited("a", "", RateLimitUnit::Minute, 9)]);
+        let again = resource(
+            "three",
+            "api",
+            vec![limited("a", "", RateLimitUnit::Minute, 9)],
+        );
         let error = snapshot_domains(&[any(&first), any(&again)], true).unwrap_err();
-        assert!(error.to_string().contains("duplicate descriptor key 'a'"), "{error}");
+        assert!(
+            error.to_string().contains("duplicate descriptor key 'a'"),
+            "{error}"
+        );
     }
 
     #[test]
