@@ -158,10 +158,18 @@ struct ControlPlane {
     seen_tx: mpsc::UnboundedSender<Seen>,
     stop: Option<watch::Sender<bool>>,
     task: Option<JoinHandle<()>>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl ControlPlane {
     async fn start(snapshot: Snapshot) -> ControlPlane {
+        ControlPlane::start_with(snapshot, None).await
+    }
+
+    async fn start_with(
+        snapshot: Snapshot,
+        tls: Option<tonic::transport::ServerTlsConfig>,
+    ) -> ControlPlane {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -174,6 +182,7 @@ impl ControlPlane {
             seen_tx,
             stop: None,
             task: None,
+            tls,
         };
         plane.serve(listener);
         plane
@@ -188,8 +197,12 @@ impl ControlPlane {
         };
         let mut shutdown = stopped;
         self.stop = Some(stop);
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &self.tls {
+            builder = builder.tls_config(tls.clone()).expect("tls");
+        }
         self.task = Some(tokio::spawn(async move {
-            tonic::transport::Server::builder()
+            builder
                 .add_service(AggregatedDiscoveryServiceServer::new(ads))
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),
@@ -560,5 +573,71 @@ async fn a_domain_in_two_resources_needs_merge_domain_config() {
         detail.message
     );
     binding.abort();
+    plane.stop().await;
+}
+
+#[tokio::test]
+async fn lyfts_variables_reach_a_mutual_tls_control_plane() {
+    // The control plane's certificate names xds.test, not the address
+    // dialed: CONFIG_GRPC_XDS_SERVER_TLS_SAN says which name to expect.
+    let plane_cert =
+        rcgen::generate_simple_self_signed(vec!["xds.test".to_owned()]).expect("rcgen");
+    let client_cert = rcgen::generate_simple_self_signed(vec!["rls".to_owned()]).expect("rcgen");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_str().expect("utf-8").to_owned()
+    };
+    let ca = file("ca.pem", plane_cert.cert.pem());
+    let cert = file("client.pem", client_cert.cert.pem());
+    let key = file("client.key", client_cert.signing_key.serialize_pem());
+    let tls = tonic::transport::ServerTlsConfig::new()
+        .identity(tonic::transport::Identity::from_pem(
+            plane_cert.cert.pem(),
+            plane_cert.signing_key.serialize_pem(),
+        ))
+        // Mutual TLS: only the client's certificate is let in.
+        .client_ca_root(tonic::transport::Certificate::from_pem(
+            client_cert.cert.pem(),
+        ));
+    let mut plane =
+        ControlPlane::start_with(Some(("v1".into(), vec![rules("tls", 2)])), Some(tls)).await;
+    let url = plane.addr.to_string();
+    let environment: std::collections::HashMap<&str, &str> = [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", url.as_str()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "rls-pod-1"),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "x-token:from-env",
+        ),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ca.as_str()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", cert.as_str()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", key.as_str()),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.test"),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "20ms"),
+    ]
+    .into_iter()
+    .collect();
+    let settings =
+        XdsSettings::when_selected(|name| environment.get(name).map(|v| (*v).to_owned()))
+            .expect("valid variables")
+            .expect("CONFIG_TYPE selects xDS");
+    assert!(
+        settings.server_url.starts_with("https://"),
+        "{}",
+        settings.server_url
+    );
+    let running = run(within(server(settings).bind()).await.expect("bind"));
+    let subscribe = plane.next().await;
+    assert_eq!(subscribe.token.as_deref(), Some("from-env"));
+    assert_eq!(subscribe.request.node.expect("node").id, "rls-pod-1");
+    let ack = plane.answer_to("1").await;
+    assert_eq!(ack.version_info, "v1");
+    let mut client = running.client().await;
+    admits_exactly(&mut client, "user", "alice", 2).await;
+    running.stop().await;
     plane.stop().await;
 }
