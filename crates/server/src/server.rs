@@ -352,7 +352,8 @@ impl BoundServer {
         self.http_addr
     }
 
-    /// The reloader, to reload now rather than at the next poll.
+    /// The reloader, to reload now rather than at the next poll (a server
+    /// taking its rules over xDS has no file: its reloader only fails).
     pub fn reloader(&self) -> Arc<Reloader> {
         Arc::clone(&self.reloader)
     }

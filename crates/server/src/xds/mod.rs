@@ -45,7 +45,11 @@
 //!   Envoy does with Lyft's error under its default
 //!   `failure_mode_deny: false`; `tollgate_config_last_load_ok` reads 0
 //!   until then. Forcing the start is the operator's choice to serve
-//!   without limits for that time.
+//!   without limits for that time. Health (`/healthz`, `/readyz`,
+//!   `grpc.health.v1`) says serving once the listeners are up, as Lyft's
+//!   does by default; `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` (failing
+//!   health while no domain is in force) belongs to the environment's
+//!   module, which can read [`XdsClient::applied`] and the rules in force.
 //! - **Lyft's counting.** An xDS rule carries no algorithm: it is counted
 //!   as Lyft counts, a fixed window aligned to its unit (`algorithm:
 //!   fixed_window` in the file's terms), so that an Envoy Gateway
@@ -247,7 +251,7 @@ impl XdsClient {
     /// One stream: subscribes, then applies and answers each response
     /// until the stream ends. Returns whether a response came.
     async fn subscribe(
-        &self,
+        self: &Arc<Self>,
         channel: Channel,
         version: &mut String,
     ) -> (bool, Result<(), tonic::Status>) {
@@ -278,12 +282,18 @@ impl XdsClient {
                 Err(status) => return (received, Err(status)),
             };
             received = true;
-            let answer = match self.apply(&response) {
+            let (new_version, nonce) = (response.version_info.clone(), response.nonce.clone());
+            // Reading and installing rules is blocking work, as a reload's.
+            let client = Arc::clone(self);
+            let applied = tokio::task::spawn_blocking(move || client.apply(&response))
+                .await
+                .unwrap_or_else(|error| Err(format!("the snapshot's check failed: {error}")));
+            let answer = match applied {
                 Ok(()) => {
-                    version.clone_from(&response.version_info);
-                    self.request(version, &response.nonce, None)
+                    *version = new_version;
+                    self.request(version, &nonce, None)
                 }
-                Err(error) => self.request(version, &response.nonce, Some(error)),
+                Err(error) => self.request(version, &nonce, Some(error)),
             };
             if requests.send(answer).await.is_err() {
                 return (received, Ok(()));
