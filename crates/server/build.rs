@@ -2,7 +2,12 @@
 //! `protoc` is needed to build this crate.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/envoy/service/ratelimit/v3/rls.proto"];
+    let protos = [
+        "proto/envoy/service/ratelimit/v3/rls.proto",
+        // The xDS client (crate::xds): ADS and Lyft's RateLimitConfig.
+        "proto/envoy/service/discovery/v3/ads.proto",
+        "proto/ratelimit/config/ratelimit/v3/rls_conf.proto",
+    ];
     let descriptors = protox::compile(protos, ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)

@@ -31,7 +31,8 @@
 //! HTTP routes),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
 //! [`http`] (JSON API), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
-//! [`auth`], [`server`], [`status`] (the status page), [`admin`] (the admin API).
+//! [`auth`], [`server`], [`status`] (the status page), [`admin`] (the admin API),
+//! [`xds`] (rules from an xDS control plane).
 
 #![forbid(unsafe_code)]
 
@@ -53,6 +54,7 @@ pub mod server;
 pub mod service;
 pub mod status;
 pub mod tls;
+pub mod xds;
 mod yaml;
 
 pub use backend::{Backend, BackendError, Hit, MemoryBackend};

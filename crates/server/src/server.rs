@@ -22,6 +22,11 @@
 //! ([`crate::tls`]). Both accept through [`crate::listen`]: accept errors
 //! (out of descriptors) are waited out with a back-off and logged, and a
 //! connection that sends nothing for `idle_timeout_ms` is closed.
+//!
+//! [`Server::from_xds`] takes the rules from an xDS control plane instead
+//! of a file ([`crate::xds`]): [`Server::bind`] then binds the listeners
+//! once the first snapshot is in force (unless the settings force the
+//! start), and the file watcher does not run.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -99,6 +104,8 @@ pub struct Server {
     path: PathBuf,
     clock: ClockSource,
     backend: Option<Arc<dyn Backend>>,
+    /// Rules from a control plane instead of the file.
+    xds: Option<crate::xds::XdsSettings>,
 }
 
 impl std::fmt::Debug for Server {
@@ -124,7 +131,24 @@ impl Server {
             path,
             clock: ClockSource::default(),
             backend: None,
+            xds: None,
         })
+    }
+
+    /// A server with `config`'s `server`, `backend` and `admin` sections
+    /// whose rules come from the xDS control plane of `xds` (see
+    /// [`crate::xds`]); `config`'s domains are not used.
+    pub fn from_xds(config: Config, xds: crate::xds::XdsSettings) -> Server {
+        Server {
+            config: Config {
+                domains: Vec::new(),
+                ..config
+            },
+            path: PathBuf::new(),
+            clock: ClockSource::default(),
+            backend: None,
+            xds: Some(xds),
+        }
     }
 
     /// The configuration read.
@@ -146,7 +170,9 @@ impl Server {
         self
     }
 
-    /// Binds both listeners.
+    /// Binds both listeners (with xDS, once the first snapshot is in
+    /// force, unless the settings force the start: this waits as long as
+    /// the control plane sends no valid snapshot).
     ///
     /// # Errors
     ///
@@ -166,11 +192,6 @@ impl Server {
                 "the admin API needs a bearer token",
             )));
         }
-        let grpc_listener = bind(settings.grpc_listen).await?;
-        let http_listener = bind(settings.http_listen).await?;
-        let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
-        let http_addr = local_addr(&http_listener, settings.http_listen)?;
-
         let load_tls = |tls: &Option<crate::config::TlsSettings>| {
             tls.as_ref()
                 .map(Identity::load)
@@ -209,7 +230,34 @@ impl Server {
             .map_err(ServeError::Backend)?
             .with_leases(leases),
         );
-        service.metrics().config_loaded(true);
+        // Rules from a control plane: listen once they are in force.
+        let xds = match self.xds {
+            Some(xds) => {
+                let client = crate::xds::XdsClient::new(xds, Arc::clone(&service), &self.config);
+                Some(crate::xds::start(client).await)
+            }
+            None => {
+                service.metrics().config_loaded(true);
+                None
+            }
+        };
+        let listeners = async {
+            let grpc_listener = bind(settings.grpc_listen).await?;
+            let http_listener = bind(settings.http_listen).await?;
+            let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
+            let http_addr = local_addr(&http_listener, settings.http_listen)?;
+            Ok((grpc_listener, http_listener, grpc_addr, http_addr))
+        };
+        let (grpc_listener, http_listener, grpc_addr, http_addr) = match listeners.await {
+            Ok(listeners) => listeners,
+            Err(error) => {
+                // Not serving: the client stops too.
+                if let Some(xds) = &xds {
+                    xds.abort();
+                }
+                return Err(error);
+            }
+        };
         // The bytes just validated; if the file changed since, the first
         // poll picks it up.
         let loaded = std::fs::read(&self.path).unwrap_or_default();
@@ -232,6 +280,7 @@ impl Server {
             grpc_tls,
             http_tls,
             ready: Arc::new(AtomicBool::new(true)),
+            xds,
         })
     }
 
@@ -280,6 +329,8 @@ pub struct BoundServer {
     grpc_tls: Option<Identity>,
     http_tls: Option<Identity>,
     ready: Arc<AtomicBool>,
+    /// The xDS client's task, when the rules come from a control plane.
+    xds: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for BoundServer {
@@ -302,7 +353,8 @@ impl BoundServer {
         self.http_addr
     }
 
-    /// The reloader, to reload now rather than at the next poll.
+    /// The reloader, to reload now rather than at the next poll (a server
+    /// taking its rules over xDS has no file: its reloader only fails).
     pub fn reloader(&self) -> Arc<Reloader> {
         Arc::clone(&self.reloader)
     }
@@ -395,7 +447,7 @@ impl BoundServer {
             }
         };
 
-        let reload = (self.settings.reload_interval_ms > 0).then(|| {
+        let reload = (self.xds.is_none() && self.settings.reload_interval_ms > 0).then(|| {
             tokio::spawn(
                 Arc::clone(&self.reloader)
                     .watch(Duration::from_millis(self.settings.reload_interval_ms)),
@@ -441,6 +493,9 @@ impl BoundServer {
         let (grpc, http) = tokio::join!(grpc, http);
         if let Some(reload) = reload {
             reload.abort();
+        }
+        if let Some(xds) = &self.xds {
+            xds.abort();
         }
         sweeper.abort();
         sampler.abort();
