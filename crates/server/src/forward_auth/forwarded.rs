@@ -57,16 +57,18 @@ impl<'a> Forwarded<'a> {
         source_cluster: Option<&'a str>,
         destination_cluster: Option<&'a str>,
     ) -> Forwarded<'a> {
-        let uri = first(headers, URI).or_else(|| {
-            // ingress-nginx sends the whole URL: its path and query.
-            headers.get("x-original-url").map(|url| {
-                let url = text(url);
-                let path = url
-                    .split_once("://")
-                    .map_or(&*url, |(_, rest)| rest.find('/').map_or("/", |at| &rest[at..]));
-                Cow::Owned(path.to_owned())
-            })
-        });
+        // ingress-nginx sends the whole URL: `scheme://host/path?query`.
+        let original_url = headers.get("x-original-url").map(text);
+        let (url_host, url_path) = match original_url.as_deref().and_then(|url| url.split_once("://")) {
+            Some((_, rest)) => match rest.find('/') {
+                Some(at) => (Some(&rest[..at]), Some(&rest[at..])),
+                None => (Some(rest), Some("/")),
+            },
+            None => (None, None),
+        };
+        let uri = first(headers, URI).or_else(|| url_path.map(|path| Cow::Owned(path.to_owned())));
+        let authority = first(headers, HOST)
+            .or_else(|| url_host.map(|host| Cow::Owned(host.to_owned())));
         let prefix = headers
             .get("x-forwarded-prefix")
             .map(text)
@@ -79,7 +81,7 @@ impl<'a> Forwarded<'a> {
         Forwarded {
             headers,
             method: first(headers, METHOD),
-            authority: first(headers, HOST),
+            authority,
             scheme: first(headers, SCHEME),
             path,
             client: config.client_ip.client_of(peer, headers),

@@ -28,7 +28,7 @@
 //!   client's own `X-Forwarded-For` is never taken past the trusted hop;
 //! - `:method` from `X-Forwarded-Method`, else `X-Original-Method`;
 //! - `:authority` (and `host`) from `X-Forwarded-Host`, else
-//!   `X-Original-Host`;
+//!   `X-Original-Host`, else the host of `X-Original-URL`;
 //! - `:path` from `X-Forwarded-Uri`, else `X-Original-URI`, else the path
 //!   of `X-Original-URL` (ingress-nginx), after `X-Forwarded-Prefix` when
 //!   the proxy sends one (a prefix stripped before the URI was taken);

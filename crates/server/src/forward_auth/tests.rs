@@ -311,3 +311,53 @@ async fn configuration_errors_are_refusals_never_passes() {
     let typo = call(&router, "/v1/forward-auth/d?deny=403", "127.0.0.1", &[]).await;
     assert_eq!(typo.status(), StatusCode::BAD_REQUEST);
 }
+
+/// Each proxy names the method, host and path in its own headers.
+#[test]
+fn method_host_and_path_come_from_each_proxys_headers() {
+    let config = config(
+        r#"
+domain: d
+forward_auth:
+  rate_limits:
+    - actions:
+        - request_headers: {header_name: ":method", descriptor_key: method}
+        - request_headers: {header_name: ":authority", descriptor_key: host}
+        - request_headers: {header_name: ":path", descriptor_key: path}
+"#,
+    );
+    let fa = forward_auth(&config);
+    let seen = |pairs: &[(&str, &str)]| entries(&fa, "127.0.0.1", pairs, None)[0].0.clone();
+    let expected = vec![
+        pair("method", "POST"),
+        pair("host", "shop.example"),
+        pair("path", "/cart?id=1"),
+    ];
+    // nginx (as the README's snippet sets them), Caddy, Traefik.
+    assert_eq!(
+        seen(&[
+            ("x-forwarded-method", "POST"),
+            ("x-forwarded-host", "shop.example"),
+            ("x-forwarded-uri", "/cart?id=1"),
+        ]),
+        expected
+    );
+    // ingress-nginx.
+    assert_eq!(
+        seen(&[
+            ("x-original-method", "POST"),
+            ("x-original-url", "https://shop.example/cart?id=1"),
+        ]),
+        expected
+    );
+    // A prefix stripped before the URI was taken (Traefik's StripPrefix).
+    assert_eq!(
+        seen(&[
+            ("x-forwarded-method", "POST"),
+            ("x-forwarded-host", "shop.example"),
+            ("x-forwarded-prefix", "/cart/"),
+            ("x-forwarded-uri", "?id=1"),
+        ]),
+        expected
+    );
+}
