@@ -49,8 +49,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use regex::Regex;
 use serde::Deserialize;
-pub use tollgate_tower::ProxyHeader;
 use tollgate_tower::ClientIp;
+pub use tollgate_tower::ProxyHeader;
 
 use crate::yaml::checked_mapping;
 
@@ -296,7 +296,11 @@ impl TryFrom<ForwardAuthYaml> for ForwardAuthSection {
         }
         let mut rate_limits = Vec::with_capacity(yaml.rate_limits.len());
         for (i, entry) in yaml.rate_limits.into_iter().enumerate() {
-            rate_limits.push(entry.validate().map_err(|e| format!("rate_limits[{i}].{e}"))?);
+            rate_limits.push(
+                entry
+                    .validate()
+                    .map_err(|e| format!("rate_limits[{i}].{e}"))?,
+            );
         }
         let reads_address = rate_limits
             .iter()
@@ -305,8 +309,8 @@ impl TryFrom<ForwardAuthYaml> for ForwardAuthSection {
         if reads_address && trusted_proxies.is_empty() {
             return Err("trusted_proxies: required by remote_address / masked_remote_address: list the networks of the proxies that call tollgate (without them every client would share the proxy's one bucket)".into());
         }
-        let client_ip = ClientIp::new(trusted_proxies.iter().copied())
-            .header(client_address_header);
+        let client_ip =
+            ClientIp::new(trusted_proxies.iter().copied()).header(client_address_header);
         Ok(ForwardAuthSection(ForwardAuthConfig {
             client_ip,
             trusted_proxies,
@@ -658,9 +662,8 @@ impl ActionYaml {
             .into_iter()
             .enumerate()
             .map(|(k, m)| {
-                m.validate().map_err(|e| {
-                    format!("query_parameter_value_match.query_parameters[{k}].{e}")
-                })
+                m.validate()
+                    .map_err(|e| format!("query_parameter_value_match.query_parameters[{k}].{e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Action::QueryParameterValueMatch {
@@ -693,7 +696,13 @@ impl QueryParameterMatcherYaml {
 
 impl StringMatcherYaml {
     fn validate(self) -> Result<StringMatcher, String> {
-        let pattern = match (self.exact, self.prefix, self.suffix, self.contains, self.safe_regex) {
+        let pattern = match (
+            self.exact,
+            self.prefix,
+            self.suffix,
+            self.contains,
+            self.safe_regex,
+        ) {
             (Some(p), None, None, None, None) => StringPattern::Exact(p),
             (None, Some(p), None, None, None) => StringPattern::Prefix(p),
             (None, None, Some(p), None, None) => StringPattern::Suffix(p),

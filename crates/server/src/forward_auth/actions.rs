@@ -57,9 +57,9 @@ pub fn descriptors(config: &ForwardAuthConfig, request: &Forwarded<'_>) -> Vec<D
 fn produce(action: &Action, request: &Forwarded<'_>) -> Produced {
     let entry = |key: &str, value: &str| Produced::Entry(key.to_owned(), value.to_owned());
     match action {
-        Action::SourceCluster => request
-            .source_cluster
-            .map_or(Produced::Nothing, |cluster| entry("source_cluster", cluster)),
+        Action::SourceCluster => request.source_cluster.map_or(Produced::Nothing, |cluster| {
+            entry("source_cluster", cluster)
+        }),
         Action::DestinationCluster => request
             .destination_cluster
             .map_or(Produced::Nothing, |cluster| {

@@ -87,7 +87,12 @@ pub fn unavailable(deny: DenyStatus, message: &str) -> Response {
         DenyStatus::TooManyRequests => StatusCode::SERVICE_UNAVAILABLE,
         DenyStatus::Forbidden => StatusCode::FORBIDDEN,
     };
-    (status, headers, format!("rate limiter unavailable: {message}\n")).into_response()
+    (
+        status,
+        headers,
+        format!("rate limiter unavailable: {message}\n"),
+    )
+        .into_response()
 }
 
 fn refusal(deny: DenyStatus, mut headers: HeaderMap, body: String) -> Response {
@@ -103,5 +108,5 @@ fn refusal(deny: DenyStatus, mut headers: HeaderMap, body: String) -> Response {
 fn policy_quota(quota: &crate::config::QuotaConfig) -> Option<(u64, u64)> {
     let period = quota.period;
     (period.subsec_nanos() == 0 && period.as_secs() > 0)
-        .then(|| (quota.requests_per_unit, period.as_secs()))
+        .then_some((quota.requests_per_unit, period.as_secs()))
 }

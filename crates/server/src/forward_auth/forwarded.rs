@@ -42,10 +42,7 @@ fn text(value: &http::HeaderValue) -> Cow<'_, str> {
 }
 
 fn first<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<Cow<'a, str>> {
-    names
-        .iter()
-        .find_map(|name| headers.get(*name))
-        .map(text)
+    names.iter().find_map(|name| headers.get(*name)).map(text)
 }
 
 impl<'a> Forwarded<'a> {
@@ -59,7 +56,10 @@ impl<'a> Forwarded<'a> {
     ) -> Forwarded<'a> {
         // ingress-nginx sends the whole URL: `scheme://host/path?query`.
         let original_url = headers.get("x-original-url").map(text);
-        let (url_host, url_path) = match original_url.as_deref().and_then(|url| url.split_once("://")) {
+        let (url_host, url_path) = match original_url
+            .as_deref()
+            .and_then(|url| url.split_once("://"))
+        {
             Some((_, rest)) => match rest.find('/') {
                 Some(at) => (Some(&rest[..at]), Some(&rest[at..])),
                 None => (Some(rest), Some("/")),
@@ -67,8 +67,8 @@ impl<'a> Forwarded<'a> {
             None => (None, None),
         };
         let uri = first(headers, URI).or_else(|| url_path.map(|path| Cow::Owned(path.to_owned())));
-        let authority = first(headers, HOST)
-            .or_else(|| url_host.map(|host| Cow::Owned(host.to_owned())));
+        let authority =
+            first(headers, HOST).or_else(|| url_host.map(|host| Cow::Owned(host.to_owned())));
         let prefix = headers
             .get("x-forwarded-prefix")
             .map(text)

@@ -128,7 +128,12 @@ pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<Service>) -> Router
             move |Path(domain): Path<String>,
                   params: Result<Query<Params>, QueryRejection>,
                   request: Request| {
-                check(Arc::clone(&service), domain, params.ok().map(|q| q.0), request)
+                check(
+                    Arc::clone(&service),
+                    domain,
+                    params.ok().map(|q| q.0),
+                    request,
+                )
             },
         ),
     )
@@ -205,7 +210,11 @@ async fn check(
         Err(CheckError::Invalid(message)) => {
             // Only the call's shape (too many descriptors for
             // max_descriptors): the configuration's doing.
-            bad(&service, StatusCode::BAD_REQUEST, format!("forward-auth: {message}"))
+            bad(
+                &service,
+                StatusCode::BAD_REQUEST,
+                format!("forward-auth: {message}"),
+            )
         }
         Err(CheckError::Backend(failure)) => {
             tracing::warn!(error = %failure, "forward-auth: backend failed");

@@ -59,7 +59,10 @@ fn config(yaml: &str) -> Config {
 }
 
 fn forward_auth(config: &Config) -> Arc<ForwardAuthConfig> {
-    config.domains[0].forward_auth.clone().expect("forward_auth")
+    config.domains[0]
+        .forward_auth
+        .clone()
+        .expect("forward_auth")
 }
 
 fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -73,12 +76,15 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     map
 }
 
+/// A descriptor's entries.
+type Entries = Vec<(String, String)>;
+
 fn entries(
     config: &ForwardAuthConfig,
     peer: &str,
     pairs: &[(&str, &str)],
     cluster: Option<&str>,
-) -> Vec<(Vec<(String, String)>, Option<u64>)> {
+) -> Vec<(Entries, Option<u64>)> {
     let map = headers(pairs);
     let peer: IpAddr = peer.parse().expect("ip");
     let forwarded = Forwarded::new(config, peer, &map, None, cluster);
@@ -147,7 +153,10 @@ fn an_action_that_cannot_produce_drops_its_descriptor_only() {
         ],
         None,
     );
-    assert_eq!(got, vec![(vec![pair("remote_address", "198.51.100.7")], None)]);
+    assert_eq!(
+        got,
+        vec![(vec![pair("remote_address", "198.51.100.7")], None)]
+    );
 }
 
 #[test]
@@ -160,7 +169,10 @@ fn a_client_cannot_forge_its_address_past_the_trusted_hop() {
             .clone()
     };
     // The proxy (trusted) appended the client's address after the forgery.
-    assert_eq!(first("10.0.0.2", "203.0.113.9, 198.51.100.7"), "198.51.100.7");
+    assert_eq!(
+        first("10.0.0.2", "203.0.113.9, 198.51.100.7"),
+        "198.51.100.7"
+    );
     // Two trusted hops: the entry left of them is the client.
     assert_eq!(first("10.0.0.2", "198.51.100.7, 10.1.2.3"), "198.51.100.7");
     // A caller that is no trusted proxy is itself the client.
@@ -233,12 +245,20 @@ forward_auth:
     assert!(keys(&[("content-length", "2000")]).is_empty());
 }
 
-async fn call(router: &axum::Router, uri: &str, peer: &str, pairs: &[(&str, &str)]) -> http::Response<Body> {
+async fn call(
+    router: &axum::Router,
+    uri: &str,
+    peer: &str,
+    pairs: &[(&str, &str)],
+) -> http::Response<Body> {
     let mut request = Request::get(uri).body(Body::empty()).expect("request");
     *request.headers_mut() = headers(pairs);
-    request.extensions_mut().insert(axum::extract::ConnectInfo(
-        std::net::SocketAddr::new(peer.parse().expect("ip"), 40000),
-    ));
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::new(
+            peer.parse().expect("ip"),
+            40000,
+        )));
     router.clone().oneshot(request).await.expect("infallible")
 }
 
@@ -294,10 +314,22 @@ async fn passes_then_refuses_with_retry_after_and_ratelimit_headers() {
         .expect("seconds");
     assert!((29..=30).contains(&retry), "{retry}");
     // The nginx mode: the same refusal as 403; another client still passes.
-    let forbidden = call(&router, "/v1/forward-auth/d?deny_status=403", "127.0.0.1", &client).await;
+    let forbidden = call(
+        &router,
+        "/v1/forward-auth/d?deny_status=403",
+        "127.0.0.1",
+        &client,
+    )
+    .await;
     assert_eq!(forbidden.status(), StatusCode::FORBIDDEN);
     assert!(forbidden.headers().contains_key("retry-after"));
-    let other = call(&router, "/v1/forward-auth/d", "127.0.0.1", &[("x-forwarded-for", "198.51.100.8")]).await;
+    let other = call(
+        &router,
+        "/v1/forward-auth/d",
+        "127.0.0.1",
+        &[("x-forwarded-for", "198.51.100.8")],
+    )
+    .await;
     assert_eq!(other.status(), StatusCode::OK);
 }
 
@@ -306,7 +338,13 @@ async fn configuration_errors_are_refusals_never_passes() {
     let router = router(TWO_PER_MINUTE);
     let unknown = call(&router, "/v1/forward-auth/nope", "127.0.0.1", &[]).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
-    let bad = call(&router, "/v1/forward-auth/d?deny_status=500", "127.0.0.1", &[]).await;
+    let bad = call(
+        &router,
+        "/v1/forward-auth/d?deny_status=500",
+        "127.0.0.1",
+        &[],
+    )
+    .await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     let typo = call(&router, "/v1/forward-auth/d?deny=403", "127.0.0.1", &[]).await;
     assert_eq!(typo.status(), StatusCode::BAD_REQUEST);

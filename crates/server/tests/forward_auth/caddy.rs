@@ -24,7 +24,12 @@ async fn caddy_keys_ignore_a_forged_x_forwarded_for() {
 
 #[tokio::test]
 async fn caddy_keys_clients_behind_a_trusted_hop() {
-    checks::clients_behind_a_trusted_hop_have_their_own_keys(&proxy().url(""), "203.0.113.1", "203.0.113.2").await;
+    checks::clients_behind_a_trusted_hop_have_their_own_keys(
+        &proxy().url(""),
+        "203.0.113.1",
+        "203.0.113.2",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -42,15 +47,35 @@ async fn caddy_shadow_mode_passes_and_counts() {
 #[tokio::test]
 async fn caddy_copies_ratelimit_headers_to_the_upstream_and_refusals() {
     let client = crate::support::client([127, 0, 0, 14]);
-    let pass = client.get(proxy().url("/limited")).send().await.expect("pass");
+    let pass = client
+        .get(proxy().url("/limited"))
+        .send()
+        .await
+        .expect("pass");
     assert_eq!(pass.status(), StatusCode::OK);
-    assert_eq!(pass.headers()["x-upstream-saw-ratelimit"], "\"caddy.header_match_limited.remote_address\";r=2");
+    assert_eq!(
+        pass.headers()["x-upstream-saw-ratelimit"],
+        "\"caddy.header_match_limited.remote_address\";r=2"
+    );
     for _ in 0..2 {
-        client.get(proxy().url("/limited")).send().await.expect("pass");
+        client
+            .get(proxy().url("/limited"))
+            .send()
+            .await
+            .expect("pass");
     }
-    let refused = client.get(proxy().url("/limited")).send().await.expect("refused");
+    let refused = client
+        .get(proxy().url("/limited"))
+        .send()
+        .await
+        .expect("refused");
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert!(refused.headers()["ratelimit"].to_str().expect("ascii").contains(";r=0;t="));
+    assert!(
+        refused.headers()["ratelimit"]
+            .to_str()
+            .expect("ascii")
+            .contains(";r=0;t=")
+    );
 }
 
 /// Caddy answers 502 when it cannot reach tollgate: refused.

@@ -59,7 +59,11 @@ pub async fn forged_forwarded_for_is_ignored(base: &str, source: [u8; 4]) {
 
 /// Behind a trusted load balancer (127.0.0.3, which appends the client it
 /// saw), each client it vouches for has its own bucket.
-pub async fn clients_behind_a_trusted_hop_have_their_own_keys(base: &str, first: &str, second: &str) {
+pub async fn clients_behind_a_trusted_hop_have_their_own_keys(
+    base: &str,
+    first: &str,
+    second: &str,
+) {
     let balancer = client([127, 0, 0, 3]);
     for i in 0..3 {
         let response = get(&balancer, format!("{base}/limited"), Some(first)).await;
@@ -68,17 +72,24 @@ pub async fn clients_behind_a_trusted_hop_have_their_own_keys(base: &str, first:
     let refused = get(&balancer, format!("{base}/limited"), Some(first)).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     let other = get(&balancer, format!("{base}/limited"), Some(second)).await;
-    assert_eq!(other.status(), StatusCode::OK, "another client behind the balancer");
+    assert_eq!(
+        other.status(),
+        StatusCode::OK,
+        "another client behind the balancer"
+    );
 }
 
 /// `POST /login` admits 1 a minute per client; `GET /login` is not limited.
 pub async fn path_and_method_rules(base: &str, source: [u8; 4]) {
     let client = client(source);
     let post = || async {
-        tokio::time::timeout(TIMEOUT, client.post(format!("{base}/login")).body("x").send())
-            .await
-            .expect("timed out")
-            .expect("response")
+        tokio::time::timeout(
+            TIMEOUT,
+            client.post(format!("{base}/login")).body("x").send(),
+        )
+        .await
+        .expect("timed out")
+        .expect("response")
     };
     assert_eq!(post().await.status(), StatusCode::OK);
     let refused = post().await;
@@ -113,10 +124,15 @@ pub async fn shadow_mode_passes_and_counts(base: &str, source: [u8; 4], domain: 
         .filter(|line| line.contains(&format!("\"{domain}.")))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert!(shadowed >= 3.0, "{domain}: {shadowed} shadow-mode denials counted");
+    assert!(
+        shadowed >= 3.0,
+        "{domain}: {shadowed} shadow-mode denials counted"
+    );
 }
 
 /// What the client gets from `base` when tollgate is down.
 pub async fn status_when_tollgate_is_down(base: &str, source: [u8; 4]) -> StatusCode {
-    get(&client(source), format!("{base}/limited"), None).await.status()
+    get(&client(source), format!("{base}/limited"), None)
+        .await
+        .status()
 }

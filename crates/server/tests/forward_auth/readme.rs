@@ -6,7 +6,13 @@ use crate::support::{proxies_dir, read_proxy_file};
 #[test]
 fn readme_shows_every_proxy_file_the_tests_run() {
     let readme = std::fs::read_to_string(proxies_dir().join("../../README.md")).expect("README");
-    for file in ["rules.yaml", "nginx.conf", "Caddyfile", "haproxy.cfg", "tollgate.lua"] {
+    for file in [
+        "rules.yaml",
+        "nginx.conf",
+        "Caddyfile",
+        "haproxy.cfg",
+        "tollgate.lua",
+    ] {
         let text = read_proxy_file(file);
         assert!(
             readme.contains(text.trim_end()),

@@ -11,7 +11,10 @@ async fn nginx_with_tollgate_on_redis_enforces_the_limit_in_redis() {
     let redis = RedisServer::start();
     // A deadline no loaded CI machine reaches: Redis decides, not the
     // failure policy.
-    let tollgate = start_tollgate(&format!("backend:\n  redis: {}\n  deadline: 2s\n", redis.url()));
+    let tollgate = start_tollgate(&format!(
+        "backend:\n  redis: {}\n  deadline: 2s\n",
+        redis.url()
+    ));
     let proxy = nginx(tollgate, shared().upstream);
     checks::passes_three_then_429(&proxy.url(""), [127, 0, 0, 20]).await;
     let keys = redis.keys("*");

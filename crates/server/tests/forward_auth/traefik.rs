@@ -84,7 +84,13 @@ async fn forward_auth(
     }
     let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     set(&mut auth, "x-forwarded-uri", uri);
-    let answer = match traefik.http.get(&traefik.address).headers(auth).send().await {
+    let answer = match traefik
+        .http
+        .get(&traefik.address)
+        .headers(auth)
+        .send()
+        .await
+    {
         Ok(answer) => answer,
         Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     };
@@ -98,15 +104,18 @@ async fn forward_auth(
         let body = answer.bytes().await.unwrap_or_default();
         return response.body(Body::from(body)).expect("response");
     }
-    let mut forward = traefik
-        .http
-        .request(parts.method.clone(), format!("http://{}{uri}", traefik.upstream));
+    let mut forward = traefik.http.request(
+        parts.method.clone(),
+        format!("http://{}{uri}", traefik.upstream),
+    );
     for name in AUTH_RESPONSE_HEADERS {
         if let Some(value) = answer.headers().get(name) {
             forward = forward.header(name, value);
         }
     }
-    let body = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
+    let body = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
     match forward.body(body).send().await {
         Ok(upstream) => {
             let mut response = Response::builder().status(upstream.status());
@@ -163,8 +172,12 @@ async fn traefik_protocol_keys_ignore_a_forged_x_forwarded_for() {
 
 #[tokio::test]
 async fn traefik_protocol_keys_clients_behind_a_trusted_hop() {
-    checks::clients_behind_a_trusted_hop_have_their_own_keys(&proxy(), "203.0.113.1", "203.0.113.2")
-        .await;
+    checks::clients_behind_a_trusted_hop_have_their_own_keys(
+        &proxy(),
+        "203.0.113.1",
+        "203.0.113.2",
+    )
+    .await;
 }
 
 #[tokio::test]
