@@ -30,6 +30,7 @@
 //! [`concurrency`] (concurrency rules' leases; [`concurrency_http`] their
 //! HTTP routes),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
+//! [`forward_auth`] (reverse proxies' auth calls),
 //! [`http`] (JSON API), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
 //! [`auth`], [`server`], [`status`] (the status page), [`admin`] (the admin API),
 //! [`xds`] (rules from an xDS control plane).
@@ -42,6 +43,7 @@ pub mod backend;
 pub mod concurrency;
 pub mod concurrency_http;
 pub mod config;
+pub mod forward_auth;
 pub mod grpc;
 pub mod http;
 pub mod listen;

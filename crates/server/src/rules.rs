@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use crate::config::actions::ForwardAuthConfig;
 use crate::config::{
     ConcurrencyConfig, Config, DescriptorConfig, LimitConfig, Limits, QuotaConfig,
 };
@@ -149,6 +150,8 @@ impl Branch {
 pub struct RuleSet {
     domains: HashMap<String, Node>,
     rules: Vec<Arc<Rule>>,
+    /// Each domain's forward-auth actions, swapped with its rules.
+    forward_auth: HashMap<String, Arc<ForwardAuthConfig>>,
 }
 
 impl RuleSet {
@@ -169,8 +172,18 @@ impl RuleSet {
                 );
             }
             set.domains.insert(domain.domain.clone(), root);
+            if let Some(forward_auth) = &domain.forward_auth {
+                set.forward_auth
+                    .insert(domain.domain.clone(), Arc::clone(forward_auth));
+            }
         }
         set
+    }
+
+    /// The forward-auth actions of `domain`, if it has a `forward_auth:`
+    /// section ([`crate::forward_auth`]).
+    pub fn forward_auth(&self, domain: &str) -> Option<&Arc<ForwardAuthConfig>> {
+        self.forward_auth.get(domain)
     }
 
     /// Every rule, in file order.
@@ -224,6 +237,7 @@ impl RuleSet {
             ..Rule::clone(old)
         });
         let mut set = RuleSet {
+            forward_auth: self.forward_auth.clone(),
             domains: self.domains.clone(),
             rules: self
                 .rules

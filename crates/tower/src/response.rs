@@ -201,6 +201,27 @@ impl HeaderPolicy {
     }
 }
 
+/// Appends the `RateLimit-Policy` and `RateLimit` items of one policy
+/// named `name` for `decision`, exactly as the layer writes its own (see
+/// the module docs), for a server that answers on a proxy's behalf
+/// (tollgate-server's forward-auth endpoint). `quota` is `(q, w)`: permits
+/// per window of whole seconds, when known.
+///
+/// Returns `false`, writing nothing, when `name` holds a character outside
+/// printable ASCII (it cannot be a structured-field string).
+pub fn append_ratelimit_headers(
+    name: &str,
+    quota: Option<(u64, u64)>,
+    decision: &Decision,
+    headers: &mut HeaderMap,
+) -> bool {
+    let Some(name) = sf_string(name) else {
+        return false;
+    };
+    HeaderPolicy { name, quota }.write(decision, headers);
+    true
+}
+
 /// The `t` of a decision (draft -11 §4.1.2): the seconds within which the
 /// client can use no more than `r`, when the decision says it exactly. A
 /// denial with nothing left: no request fits before its `retry_after`

@@ -77,6 +77,10 @@
 //!   most N leases at once per bucket, with a lease TTL; see
 //!   [`concurrency`] for the keys and [`crate::concurrency`] for what each
 //!   API does with it.
+//! - `forward_auth:` (an extension, per domain): Envoy's route
+//!   `rate_limits` actions that turn a request forwarded by nginx, Caddy,
+//!   Traefik or HAProxy into descriptors; see [`actions`] for the keys and
+//!   [`crate::forward_auth`] for the endpoint.
 //! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit;
 //!   `week` is 7 days.
 //! - `requests_per_unit: 0` in a `rate_limit:` block is envoyproxy/ratelimit's
@@ -113,6 +117,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod actions;
 mod admin;
 mod backend;
 pub mod checked;
@@ -387,6 +392,9 @@ struct FileYaml {
     domain: Option<String>,
     #[serde(default, deserialize_with = "some_unique_descriptors")]
     descriptors: Option<Vec<DescriptorYaml>>,
+    /// The one domain's forward-auth actions ([`actions`]).
+    #[serde(default)]
+    forward_auth: Option<actions::ForwardAuthSection>,
 }
 
 /// The `server:` section, its tokens checked within the mapping (so that
@@ -531,6 +539,9 @@ struct DomainYaml {
     domain: String,
     #[serde(default, deserialize_with = "unique_descriptors")]
     descriptors: Vec<DescriptorYaml>,
+    /// How a forwarded request becomes descriptors ([`actions`]).
+    #[serde(default)]
+    forward_auth: Option<actions::ForwardAuthSection>,
 }
 
 /// A descriptor, validated (read through [`unique_descriptors`]).
@@ -663,10 +674,14 @@ impl FileYaml {
             (Some(domain), None) => domains.push(DomainYaml {
                 domain,
                 descriptors: self.descriptors.unwrap_or_default(),
+                forward_auth: self.forward_auth,
             }),
             (None, Some(list)) => {
                 if self.descriptors.is_some() {
                     return Err("descriptors: belong inside each entry of domains".into());
+                }
+                if self.forward_auth.is_some() {
+                    return Err("forward_auth: belongs inside each entry of domains".into());
                 }
                 domains = list;
             }
@@ -691,6 +706,7 @@ impl FileYaml {
             .map(|d| DomainConfig {
                 domain: d.domain,
                 descriptors: d.descriptors.into_iter().map(|d| d.0).collect(),
+                forward_auth: d.forward_auth.map(|f| std::sync::Arc::new(f.0)),
             })
             .collect();
         let server = self.server.0;

@@ -5,6 +5,7 @@
 //! | `POST /v1/check` | the full decision for a domain and descriptors |
 //! | `GET /v1/rules` | the rules in force |
 //! | `POST /v1/acquire`, `POST /v1/release` | a concurrency rule's lease ([`crate::concurrency_http`]) |
+//! | `ANY /v1/forward-auth/{domain}` | a reverse proxy's "may this request pass?" ([`crate::forward_auth`]) |
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 while it takes traffic, 503 once shutting down |
 //! | `GET /metrics` | Prometheus text format |
@@ -78,6 +79,7 @@ pub fn router(
         .route("/metrics", get(metrics))
         .route("/status.json", get(status_json))
         .merge(crate::concurrency_http::routes(Arc::clone(&state.service)))
+        .merge(crate::forward_auth::routes(Arc::clone(&state.service)))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -28,6 +28,7 @@ use axum::serve::Listener;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
+use tower::ServiceExt as _;
 
 /// The HTTP/1 and HTTP/2 connection settings (see the module docs).
 fn builder(idle_timeout: Duration) -> Builder<TokioExecutor> {
@@ -53,7 +54,7 @@ pub async fn serve<L>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()>
 where
-    L: Listener,
+    L: Listener<Addr = std::net::SocketAddr>,
     L::Io: Unpin,
 {
     // Connections hold a receiver of `stop` (told to drain) and a clone of
@@ -63,11 +64,20 @@ where
     let builder = builder(idle_timeout);
     tokio::pin!(shutdown);
     loop {
-        let (io, _) = tokio::select! {
+        let (io, peer) = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let service = TowerToHyperService::new(router.clone());
+        // The peer's address, as axum's `ConnectInfo` (the forward-auth
+        // endpoint's trusted-proxy rule reads it: crate::forward_auth).
+        let service = TowerToHyperService::new(router.clone().map_request(
+            move |mut request: http::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request
+            },
+        ));
         let builder = builder.clone();
         let mut stop = stop_rx.clone();
         let open = open_rx.clone();

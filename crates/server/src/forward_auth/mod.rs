@@ -1,0 +1,227 @@
+//! The forward-auth endpoint: nginx `auth_request` (ingress-nginx
+//! `auth-url`), Caddy `forward_auth`, Traefik `ForwardAuth`, HAProxy (a Lua
+//! action) and Envoy's `ext_authz` in HTTP mode ask "may this request
+//! pass?" here, and are answered by the same [`Service`] as `/v1/check` and
+//! the RLS: same rules, counts, shadow mode, lists, penalties, metrics and
+//! status page.
+//!
+//! # The call
+//!
+//! `ANY /v1/forward-auth/{domain}` on the HTTP listener (behind the bearer
+//! token when one is set, like every API route), with these optional URL
+//! parameters, all written in the proxy's configuration, never by a client:
+//!
+//! | parameter | meaning |
+//! |---|---|
+//! | `deny_status=403` | refuse with 403 instead of 429 (nginx `auth_request`) |
+//! | `destination_cluster=NAME` | the value of Envoy's `destination_cluster` action |
+//! | `source_cluster=NAME` | the value of Envoy's `source_cluster` action |
+//!
+//! The domain's `forward_auth:` section ([`crate::config::actions`]) turns
+//! the forwarded request into descriptors with Envoy's route `rate_limits`
+//! actions ([`actions`]), read from:
+//!
+//! - the client address: the connection's peer (the proxy) and the one
+//!   address header the trusted proxies write, walked from the right by the
+//!   tower layer's [`ClientIp`](tollgate_tower::ClientIp): an entry is
+//!   believed only where every hop to its right is a trusted proxy, so a
+//!   client's own `X-Forwarded-For` is never taken past the trusted hop;
+//! - `:method` from `X-Forwarded-Method`, else `X-Original-Method`;
+//! - `:authority` (and `host`) from `X-Forwarded-Host`, else
+//!   `X-Original-Host`, else the host of `X-Original-URL`;
+//! - `:path` from `X-Forwarded-Uri`, else `X-Original-URI`, else the path
+//!   of `X-Original-URL` (ingress-nginx), after `X-Forwarded-Prefix` when
+//!   the proxy sends one (a prefix stripped before the URI was taken);
+//!   query parameters from its query string;
+//! - `:scheme` from `X-Forwarded-Proto`;
+//! - any other header as the proxy passes it on (nginx, Caddy and Traefik
+//!   pass the client's headers to the auth call).
+//!
+//! What each proxy sends: nginx `auth_request` what its `proxy_set_header`
+//! lines say (the README's snippet sets them all); ingress-nginx
+//! `X-Original-URL`, `X-Original-Method`, `X-Forwarded-For`; Caddy
+//! `forward_auth` `X-Forwarded-Method`, `-Uri`, `-Host`, `-Proto`, `-For`;
+//! Traefik `ForwardAuth` the same five; HAProxy what the Lua action sends
+//! (the same five).
+//!
+//! # The answer
+//!
+//! - **Pass**: `200`, empty body, `RateLimit-Policy` / `RateLimit` items
+//!   for every limited descriptor decided (not for shadow-mode rules).
+//! - **Refuse**: `429` (or `403` with `deny_status=403`), `Retry-After`
+//!   (whole seconds, rounded up, the longest of the descriptors over their
+//!   limit), the same RateLimit items, a short text body.
+//! - **The backend could not decide**: `503` with `Retry-After: 1`, or
+//!   `403` with `deny_status=403`: a refusal, never a pass. On Redis this
+//!   does not happen: the Redis backend's failure policy decides (fail open
+//!   passes, fail closed refuses with 429 and the breaker's wait, local
+//!   decides on this server's share), see [`crate::redis_backend`].
+//! - Overloaded (`max_concurrent_requests`): `503`, `Retry-After: 1`.
+//! - A domain without `forward_auth:`: `404`; a bad URL parameter: `400`.
+//!   Both are configuration errors, which every proxy turns into a refusal.
+//!
+//! What each proxy does with them:
+//!
+//! | answer | nginx `auth_request` | Caddy `forward_auth` | Traefik `ForwardAuth` | HAProxy (the Lua action) |
+//! |---|---|---|---|---|
+//! | 2xx | proxies; `auth_request_set` + `add_header` copy the RateLimit headers to the response | proxies; `copy_headers` copies them to the upstream request | proxies; `authResponseHeaders` copies them to the upstream request | proxies; the script's variables add them to the response |
+//! | 429 | 500 (an error to nginx): use `deny_status=403` | the client gets the 429 as sent (headers, body) | the client gets the 429 as sent | 429 with `Retry-After` |
+//! | 403 | `error_page 403 = @ratelimited` answers 429 with `Retry-After` | the client gets 403 | the client gets 403 | 429 |
+//! | 5xx, or tollgate down | 500 | the 503 as sent; 502 when down | the 503 as sent; 500 when down | 503 (the script fails closed) |
+//!
+//! # Decisions
+//!
+//! - **The domain is in the path** (`/v1/forward-auth/api`): every proxy
+//!   sets a fixed auth URL per site or location, so each can name its own
+//!   domain, and the path keeps the query string free for the parameters
+//!   above.
+//! - **Concurrency rules** take a lease that only its `lease_ttl` ends, as
+//!   over the RLS ([`crate::concurrency`]): a forward-auth call is made
+//!   before the proxied request and no proxy says when that request ended,
+//!   so the limit is "at most N started within the last `lease_ttl`".
+//! - **A trusted proxy that sends no readable client address** keys
+//!   `remote_address` by that proxy's address (the tower layer's
+//!   [`Unvouched::LastProxy`](tollgate_tower::Unvouched)): one shared
+//!   bucket, which limits more, never less.
+//! - **Counted under `api="http"`** in the metrics, as the HTTP API it is
+//!   part of.
+//! - **No descriptor** (every `rate_limits` entry dropped by its actions):
+//!   pass, as Envoy, which then makes no call.
+
+pub mod actions;
+pub mod answer;
+pub mod forwarded;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{ConnectInfo, Path, Query, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use serde::Deserialize;
+
+use crate::metrics::{Api, Refusal};
+use crate::service::{CheckError, CheckRequest, Service};
+use answer::DenyStatus;
+use forwarded::Forwarded;
+
+/// The URL parameters (see the module docs).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    #[serde(default)]
+    deny_status: Option<u16>,
+    #[serde(default)]
+    destination_cluster: Option<String>,
+    #[serde(default)]
+    source_cluster: Option<String>,
+}
+
+/// `ANY /v1/forward-auth/{domain}`.
+pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<Service>) -> Router<S> {
+    Router::new().route(
+        "/v1/forward-auth/{domain}",
+        any(
+            move |Path(domain): Path<String>,
+                  params: Result<Query<Params>, QueryRejection>,
+                  request: Request| {
+                check(
+                    Arc::clone(&service),
+                    domain,
+                    params.ok().map(|q| q.0),
+                    request,
+                )
+            },
+        ),
+    )
+}
+
+fn bad(service: &Service, status: StatusCode, message: String) -> Response {
+    service.metrics().refused(Api::Http, Refusal::Invalid);
+    (status, message + "\n").into_response()
+}
+
+async fn check(
+    service: Arc<Service>,
+    domain: String,
+    params: Option<Params>,
+    request: Request,
+) -> Response {
+    let Some(params) = params else {
+        return bad(
+            &service,
+            StatusCode::BAD_REQUEST,
+            "forward-auth: the URL's parameters are deny_status, destination_cluster, source_cluster".into(),
+        );
+    };
+    let deny = match params.deny_status {
+        None => DenyStatus::TooManyRequests,
+        Some(code) => match DenyStatus::parse(code) {
+            Some(deny) => deny,
+            None => {
+                return bad(
+                    &service,
+                    StatusCode::BAD_REQUEST,
+                    format!("forward-auth: deny_status={code}: 429 or 403"),
+                );
+            }
+        },
+    };
+    let Some(_slot) = service.admit(Api::Http) else {
+        return answer::unavailable(deny, "too many requests in flight");
+    };
+    let rules = service.rules();
+    let Some(config) = rules.forward_auth(&domain) else {
+        return bad(
+            &service,
+            StatusCode::NOT_FOUND,
+            format!("forward-auth: domain '{domain}' has no forward_auth section"),
+        );
+    };
+    let Some(peer) = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
+    else {
+        // The server inserts it on every connection (crate::http::serve).
+        return answer::unavailable(deny, "no peer address");
+    };
+    let forwarded = Forwarded::new(
+        config,
+        peer,
+        request.headers(),
+        params.source_cluster.as_deref(),
+        params.destination_cluster.as_deref(),
+    );
+    let descriptors = actions::descriptors(config, &forwarded);
+    if descriptors.is_empty() {
+        return StatusCode::OK.into_response();
+    }
+    let check = CheckRequest {
+        domain,
+        descriptors,
+        cost: 1,
+    };
+    match service.check(Api::Http, &check).await {
+        Ok(outcome) => answer::answer(&outcome, deny),
+        Err(CheckError::Invalid(message)) => {
+            // Only the call's shape (too many descriptors for
+            // max_descriptors): the configuration's doing.
+            bad(
+                &service,
+                StatusCode::BAD_REQUEST,
+                format!("forward-auth: {message}"),
+            )
+        }
+        Err(CheckError::Backend(failure)) => {
+            tracing::warn!(error = %failure, "forward-auth: backend failed");
+            answer::unavailable(deny, &failure.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
