@@ -51,6 +51,7 @@ pub mod request;
 pub mod rules;
 pub mod server;
 pub mod service;
+pub mod statsd_mapping;
 pub mod status;
 pub mod tls;
 mod yaml;

@@ -35,6 +35,7 @@ use tollgate::ClockSource;
 
 use crate::backend::{Backend, BackendError, MemoryBackend, SWEEP_EVERY};
 use crate::concurrency::Leases;
+use crate::config::telemetry::TelemetrySettings;
 use crate::config::{BackendSettings, Config, ConfigError};
 use crate::grpc::{self, RlsService};
 use crate::listen::Acceptor;
@@ -69,6 +70,13 @@ pub enum ServeError {
     /// The TLS certificate or key cannot be loaded (they were checked when
     /// the file was read: they changed since).
     Tls(String),
+    /// The Prometheus listener (`PROMETHEUS_ADDR`) cannot be bound.
+    Prometheus {
+        /// The address.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
 }
 
 impl std::fmt::Display for ServeError {
@@ -81,6 +89,9 @@ impl std::fmt::Display for ServeError {
             ServeError::Http(error) => write!(f, "http server: {error}"),
             ServeError::Backend(error) => write!(f, "{error}"),
             ServeError::Tls(error) => write!(f, "tls: {error}"),
+            ServeError::Prometheus { addr, error } => {
+                write!(f, "PROMETHEUS_ADDR: cannot listen on {addr}: {error}")
+            }
         }
     }
 }
@@ -99,6 +110,7 @@ pub struct Server {
     path: PathBuf,
     clock: ClockSource,
     backend: Option<Arc<dyn Backend>>,
+    telemetry: TelemetrySettings,
 }
 
 impl std::fmt::Debug for Server {
@@ -124,6 +136,7 @@ impl Server {
             path,
             clock: ClockSource::default(),
             backend: None,
+            telemetry: TelemetrySettings::default(),
         })
     }
 
@@ -143,6 +156,15 @@ impl Server {
     /// or a [`MemoryBackend`] on the clock.
     pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Server {
         self.backend = Some(backend);
+        self
+    }
+
+    /// Where envoyproxy/ratelimit's stats go (StatsD, a Prometheus
+    /// listener of their own) and the near-limit ratio: see
+    /// [`crate::config::telemetry`]. By default, no StatsD, no listener
+    /// beyond the HTTP one's `/metrics`, a ratio of 0.8.
+    pub fn with_telemetry(mut self, telemetry: TelemetrySettings) -> Server {
+        self.telemetry = telemetry;
         self
     }
 
@@ -195,7 +217,22 @@ impl Server {
                 .await
                 .map_err(|error| ServeError::Backend(BackendError::new(error)))?,
         });
-        let mut metrics = Metrics::new().with_concurrency(leases.stats().clone());
+        let prometheus = match &self.telemetry.prometheus {
+            None => None,
+            Some(prometheus) => {
+                let listener = TcpListener::bind(prometheus.addr.as_str())
+                    .await
+                    .map_err(|error| ServeError::Prometheus {
+                        addr: prometheus.addr.clone(),
+                        error,
+                    })?;
+                Some((listener, prometheus.path.clone()))
+            }
+        };
+        let mut metrics = Metrics::new()
+            .with_concurrency(leases.stats().clone())
+            .with_near_limit_ratio(self.telemetry.near_limit_ratio)
+            .with_mapping(self.telemetry.mapping.clone());
         backend.register_metrics(metrics.registry_mut());
         let service = Arc::new(
             Service::new(
@@ -231,6 +268,8 @@ impl Server {
             grpc_tls,
             http_tls,
             ready: Arc::new(AtomicBool::new(true)),
+            prometheus,
+            telemetry: self.telemetry,
         })
     }
 
@@ -279,6 +318,9 @@ pub struct BoundServer {
     grpc_tls: Option<Identity>,
     http_tls: Option<Identity>,
     ready: Arc<AtomicBool>,
+    /// `USE_PROMETHEUS`: its listener and path.
+    prometheus: Option<(TcpListener, String)>,
+    telemetry: TelemetrySettings,
 }
 
 impl std::fmt::Debug for BoundServer {
@@ -301,6 +343,13 @@ impl BoundServer {
         self.http_addr
     }
 
+    /// The Prometheus listener's address (`USE_PROMETHEUS`), if any.
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.prometheus
+            .as_ref()
+            .and_then(|(listener, _)| listener.local_addr().ok())
+    }
+
     /// The reloader, to reload now rather than at the next poll.
     pub fn reloader(&self) -> Arc<Reloader> {
         Arc::clone(&self.reloader)
@@ -321,6 +370,7 @@ impl BoundServer {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stop_rx_for_stats = stop_rx.clone();
         let stopped = move || {
             let mut rx = stop_rx.clone();
             async move {
@@ -394,6 +444,35 @@ impl BoundServer {
             }
         };
 
+        let statsd = self.telemetry.statsd.clone().map(|statsd| {
+            tokio::spawn(crate::metrics::statsd::run(
+                Arc::clone(self.service.metrics_arc()),
+                statsd,
+                self.telemetry.flush_interval,
+                stop_rx_for_stats.clone(),
+            ))
+        });
+        let prometheus = self.prometheus.map(|(listener, path)| {
+            let service = Arc::clone(&self.service);
+            let router = axum::Router::new().route(
+                &path,
+                axum::routing::get(move || {
+                    let service = Arc::clone(&service);
+                    // envoyproxy/ratelimit's endpoint: always text 0.0.4.
+                    async move {
+                        let format = crate::metrics::text::Format::Text;
+                        (
+                            [(http::header::CONTENT_TYPE, format.content_type())],
+                            service.metrics().encode_as(format),
+                        )
+                    }
+                }),
+            );
+            let stopped = stopped();
+            tokio::spawn(async move {
+                crate::http::serve::serve(Acceptor::new(listener, idle), router, idle, stopped).await
+            })
+        });
         let reload = (self.settings.reload_interval_ms > 0).then(|| {
             tokio::spawn(
                 Arc::clone(&self.reloader)
@@ -438,6 +517,13 @@ impl BoundServer {
         });
 
         let (grpc, http) = tokio::join!(grpc, http);
+        if let Some(prometheus) = prometheus {
+            let _ = prometheus.await;
+        }
+        if let Some(statsd) = statsd {
+            // It flushes once more on the stop signal, then returns.
+            let _ = statsd.await;
+        }
         if let Some(reload) = reload {
             reload.abort();
         }

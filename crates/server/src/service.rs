@@ -103,9 +103,9 @@ enum Plan {
         rule: Arc<Rule>,
         key: String,
         cost: u64,
-        /// envoyproxy/ratelimit's `key1` / `key2` from the request's values
+        /// envoyproxy/ratelimit's stat key parts from the request's values
         /// (`detailed_metric`, `value_to_metric`).
-        metric: Option<(String, String)>,
+        metric: Option<Vec<String>>,
         /// For a `limit` override: the file rule the descriptor matches and
         /// its bucket, whose deny list and penalties still apply (module
         /// docs, "Limit overrides").
@@ -123,7 +123,7 @@ enum Plan {
         rule: Arc<Rule>,
         quota: QuotaConfig,
         cost: u64,
-        metric: Option<(String, String)>,
+        metric: Option<Vec<String>>,
     },
 }
 
@@ -293,6 +293,11 @@ impl Service {
 
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The metrics, shared (the StatsD sink holds them).
+    pub fn metrics_arc(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 
@@ -493,7 +498,7 @@ impl Service {
         rule: &Arc<Rule>,
         cost: u64,
         decision: &Decision,
-        metric: Option<(String, String)>,
+        metric: Option<Vec<String>>,
     ) {
         let fresh;
         let rule_counters = match counters.get(&rule.id) {
@@ -505,11 +510,11 @@ impl Service {
         };
         match metric {
             None => rule_counters.decided(cost, decision, rule.shadow_mode),
-            Some((key1, key2)) => rule_counters.decided_detailed(
+            Some(parts) => rule_counters.decided_detailed(
                 cost,
                 decision,
                 rule.shadow_mode,
-                &self.metrics.detailed(rule, key1, key2),
+                &self.metrics.detailed(rule, &parts),
             ),
         }
     }
@@ -553,7 +558,7 @@ impl Service {
             },
         };
         let metric = || {
-            rule.metric_keys(
+            rule.metric_parts(
                 descriptor
                     .entries
                     .iter()

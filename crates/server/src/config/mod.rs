@@ -118,6 +118,7 @@ mod backend;
 pub mod checked;
 pub mod concurrency;
 mod limits;
+pub mod telemetry;
 
 pub use crate::tls::TlsSettings;
 use crate::yaml::{CheckedSeed, checked_mapping};
