@@ -220,12 +220,13 @@ impl Server {
         let prometheus = match &self.telemetry.prometheus {
             None => None,
             Some(prometheus) => {
-                let listener = TcpListener::bind(prometheus.addr.as_str())
-                    .await
-                    .map_err(|error| ServeError::Prometheus {
-                        addr: prometheus.addr.clone(),
-                        error,
-                    })?;
+                let listener =
+                    TcpListener::bind(prometheus.addr.as_str())
+                        .await
+                        .map_err(|error| ServeError::Prometheus {
+                            addr: prometheus.addr.clone(),
+                            error,
+                        })?;
                 Some((listener, prometheus.path.clone()))
             }
         };
@@ -470,7 +471,8 @@ impl BoundServer {
             );
             let stopped = stopped();
             tokio::spawn(async move {
-                crate::http::serve::serve(Acceptor::new(listener, idle), router, idle, stopped).await
+                crate::http::serve::serve(Acceptor::new(listener, idle), router, idle, stopped)
+                    .await
             })
         });
         let reload = (self.settings.reload_interval_ms > 0).then(|| {

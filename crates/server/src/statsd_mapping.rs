@@ -136,7 +136,12 @@ struct RawRule {
 }
 
 /// One rule of the default mapping: `(match, is a regex, name, labels)`.
-type DefaultRule = (&'static str, bool, &'static str, &'static [(&'static str, &'static str)]);
+type DefaultRule = (
+    &'static str,
+    bool,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
 
 /// envoyproxy/ratelimit's default mapping, rule by rule.
 const DEFAULT_RULES: &[DefaultRule] = &[
@@ -298,12 +303,16 @@ impl Mapping {
         let mut rules = Vec::with_capacity(raw.mappings.len());
         let mut kinds = Vec::with_capacity(raw.mappings.len());
         for (i, rule) in raw.mappings.into_iter().enumerate() {
-            let at = |message: String| MappingError(format!("mappings[{i}] ({}): {message}", rule.pattern));
+            let at = |message: String| {
+                MappingError(format!("mappings[{i}] ({}): {message}", rule.pattern))
+            };
             let is_regex = match rule.match_type.as_deref() {
                 None | Some("") => default_regex,
                 Some("glob") => false,
                 Some("regex") => true,
-                Some(other) => return Err(at(format!("match_type {other:?}: expected glob or regex"))),
+                Some(other) => {
+                    return Err(at(format!("match_type {other:?}: expected glob or regex")));
+                }
             };
             let drop = match rule.action.as_deref() {
                 None | Some("") | Some("map") => false,
@@ -377,10 +386,13 @@ pub fn escape_name(name: &str) -> String {
     if name.starts_with(|c: char| c.is_ascii_digit()) {
         escaped.push('_');
     }
-    escaped.extend(
-        name.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }),
-    );
+    escaped.extend(name.chars().map(|c| {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '_'
+        }
+    }));
     escaped
 }
 
@@ -453,8 +465,9 @@ mappings:
             series("hits", &[("d", "a"), ("k", "bx")])
         );
         assert_eq!(m.map("ratelimit.service.rate_limit.a.b.over_limit"), None);
-        let error = Mapping::from_yaml("mappings:\n  - match: a.*\n    name: x\n    honor_labels: true\n")
-            .expect_err("unknown key");
+        let error =
+            Mapping::from_yaml("mappings:\n  - match: a.*\n    name: x\n    honor_labels: true\n")
+                .expect_err("unknown key");
         assert!(error.to_string().contains("honor_labels"), "{error}");
         let error = Mapping::from_yaml("mappings:\n  - match: a.*\n").expect_err("no name");
         assert!(error.to_string().contains("name"), "{error}");

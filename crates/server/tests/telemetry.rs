@@ -19,9 +19,9 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::io::Write as _;
 use std::time::Duration;
 
 use support::{descriptor, http_client, metric, request, within};
@@ -114,27 +114,39 @@ impl Running {
     }
 }
 
+/// A descriptor entry: key, value.
+type Entry = (&'static str, &'static str);
+
 /// The calls every test makes, and the codes envoyproxy/ratelimit answers.
 async fn replay(grpc: SocketAddr) {
     let mut client = within(RateLimitServiceClient::connect(format!("http://{grpc}")))
         .await
         .expect("connect");
-    let calls: Vec<(Vec<(&str, &str)>, usize, Code)> = vec![
+    let calls: [(&[Entry], usize, Code); 5] = [
         // limit 5: 5 admitted (the 5th above floor(5 × 0.8) = 4: near), 1 over.
-        (vec![("user", "alice")], 5, Code::Ok),
-        (vec![("user", "alice")], 1, Code::OverLimit),
+        (&[("user", "alice")], 5, Code::Ok),
+        (&[("user", "alice")], 1, Code::OverLimit),
         // shadow mode, limit 1: the 2nd is over, answered OK.
-        (vec![("shadow", "x")], 2, Code::Ok),
+        (&[("shadow", "x")], 2, Code::Ok),
         // detailed_metric, limit 2: the key names the values (IPv4 dots sanitized).
-        (vec![("k1", "v1"), ("k2", "a"), ("k3", "10.0.0.1")], 2, Code::Ok),
-        (vec![("k1", "v1"), ("k2", "a"), ("k3", "10.0.0.1")], 1, Code::OverLimit),
+        (
+            &[("k1", "v1"), ("k2", "a"), ("k3", "10.0.0.1")],
+            2,
+            Code::Ok,
+        ),
+        (
+            &[("k1", "v1"), ("k2", "a"), ("k3", "10.0.0.1")],
+            1,
+            Code::OverLimit,
+        ),
     ];
     for (entries, times, code) in calls {
         for _ in 0..times {
-            let response = within(client.should_rate_limit(request("rl", vec![descriptor(&entries)])))
-                .await
-                .expect("call")
-                .into_inner();
+            let response =
+                within(client.should_rate_limit(request("rl", vec![descriptor(entries)])))
+                    .await
+                    .expect("call")
+                    .into_inner();
             assert_eq!(response.overall_code(), code, "{entries:?}");
         }
     }
@@ -147,7 +159,10 @@ fn lyft_stats() -> BTreeMap<String, u64> {
     let detailed = format!("{rule}.k1_v1.k2_a.k3_10_0_0_1");
     [
         ("ratelimit.service.config_load_success".to_owned(), 1),
-        ("ratelimit_server.ShouldRateLimit.total_requests".to_owned(), 11),
+        (
+            "ratelimit_server.ShouldRateLimit.total_requests".to_owned(),
+            11,
+        ),
         (format!("{rule}.user.total_hits"), 6),
         (format!("{rule}.user.within_limit"), 5),
         (format!("{rule}.user.near_limit"), 1),
@@ -177,7 +192,13 @@ fn lyft_series() -> Vec<String> {
     for (labels, counts) in [
         (
             "domain=\"rl\",key1=\"user\"",
-            [("total_hits", 6), ("within_limit", 5), ("near_limit", 1), ("over_limit", 1)].as_slice(),
+            [
+                ("total_hits", 6),
+                ("within_limit", 5),
+                ("near_limit", 1),
+                ("over_limit", 1),
+            ]
+            .as_slice(),
         ),
         (
             "domain=\"rl\",key1=\"shadow\"",
@@ -191,11 +212,18 @@ fn lyft_series() -> Vec<String> {
         ),
         (
             "domain=\"rl\",key1=\"k1_v1\",key2=\"k2_a\"",
-            &[("total_hits", 3), ("within_limit", 2), ("near_limit", 1), ("over_limit", 1)],
+            &[
+                ("total_hits", 3),
+                ("within_limit", 2),
+                ("near_limit", 1),
+                ("over_limit", 1),
+            ],
         ),
     ] {
         for (stat, count) in counts {
-            lines.push(format!("ratelimit_service_rate_limit_{stat}{{{labels}}} {count}"));
+            lines.push(format!(
+                "ratelimit_service_rate_limit_{stat}{{{labels}}} {count}"
+            ));
         }
     }
     lines
@@ -290,7 +318,10 @@ async fn metrics_formats_keep_envoyproxy_ratelimit_names() {
     replay(server.grpc).await;
     for accept in [Some("text/plain"), None, Some("*/*")] {
         let (content_type, text) = server.scrape(server.http, "/metrics", accept).await;
-        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8", "{accept:?}");
+        assert_eq!(
+            content_type, "text/plain; version=0.0.4; charset=utf-8",
+            "{accept:?}"
+        );
         assert!(
             text.contains("# TYPE ratelimit_service_rate_limit_total_hits counter\n"),
             "{text}"
@@ -375,9 +406,13 @@ async fn use_prometheus_serves_its_listener_and_near_limit_ratio() {
         "{text}"
     );
     promtool_accepts(&text);
-    let missing = within(http_client().get(format!("http://{prometheus}/metrics")).send())
-        .await
-        .expect("get");
+    let missing = within(
+        http_client()
+            .get(format!("http://{prometheus}/metrics"))
+            .send(),
+    )
+    .await
+    .expect("get");
     assert_eq!(missing.status(), 404);
     server.stop().await;
 }
@@ -399,7 +434,9 @@ fn sum_lines(text: &str, suffix: &str) -> BTreeMap<String, u64> {
 /// server's last flush (at stop) sends every count.
 #[tokio::test]
 async fn use_statsd_sends_envoyproxy_ratelimit_lines_over_tcp() {
-    let receiver = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let receiver = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let port = receiver.local_addr().expect("addr").port().to_string();
     let vars: HashMap<&str, String> = [
         ("STATSD_HOST", "127.0.0.1".to_owned()),
@@ -433,7 +470,9 @@ async fn use_statsd_sends_envoyproxy_ratelimit_lines_over_tcp() {
 /// of successive flushes adding up to envoyproxy/ratelimit's totals.
 #[tokio::test]
 async fn use_dog_statsd_sends_deltas_over_udp() {
-    let receiver = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+    let receiver = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let port = receiver.local_addr().expect("addr").port().to_string();
     let vars: HashMap<&str, String> = [
         ("USE_STATSD", "false".to_owned()),

@@ -136,8 +136,9 @@ impl TelemetrySettings {
             return Err(TelemetryError {
                 variable: "TRACING_ENABLED",
                 value: "true".to_owned(),
-                reason: "OTLP traces are not supported by tollgate yet; unset it or set it to false"
-                    .to_owned(),
+                reason:
+                    "OTLP traces are not supported by tollgate yet; unset it or set it to false"
+                        .to_owned(),
             });
         }
         if let Some(value) = get("USE_DOG_STATSD_MOGRIFIERS") {
@@ -192,11 +193,13 @@ impl TelemetrySettings {
                 Mapping::from_yaml(&text).map_err(|e| error(e.to_string()))?
             }
         };
-        let extra_tags = parse_tags(get("EXTRA_TAGS").as_deref().unwrap_or(""))
-            .map_err(|reason| TelemetryError {
-                variable: "EXTRA_TAGS",
-                value: get("EXTRA_TAGS").unwrap_or_default(),
-                reason,
+        let extra_tags =
+            parse_tags(get("EXTRA_TAGS").as_deref().unwrap_or("")).map_err(|reason| {
+                TelemetryError {
+                    variable: "EXTRA_TAGS",
+                    value: get("EXTRA_TAGS").unwrap_or_default(),
+                    reason,
+                }
             })?;
         let host = get("STATSD_HOST").unwrap_or_else(|| "localhost".to_owned());
         let port = match get("STATSD_PORT") {
@@ -234,7 +237,11 @@ impl TelemetrySettings {
         if chosen.iter().filter(|(on, _)| *on).count() > 1 {
             let names: Vec<&str> = chosen.iter().filter(|c| c.0).map(|c| c.1).collect();
             return Err(TelemetryError {
-                variable: if use_statsd { "USE_STATSD" } else { "USE_DOG_STATSD" },
+                variable: if use_statsd {
+                    "USE_STATSD"
+                } else {
+                    "USE_DOG_STATSD"
+                },
                 value: "true".to_owned(),
                 reason: format!(
                     "only one stats sink at a time, but {} are true (USE_STATSD defaults to true: set USE_STATSD=false)",
@@ -434,12 +441,22 @@ mod tests {
             (&[("EXTRA_TAGS", "a=b")], "EXTRA_TAGS"),
             (&[("USE_PROMETHEUS", "true")], "USE_STATSD"),
             (
-                &[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", "x")],
+                &[
+                    ("USE_STATSD", "false"),
+                    ("USE_PROMETHEUS", "true"),
+                    ("PROMETHEUS_ADDR", "x"),
+                ],
                 "PROMETHEUS_ADDR",
             ),
-            (&[("PROMETHEUS_MAPPER_YAML", "/nonexistent/m.yaml")], "PROMETHEUS_MAPPER_YAML"),
+            (
+                &[("PROMETHEUS_MAPPER_YAML", "/nonexistent/m.yaml")],
+                "PROMETHEUS_MAPPER_YAML",
+            ),
             (&[("TRACING_ENABLED", "true")], "TRACING_ENABLED"),
-            (&[("USE_DOG_STATSD_MOGRIFIERS", "A")], "USE_DOG_STATSD_MOGRIFIERS"),
+            (
+                &[("USE_DOG_STATSD_MOGRIFIERS", "A")],
+                "USE_DOG_STATSD_MOGRIFIERS",
+            ),
         ] {
             let error = from(vars).expect_err(variable);
             assert_eq!(error.variable, variable, "{error}");

@@ -1,6 +1,6 @@
 //! envoyproxy/ratelimit's stats, kept as it keeps them: one counter per
 //! StatsD-style name, from which both its StatsD lines
-//! ([`super::statsd`]) and its Prometheus series ([`super::mapper`]) are
+//! ([`super::statsd`]) and its Prometheus series ([`crate::statsd_mapping`]) are
 //! drawn, as its `gostats` store feeds its StatsD sink or its embedded
 //! statsd_exporter.
 //!
@@ -123,8 +123,10 @@ pub fn sanitize(key: &str) -> String {
         Regex::new(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}").unwrap_or_else(|_| unreachable!())
     });
     let replaced = key.replace([':', '|'], "_");
-    ipv4.replace_all(&replaced, |caps: &regex::Captures<'_>| caps[0].replace('.', "_"))
-        .into_owned()
+    ipv4.replace_all(&replaced, |caps: &regex::Captures<'_>| {
+        caps[0].replace('.', "_")
+    })
+    .into_owned()
 }
 
 /// The key of a rule's stats: its domain, then its path's parts.

@@ -74,8 +74,8 @@ use tollgate::Decision;
 
 use crate::rules::Rule;
 use crate::statsd_mapping::{Mapping, Series};
-pub use lyft::StatCounters;
 use lyft::LyftStats;
+pub use lyft::StatCounters;
 use text::Format;
 
 /// Which API a request came through (label value `grpc` or `http`).
