@@ -43,6 +43,20 @@
 //! `before = limit − remaining`. For a fixed window these are the window's
 //! counts, as envoyproxy/ratelimit's; for the other algorithms they are
 //! the permits in use that the decision reports.
+//!
+//! # Decisions
+//!
+//! - A stat shows in Prometheus once it has counted (its store flushes
+//!   only counters that moved, so its exporter never sees a zero).
+//! - A request's `limit` override (Envoy's dynamic limits) counts under
+//!   the descriptor's keys (`domain.key1.key2`), where envoyproxy/ratelimit
+//!   names its values (`domain.key1_value1…`): request values never name a
+//!   stat unless the file says so, so that clients cannot grow the stats
+//!   without bound.
+//! - `ratelimit_server.ShouldRateLimit.total_requests` counts every call
+//!   that reaches the RLS handler (after the token check); its timer
+//!   `response_time` is not kept (tollgate's
+//!   `tollgate_decision_duration_seconds` has the latencies).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -417,9 +417,6 @@ impl Metrics {
 
     /// Records how long a decision took.
     pub fn latency(&self, api: Api, elapsed: Duration) {
-        if api == Api::Grpc {
-            self.lyft.should_rate_limit_call();
-        }
         self.latency
             .get_or_create(&ApiLabel { api })
             .observe(elapsed.as_secs_f64());
@@ -427,9 +424,6 @@ impl Metrics {
 
     /// Counts a request refused before any decision.
     pub fn refused(&self, api: Api, reason: Refusal) {
-        if api == Api::Grpc {
-            self.lyft.should_rate_limit_call();
-        }
         self.refused
             .get_or_create(&RefusalLabel { api, reason })
             .inc();
@@ -467,6 +461,12 @@ impl Metrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Counts a gRPC `ShouldRateLimit` call, whatever its answer
+    /// (envoyproxy/ratelimit's `ratelimit_server.ShouldRateLimit.total_requests`).
+    pub fn should_rate_limit_call(&self) {
+        self.lyft.should_rate_limit_call();
     }
 
     /// Counts a backend error.
