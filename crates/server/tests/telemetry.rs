@@ -249,6 +249,12 @@ fn sorted(mut lines: Vec<String>) -> Vec<String> {
 /// lint problem but the one envoyproxy/ratelimit's own names draw (its
 /// counters do not end in `_total`).
 fn promtool_accepts(text: &str) {
+    promtool(text, true);
+}
+
+/// `promtool check metrics` on `text`: no parse error (exit 1); lint
+/// problems allowed when not `strict` (names a mapping file chose).
+fn promtool(text: &str, strict: bool) {
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -271,8 +277,9 @@ fn promtool_accepts(text: &str) {
     let problems: Vec<&str> = report
         .lines()
         .filter(|line| {
-            !(line.starts_with("ratelimit_service_")
-                && line.ends_with("counter metrics should have \"_total\" suffix"))
+            strict
+                && !(line.starts_with("ratelimit_service_")
+                    && line.ends_with("counter metrics should have \"_total\" suffix"))
         })
         .collect();
     assert!(
@@ -370,14 +377,33 @@ async fn metrics_formats_keep_envoyproxy_ratelimit_names() {
 
 /// `USE_PROMETHEUS`: envoyproxy/ratelimit's own listener and path, text
 /// 0.0.4 whatever the scraper asks (as its `promhttp.Handler()`), with
-/// `NEAR_LIMIT_RATIO` applied to both its names and tollgate's.
+/// `NEAR_LIMIT_RATIO` applied to both its names and tollgate's, and a
+/// `PROMETHEUS_MAPPER_YAML` file renaming and dropping its stats.
 #[tokio::test]
 async fn use_prometheus_serves_its_listener_and_near_limit_ratio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mapper = dir.path().join("mapper.yaml");
+    std::fs::write(
+        &mapper,
+        r#"mappings:
+  - match: "ratelimit.service.rate_limit.*.*.total_hits"
+    name: "rl_hits"
+    labels: {domain: "$1", descriptor: "$2"}
+  - match: "ratelimit.service.rate_limit.*.*.within_limit"
+    action: drop
+  - match: "ratelimit.service.rate_limit.*.*.near_limit"
+    name: "ratelimit_service_rate_limit_near_limit"
+    labels: {domain: "$1", key1: "$2"}
+"#,
+    )
+    .expect("write");
+    let mapper = mapper.to_str().expect("utf-8").to_owned();
     let vars: HashMap<&str, &str> = [
         ("USE_STATSD", "false"),
         ("USE_PROMETHEUS", "true"),
         ("PROMETHEUS_ADDR", "127.0.0.1:0"),
         ("PROMETHEUS_PATH", "/prom"),
+        ("PROMETHEUS_MAPPER_YAML", mapper.as_str()),
         ("NEAR_LIMIT_RATIO", "0.5"),
     ]
     .into_iter()
@@ -405,7 +431,21 @@ async fn use_prometheus_serves_its_listener_and_near_limit_ratio() {
         3.0,
         "{text}"
     );
-    promtool_accepts(&text);
+    // The mapping file: renamed, dropped, and (unmapped) escaped names.
+    assert_eq!(
+        metric(&text, "rl_hits{descriptor=\"user\",domain=\"rl\"}"),
+        6.0,
+        "{text}"
+    );
+    assert!(!text.contains("within_limit{"), "{text}");
+    assert_eq!(
+        metric(&text, "ratelimit_service_rate_limit_rl_user_over_limit"),
+        1.0,
+        "{text}"
+    );
+    // The file's unmapped names draw lint remarks (`ratelimit_server_
+    // ShouldRateLimit_…` is camelCase), not parse errors.
+    promtool(&text, false);
     let missing = within(
         http_client()
             .get(format!("http://{prometheus}/metrics"))
