@@ -54,6 +54,7 @@ pub mod service;
 pub mod statsd_mapping;
 pub mod status;
 pub mod tls;
+pub mod traces;
 mod yaml;
 
 pub use backend::{Backend, BackendError, Hit, MemoryBackend};

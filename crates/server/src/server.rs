@@ -70,6 +70,8 @@ pub enum ServeError {
     /// The TLS certificate or key cannot be loaded (they were checked when
     /// the file was read: they changed since).
     Tls(String),
+    /// The OTLP exporter cannot start (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    Tracing(String),
     /// The Prometheus listener (`PROMETHEUS_ADDR`) cannot be bound.
     Prometheus {
         /// The address.
@@ -89,6 +91,7 @@ impl std::fmt::Display for ServeError {
             ServeError::Http(error) => write!(f, "http server: {error}"),
             ServeError::Backend(error) => write!(f, "{error}"),
             ServeError::Tls(error) => write!(f, "tls: {error}"),
+            ServeError::Tracing(error) => write!(f, "TRACING_ENABLED: OTLP exporter: {error}"),
             ServeError::Prometheus { addr, error } => {
                 write!(f, "PROMETHEUS_ADDR: cannot listen on {addr}: {error}")
             }
@@ -235,17 +238,26 @@ impl Server {
             .with_near_limit_ratio(self.telemetry.near_limit_ratio)
             .with_mapping(self.telemetry.mapping.clone());
         backend.register_metrics(metrics.registry_mut());
-        let service = Arc::new(
-            Service::new(
-                RuleSet::new(&self.config),
-                backend,
-                Arc::new(metrics),
-                RequestLimits::of(&settings),
-                settings.max_concurrent_requests,
-            )
-            .map_err(ServeError::Backend)?
-            .with_leases(leases),
-        );
+        let traces = self
+            .telemetry
+            .tracing
+            .as_ref()
+            .map(crate::traces::Traces::start)
+            .transpose()
+            .map_err(|error| ServeError::Tracing(error.to_string()))?;
+        let mut service = Service::new(
+            RuleSet::new(&self.config),
+            backend,
+            Arc::new(metrics),
+            RequestLimits::of(&settings),
+            settings.max_concurrent_requests,
+        )
+        .map_err(ServeError::Backend)?
+        .with_leases(leases);
+        if let Some(traces) = traces {
+            service = service.with_traces(Arc::new(traces));
+        }
+        let service = Arc::new(service);
         service.metrics().config_loaded(true);
         // The bytes just validated; if the file changed since, the first
         // poll picks it up.
@@ -531,6 +543,9 @@ impl BoundServer {
         }
         sweeper.abort();
         sampler.abort();
+        if let Some(traces) = self.service.traces() {
+            traces.shutdown().await;
+        }
         // After the last answer: give back what the backend holds (leases).
         self.service.backend().shutdown().await;
         grpc.map_err(ServeError::Grpc)?;

@@ -91,6 +91,7 @@ use crate::metrics::{Api, Metrics, Refusal, RuleCounters};
 pub use crate::request::{CheckRequest, Descriptor, LimitOverride, Outcome, Status};
 use crate::rules::{Rule, RuleSet, bucket_key};
 use crate::status::StatusBoard;
+use crate::traces::{Ended, Traces};
 
 /// Why a blocked rule's descriptor is OVER_LIMIT.
 const BLOCKED: &str = "the rule admits nothing (requests_per_unit: 0)";
@@ -195,6 +196,8 @@ pub struct Service {
     in_flight: Arc<Semaphore>,
     /// Concurrency rules' leases ([`crate::concurrency`]).
     leases: Arc<Leases>,
+    /// A span per decision, when traces are on ([`crate::traces`]).
+    traces: Option<Arc<Traces>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -230,6 +233,7 @@ impl Service {
             limits,
             in_flight: Arc::new(Semaphore::new(max_concurrent)),
             leases: Arc::new(Leases::memory(tollgate::ClockSource::default())),
+            traces: None,
         })
     }
 
@@ -296,6 +300,19 @@ impl Service {
         &self.metrics
     }
 
+    /// Records a span per decision on `traces` (`TRACING_ENABLED`, see
+    /// [`crate::traces`]). By default, none.
+    #[must_use]
+    pub fn with_traces(mut self, traces: Arc<Traces>) -> Service {
+        self.traces = Some(traces);
+        self
+    }
+
+    /// The tracer of the decisions, if any.
+    pub fn traces(&self) -> Option<&Arc<Traces>> {
+        self.traces.as_ref()
+    }
+
     /// The metrics, shared (the StatsD sink holds them).
     pub fn metrics_arc(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -336,6 +353,22 @@ impl Service {
     pub async fn check(&self, api: Api, request: &CheckRequest) -> Result<Outcome, CheckError> {
         let started = Instant::now();
         let result = self.decide(api, request).await;
+        if let Some(traces) = &self.traces {
+            let ended = match &result {
+                Ok(outcome) => Ended::Decided {
+                    over_limit: outcome.is_over_limit(),
+                },
+                Err(CheckError::Invalid(_)) => Ended::Invalid,
+                Err(CheckError::Backend(_)) => Ended::BackendError,
+            };
+            traces.decision(
+                api,
+                &request.domain,
+                request.descriptors.len(),
+                started.elapsed(),
+                ended,
+            );
+        }
         match &result {
             Ok(outcome) => {
                 self.metrics.latency(api, started.elapsed());

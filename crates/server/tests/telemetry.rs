@@ -549,3 +549,152 @@ async fn use_dog_statsd_sends_deltas_over_udp() {
     let late = tokio::time::timeout(Duration::from_millis(200), receiver.recv(&mut buf)).await;
     assert!(late.is_err(), "unexpected datagram after the totals");
 }
+
+mod otlp {
+    //! An OTLP trace receiver, over gRPC (tonic) or HTTP (axum, protobuf
+    //! bodies), keeping every request it gets.
+
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+        TraceService, TraceServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+    };
+    use prost::Message as _;
+
+    pub type Received = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
+
+    #[derive(Clone, Default)]
+    struct Receiver(Received);
+
+    #[tonic::async_trait]
+    impl TraceService for Receiver {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            self.0.lock().expect("lock").push(request.into_inner());
+            Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+        }
+    }
+
+    /// Serves OTLP/gRPC on a free port until the test ends.
+    pub async fn grpc() -> (SocketAddr, Received) {
+        let receiver = Receiver::default();
+        let received = Arc::clone(&receiver.0);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(receiver))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        (addr, received)
+    }
+
+    /// Serves OTLP/HTTP (`POST /v1/traces`, protobuf) on a free port.
+    pub async fn http() -> (SocketAddr, Received) {
+        let received = Received::default();
+        let kept = Arc::clone(&received);
+        let router = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let kept = Arc::clone(&kept);
+                async move {
+                    let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+                    kept.lock().expect("lock").push(request);
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        ExportTraceServiceResponse::default().encode_to_vec(),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        (addr, received)
+    }
+}
+
+/// `TRACING_ENABLED=true`: a span per decision, envoyproxy/ratelimit's
+/// `ShouldRateLimit Execution` with its `domain`, received by an OTLP
+/// receiver the test runs, over `TRACING_EXPORTER_PROTOCOL=grpc` and
+/// `http` (its default); the spans still queued are sent at shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracing_sends_a_span_per_decision_over_otlp() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+
+    for protocol in ["grpc", "http"] {
+        let (addr, received) = match protocol {
+            "grpc" => otlp::grpc().await,
+            _ => otlp::http().await,
+        };
+        let endpoint = format!("http://{addr}");
+        let vars: HashMap<&str, &str> = [
+            ("USE_STATSD", "false"),
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", protocol),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("TRACING_SERVICE_NAME", "rl-test"),
+        ]
+        .into_iter()
+        .collect();
+        let telemetry =
+            TelemetrySettings::from_lookup(|name| vars.get(name).map(|v| (*v).to_owned()))
+                .expect("settings");
+        let server = start(telemetry).await;
+        replay(server.grpc).await;
+        server.stop().await;
+
+        let requests = received.lock().expect("lock").clone();
+        let mut codes: BTreeMap<String, usize> = BTreeMap::new();
+        let mut spans = 0;
+        for request in &requests {
+            for resource_spans in &request.resource_spans {
+                let resource = resource_spans.resource.as_ref().expect("resource");
+                assert!(
+                    resource.attributes.iter().any(|kv| kv.key == "service.name"
+                        && kv.value.as_ref().and_then(|v| v.value.as_ref())
+                            == Some(&Value::StringValue("rl-test".to_owned()))),
+                    "{protocol}: {resource:?}"
+                );
+                for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
+                    assert_eq!(span.name, "ShouldRateLimit Execution", "{protocol}");
+                    assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
+                    let attribute = |key: &str| {
+                        span.attributes
+                            .iter()
+                            .find(|kv| kv.key == key)
+                            .and_then(|kv| kv.value.as_ref()?.value.clone())
+                    };
+                    assert_eq!(
+                        attribute("domain"),
+                        Some(Value::StringValue("rl".to_owned()))
+                    );
+                    assert_eq!(
+                        attribute("api"),
+                        Some(Value::StringValue("grpc".to_owned()))
+                    );
+                    if let Some(Value::StringValue(code)) = attribute("overall_code") {
+                        *codes.entry(code).or_default() += 1;
+                    }
+                    spans += 1;
+                }
+            }
+        }
+        assert_eq!(spans, 11, "{protocol}: one span per call");
+        assert_eq!(
+            codes,
+            BTreeMap::from([("OK".to_owned(), 9), ("OVER_LIMIT".to_owned(), 2)]),
+            "{protocol}"
+        );
+    }
+}

@@ -15,7 +15,11 @@
 //! | `PROMETHEUS_MAPPER_YAML` | the built-in mapping | a statsd_exporter mapping file ([`crate::statsd_mapping`]) |
 //! | `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` | `false` | checked, no effect (tollgate exports no `response_time`) |
 //! | `NEAR_LIMIT_RATIO` | `0.8` | the `near_limit` threshold, a fraction of the limit |
-//! | `TRACING_ENABLED` | `false` | `true` is refused: OTLP traces are not implemented |
+//! | `TRACING_ENABLED` | `false` | OTLP traces: a span per decision ([`crate::traces`]) |
+//! | `TRACING_EXPORTER_PROTOCOL` | `http` | `http` (protobuf, `…/v1/traces`) or `grpc` |
+//! | `OTEL_EXPORTER_OTLP_ENDPOINT` | `http://localhost:4318` (`http`), `http://localhost:4317` (`grpc`) | the collector; `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (used as is) wins |
+//! | `TRACING_SERVICE_NAME`, `_NAMESPACE`, `_INSTANCE_ID` | `RateLimit`, none, a random id | the spans' resource |
+//! | `TRACING_SAMPLING_RATE` | `1` | the share of root spans kept (parent-based) |
 //!
 //! As envoyproxy/ratelimit, at most one of `USE_STATSD`, `USE_DOG_STATSD`
 //! and `USE_PROMETHEUS` may be true (so `USE_STATSD=false` goes with
@@ -59,6 +63,33 @@ pub struct StatsdSettings {
     pub extra_tags: Vec<(String, String)>,
 }
 
+/// How OTLP spans travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC.
+    Grpc,
+    /// OTLP/HTTP, protobuf bodies.
+    Http,
+}
+
+/// OTLP traces (`TRACING_ENABLED=true`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingSettings {
+    /// `TRACING_EXPORTER_PROTOCOL`.
+    pub protocol: OtlpProtocol,
+    /// The URL spans are sent to: for HTTP the full URL (`…/v1/traces`),
+    /// for gRPC the collector's address.
+    pub endpoint: String,
+    /// `TRACING_SERVICE_NAME`.
+    pub service_name: String,
+    /// `TRACING_SERVICE_NAMESPACE` (empty: none).
+    pub service_namespace: String,
+    /// `TRACING_SERVICE_INSTANCE_ID` (empty: a random id at start).
+    pub service_instance_id: String,
+    /// `TRACING_SAMPLING_RATE`, 0 to 1.
+    pub sampling_rate: f64,
+}
+
 /// The Prometheus listener of its own.
 #[derive(Debug, Clone)]
 pub struct PrometheusSettings {
@@ -84,6 +115,8 @@ pub struct TelemetrySettings {
     /// A decision counts as near the limit above `floor(limit × ratio)`
     /// permits in use. By default, 0.8.
     pub near_limit_ratio: f32,
+    /// OTLP traces, if any. By default, none.
+    pub tracing: Option<TracingSettings>,
 }
 
 impl Default for TelemetrySettings {
@@ -94,6 +127,7 @@ impl Default for TelemetrySettings {
             mapping: Mapping::default(),
             flush_interval: Duration::from_secs(10),
             near_limit_ratio: 0.8,
+            tracing: None,
         }
     }
 }
@@ -119,7 +153,7 @@ impl TelemetrySettings {
     ///
     /// [`TelemetryError`] naming the first variable with a bad value, a
     /// combination envoyproxy/ratelimit refuses, or a feature not
-    /// supported (`TRACING_ENABLED=true`, `USE_DOG_STATSD_MOGRIFIERS`).
+    /// supported (`USE_DOG_STATSD_MOGRIFIERS`).
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<TelemetrySettings, TelemetryError> {
@@ -132,15 +166,11 @@ impl TelemetrySettings {
                 reason: "expected true or false".to_owned(),
             }),
         };
-        if bool_var("TRACING_ENABLED", false)? {
-            return Err(TelemetryError {
-                variable: "TRACING_ENABLED",
-                value: "true".to_owned(),
-                reason:
-                    "OTLP traces are not supported by tollgate yet; unset it or set it to false"
-                        .to_owned(),
-            });
-        }
+        let tracing = if bool_var("TRACING_ENABLED", false)? {
+            Some(tracing_settings(&get)?)
+        } else {
+            None
+        };
         if let Some(value) = get("USE_DOG_STATSD_MOGRIFIERS") {
             return Err(TelemetryError {
                 variable: "USE_DOG_STATSD_MOGRIFIERS",
@@ -221,6 +251,7 @@ impl TelemetrySettings {
         }
 
         let mut settings = TelemetrySettings {
+            tracing,
             mapping,
             flush_interval,
             near_limit_ratio,
@@ -283,6 +314,70 @@ impl TelemetrySettings {
         }
         Ok(settings)
     }
+}
+
+/// The `TRACING_*` and `OTEL_EXPORTER_OTLP_*` variables.
+fn tracing_settings(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<TracingSettings, TelemetryError> {
+    let protocol = match get("TRACING_EXPORTER_PROTOCOL") {
+        None => OtlpProtocol::Http,
+        Some(value) => match value.to_ascii_lowercase().as_str() {
+            "http" => OtlpProtocol::Http,
+            "grpc" => OtlpProtocol::Grpc,
+            _ => {
+                return Err(TelemetryError {
+                    variable: "TRACING_EXPORTER_PROTOCOL",
+                    value,
+                    reason: "expected http or grpc".to_owned(),
+                });
+            }
+        },
+    };
+    let (variable, endpoint) = match (get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), protocol) {
+        (Some(endpoint), _) => ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint),
+        (None, OtlpProtocol::Grpc) => (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .unwrap_or_else(|| "http://localhost:4317".to_owned()),
+        ),
+        (None, OtlpProtocol::Http) => {
+            let base = get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .unwrap_or_else(|| "http://localhost:4318".to_owned());
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("{}/v1/traces", base.trim_end_matches('/')),
+            )
+        }
+    };
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        return Err(TelemetryError {
+            variable,
+            value: endpoint,
+            reason: "expected an http:// or https:// URL".to_owned(),
+        });
+    }
+    let sampling_rate = match get("TRACING_SAMPLING_RATE") {
+        None => 1.0,
+        Some(value) => match value.trim().parse::<f64>() {
+            Ok(rate) if rate.is_finite() => rate.clamp(0.0, 1.0),
+            _ => {
+                return Err(TelemetryError {
+                    variable: "TRACING_SAMPLING_RATE",
+                    value,
+                    reason: "expected a number (0: none, 1: all)".to_owned(),
+                });
+            }
+        },
+    };
+    Ok(TracingSettings {
+        protocol,
+        endpoint,
+        service_name: get("TRACING_SERVICE_NAME").unwrap_or_else(|| "RateLimit".to_owned()),
+        service_namespace: get("TRACING_SERVICE_NAMESPACE").unwrap_or_default(),
+        service_instance_id: get("TRACING_SERVICE_INSTANCE_ID").unwrap_or_default(),
+        sampling_rate,
+    })
 }
 
 /// Go's `strconv.ParseBool`.
@@ -452,7 +547,14 @@ mod tests {
                 &[("PROMETHEUS_MAPPER_YAML", "/nonexistent/m.yaml")],
                 "PROMETHEUS_MAPPER_YAML",
             ),
-            (&[("TRACING_ENABLED", "true")], "TRACING_ENABLED"),
+            (&[("TRACING_ENABLED", "yes")], "TRACING_ENABLED"),
+            (
+                &[
+                    ("TRACING_ENABLED", "true"),
+                    ("TRACING_EXPORTER_PROTOCOL", "udp"),
+                ],
+                "TRACING_EXPORTER_PROTOCOL",
+            ),
             (
                 &[("USE_DOG_STATSD_MOGRIFIERS", "A")],
                 "USE_DOG_STATSD_MOGRIFIERS",
@@ -462,6 +564,28 @@ mod tests {
             assert_eq!(error.variable, variable, "{error}");
             assert!(error.to_string().starts_with(variable), "{error}");
         }
+    }
+
+    #[test]
+    fn tracing_variables() {
+        let tracing = from(&[("TRACING_ENABLED", "true")])
+            .expect("settings")
+            .tracing
+            .expect("tracing");
+        assert_eq!(tracing.protocol, OtlpProtocol::Http);
+        assert_eq!(tracing.endpoint, "http://localhost:4318/v1/traces");
+        assert_eq!(tracing.service_name, "RateLimit");
+        let tracing = from(&[
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+        ])
+        .expect("settings")
+        .tracing
+        .expect("tracing");
+        assert_eq!(tracing.protocol, OtlpProtocol::Grpc);
+        assert_eq!(tracing.endpoint, "http://collector:4317");
+        assert!(from(&[]).expect("settings").tracing.is_none());
     }
 
     #[test]
