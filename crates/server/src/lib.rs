@@ -54,8 +54,10 @@ pub mod request;
 pub mod rules;
 pub mod server;
 pub mod service;
+pub mod statsd_mapping;
 pub mod status;
 pub mod tls;
+pub mod traces;
 pub mod xds;
 mod yaml;
 

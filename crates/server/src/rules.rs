@@ -81,23 +81,35 @@ impl Rule {
         &self,
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Option<(String, String)> {
+        let mut parts = self.metric_parts(entries)?.into_iter();
+        let key1 = parts.next().unwrap_or_default();
+        let key2 = parts.next().unwrap_or_default();
+        Some((key1, key2))
+    }
+
+    /// envoyproxy/ratelimit's stat key parts (`key_value`, or `key`) for a
+    /// request's entries, when the rule names its metrics by request values
+    /// (`None` otherwise: the rule's own key, see
+    /// [`crate::metrics::lyft_rule_key`]).
+    pub fn metric_parts<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<Vec<String>> {
         if !self.metric_values.iter().any(|&v| v) {
             return None;
         }
-        let mut keys = entries
+        let parts = entries
             .into_iter()
             .zip(self.path.iter().zip(&self.metric_values))
-            .take(2)
             .map(
                 |((key, value), ((_, configured), &by_value))| match (by_value, configured) {
                     (true, _) => format!("{key}_{value}"),
                     (false, Some(configured)) => format!("{key}_{configured}"),
                     (false, None) => key.to_owned(),
                 },
-            );
-        let key1 = keys.next().unwrap_or_default();
-        let key2 = keys.next().unwrap_or_default();
-        Some((key1, key2))
+            )
+            .collect();
+        Some(parts)
     }
 }
 

@@ -40,6 +40,7 @@ use tollgate::ClockSource;
 
 use crate::backend::{Backend, BackendError, MemoryBackend, SWEEP_EVERY};
 use crate::concurrency::Leases;
+use crate::config::telemetry::TelemetrySettings;
 use crate::config::{BackendSettings, Config, ConfigError};
 use crate::grpc::{self, RlsService};
 use crate::listen::Acceptor;
@@ -74,6 +75,15 @@ pub enum ServeError {
     /// The TLS certificate or key cannot be loaded (they were checked when
     /// the file was read: they changed since).
     Tls(String),
+    /// The OTLP exporter cannot start (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    Tracing(String),
+    /// The Prometheus listener (`PROMETHEUS_ADDR`) cannot be bound.
+    Prometheus {
+        /// The address.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
 }
 
 impl std::fmt::Display for ServeError {
@@ -86,6 +96,10 @@ impl std::fmt::Display for ServeError {
             ServeError::Http(error) => write!(f, "http server: {error}"),
             ServeError::Backend(error) => write!(f, "{error}"),
             ServeError::Tls(error) => write!(f, "tls: {error}"),
+            ServeError::Tracing(error) => write!(f, "TRACING_ENABLED: OTLP exporter: {error}"),
+            ServeError::Prometheus { addr, error } => {
+                write!(f, "PROMETHEUS_ADDR: cannot listen on {addr}: {error}")
+            }
         }
     }
 }
@@ -106,6 +120,7 @@ pub struct Server {
     backend: Option<Arc<dyn Backend>>,
     /// Rules from a control plane instead of the file.
     xds: Option<crate::xds::XdsSettings>,
+    telemetry: TelemetrySettings,
 }
 
 impl std::fmt::Debug for Server {
@@ -132,6 +147,7 @@ impl Server {
             clock: ClockSource::default(),
             backend: None,
             xds: None,
+            telemetry: TelemetrySettings::default(),
         })
     }
 
@@ -148,6 +164,7 @@ impl Server {
             clock: ClockSource::default(),
             backend: None,
             xds: Some(xds),
+            telemetry: TelemetrySettings::default(),
         }
     }
 
@@ -167,6 +184,15 @@ impl Server {
     /// or a [`MemoryBackend`] on the clock.
     pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Server {
         self.backend = Some(backend);
+        self
+    }
+
+    /// Where envoyproxy/ratelimit's stats go (StatsD, a Prometheus
+    /// listener of their own) and the near-limit ratio: see
+    /// [`crate::config::telemetry`]. By default, no StatsD, no listener
+    /// beyond the HTTP one's `/metrics`, a ratio of 0.8.
+    pub fn with_telemetry(mut self, telemetry: TelemetrySettings) -> Server {
+        self.telemetry = telemetry;
         self
     }
 
@@ -217,19 +243,44 @@ impl Server {
                 .await
                 .map_err(|error| ServeError::Backend(BackendError::new(error)))?,
         });
-        let mut metrics = Metrics::new().with_concurrency(leases.stats().clone());
+        let prometheus = match &self.telemetry.prometheus {
+            None => None,
+            Some(prometheus) => {
+                let listener =
+                    TcpListener::bind(prometheus.addr.as_str())
+                        .await
+                        .map_err(|error| ServeError::Prometheus {
+                            addr: prometheus.addr.clone(),
+                            error,
+                        })?;
+                Some((listener, prometheus.path.clone()))
+            }
+        };
+        let mut metrics = Metrics::new()
+            .with_concurrency(leases.stats().clone())
+            .with_near_limit_ratio(self.telemetry.near_limit_ratio)
+            .with_mapping(self.telemetry.mapping.clone());
         backend.register_metrics(metrics.registry_mut());
-        let service = Arc::new(
-            Service::new(
-                RuleSet::new(&self.config),
-                backend,
-                Arc::new(metrics),
-                RequestLimits::of(&settings),
-                settings.max_concurrent_requests,
-            )
-            .map_err(ServeError::Backend)?
-            .with_leases(leases),
-        );
+        let traces = self
+            .telemetry
+            .tracing
+            .as_ref()
+            .map(crate::traces::Traces::start)
+            .transpose()
+            .map_err(|error| ServeError::Tracing(error.to_string()))?;
+        let mut service = Service::new(
+            RuleSet::new(&self.config),
+            backend,
+            Arc::new(metrics),
+            RequestLimits::of(&settings),
+            settings.max_concurrent_requests,
+        )
+        .map_err(ServeError::Backend)?
+        .with_leases(leases);
+        if let Some(traces) = traces {
+            service = service.with_traces(Arc::new(traces));
+        }
+        let service = Arc::new(service);
         // Rules from a control plane: listen once they are in force.
         let xds = match self.xds {
             Some(xds) => {
@@ -281,6 +332,8 @@ impl Server {
             http_tls,
             ready: Arc::new(AtomicBool::new(true)),
             xds,
+            prometheus,
+            telemetry: self.telemetry,
         })
     }
 
@@ -331,6 +384,9 @@ pub struct BoundServer {
     ready: Arc<AtomicBool>,
     /// The xDS client's task, when the rules come from a control plane.
     xds: Option<tokio::task::JoinHandle<()>>,
+    /// `USE_PROMETHEUS`: its listener and path.
+    prometheus: Option<(TcpListener, String)>,
+    telemetry: TelemetrySettings,
 }
 
 impl std::fmt::Debug for BoundServer {
@@ -351,6 +407,13 @@ impl BoundServer {
     /// The HTTP JSON API address.
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The Prometheus listener's address (`USE_PROMETHEUS`), if any.
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.prometheus
+            .as_ref()
+            .and_then(|(listener, _)| listener.local_addr().ok())
     }
 
     /// The reloader, to reload now rather than at the next poll (a server
@@ -374,6 +437,7 @@ impl BoundServer {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stop_rx_for_stats = stop_rx.clone();
         let stopped = move || {
             let mut rx = stop_rx.clone();
             async move {
@@ -447,6 +511,36 @@ impl BoundServer {
             }
         };
 
+        let statsd = self.telemetry.statsd.clone().map(|statsd| {
+            tokio::spawn(crate::metrics::statsd::run(
+                Arc::clone(self.service.metrics_arc()),
+                statsd,
+                self.telemetry.flush_interval,
+                stop_rx_for_stats.clone(),
+            ))
+        });
+        let prometheus = self.prometheus.map(|(listener, path)| {
+            let service = Arc::clone(&self.service);
+            let router = axum::Router::new().route(
+                &path,
+                axum::routing::get(move || {
+                    let service = Arc::clone(&service);
+                    // envoyproxy/ratelimit's endpoint: always text 0.0.4.
+                    async move {
+                        let format = crate::metrics::text::Format::Text;
+                        (
+                            [(http::header::CONTENT_TYPE, format.content_type())],
+                            service.metrics().encode_as(format),
+                        )
+                    }
+                }),
+            );
+            let stopped = stopped();
+            tokio::spawn(async move {
+                crate::http::serve::serve(Acceptor::new(listener, idle), router, idle, stopped)
+                    .await
+            })
+        });
         let reload = (self.xds.is_none() && self.settings.reload_interval_ms > 0).then(|| {
             tokio::spawn(
                 Arc::clone(&self.reloader)
@@ -491,6 +585,13 @@ impl BoundServer {
         });
 
         let (grpc, http) = tokio::join!(grpc, http);
+        if let Some(prometheus) = prometheus {
+            let _ = prometheus.await;
+        }
+        if let Some(statsd) = statsd {
+            // It flushes once more on the stop signal, then returns.
+            let _ = statsd.await;
+        }
         if let Some(reload) = reload {
             reload.abort();
         }
@@ -499,6 +600,9 @@ impl BoundServer {
         }
         sweeper.abort();
         sampler.abort();
+        if let Some(traces) = self.service.traces() {
+            traces.shutdown().await;
+        }
         // After the last answer: give back what the backend holds (leases).
         self.service.backend().shutdown().await;
         grpc.map_err(ServeError::Grpc)?;

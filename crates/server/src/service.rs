@@ -91,6 +91,7 @@ use crate::metrics::{Api, Metrics, Refusal, RuleCounters};
 pub use crate::request::{CheckRequest, Descriptor, LimitOverride, Outcome, Status};
 use crate::rules::{Rule, RuleSet, bucket_key};
 use crate::status::StatusBoard;
+use crate::traces::{Ended, Traces};
 
 /// Why a blocked rule's descriptor is OVER_LIMIT.
 const BLOCKED: &str = "the rule admits nothing (requests_per_unit: 0)";
@@ -103,9 +104,9 @@ enum Plan {
         rule: Arc<Rule>,
         key: String,
         cost: u64,
-        /// envoyproxy/ratelimit's `key1` / `key2` from the request's values
+        /// envoyproxy/ratelimit's stat key parts from the request's values
         /// (`detailed_metric`, `value_to_metric`).
-        metric: Option<(String, String)>,
+        metric: Option<Vec<String>>,
         /// For a `limit` override: the file rule the descriptor matches and
         /// its bucket, whose deny list and penalties still apply (module
         /// docs, "Limit overrides").
@@ -123,7 +124,7 @@ enum Plan {
         rule: Arc<Rule>,
         quota: QuotaConfig,
         cost: u64,
-        metric: Option<(String, String)>,
+        metric: Option<Vec<String>>,
     },
 }
 
@@ -195,6 +196,8 @@ pub struct Service {
     in_flight: Arc<Semaphore>,
     /// Concurrency rules' leases ([`crate::concurrency`]).
     leases: Arc<Leases>,
+    /// A span per decision, when traces are on ([`crate::traces`]).
+    traces: Option<Arc<Traces>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -230,6 +233,7 @@ impl Service {
             limits,
             in_flight: Arc::new(Semaphore::new(max_concurrent)),
             leases: Arc::new(Leases::memory(tollgate::ClockSource::default())),
+            traces: None,
         })
     }
 
@@ -296,6 +300,24 @@ impl Service {
         &self.metrics
     }
 
+    /// Records a span per decision on `traces` (`TRACING_ENABLED`, see
+    /// [`crate::traces`]). By default, none.
+    #[must_use]
+    pub fn with_traces(mut self, traces: Arc<Traces>) -> Service {
+        self.traces = Some(traces);
+        self
+    }
+
+    /// The tracer of the decisions, if any.
+    pub fn traces(&self) -> Option<&Arc<Traces>> {
+        self.traces.as_ref()
+    }
+
+    /// The metrics, shared (the StatsD sink holds them).
+    pub fn metrics_arc(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
@@ -331,6 +353,22 @@ impl Service {
     pub async fn check(&self, api: Api, request: &CheckRequest) -> Result<Outcome, CheckError> {
         let started = Instant::now();
         let result = self.decide(api, request).await;
+        if let Some(traces) = &self.traces {
+            let ended = match &result {
+                Ok(outcome) => Ended::Decided {
+                    over_limit: outcome.is_over_limit(),
+                },
+                Err(CheckError::Invalid(_)) => Ended::Invalid,
+                Err(CheckError::Backend(_)) => Ended::BackendError,
+            };
+            traces.decision(
+                api,
+                &request.domain,
+                request.descriptors.len(),
+                started.elapsed(),
+                ended,
+            );
+        }
         match &result {
             Ok(outcome) => {
                 self.metrics.latency(api, started.elapsed());
@@ -493,7 +531,7 @@ impl Service {
         rule: &Arc<Rule>,
         cost: u64,
         decision: &Decision,
-        metric: Option<(String, String)>,
+        metric: Option<Vec<String>>,
     ) {
         let fresh;
         let rule_counters = match counters.get(&rule.id) {
@@ -505,11 +543,11 @@ impl Service {
         };
         match metric {
             None => rule_counters.decided(cost, decision, rule.shadow_mode),
-            Some((key1, key2)) => rule_counters.decided_detailed(
+            Some(parts) => rule_counters.decided_detailed(
                 cost,
                 decision,
                 rule.shadow_mode,
-                &self.metrics.detailed(rule, key1, key2),
+                &self.metrics.detailed(rule, &parts),
             ),
         }
     }
@@ -553,7 +591,7 @@ impl Service {
             },
         };
         let metric = || {
-            rule.metric_keys(
+            rule.metric_parts(
                 descriptor
                     .entries
                     .iter()

@@ -123,6 +123,7 @@ mod backend;
 pub mod checked;
 pub mod concurrency;
 mod limits;
+pub mod telemetry;
 pub mod xds;
 
 pub use crate::tls::TlsSettings;

@@ -179,6 +179,8 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        // envoyproxy/ratelimit counts every call (its gRPC interceptor).
+        self.service.metrics().should_rate_limit_call();
         let Some(_slot) = self.service.admit(Api::Grpc) else {
             return Err(Status::resource_exhausted(
                 "too many requests in flight; retry later",

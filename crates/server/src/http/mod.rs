@@ -8,7 +8,7 @@
 //! | `ANY /v1/forward-auth/{domain}` | a reverse proxy's "may this request pass?" ([`crate::forward_auth`]) |
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 while it takes traffic, 503 once shutting down |
-//! | `GET /metrics` | Prometheus text format |
+//! | `GET /metrics` | Prometheus text 0.0.4, or OpenMetrics 1.0.0 when `Accept` asks for it ([`crate::metrics::text`]) |
 //! | `GET /status` | the status page ([`crate::status`]; the page without a token, its data behind it) |
 //! | `GET /status.json` | the status page's numbers |
 //!
@@ -135,13 +135,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    (headers, state.service.metrics().encode()).into_response()
+async fn metrics(State(state): State<AppState>, request_headers: HeaderMap) -> Response {
+    crate::metrics::text::respond(state.service.metrics(), &request_headers)
 }
 
 async fn status_json(State(state): State<AppState>) -> Response {

@@ -1,4 +1,11 @@
-//! Prometheus metrics, served at `/metrics` in the text format.
+//! Metrics: tollgate's own, and envoyproxy/ratelimit's under its names.
+//!
+//! `/metrics` serves Prometheus text 0.0.4 by default and OpenMetrics
+//! 1.0.0 to a scraper whose `Accept` asks for it ([`text`]): the series
+//! names are the same in both. envoyproxy/ratelimit's stats are kept as it
+//! keeps them ([`lyft`]), named for Prometheus by its statsd_exporter
+//! mapping ([`crate::statsd_mapping`]) and sent to StatsD by [`statsd`];
+//! [`crate::config::telemetry`] says where they go.
 //!
 //! `prometheus-client` (the Prometheus project's own Rust client) rather
 //! than `metrics` + an exporter: one crate, typed label sets, no global
@@ -6,21 +13,26 @@
 //!
 //! Per rule (label `rule`, the rule's path: bounded by the file, never by
 //! request values), counted in permits as envoyproxy/ratelimit does:
-//! `tollgate_rule_total_hits`, `_over_limit`, `_near_limit` (admitted with
-//! less than 20% of the limit left), `_within_limit`, `_shadow_mode`
-//! (denials answered OK); the same counts under envoyproxy/ratelimit's
-//! Prometheus names, `ratelimit_service_rate_limit_{total_hits,over_limit,
-//! near_limit,within_limit,shadow_mode}{domain,key1,key2}`, and
-//! `ratelimit_service_config_load_{success,error}`, so that its dashboards
-//! keep working. A rule under `detailed_metric: true` or `value_to_metric:
-//! true` counts envoyproxy/ratelimit's names with the request's values in
-//! `key1` / `key2` instead (`key1="key1_unspecified_value"`, as its
-//! Example 8), at most [`DETAILED_VALUES_PER_RULE`] label sets per rule:
-//! later ones are folded into `key1="_other", key2="_other"`, so that a
+//! `tollgate_rule_total_hits_total`, `_over_limit_total`,
+//! `_near_limit_total` (admitted with more than `NEAR_LIMIT_RATIO`, by
+//! default 0.8, of the limit in use), `_within_limit_total`,
+//! `_shadow_mode_total` (denials answered OK); the same decisions counted
+//! as envoyproxy/ratelimit counts them ([`lyft`]), under its names
+//! exactly: with its default mapping,
+//! `ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
+//! within_limit,shadow_mode}{domain,key1}` (a two-part key) or
+//! `{domain,key1,key2}` (longer keys), `ratelimit_service_config_load_
+//! {success,error}` and `ratelimit_service_total_requests{grpc_method=
+//! "ShouldRateLimit"}`, each shown once it has counted (its store flushes
+//! only counters that moved). A rule under `detailed_metric: true` or
+//! `value_to_metric: true` counts envoyproxy/ratelimit's stats under the
+//! request's values instead (`key1="key1_unspecified_value"`, as its
+//! Example 8), at most [`DETAILED_VALUES_PER_RULE`] keys per rule: later
+//! ones are folded into the key `<domain>._other._other`, so that a
 //! client sending ever new values cannot grow memory without bound. The
-//! label sets seen are kept per rule path for the life of the process
-//! (a reload does not reset them), so that reloads cannot raise the bound
-//! either. tollgate's own names stay per rule. Also the decision latency per API, requests
+//! keys seen are kept per rule path for the life of the process (a reload
+//! does not reset them), so that reloads cannot raise the bound either.
+//! tollgate's own names stay per rule. Also the decision latency per API, requests
 //! refused before a decision (by reason), configuration loads by result, and
 //! backend errors. Label values are lower case (`api="grpc"`), as
 //! envoyproxy/ratelimit's and Prometheus' conventions have them.
@@ -48,6 +60,10 @@ use std::time::Duration;
 
 use std::fmt::Write as _;
 
+pub mod lyft;
+pub mod statsd;
+pub mod text;
+
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -57,15 +73,10 @@ use prometheus_client::registry::Registry;
 use tollgate::Decision;
 
 use crate::rules::Rule;
-
-/// envoyproxy/ratelimit's per-rule stats, in [`RuleCounters`]' order.
-const LYFT_RULE_NAMES: [&str; 5] = [
-    "total_hits",
-    "over_limit",
-    "near_limit",
-    "within_limit",
-    "shadow_mode",
-];
+use crate::statsd_mapping::{Mapping, Series};
+use lyft::LyftStats;
+pub use lyft::StatCounters;
+use text::Format;
 
 /// Which API a request came through (label value `grpc` or `http`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -117,17 +128,6 @@ struct RuleLabel {
     rule: String,
 }
 
-/// envoyproxy/ratelimit's labels, as its Prometheus mapping
-/// (`src/stats/prom/default_mapper.yaml`) names them: the domain and the
-/// first two entries of the rule's path (`key_value`, or `key` without a
-/// value); `key2` is empty (to Prometheus: absent) for a one-entry rule.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LyftLabel {
-    domain: String,
-    key1: String,
-    key2: String,
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabel {
     api: Api,
@@ -146,18 +146,17 @@ struct ResultLabel {
 
 /// One rule's counters (clones of the registered ones): tollgate's and
 /// envoyproxy/ratelimit's names, counted together.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RuleCounters {
-    /// tollgate's, in [`LYFT_RULE_NAMES`]' order.
+    /// tollgate's, in [`lyft::RULE_STATS`]' order.
     ours: StatCounters,
-    /// envoyproxy/ratelimit's, for the rule's own labels.
+    /// envoyproxy/ratelimit's, for the rule's own key.
     lyft: StatCounters,
+    /// `NEAR_LIMIT_RATIO`.
+    near_limit_ratio: f32,
 }
 
-/// total_hits, over_limit, near_limit, within_limit, shadow_mode.
-pub type StatCounters = [Counter; 5];
-
-fn count(counters: &StatCounters, cost: u64, decision: &Decision, shadow: bool) {
+fn count(counters: &StatCounters, cost: u64, decision: &Decision, shadow: bool, ratio: f32) {
     let [
         total_hits,
         over_limit,
@@ -168,8 +167,10 @@ fn count(counters: &StatCounters, cost: u64, decision: &Decision, shadow: bool) 
     total_hits.inc_by(cost);
     if decision.is_allowed() {
         within_limit.inc_by(cost);
-        // Less than 20% left (in 128 bits: no overflow).
-        if u128::from(decision.remaining()) * 5 < u128::from(decision.limit()) {
+        // More than floor(limit × ratio) in use, as envoyproxy/ratelimit's
+        // threshold (with a ratio of 0.8: less than 20% left).
+        let in_use = decision.limit().saturating_sub(decision.remaining());
+        if in_use > lyft::near_threshold(decision.limit(), ratio) {
             near_limit.inc_by(cost);
         }
     } else {
@@ -197,8 +198,9 @@ impl RuleCounters {
 
     /// Counts one decision of `cost`; `shadow` if the rule is in shadow mode.
     pub fn decided(&self, cost: u64, decision: &Decision, shadow: bool) {
-        count(&self.ours, cost, decision, shadow);
-        count(&self.lyft, cost, decision, shadow);
+        let ratio = self.near_limit_ratio;
+        count(&self.ours, cost, decision, shadow, ratio);
+        lyft::count(&self.lyft, cost, decision, shadow, ratio);
     }
 
     /// As [`RuleCounters::decided`], but envoyproxy/ratelimit's counts go
@@ -211,18 +213,18 @@ impl RuleCounters {
         shadow: bool,
         lyft: &StatCounters,
     ) {
-        count(&self.ours, cost, decision, shadow);
-        count(lyft, cost, decision, shadow);
+        let ratio = self.near_limit_ratio;
+        count(&self.ours, cost, decision, shadow, ratio);
+        lyft::count(lyft, cost, decision, shadow, ratio);
     }
 }
 
-/// The most distinct `(key1, key2)` label sets one rule's
-/// `detailed_metric` / `value_to_metric` counts get; later ones are counted
-/// under `key1="_other", key2="_other"`.
+/// The most distinct keys one rule's `detailed_metric` / `value_to_metric`
+/// counts get; later ones are counted under `<domain>._other._other`.
 pub const DETAILED_VALUES_PER_RULE: usize = 100;
 
-/// Per rule id, the `(key1, key2)` label sets its detailed counts got.
-type DetailedSeen = HashMap<Arc<str>, HashSet<(String, String)>>;
+/// Per rule id, the keys its detailed counts got.
+type DetailedSeen = HashMap<Arc<str>, HashSet<String>>;
 
 /// Every metric the server exports.
 pub struct Metrics {
@@ -232,12 +234,13 @@ pub struct Metrics {
     near_limit: Family<RuleLabel, Counter>,
     within_limit: Family<RuleLabel, Counter>,
     shadow_mode: Family<RuleLabel, Counter>,
-    /// envoyproxy/ratelimit's names (`ratelimit_service_rate_limit_*`),
-    /// in a registry without tollgate's prefix.
-    lyft: Registry,
-    lyft_rule: [Family<LyftLabel, Counter>; 5],
-    lyft_config: [Counter; 2],
-    /// Per rule id, the detailed label sets given so far (bounded by
+    /// envoyproxy/ratelimit's stats.
+    lyft: LyftStats,
+    /// How they are named for Prometheus.
+    mapping: Mapping,
+    /// `NEAR_LIMIT_RATIO`.
+    near_limit_ratio: f32,
+    /// Per rule id, the detailed keys given so far (bounded by
     /// [`DETAILED_VALUES_PER_RULE`]).
     detailed: Mutex<DetailedSeen>,
     latency: Family<ApiLabel, Histogram>,
@@ -249,6 +252,20 @@ pub struct Metrics {
     concurrency: Arc<Mutex<ConcurrencyStats>>,
     /// Encoding takes `&Registry` only, but one scrape at a time is plenty.
     encoding: Mutex<()>,
+}
+
+/// envoyproxy/ratelimit's key of a rule's own stats: its domain, then its
+/// path's `key_value` (or `key`) parts.
+pub fn lyft_rule_key(rule: &Rule) -> String {
+    let parts: Vec<String> = rule
+        .path
+        .iter()
+        .map(|(key, value)| match value {
+            Some(value) => format!("{key}_{value}"),
+            None => key.clone(),
+        })
+        .collect();
+    lyft::rule_key(&rule.domain, parts.iter().map(String::as_str))
 }
 
 impl std::fmt::Debug for Metrics {
@@ -292,7 +309,7 @@ impl Metrics {
         );
         registry.register(
             "rule_near_limit",
-            "Permits admitted with less than 20% of the limit left",
+            "Permits admitted with more than NEAR_LIMIT_RATIO (by default 0.8) of the limit in use",
             near_limit.clone(),
         );
         registry.register(
@@ -332,32 +349,12 @@ impl Metrics {
         );
         let concurrency = Arc::new(Mutex::new(ConcurrencyStats::default()));
         registry.register_collector(Box::new(ConcurrencyCollector(Arc::clone(&concurrency))));
-        let mut lyft = Registry::default();
-        let lyft_rule: [Family<LyftLabel, Counter>; 5] = Default::default();
-        for (family, name) in lyft_rule.iter().zip(LYFT_RULE_NAMES) {
-            lyft.register(
-                format!("ratelimit_service_rate_limit_{name}"),
-                format!("envoyproxy/ratelimit's {name}, per domain, key1, key2"),
-                family.clone(),
-            );
-        }
-        let lyft_config: [Counter; 2] = Default::default();
-        lyft.register(
-            "ratelimit_service_config_load_success",
-            "envoyproxy/ratelimit's configuration loads that succeeded",
-            lyft_config[0].clone(),
-        );
-        lyft.register(
-            "ratelimit_service_config_load_error",
-            "envoyproxy/ratelimit's configuration loads that failed",
-            lyft_config[1].clone(),
-        );
         Metrics {
             concurrency,
             registry,
-            lyft,
-            lyft_rule,
-            lyft_config,
+            lyft: LyftStats::default(),
+            mapping: Mapping::default(),
+            near_limit_ratio: lyft::DEFAULT_NEAR_LIMIT_RATIO,
             detailed: Mutex::new(HashMap::new()),
             total_hits,
             over_limit,
@@ -379,19 +376,6 @@ impl Metrics {
         let label = RuleLabel {
             rule: rule.id.to_string(),
         };
-        let entry = |i: usize| {
-            rule.path
-                .get(i)
-                .map_or_else(String::new, |(key, value)| match value {
-                    Some(value) => format!("{key}_{value}"),
-                    None => key.clone(),
-                })
-        };
-        let lyft = LyftLabel {
-            domain: rule.domain.clone(),
-            key1: entry(0),
-            key2: entry(1),
-        };
         RuleCounters {
             ours: [
                 &self.total_hits,
@@ -401,21 +385,19 @@ impl Metrics {
                 &self.shadow_mode,
             ]
             .map(|family| family.get_or_create(&label).clone()),
-            lyft: self.lyft_counters(&lyft),
+            lyft: self.lyft.rule(&lyft_rule_key(rule)),
+            near_limit_ratio: self.near_limit_ratio,
         }
     }
 
-    fn lyft_counters(&self, label: &LyftLabel) -> StatCounters {
-        std::array::from_fn(|i| self.lyft_rule[i].get_or_create(label).clone())
-    }
-
     /// envoyproxy/ratelimit's counters of `rule` for the request's own
-    /// `key1` / `key2` (`detailed_metric`, `value_to_metric`): at most
-    /// [`DETAILED_VALUES_PER_RULE`] label sets per rule, so that clients
-    /// sending ever new values cannot grow the metrics without bound;
-    /// beyond, `key1="_other", key2="_other"`.
-    pub fn detailed(&self, rule: &Rule, key1: String, key2: String) -> StatCounters {
-        let (key1, key2) = {
+    /// key parts (`detailed_metric`, `value_to_metric`, see
+    /// [`Rule::metric_parts`]): at most [`DETAILED_VALUES_PER_RULE`] keys
+    /// per rule, so that clients sending ever new values cannot grow the
+    /// metrics without bound; beyond, `<domain>._other._other`.
+    pub fn detailed(&self, rule: &Rule, parts: &[String]) -> StatCounters {
+        let key = lyft::rule_key(&rule.domain, parts.iter().map(String::as_str));
+        let key = {
             // A poisoned lock only means a scrape or count panicked; the
             // set is still a valid set.
             let mut seen = self
@@ -423,19 +405,14 @@ impl Metrics {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let set = seen.entry(Arc::clone(&rule.id)).or_default();
-            let pair = (key1, key2);
-            if set.contains(&pair) || set.len() < DETAILED_VALUES_PER_RULE {
-                set.insert(pair.clone());
-                pair
+            if set.contains(&key) || set.len() < DETAILED_VALUES_PER_RULE {
+                set.insert(key.clone());
+                key
             } else {
-                ("_other".to_owned(), "_other".to_owned())
+                lyft::rule_key(&rule.domain, ["_other", "_other"])
             }
         };
-        self.lyft_counters(&LyftLabel {
-            domain: rule.domain.clone(),
-            key1,
-            key2,
-        })
+        self.lyft.rule(&key)
     }
 
     /// Records how long a decision took.
@@ -459,7 +436,7 @@ impl Metrics {
             .get_or_create(&ResultLabel { result })
             .inc();
         self.config_ok.set(i64::from(ok));
-        self.lyft_config[usize::from(!ok)].inc();
+        self.lyft.config_loaded(ok);
     }
 
     /// The registry, to add a backend's metrics before serving.
@@ -486,24 +463,72 @@ impl Metrics {
             .clone()
     }
 
+    /// Counts a gRPC `ShouldRateLimit` call, whatever its answer
+    /// (envoyproxy/ratelimit's `ratelimit_server.ShouldRateLimit.total_requests`).
+    pub fn should_rate_limit_call(&self) {
+        self.lyft.should_rate_limit_call();
+    }
+
     /// Counts a backend error.
     pub fn backend_error(&self) {
         self.backend_errors.inc();
     }
 
-    /// The text exposition format.
-    pub fn encode(&self) -> String {
+    /// Counts `near_limit` above `floor(limit × ratio)` permits in use
+    /// (`NEAR_LIMIT_RATIO`), for the rules' counters made from now on. By
+    /// default, 0.8.
+    #[must_use]
+    pub fn with_near_limit_ratio(mut self, ratio: f32) -> Metrics {
+        self.near_limit_ratio = ratio;
+        self
+    }
+
+    /// Names envoyproxy/ratelimit's stats for Prometheus with `mapping`
+    /// (`PROMETHEUS_MAPPER_YAML`). By default, its built-in mapping.
+    #[must_use]
+    pub fn with_mapping(mut self, mapping: Mapping) -> Metrics {
+        self.mapping = mapping;
+        self
+    }
+
+    /// envoyproxy/ratelimit's stats: StatsD names and totals.
+    pub fn lyft_snapshot(&self) -> Vec<(String, u64)> {
+        self.lyft.snapshot()
+    }
+
+    /// Every metric in `format` (see [`text`]).
+    pub fn encode_as(&self, format: Format) -> String {
         let _one = self
             .encoding
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut text = String::new();
+        let mut ours = String::new();
         // Writing to a String cannot fail.
-        // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode_registry(&mut text, &self.registry);
-        let _ = prometheus_client::encoding::text::encode_registry(&mut text, &self.lyft);
-        let _ = prometheus_client::encoding::text::encode_eof(&mut text);
-        text
+        let _ = prometheus_client::encoding::text::encode_registry(&mut ours, &self.registry);
+        let lyft: Vec<(Series, u64)> = self
+            .lyft
+            .snapshot()
+            .into_iter()
+            .filter_map(|(stat, value)| Some((self.mapping.map(&stat)?, value)))
+            .collect();
+        match format {
+            Format::OpenMetrics => {
+                text::encode_lyft(&lyft, format, &mut ours);
+                ours.push_str("# EOF\n");
+                ours
+            }
+            Format::Text => {
+                let mut out = String::with_capacity(ours.len());
+                text::openmetrics_to_text(&ours, &mut out);
+                text::encode_lyft(&lyft, format, &mut out);
+                out
+            }
+        }
+    }
+
+    /// Every metric in OpenMetrics.
+    pub fn encode(&self) -> String {
+        self.encode_as(Format::OpenMetrics)
     }
 }
 
