@@ -30,7 +30,7 @@
 //! [`concurrency`] (concurrency rules' leases; [`concurrency_http`] their
 //! HTTP routes),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
-//! [`http`] (JSON API), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
+//! [`http`] (JSON API), [`lyft_http`] (envoyproxy/ratelimit's endpoints), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
 //! [`auth`], [`server`], [`status`] (the status page), [`admin`] (the admin API).
 
 #![forbid(unsafe_code)]
@@ -44,6 +44,7 @@ pub mod config;
 pub mod grpc;
 pub mod http;
 pub mod listen;
+pub mod lyft_http;
 pub mod metrics;
 pub mod redis_backend;
 pub mod reload;

@@ -35,6 +35,7 @@ use tollgate::ClockSource;
 
 use crate::backend::{Backend, BackendError, MemoryBackend, SWEEP_EVERY};
 use crate::concurrency::Leases;
+use crate::config::lyft_env::{ConfigType, Env, EnvError, LyftSettings, RuntimeDir, Snapshot};
 use crate::config::{BackendSettings, Config, ConfigError};
 use crate::grpc::{self, RlsService};
 use crate::listen::Acceptor;
@@ -69,6 +70,9 @@ pub enum ServeError {
     /// The TLS certificate or key cannot be loaded (they were checked when
     /// the file was read: they changed since).
     Tls(String),
+    /// An envoyproxy/ratelimit variable is refused
+    /// ([`crate::config::lyft_env`]).
+    Env(crate::config::lyft_env::EnvError),
 }
 
 impl std::fmt::Display for ServeError {
@@ -81,6 +85,7 @@ impl std::fmt::Display for ServeError {
             ServeError::Http(error) => write!(f, "http server: {error}"),
             ServeError::Backend(error) => write!(f, "{error}"),
             ServeError::Tls(error) => write!(f, "tls: {error}"),
+            ServeError::Env(error) => write!(f, "{error}"),
         }
     }
 }
@@ -97,6 +102,9 @@ impl From<ConfigError> for ServeError {
 pub struct Server {
     config: Config,
     path: PathBuf,
+    /// Set when the rules are envoyproxy/ratelimit's config directory, with
+    /// the files they were read from.
+    directory: Option<(RuntimeDir, Snapshot)>,
     clock: ClockSource,
     backend: Option<Arc<dyn Backend>>,
 }
@@ -122,7 +130,46 @@ impl Server {
         Ok(Server {
             config,
             path,
+            directory: None,
             clock: ClockSource::default(),
+            backend: None,
+        })
+    }
+
+    /// Reads envoyproxy/ratelimit's environment and config directory
+    /// ([`crate::config::lyft_env`]). In memory, windows are counted on the
+    /// wall clock (UNIX time), so that a fixed window is aligned to its
+    /// unit as envoyproxy/ratelimit aligns it.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Env`] naming a refused variable, or
+    /// [`ServeError::Config`] for the config directory.
+    pub fn from_lyft_env(env: &Env) -> Result<Server, ServeError> {
+        let settings = LyftSettings::read(env).map_err(ServeError::Env)?;
+        Server::from_lyft_settings(&settings)
+    }
+
+    /// As [`from_lyft_env`](Server::from_lyft_env), from settings already
+    /// read.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_lyft_env`](Server::from_lyft_env).
+    pub fn from_lyft_settings(settings: &LyftSettings) -> Result<Server, ServeError> {
+        if settings.config_type == ConfigType::GrpcXdsSotw {
+            // Read by the xDS module; never start without rules by accident.
+            return Err(ServeError::Env(EnvError::new(
+                "CONFIG_TYPE",
+                "GRPC_XDS_SOTW: config over xDS is not served by this build",
+            )));
+        }
+        let (config, snapshot) = settings.load()?;
+        Ok(Server {
+            path: settings.runtime.dir.clone(),
+            directory: Some((settings.runtime.clone(), snapshot)),
+            config,
+            clock: tollgate::SystemClock::new().into(),
             backend: None,
         })
     }
@@ -170,6 +217,14 @@ impl Server {
         let http_listener = bind(settings.http_listen).await?;
         let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
         let http_addr = local_addr(&http_listener, settings.http_listen)?;
+        let debug_listener = match settings.debug_listen {
+            Some(addr) => {
+                let listener = bind(addr).await?;
+                let local = local_addr(&listener, addr)?;
+                Some((listener, local))
+            }
+            None => None,
+        };
 
         let load_tls = |tls: &Option<crate::config::TlsSettings>| {
             tls.as_ref()
@@ -209,18 +264,22 @@ impl Server {
             .with_leases(leases),
         );
         service.metrics().config_loaded(true);
-        // The bytes just validated; if the file changed since, the first
-        // poll picks it up.
-        let loaded = std::fs::read(&self.path).unwrap_or_default();
-        let reloader = Arc::new(Reloader::new(
-            self.path.clone(),
-            Arc::clone(&service),
-            &self.config,
-            loaded,
-        ));
+        let reloader = Arc::new(match self.directory {
+            // The files just validated: a change since is the first poll's.
+            Some((dir, snapshot)) => {
+                Reloader::for_directory(dir, Arc::clone(&service), &self.config, snapshot)
+            }
+            None => {
+                // The bytes just validated; if the file changed since, the
+                // first poll picks it up.
+                let loaded = std::fs::read(&self.path).unwrap_or_default();
+                Reloader::new(self.path.clone(), Arc::clone(&service), &self.config, loaded)
+            }
+        });
         Ok(BoundServer {
             grpc_listener,
             http_listener,
+            debug_listener,
             grpc_addr,
             http_addr,
             service,
@@ -268,6 +327,8 @@ pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 pub struct BoundServer {
     grpc_listener: TcpListener,
     http_listener: TcpListener,
+    /// The debug listener and its address, when there is one.
+    debug_listener: Option<(TcpListener, SocketAddr)>,
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
     service: Arc<Service>,
@@ -299,6 +360,12 @@ impl BoundServer {
     /// The HTTP JSON API address.
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The debug listener's address (`/rlconfig`, `/stats`), when there is
+    /// one (envoyproxy/ratelimit's `DEBUG_PORT`).
+    pub fn debug_addr(&self) -> Option<SocketAddr> {
+        self.debug_listener.as_ref().map(|(_, addr)| *addr)
     }
 
     /// The reloader, to reload now rather than at the next poll.
@@ -334,6 +401,11 @@ impl BoundServer {
         let mut grpc = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(idle / 2))
             .http2_keepalive_timeout(Some(idle / 2));
+        if let Some(age) = self.settings.grpc_max_connection_age {
+            grpc = grpc.max_connection_age(age);
+        }
+        let rls = RlsService::new(Arc::clone(&self.service), self.settings.response_headers)
+            .with_header_names(self.settings.response_header_names.clone());
         if let Some(identity) = &self.grpc_tls {
             grpc = grpc
                 .tls_config(identity.tonic_config())
@@ -348,7 +420,7 @@ impl BoundServer {
         let grpc = grpc
             .add_service(health_service)
             .add_service(grpc::server(
-                RlsService::new(Arc::clone(&self.service), self.settings.response_headers),
+                rls.clone(),
                 self.token.clone(),
                 self.settings.max_request_bytes,
             ))
@@ -362,6 +434,13 @@ impl BoundServer {
             Arc::clone(&self.ready),
             self.settings.max_request_bytes,
         );
+        let router = router.merge(crate::lyft_http::routes(
+            rls,
+            Arc::clone(&self.service),
+            self.token.clone(),
+            Arc::clone(&self.ready),
+            self.settings.healthy_only_with_rules,
+        ));
         let router = match &self.admin {
             Some(token) => router.merge(crate::admin::router(
                 Arc::clone(&self.service),
@@ -437,7 +516,24 @@ impl BoundServer {
             let _ = stop_tx.send(true);
         });
 
-        let (grpc, http) = tokio::join!(grpc, http);
+        let debug_stopped = stopped();
+        let debug_service = Arc::clone(&self.service);
+        let debug = async move {
+            match self.debug_listener {
+                Some((listener, _)) => {
+                    crate::http::serve::serve(
+                        Acceptor::new(listener, idle),
+                        crate::lyft_http::debug_routes(debug_service),
+                        idle,
+                        debug_stopped,
+                    )
+                    .await
+                }
+                None => Ok(()),
+            }
+        };
+
+        let (grpc, http, debug) = tokio::join!(grpc, http, debug);
         if let Some(reload) = reload {
             reload.abort();
         }
@@ -447,6 +543,7 @@ impl BoundServer {
         self.service.backend().shutdown().await;
         grpc.map_err(ServeError::Grpc)?;
         http.map_err(ServeError::Http)?;
+        debug.map_err(ServeError::Http)?;
         tracing::info!("tollgate server stopped");
         Ok(())
     }
