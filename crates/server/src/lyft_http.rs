@@ -344,8 +344,8 @@ async fn rlconfig(State(service): State<Arc<Service>>) -> String {
             // An unlimited rule (or a concurrency rule alone).
             let _ = writeln!(
                 out,
-                "{key}: unit=UNKNOWN requests_per_unit=0, shadow_mode: {}, quota_mode: false",
-                rule.shadow_mode
+                "{key}: unit=UNKNOWN requests_per_unit=0, shadow_mode: {}, quota_mode: {}",
+                rule.shadow_mode, rule.quota_mode
             );
         }
         for quota in quotas {
@@ -354,8 +354,8 @@ async fn rlconfig(State(service): State<Arc<Service>>) -> String {
                 .map_or_else(|| format!("{:?}", quota.period), |u| format!("{u:?}").to_ascii_uppercase());
             let _ = writeln!(
                 out,
-                "{key}: unit={unit} requests_per_unit={}, shadow_mode: {}, quota_mode: false",
-                quota.requests_per_unit, rule.shadow_mode
+                "{key}: unit={unit} requests_per_unit={}, shadow_mode: {}, quota_mode: {}",
+                quota.requests_per_unit, rule.shadow_mode, rule.quota_mode
             );
         }
     }

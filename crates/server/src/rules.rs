@@ -51,6 +51,10 @@ pub struct Rule {
     pub name: Option<String>,
     /// Decide and count, but answer OK.
     pub shadow_mode: bool,
+    /// envoyproxy/ratelimit's `quota_mode`: over this limit, the request is
+    /// over the limit only if every quota-mode descriptor of it is (see
+    /// [`crate::request::Outcome::is_over_limit`]).
+    pub quota_mode: bool,
     /// `None` for `unlimited`, and for `blocked`.
     pub limits: Option<Limits>,
     /// `requests_per_unit: 0`: every request over this limit, nothing
@@ -308,6 +312,7 @@ fn insert(
             path: path.clone(),
             name,
             shadow_mode: descriptor.shadow_mode,
+            quota_mode: descriptor.quota_mode,
             limits,
             blocked,
             dynamic: false,

@@ -684,6 +684,7 @@ fn dynamic_rule(
             .collect(),
         name: None,
         shadow_mode: false,
+        quota_mode: false,
         limits: Some(limits),
         blocked: None,
         dynamic: true,

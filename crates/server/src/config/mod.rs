@@ -50,7 +50,12 @@
 //!   [`crate::rules`] and [`crate::service`]). `detailed_metric: true` and
 //!   `value_to_metric: true` put the request's values in
 //!   envoyproxy/ratelimit's metric labels, bounded per rule (see
-//!   [`crate::metrics`]).
+//!   [`crate::metrics`]). envoyproxy/ratelimit's newer keys: `quota_mode:
+//!   true` (a request is over the limit when a rule not in quota mode is,
+//!   or when every quota-mode descriptor of it is: see
+//!   [`crate::request::Outcome::is_over_limit`]) and `metadata:` (any
+//!   mapping; kept with the rule, not sent, as the server sends no dynamic
+//!   metadata).
 //! - Extensions, all inside `rate_limit`: `algorithm` (`gcra`, the
 //!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
 //!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
@@ -630,6 +635,12 @@ struct RawDescriptor {
     rate_limits: Option<Vec<QuotaYaml>>,
     #[serde(default)]
     shadow_mode: bool,
+    /// envoyproxy/ratelimit's `quota_mode`.
+    #[serde(default)]
+    quota_mode: bool,
+    /// envoyproxy/ratelimit's `metadata` (any mapping).
+    #[serde(default)]
+    metadata: Option<serde_yaml_ng::Mapping>,
     #[serde(default)]
     detailed_metric: bool,
     #[serde(default)]
@@ -707,6 +718,8 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
             limit,
             concurrency,
             shadow_mode: raw.shadow_mode,
+            quota_mode: raw.quota_mode,
+            metadata: raw.metadata.map(serde_yaml_ng::Value::Mapping),
             replaces,
             share_threshold: raw.share_threshold,
             detailed_metric: raw.detailed_metric,
