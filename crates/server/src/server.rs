@@ -186,6 +186,15 @@ impl Server {
         self
     }
 
+    /// How often the rules are read for changes; zero turns hot reload
+    /// off (tests then poll [`BoundServer::reloader`] themselves). By
+    /// default, the file's `reload_interval_ms` (1 s; from
+    /// envoyproxy/ratelimit's environment, 1 s).
+    pub fn with_reload_interval(mut self, interval: Duration) -> Server {
+        self.config.server.reload_interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
     /// Where the counts live. By default, the file's `backend:` (Redis),
     /// or a [`MemoryBackend`] on the clock.
     pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Server {

@@ -16,10 +16,11 @@
 //!   `REDIS_TLS_CLIENT_CERT` and `REDIS_TLS_CLIENT_KEY` add a CA and a
 //!   client identity. `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true` is
 //!   refused (tollgate always verifies the server's name).
-//! - `REDIS_TIMEOUT`, when set, is the reply and connection timeout;
-//!   unset, tollgate's (much shorter) defaults stay, with tollgate's
-//!   deadline and failure policy (the local share) deciding when Redis is
-//!   slow or down.
+//! - `REDIS_TIMEOUT` (10 s by default, as there) bounds each decision
+//!   (tollgate's deadline), each reply and each connection: a drop-in
+//!   waits for Redis as envoyproxy/ratelimit waits. A decision past it goes
+//!   to tollgate's failure policy (by default a local share of the quota),
+//!   where envoyproxy/ratelimit would answer an error.
 //! - `LOCAL_CACHE_SIZE_IN_BYTES` (envoyproxy/ratelimit's cache of keys over
 //!   their limit, in bytes) sizes the deny cache at one key per 128 bytes
 //!   (at least one key when the size is above 0).
@@ -131,14 +132,13 @@ pub(super) fn backend(env: &Env) -> Result<BackendSettings, EnvError> {
     if !tls_section.is_empty() {
         yaml.insert("tls".into(), Value::Mapping(tls_section));
     }
-    if env.is_set("REDIS_TIMEOUT") {
-        let timeout = env.duration("REDIS_TIMEOUT", std::time::Duration::ZERO)?;
-        if timeout.is_zero() {
-            return Err(EnvError::new("REDIS_TIMEOUT", "must be above 0"));
-        }
-        let millis = format!("{}ms", timeout.as_millis().max(1));
-        insert(&mut yaml, "response_timeout", millis.clone());
-        insert(&mut yaml, "connection_timeout", millis);
+    let timeout = env.duration("REDIS_TIMEOUT", std::time::Duration::from_secs(10))?;
+    if timeout.is_zero() {
+        return Err(EnvError::new("REDIS_TIMEOUT", "must be above 0"));
+    }
+    let millis = format!("{}ms", timeout.as_millis().max(1));
+    for key in ["deadline", "response_timeout", "connection_timeout"] {
+        insert(&mut yaml, key, millis.clone());
     }
     let cache_bytes: usize = env.number("LOCAL_CACHE_SIZE_IN_BYTES", 0)?;
     if cache_bytes > 0 {
