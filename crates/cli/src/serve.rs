@@ -44,7 +44,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let default_filter = lyft.as_ref().map_or("info", |l| l.log.filter.as_str());
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let json = matches!(args.log_format, LogFormat::Json) || lyft.as_ref().is_some_and(|l| l.log.json);
+    let json =
+        matches!(args.log_format, LogFormat::Json) || lyft.as_ref().is_some_and(|l| l.log.json);
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -58,7 +59,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         logs.with_ansi(std::io::stderr().is_terminal()).try_init()
     };
     let server = match (&args.config, &lyft) {
-        (Some(path), _) => tollgate_server::Server::from_config_file(path).map_err(anyhow::Error::from),
+        (Some(path), _) => {
+            tollgate_server::Server::from_config_file(path).map_err(anyhow::Error::from)
+        }
         (None, Some(settings)) => {
             tollgate_server::Server::from_lyft_settings(settings).map_err(anyhow::Error::from)
         }

@@ -42,10 +42,10 @@ use crate::grpc::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescr
 use crate::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
-use crate::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 use crate::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use crate::grpc::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 use crate::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService as _;
+use crate::grpc::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::service::Service;
 
 #[derive(Clone)]
@@ -109,7 +109,11 @@ async fn json_check(State(state): State<LyftState>, headers: HeaderMap, body: By
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "));
         if !given.is_some_and(|given| crate::auth::token_matches(given, token)) {
-            return (StatusCode::UNAUTHORIZED, "a valid bearer token is required\n").into_response();
+            return (
+                StatusCode::UNAUTHORIZED,
+                "a valid bearer token is required\n",
+            )
+                .into_response();
         }
     }
     let request = match serde_json::from_slice::<Value>(&body)
@@ -122,7 +126,11 @@ async fn json_check(State(state): State<LyftState>, headers: HeaderMap, body: By
             return (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response();
         }
     };
-    let response = match state.rls.should_rate_limit(tonic::Request::new(request)).await {
+    let response = match state
+        .rls
+        .should_rate_limit(tonic::Request::new(request))
+        .await
+    {
         Ok(response) => response.into_inner(),
         Err(status) => {
             return (StatusCode::BAD_REQUEST, format!("{}\n", status.message())).into_response();
@@ -149,7 +157,11 @@ fn field<'a>(object: &'a Map<String, Value>, camel: &str, snake: &str) -> Option
         .filter(|value| !value.is_null())
 }
 
-fn object<'a>(value: &'a Value, what: &str, known: &[&str]) -> Result<&'a Map<String, Value>, String> {
+fn object<'a>(
+    value: &'a Value,
+    what: &str,
+    known: &[&str],
+) -> Result<&'a Map<String, Value>, String> {
     let object = value
         .as_object()
         .ok_or_else(|| format!("{what}: expected an object"))?;
@@ -275,7 +287,10 @@ fn duration_json(d: &prost_types::Duration) -> String {
 fn response_json(response: &RateLimitResponse) -> Value {
     let mut top = Map::new();
     if response.overall_code != 0 {
-        top.insert("overallCode".into(), json!(code_name(response.overall_code)));
+        top.insert(
+            "overallCode".into(),
+            json!(code_name(response.overall_code)),
+        );
     }
     let statuses: Vec<Value> = response
         .statuses
@@ -294,7 +309,8 @@ fn response_json(response: &RateLimitResponse) -> Value {
                     l.insert("requestsPerUnit".into(), json!(limit.requests_per_unit));
                 }
                 if limit.unit != 0 {
-                    let unit = ProtoUnit::try_from(limit.unit).map_or("UNKNOWN", |u| u.as_str_name());
+                    let unit =
+                        ProtoUnit::try_from(limit.unit).map_or("UNKNOWN", |u| u.as_str_name());
                     l.insert("unit".into(), json!(unit));
                 }
                 out.insert("currentLimit".into(), Value::Object(l));
@@ -349,9 +365,10 @@ async fn rlconfig(State(service): State<Arc<Service>>) -> String {
             );
         }
         for quota in quotas {
-            let unit = quota
-                .unit
-                .map_or_else(|| format!("{:?}", quota.period), |u| format!("{u:?}").to_ascii_uppercase());
+            let unit = quota.unit.map_or_else(
+                || format!("{:?}", quota.period),
+                |u| format!("{u:?}").to_ascii_uppercase(),
+            );
             let _ = writeln!(
                 out,
                 "{key}: unit={unit} requests_per_unit={}, shadow_mode: {}, quota_mode: {}",

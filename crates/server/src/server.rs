@@ -191,7 +191,8 @@ impl Server {
     /// default, the file's `reload_interval_ms` (1 s; from
     /// envoyproxy/ratelimit's environment, 1 s).
     pub fn with_reload_interval(mut self, interval: Duration) -> Server {
-        self.config.server.reload_interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self.config.server.reload_interval_ms =
+            u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
         self
     }
 
@@ -282,7 +283,12 @@ impl Server {
                 // The bytes just validated; if the file changed since, the
                 // first poll picks it up.
                 let loaded = std::fs::read(&self.path).unwrap_or_default();
-                Reloader::new(self.path.clone(), Arc::clone(&service), &self.config, loaded)
+                Reloader::new(
+                    self.path.clone(),
+                    Arc::clone(&service),
+                    &self.config,
+                    loaded,
+                )
             }
         });
         Ok(BoundServer {

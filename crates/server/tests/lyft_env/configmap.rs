@@ -11,10 +11,13 @@ use tollgate_server::reload::Reloaded;
 use crate::support::*;
 
 fn rules_of(limit: u64) -> String {
-    format!("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n")
+    format!(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n"
+    )
 }
 
-const B: &str = "domain: b\ndescriptors:\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 7}\n";
+const B: &str =
+    "domain: b\ndescriptors:\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 7}\n";
 
 /// A ConfigMap volume as the kubelet writes it, mounted at `dir`.
 struct ConfigMap {
@@ -39,7 +42,10 @@ impl ConfigMap {
 
     fn write_version(&mut self, files: &[(&str, &str)]) -> String {
         self.version += 1;
-        let name = format!("..2026_11_27_06_00_0{}.00000000{}", self.version, self.version);
+        let name = format!(
+            "..2026_11_27_06_00_0{}.00000000{}",
+            self.version, self.version
+        );
         for (file, text) in files {
             write(&self.dir.join(&name).join(file), text);
         }
@@ -93,24 +99,40 @@ fn limits(server: &LyftServer) -> Vec<u64> {
 #[tokio::test]
 async fn a_configmap_update_swapping_the_data_symlink_is_reloaded() {
     let mut map = None;
-    let server = start(Counts::Memory, &[("RUNTIME_IGNOREDOTFILES", "true")], |root| {
-        map = Some(ConfigMap::create(&config_dir(root), &[("a.yaml", &rules_of(1))]));
-    })
+    let server = start(
+        Counts::Memory,
+        &[("RUNTIME_IGNOREDOTFILES", "true")],
+        |root| {
+            map = Some(ConfigMap::create(
+                &config_dir(root),
+                &[("a.yaml", &rules_of(1))],
+            ));
+        },
+    )
     .await;
     let mut map = map.expect("created");
     assert_eq!(limits(&server), [1]);
     assert_eq!(server.reloader.poll().expect("poll"), Reloaded::Unchanged);
 
     map.update(&[("a.yaml", &rules_of(2))]);
-    assert_eq!(settle(&server).expect("reload"), Reloaded::Applied { rules: 1 });
+    assert_eq!(
+        settle(&server).expect("reload"),
+        Reloaded::Applied { rules: 1 }
+    );
     assert_eq!(limits(&server), [2]);
 
     // A key added to the ConfigMap, then removed.
     map.update(&[("a.yaml", &rules_of(2)), ("b.yaml", B)]);
-    assert_eq!(settle(&server).expect("reload"), Reloaded::Applied { rules: 2 });
+    assert_eq!(
+        settle(&server).expect("reload"),
+        Reloaded::Applied { rules: 2 }
+    );
     assert_eq!(limits(&server), [2, 7]);
     map.update(&[("a.yaml", &rules_of(3))]);
-    assert_eq!(settle(&server).expect("reload"), Reloaded::Applied { rules: 1 });
+    assert_eq!(
+        settle(&server).expect("reload"),
+        Reloaded::Applied { rules: 1 }
+    );
     assert_eq!(limits(&server), [3]);
 
     // A bad update keeps the old rules.
@@ -135,7 +157,10 @@ async fn a_mv_over_a_file_an_in_place_write_and_files_added_or_removed_are_reloa
     let staged = server.root.join("a.yaml.new");
     std::fs::write(&staged, rules_of(4)).expect("stage");
     std::fs::rename(&staged, &file).expect("mv");
-    assert_eq!(settle(&server).expect("reload"), Reloaded::Applied { rules: 1 });
+    assert_eq!(
+        settle(&server).expect("reload"),
+        Reloaded::Applied { rules: 1 }
+    );
     assert_eq!(limits(&server), [4]);
 
     // An in-place write seen half done: held until it is still.
@@ -144,15 +169,24 @@ async fn a_mv_over_a_file_an_in_place_write_and_files_added_or_removed_are_reloa
     assert_eq!(server.reloader.poll().expect("poll"), Reloaded::Settling);
     std::fs::write(&file, &full).expect("whole");
     assert_eq!(server.reloader.poll().expect("poll"), Reloaded::Settling);
-    assert_eq!(server.reloader.poll().expect("poll"), Reloaded::Applied { rules: 1 });
+    assert_eq!(
+        server.reloader.poll().expect("poll"),
+        Reloaded::Applied { rules: 1 }
+    );
     assert_eq!(limits(&server), [5]);
 
     // A file added, then removed.
     write(&dir.join("sub/b.yaml"), B);
-    assert_eq!(settle(&server).expect("reload"), Reloaded::Applied { rules: 2 });
+    assert_eq!(
+        settle(&server).expect("reload"),
+        Reloaded::Applied { rules: 2 }
+    );
     assert_eq!(limits(&server), [5, 7]);
     std::fs::remove_file(dir.join("sub/b.yaml")).expect("rm");
-    assert_eq!(settle(&server).expect("reload"), Reloaded::Applied { rules: 1 });
+    assert_eq!(
+        settle(&server).expect("reload"),
+        Reloaded::Applied { rules: 1 }
+    );
     assert_eq!(limits(&server), [5]);
 
     // Every file removed: refused (a server limiting nothing), old rules kept.

@@ -61,7 +61,10 @@ async fn json_answers_lyfts_shape_and_healthcheck_and_the_debug_listener_answer(
         // protobuf's JSON printer leaves a 0 out.
         let left = answer["statuses"][0].get("limitRemaining").cloned();
         assert_eq!(left, (remaining > 0).then(|| json!(remaining)), "{answer}");
-        assert_eq!(answer["statuses"][0]["durationUntilReset"], "60s", "{answer}");
+        assert_eq!(
+            answer["statuses"][0]["durationUntilReset"], "60s",
+            "{answer}"
+        );
     }
     let (status, text) = json_call(&server, body).await;
     assert_eq!(status, 429, "{text}");
@@ -73,7 +76,10 @@ async fn json_answers_lyfts_shape_and_healthcheck_and_the_debug_listener_answer(
     assert_eq!(json_call(&server, "not json").await.0, 400);
     assert_eq!(json_call(&server, "{\"domain\": \"rl\"}").await.0, 400);
 
-    assert_eq!(get(format!("http://{}/healthcheck", server.http)).await, (200, "OK".into()));
+    assert_eq!(
+        get(format!("http://{}/healthcheck", server.http)).await,
+        (200, "OK".into())
+    );
     let (status, dump) = get(format!("http://{}/rlconfig", server.debug)).await;
     assert_eq!(status, 200);
     assert!(
@@ -83,11 +89,17 @@ async fn json_answers_lyfts_shape_and_healthcheck_and_the_debug_listener_answer(
     let (status, stats) = get(format!("http://{}/stats", server.debug)).await;
     assert_eq!(status, 200);
     assert!(
-        stats.lines().any(|line| line.starts_with("ratelimit_service_rate_limit_over_limit") && line.ends_with(": 1")),
+        stats.lines().any(
+            |line| line.starts_with("ratelimit_service_rate_limit_over_limit")
+                && line.ends_with(": 1")
+        ),
         "{stats}"
     );
     let (_, index) = get(format!("http://{}/", server.debug)).await;
-    assert!(index.contains("/rlconfig") && index.contains("/stats"), "{index}");
+    assert!(
+        index.contains("/rlconfig") && index.contains("/stats"),
+        "{index}"
+    );
     server.stop().await;
 }
 
@@ -104,7 +116,10 @@ async fn response_headers_take_lyfts_names_and_shadow_mode_answers_ok() {
     )
     .await;
     let mut client = server.grpc_client().await;
-    let call = request("rl", vec![descriptor(&[("foo", "x"), ("baz", "not-so-shady")])]);
+    let call = request(
+        "rl",
+        vec![descriptor(&[("foo", "x"), ("baz", "not-so-shady")])],
+    );
     for left in (0..3).rev() {
         let response = within(client.should_rate_limit(call.clone()))
             .await

@@ -22,7 +22,10 @@ fn examples(root: &std::path::Path) {
 async fn replay(server: &LyftServer) {
     let mut client = server.grpc_client().await;
     let call = |descriptors: Vec<Vec<(&str, &str)>>| {
-        let descriptors = descriptors.iter().map(|entries| descriptor(entries)).collect();
+        let descriptors = descriptors
+            .iter()
+            .map(|entries| descriptor(entries))
+            .collect();
         let mut client = client.clone();
         async move {
             within(client.should_rate_limit(request("rl", descriptors)))
@@ -51,7 +54,11 @@ async fn replay(server: &LyftServer) {
     for (i, limited) in QUOTA_SCRIPT.iter().enumerate() {
         let descriptors = QUOTA_DESCRIPTORS.iter().map(|d| d.to_vec()).collect();
         let response = call(descriptors).await;
-        assert_eq!(response.overall_code() == Code::OverLimit, *limited, "quota call {i}: {response:?}");
+        assert_eq!(
+            response.overall_code() == Code::OverLimit,
+            *limited,
+            "quota call {i}: {response:?}"
+        );
     }
     // An unnamed rule answers an empty name, as envoyproxy/ratelimit does
     // (the rule's path used to leak into Envoy's headers).
@@ -67,7 +74,13 @@ async fn replay(server: &LyftServer) {
     .await
     .expect("call")
     .into_inner();
-    assert_eq!(mongo.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit), Some(500));
+    assert_eq!(
+        mongo.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit),
+        Some(500)
+    );
 }
 
 #[tokio::test]

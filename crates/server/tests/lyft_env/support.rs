@@ -78,7 +78,11 @@ pub fn config_dir(root: &Path) -> PathBuf {
 /// Listeners are on loopback ports the OS picks (`HOST`, `PORT`, … are
 /// envoyproxy/ratelimit's variables too); hot reload is driven by the
 /// test through [`LyftServer::reloader`].
-pub async fn start(counts: Counts<'_>, extra: &[(&str, &str)], layout: impl FnOnce(&Path)) -> LyftServer {
+pub async fn start(
+    counts: Counts<'_>,
+    extra: &[(&str, &str)],
+    layout: impl FnOnce(&Path),
+) -> LyftServer {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path().join("data");
     std::fs::create_dir_all(&root).expect("root");
@@ -143,9 +147,12 @@ pub async fn start(counts: Counts<'_>, extra: &[(&str, &str)], layout: impl FnOn
 
 impl LyftServer {
     pub async fn grpc_client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
-        within(RateLimitServiceClient::connect(format!("http://{}", self.grpc)))
-            .await
-            .expect("grpc connect")
+        within(RateLimitServiceClient::connect(format!(
+            "http://{}",
+            self.grpc
+        )))
+        .await
+        .expect("grpc connect")
     }
 
     /// Every rule in force, as `(rule id, requests per unit)`.

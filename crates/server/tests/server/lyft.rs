@@ -516,7 +516,7 @@ descriptors:
 #[tokio::test]
 async fn lyft_integration_scripts_answer_as_they_expect() {
     let script = SCRIPT;
-    let server = start(EXAMPLE_YAML).await;
+    let server = start(EXAMPLE_YAML.trim_start_matches("---\n")).await;
     let mut client = server.grpc_client().await;
     for (i, (headers, limited)) in script.iter().enumerate() {
         let descriptors = route(headers)
@@ -553,10 +553,13 @@ async fn lyft_integration_scripts_answer_as_they_expect() {
 /// quota-mode descriptor is).
 #[tokio::test]
 async fn quota_mode_answers_as_lyfts_quota_script_expects() {
-    let server = start(EXAMPLE_YAML).await;
+    let server = start(EXAMPLE_YAML.trim_start_matches("---\n")).await;
     let mut client = server.grpc_client().await;
     for (i, limited) in QUOTA_SCRIPT.iter().enumerate() {
-        let descriptors = QUOTA_DESCRIPTORS.iter().map(|entries| descriptor(entries)).collect();
+        let descriptors = QUOTA_DESCRIPTORS
+            .iter()
+            .map(|entries| descriptor(entries))
+            .collect();
         let response = within(client.should_rate_limit(request("rl", descriptors)))
             .await
             .expect("call")

@@ -60,7 +60,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{AdminSettings, BackendSettings, Config, ConfigError, ResponseHeaderNames, ServerSettings};
+use super::{
+    AdminSettings, BackendSettings, Config, ConfigError, ResponseHeaderNames, ServerSettings,
+};
 use crate::tls::TlsSettings;
 
 mod redis;
@@ -143,7 +145,11 @@ impl LyftSettings {
     /// The first variable refused, named.
     pub fn read(env: &Env) -> Result<LyftSettings, EnvError> {
         refuse_unsupported(env)?;
-        let backend = match env.string("BACKEND_TYPE", "redis").to_ascii_lowercase().as_str() {
+        let backend = match env
+            .string("BACKEND_TYPE", "redis")
+            .to_ascii_lowercase()
+            .as_str()
+        {
             "redis" => redis::backend(env)?,
             "memory" => BackendSettings::Memory,
             "memcache" => {
@@ -159,7 +165,11 @@ impl LyftSettings {
                 ));
             }
         };
-        let config_type = match env.string("CONFIG_TYPE", "FILE").to_ascii_uppercase().as_str() {
+        let config_type = match env
+            .string("CONFIG_TYPE", "FILE")
+            .to_ascii_uppercase()
+            .as_str()
+        {
             "FILE" => ConfigType::File,
             "GRPC_XDS_SOTW" => ConfigType::GrpcXdsSotw,
             other => {
@@ -266,7 +276,10 @@ fn server_settings(env: &Env) -> Result<ServerSettings, EnvError> {
         ("LIMIT_RESET_HEADER", &names.reset),
     ] {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(EnvError::new(variable, format!("'{name}' is not a header name")));
+            return Err(EnvError::new(
+                variable,
+                format!("'{name}' is not a header name"),
+            ));
         }
     }
     let age = env.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?;
@@ -274,9 +287,12 @@ fn server_settings(env: &Env) -> Result<ServerSettings, EnvError> {
     let _grace = env.duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?;
     if env.bool("GRPC_SERVER_USE_TLS", false)? {
         let file = |name: &str| {
-            env.get(name)
-                .map(PathBuf::from)
-                .ok_or_else(|| EnvError::new(name, "missing: GRPC_SERVER_USE_TLS=true needs a certificate and a key"))
+            env.get(name).map(PathBuf::from).ok_or_else(|| {
+                EnvError::new(
+                    name,
+                    "missing: GRPC_SERVER_USE_TLS=true needs a certificate and a key",
+                )
+            })
         };
         let settings = TlsSettings {
             cert: file("GRPC_SERVER_TLS_CERT")?,
@@ -319,7 +335,11 @@ fn log_settings(env: &Env) -> Result<LogSettings, EnvError> {
             ));
         }
     };
-    let json = match env.string("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
+    let json = match env
+        .string("LOG_FORMAT", "text")
+        .to_ascii_lowercase()
+        .as_str()
+    {
         "text" => false,
         "json" => true,
         other => {

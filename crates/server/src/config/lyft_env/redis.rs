@@ -32,7 +32,7 @@
 
 use serde_yaml_ng::{Mapping, Value};
 
-use super::{EnvError, Env};
+use super::{Env, EnvError};
 use crate::config::BackendSettings;
 use crate::config::backend::BackendSection;
 
@@ -157,10 +157,8 @@ pub(super) fn backend(env: &Env) -> Result<BackendSettings, EnvError> {
     let _ = env.duration("REDIS_PIPELINE_WINDOW", std::time::Duration::ZERO)?;
     let _: usize = env.number("REDIS_PIPELINE_LIMIT", 0)?;
     let _: usize = env.number("REDIS_CLUSTER_PIPELINE_PARALLELISM", 1)?;
-    let section: BackendSection =
-        serde_yaml_ng::from_value(Value::Mapping(yaml)).map_err(|error| {
-            EnvError::new("REDIS_URL", format!("the Redis variables: {error}"))
-        })?;
+    let section: BackendSection = serde_yaml_ng::from_value(Value::Mapping(yaml))
+        .map_err(|error| EnvError::new("REDIS_URL", format!("the Redis variables: {error}")))?;
     Ok(section.0)
 }
 

@@ -126,7 +126,9 @@ impl RuntimeDir {
                             ),
                         ));
                     }
-                    Some(existing) => merge(existing, domain).map_err(|e| ConfigError::rules(path, &e))?,
+                    Some(existing) => {
+                        merge(existing, domain).map_err(|e| ConfigError::rules(path, &e))?
+                    }
                 }
             }
         }

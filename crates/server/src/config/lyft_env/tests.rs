@@ -21,7 +21,10 @@ fn an_empty_environment_takes_envoyproxy_ratelimits_defaults() {
     let server = &settings.config.server;
     assert_eq!(server.http_listen, SocketAddr::from(([0, 0, 0, 0], 8080)));
     assert_eq!(server.grpc_listen, SocketAddr::from(([0, 0, 0, 0], 8081)));
-    assert_eq!(server.debug_listen, Some(SocketAddr::from(([0, 0, 0, 0], 6070))));
+    assert_eq!(
+        server.debug_listen,
+        Some(SocketAddr::from(([0, 0, 0, 0], 6070)))
+    );
     assert_eq!(
         server.grpc_max_connection_age,
         Some(std::time::Duration::from_secs(86_400))
@@ -56,7 +59,10 @@ fn the_docker_compose_environment_is_read_as_envoyproxy_ratelimit_reads_it() {
     ]);
     assert!(is_lyft_environment(&env));
     let settings = LyftSettings::read(&env).expect("docker-compose");
-    assert_eq!(settings.runtime.dir, PathBuf::from("/data/ratelimit/config"));
+    assert_eq!(
+        settings.runtime.dir,
+        PathBuf::from("/data/ratelimit/config")
+    );
     assert!(settings.runtime.redis);
     assert_eq!(
         redis(&settings).target,
@@ -82,7 +88,10 @@ fn unsupported_values_are_refused_naming_the_variable() {
     let cases: &[(&[(&str, &str)], &str)] = &[
         (&[("BACKEND_TYPE", "memcache")], "BACKEND_TYPE"),
         (&[("BACKEND_TYPE", "etcd")], "BACKEND_TYPE"),
-        (&[("GRPC_CLIENT_TLS_CACERT", "/ca.pem")], "GRPC_CLIENT_TLS_CACERT"),
+        (
+            &[("GRPC_CLIENT_TLS_CACERT", "/ca.pem")],
+            "GRPC_CLIENT_TLS_CACERT",
+        ),
         (&[("GRPC_CLIENT_TLS_SAN", "client")], "GRPC_CLIENT_TLS_SAN"),
         (&[("GRPC_UDS", "/tmp/rl.sock")], "GRPC_UDS"),
         (&[("QUOTA_MODE", "true")], "QUOTA_MODE"),
@@ -96,14 +105,23 @@ fn unsupported_values_are_refused_naming_the_variable() {
             "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
         ),
         (&[("REDIS_TLS_CACERT", "/ca.pem")], "REDIS_TLS_CACERT"),
-        (&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_TYPE", "ring")], "REDIS_TYPE"),
+        (
+            &[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_TYPE", "ring")],
+            "REDIS_TYPE",
+        ),
         (&[("REDIS_TYPE", "cluster")], "REDIS_SOCKET_TYPE"),
-        (&[("REDIS_POOL_ON_EMPTY_BEHAVIOR", "ERROR")], "REDIS_POOL_ON_EMPTY_BEHAVIOR"),
+        (
+            &[("REDIS_POOL_ON_EMPTY_BEHAVIOR", "ERROR")],
+            "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        ),
         (&[("LOG_LEVEL", "loud")], "LOG_LEVEL"),
         (&[("PORT", "http")], "PORT"),
         (&[("SHADOW_MODE", "maybe")], "SHADOW_MODE"),
         (&[("CONFIG_TYPE", "ETCD")], "CONFIG_TYPE"),
-        (&[("LIMIT_LIMIT_HEADER", "bad header")], "LIMIT_LIMIT_HEADER"),
+        (
+            &[("LIMIT_LIMIT_HEADER", "bad header")],
+            "LIMIT_LIMIT_HEADER",
+        ),
     ];
     for (pairs, variable) in cases {
         let error = LyftSettings::read(&env(pairs)).expect_err(variable);
@@ -111,7 +129,10 @@ fn unsupported_values_are_refused_naming_the_variable() {
         assert!(error.to_string().starts_with(variable), "{error}");
     }
     let memcache = LyftSettings::read(&env(&[("BACKEND_TYPE", "memcache")])).expect_err("memcache");
-    assert!(memcache.to_string().contains("memcache is not supported"), "{memcache}");
+    assert!(
+        memcache.to_string().contains("memcache is not supported"),
+        "{memcache}"
+    );
 }
 
 #[test]
@@ -151,7 +172,13 @@ fn redis_types_auth_and_timeouts_take_lyfts_forms() {
         ])
     );
     assert_eq!(r.username.as_deref(), Some("ada"));
-    assert_eq!(r.password.as_ref().map(tollgate_redis::Secret::expose).as_deref(), Some("secret"));
+    assert_eq!(
+        r.password
+            .as_ref()
+            .map(tollgate_redis::Secret::expose)
+            .as_deref(),
+        Some("secret")
+    );
     assert_eq!(r.response_timeout, std::time::Duration::from_millis(250));
     assert_eq!(r.deny_cache, 10);
 
@@ -165,13 +192,28 @@ fn redis_types_auth_and_timeouts_take_lyfts_forms() {
     .expect("sentinel");
     let r = redis(&sentinel);
     assert_eq!(r.username, None);
-    assert_eq!(r.password.as_ref().map(tollgate_redis::Secret::expose).as_deref(), Some("only-a-password"));
+    assert_eq!(
+        r.password
+            .as_ref()
+            .map(tollgate_redis::Secret::expose)
+            .as_deref(),
+        Some("only-a-password")
+    );
     let RedisTarget::Sentinel(s) = &r.target else {
         panic!("{:?}", r.target)
     };
     assert_eq!(s.master, "mymaster");
-    assert_eq!(s.sentinels, ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]);
-    assert_eq!(s.password.as_ref().map(tollgate_redis::Secret::expose).as_deref(), Some("sentinel-secret"));
+    assert_eq!(
+        s.sentinels,
+        ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]
+    );
+    assert_eq!(
+        s.password
+            .as_ref()
+            .map(tollgate_redis::Secret::expose)
+            .as_deref(),
+        Some("sentinel-secret")
+    );
 
     let tls = LyftSettings::read(&env(&[
         ("REDIS_SOCKET_TYPE", "tcp"),
@@ -179,7 +221,10 @@ fn redis_types_auth_and_timeouts_take_lyfts_forms() {
         ("REDIS_TLS", "true"),
     ]))
     .expect("tls");
-    assert_eq!(redis(&tls).target, RedisTarget::Single("rediss://redis.internal:6380".into()));
+    assert_eq!(
+        redis(&tls).target,
+        RedisTarget::Single("rediss://redis.internal:6380".into())
+    );
 }
 
 // ---- the config directory ----
@@ -199,7 +244,8 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write");
 }
 
-const A: &str = "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+const A: &str =
+    "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
 
 #[test]
 fn every_file_of_the_directory_is_read_recursively_as_fixed_windows() {
@@ -238,12 +284,23 @@ fn a_domain_in_two_files_is_refused_unless_merged_as_lyft_merges() {
     dir.merge_domains = true;
     let merged = dir.load(&snapshot).expect("merged");
     assert_eq!(merged.len(), 1);
-    let keys: Vec<_> = merged[0].descriptors.iter().map(|d| d.key.as_str()).collect();
+    let keys: Vec<_> = merged[0]
+        .descriptors
+        .iter()
+        .map(|d| d.key.as_str())
+        .collect();
     assert_eq!(keys, ["k", "other"]);
     // The same top-level key and value from both files: refused, as there.
     write(&tmp.path().join("c.yaml"), A);
-    let error = dir.load(&dir.snapshot().expect("read")).expect_err("duplicate key");
-    assert!(error.message().contains("duplicate descriptor composite key"), "{error}");
+    let error = dir
+        .load(&dir.snapshot().expect("read"))
+        .expect_err("duplicate key");
+    assert!(
+        error
+            .message()
+            .contains("duplicate descriptor composite key"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -273,7 +330,12 @@ fn no_rule_file_is_refused_and_shadow_mode_shadows_every_rule() {
     let tmp = tempfile::tempdir().expect("tmp");
     let mut dir = dir_of(tmp.path());
     let error = dir.load(&dir.snapshot().expect("read")).expect_err("empty");
-    assert!(error.message().contains("FORCE_START_WITHOUT_INITIAL_CONFIG"), "{error}");
+    assert!(
+        error
+            .message()
+            .contains("FORCE_START_WITHOUT_INITIAL_CONFIG"),
+        "{error}"
+    );
     write(
         &tmp.path().join("a.yaml"),
         "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n    descriptors:\n      - key: j\n        rate_limit: {unit: minute, requests_per_unit: 1}\n",

@@ -50,7 +50,11 @@ impl Env {
     }
 
     /// `name` as a whole number, else `default`.
-    pub(super) fn number<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, EnvError> {
+    pub(super) fn number<T: std::str::FromStr>(
+        &self,
+        name: &str,
+        default: T,
+    ) -> Result<T, EnvError> {
         match self.get(name) {
             None => Ok(default),
             Some(text) => text
