@@ -352,7 +352,7 @@ async fn rlconfig(State(service): State<Arc<Service>>) -> String {
             }
         }
         let quotas: Vec<_> = match (&rule.limits, &rule.blocked) {
-            (Some(limits), _) => limits.quotas.iter().copied().collect(),
+            (Some(limits), _) => limits.quotas.clone(),
             (None, Some(blocked)) => vec![*blocked],
             (None, None) => Vec::new(),
         };

@@ -177,6 +177,11 @@ impl RuleSet {
         set
     }
 
+    /// Whether the configuration names `domain` (with or without rules).
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
     /// Every rule, in file order.
     pub fn rules(&self) -> &[Arc<Rule>] {
         &self.rules

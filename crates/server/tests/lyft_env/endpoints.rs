@@ -167,3 +167,44 @@ async fn healthcheck_waits_for_a_first_config_when_forced_to_start_without_one()
     assert_eq!(get(health).await, (200, "OK".into()));
     server.stop().await;
 }
+
+/// A `limit` override is decided in a domain the configuration names, and
+/// answers no limit in one it does not, as envoyproxy/ratelimit's
+/// `GetLimit` looks the domain up first (it decided the override before
+/// issue 26).
+#[tokio::test]
+async fn a_limit_override_in_an_unknown_domain_has_no_limit_as_in_lyft() {
+    use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    use tollgate_server::grpc::proto::envoy::r#type::v3::RateLimitUnit;
+    let server = start(Counts::Memory, &[], rules).await;
+    let mut client = server.grpc_client().await;
+    let overridden = |domain: &str| {
+        let mut d = descriptor(&[("anything", "x")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 1,
+            unit: RateLimitUnit::Minute as i32,
+        });
+        request(domain, vec![d])
+    };
+    let mut codes = Vec::new();
+    for domain in ["rl", "rl", "unknown", "unknown"] {
+        let response = within(client.should_rate_limit(overridden(domain)))
+            .await
+            .expect("call")
+            .into_inner();
+        codes.push((
+            response.overall_code(),
+            response.statuses[0].current_limit.is_some(),
+        ));
+    }
+    assert_eq!(
+        codes,
+        [
+            (Code::Ok, true),
+            (Code::OverLimit, true),
+            (Code::Ok, false),
+            (Code::Ok, false)
+        ]
+    );
+    server.stop().await;
+}

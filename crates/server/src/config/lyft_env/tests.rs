@@ -374,3 +374,15 @@ fn force_start_starts_without_the_directory() {
     };
     assert!(strict.load().is_err());
 }
+
+#[test]
+fn the_readme_table_lists_every_variable() {
+    let readme = include_str!("../../../README.md");
+    for variable in VARIABLES {
+        assert!(
+            readme.contains(&format!("| `{}` |", variable.name)),
+            "{} is missing from crates/server/README.md",
+            variable.name
+        );
+    }
+}
