@@ -24,6 +24,17 @@
 //!   does a rule removed and later restored (see [`crate::backend`]): a
 //!   reload can never hand out a fresh burst.
 //!
+//! # envoyproxy/ratelimit's config directory
+//!
+//! From envoyproxy/ratelimit's environment ([`Reloader::for_directory`]),
+//! the rules are every file of a directory, and the whole directory is one
+//! snapshot: every file's path and bytes, symlinks followed (see
+//! [`RuntimeDir`]). A Kubernetes ConfigMap update (the kubelet renames a
+//! `..data_tmp` link over `..data`), an `mv` over a file, an in-place
+//! write, a file added or removed each change the snapshot, and each is
+//! loaded as a file's change is: once read twice the same, checked whole,
+//! refused whole (old rules kept), applied atomically.
+//!
 //! # Decisions
 //!
 //! - Polling the content rather than `notify` events: a read of a small

@@ -33,7 +33,7 @@ pub struct Variable {
 const GENERIC: &[&str] = &["HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT"];
 
 /// Whether `env` sets any of envoyproxy/ratelimit's variables other than
-/// the [`GENERIC`] ones: `tollgate serve` without `--config` then runs from
+/// the generic `HOST`, `PORT`, `LOG_LEVEL` and `LOG_FORMAT`: `tollgate serve` without `--config` then runs from
 /// the environment.
 pub fn is_lyft_environment(env: &super::Env) -> bool {
     VARIABLES
