@@ -39,8 +39,10 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The rules and settings (envoyproxy/ratelimit's YAML, extended).
+    /// Without it, the server runs from envoyproxy/ratelimit's environment
+    /// variables and config directory (`RUNTIME_ROOT`, `REDIS_URL`, …).
     #[arg(long)]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// How logs are written to stderr: `text` for people (coloured only on
     /// a terminal), `json` for log shippers (one object per line).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]

@@ -291,3 +291,8 @@ pub fn serving(grpc: std::net::SocketAddr, http: std::net::SocketAddr) -> String
         "tollgate: serving Envoy RLS (gRPC) on {grpc} and the HTTP API on {http}; Ctrl-C or SIGTERM stops"
     )
 }
+
+/// `serve` with neither `--config` nor envoyproxy/ratelimit's environment.
+pub fn serve_needs_config() -> String {
+    "serve needs --config FILE (or envoyproxy/ratelimit's environment variables, such as RUNTIME_ROOT and REDIS_URL: see the README's \"Replacing envoyproxy/ratelimit\")".into()
+}

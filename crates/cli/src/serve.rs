@@ -12,6 +12,14 @@
 //! log pipeline never meets a line it cannot parse (decision: a JSON reader
 //! that chokes on the first line loses the rest). A configuration error
 //! names the file, line and field and exits 1 before anything is bound.
+//!
+//! Without `--config`, the server runs from envoyproxy/ratelimit's
+//! environment when any of its variables is set (see
+//! `tollgate_server::config::lyft_env`: `HOST`, `PORT`, `LOG_LEVEL` and
+//! `LOG_FORMAT` alone do not count, being common in containers), with its
+//! `LOG_LEVEL` and `LOG_FORMAT`; with none set, `serve` asks for
+//! `--config` as it always did. A refused variable is named, and exits 1
+//! before anything is bound.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -19,26 +27,47 @@ use std::process::ExitCode;
 use anyhow::Context;
 use tracing_subscriber::EnvFilter;
 
+use tollgate_server::config::lyft_env::{Env, LyftSettings, is_lyft_environment};
+
 use crate::cli::{LogFormat, ServeArgs};
 use crate::messages;
 
-/// Runs the server described by `args.config` until it is told to stop.
+/// Runs the server described by `args.config` (or by envoyproxy/ratelimit's
+/// environment) until it is told to stop.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let lyft = match &args.config {
+        Some(_) => None,
+        None => Some(lyft_settings()?),
+    };
+    // Lyft's LOG_LEVEL / LOG_FORMAT when run from its environment
+    // (RUST_LOG still wins); `--log-format json` always asks for JSON.
+    let default_filter = lyft.as_ref().map_or("info", |l| l.log.filter.as_str());
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let json =
+        matches!(args.log_format, LogFormat::Json) || lyft.as_ref().is_some_and(|l| l.log.json);
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     // A subscriber set earlier (tests calling `run` twice) is kept.
-    let _ = match args.log_format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).try_init(),
-        LogFormat::Json => logs
-            .json()
+    let _ = if json {
+        logs.json()
             .with_ansi(false)
             .with_current_span(true)
-            .try_init(),
+            .try_init()
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).try_init()
     };
-    let json = matches!(args.log_format, LogFormat::Json);
-    match serve(&args, json) {
+    let server = match (&args.config, &lyft) {
+        (Some(path), _) => {
+            tollgate_server::Server::from_config_file(path).map_err(anyhow::Error::from)
+        }
+        (None, Some(settings)) => {
+            tollgate_server::Server::from_lyft_settings(settings).map_err(anyhow::Error::from)
+        }
+        (None, None) => unreachable!("read above"),
+    };
+    match server.and_then(|server| serve(server, json)) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(error) if json => {
             // The caller prints an error as text: as an event instead.
@@ -49,8 +78,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn serve(args: &ServeArgs, json: bool) -> anyhow::Result<()> {
-    let server = tollgate_server::Server::from_config_file(&args.config)?;
+/// envoyproxy/ratelimit's environment, when `serve` has no `--config`.
+fn lyft_settings() -> anyhow::Result<LyftSettings> {
+    let env = Env::from_process();
+    if !is_lyft_environment(&env) {
+        anyhow::bail!("{}", messages::serve_needs_config());
+    }
+    Ok(LyftSettings::read(&env)?)
+}
+
+fn serve(server: tollgate_server::Server, json: bool) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -31,7 +31,7 @@
 //! HTTP routes),
 //! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
 //! [`forward_auth`] (reverse proxies' auth calls),
-//! [`http`] (JSON API), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
+//! [`http`] (JSON API), [`lyft_http`] (envoyproxy/ratelimit's endpoints), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
 //! [`auth`], [`server`], [`status`] (the status page), [`admin`] (the admin API),
 //! [`xds`] (rules from an xDS control plane).
 
@@ -47,6 +47,7 @@ pub mod forward_auth;
 pub mod grpc;
 pub mod http;
 pub mod listen;
+pub mod lyft_http;
 pub mod metrics;
 pub mod redis_backend;
 pub mod reload;

@@ -24,6 +24,17 @@
 //!   does a rule removed and later restored (see [`crate::backend`]): a
 //!   reload can never hand out a fresh burst.
 //!
+//! # envoyproxy/ratelimit's config directory
+//!
+//! From envoyproxy/ratelimit's environment ([`Reloader::for_directory`]),
+//! the rules are every file of a directory, and the whole directory is one
+//! snapshot: every file's path and bytes, symlinks followed (see
+//! [`RuntimeDir`]). A Kubernetes ConfigMap update (the kubelet renames a
+//! `..data_tmp` link over `..data`), an `mv` over a file, an in-place
+//! write, a file added or removed each change the snapshot, and each is
+//! loaded as a file's change is: once read twice the same, checked whole,
+//! refused whole (old rules kept), applied atomically.
+//!
 //! # Decisions
 //!
 //! - Polling the content rather than `notify` events: a read of a small
@@ -47,14 +58,18 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::config::{BackendSettings, Config, ConfigError, ServerSettings};
+use crate::config::lyft_env::{RuntimeDir, Snapshot};
+use crate::config::{AdminSettings, BackendSettings, Config, ConfigError, ServerSettings};
 use crate::rules::RuleSet;
 use crate::service::Service;
 
-/// Reloads the rules of one file into one service.
+/// Reloads the rules of one file (or of envoyproxy/ratelimit's config
+/// directory) into one service.
 #[derive(Debug)]
 pub struct Reloader {
     path: PathBuf,
+    /// Set when the rules are a directory's (`path` is then the directory).
+    directory: Option<RuntimeDir>,
     service: Arc<Service>,
     settings: ServerSettings,
     backend: BackendSettings,
@@ -64,12 +79,12 @@ pub struct Reloader {
 /// What the reloader has read.
 #[derive(Debug)]
 struct Seen {
-    /// The bytes last loaded or refused, so that a bad file is reported
-    /// once.
-    last: Vec<u8>,
-    /// Bytes read at the previous poll that differ from `last`: loaded
+    /// The files (names and bytes) last loaded or refused, so that a bad
+    /// file is reported once.
+    last: Snapshot,
+    /// Files read at the previous poll that differ from `last`: loaded
     /// when the next poll reads them again.
-    pending: Option<Vec<u8>>,
+    pending: Option<Snapshot>,
 }
 
 /// What a reload did.
@@ -92,7 +107,30 @@ impl Reloader {
     /// with `config`'s `server` and `backend` sections.
     pub fn new(path: PathBuf, service: Arc<Service>, config: &Config, loaded: Vec<u8>) -> Reloader {
         Reloader {
+            directory: None,
+            state: Mutex::new(Seen {
+                last: vec![(path.clone(), loaded)],
+                pending: None,
+            }),
             path,
+            service,
+            settings: config.server.clone(),
+            backend: config.backend.clone(),
+        }
+    }
+
+    /// A reloader for envoyproxy/ratelimit's config directory `dir`, whose
+    /// current files are `loaded` (see the module docs: the whole
+    /// directory is one snapshot).
+    pub fn for_directory(
+        dir: RuntimeDir,
+        service: Arc<Service>,
+        config: &Config,
+        loaded: Snapshot,
+    ) -> Reloader {
+        Reloader {
+            path: dir.dir.clone(),
+            directory: Some(dir),
             service,
             settings: config.server.clone(),
             backend: config.backend.clone(),
@@ -107,8 +145,13 @@ impl Reloader {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn read(&self) -> Result<Vec<u8>, ConfigError> {
-        std::fs::read(&self.path).map_err(|error| self.failed(ConfigError::io(&self.path, &error)))
+    fn read(&self) -> Result<Snapshot, ConfigError> {
+        match &self.directory {
+            Some(dir) => dir.snapshot().map_err(|error| self.failed(error)),
+            None => std::fs::read(&self.path)
+                .map(|bytes| vec![(self.path.clone(), bytes)])
+                .map_err(|error| self.failed(ConfigError::io(&self.path, &error))),
+        }
     }
 
     /// One step of the watcher: reads the file and loads it if it changed
@@ -155,9 +198,8 @@ impl Reloader {
         self.apply(&bytes)
     }
 
-    fn apply(&self, bytes: &[u8]) -> Result<Reloaded, ConfigError> {
-        let text = String::from_utf8_lossy(bytes);
-        let config = Config::from_yaml(&self.path, &text).map_err(|error| self.failed(error))?;
+    fn apply(&self, snapshot: &Snapshot) -> Result<Reloaded, ConfigError> {
+        let config = self.parse(snapshot).map_err(|error| self.failed(error))?;
         if config.server != self.settings {
             tracing::warn!(
                 file = %self.path.display(),
@@ -179,6 +221,24 @@ impl Reloader {
         self.service.metrics().config_loaded(true);
         tracing::info!(file = %self.path.display(), rules = count, "configuration reloaded");
         Ok(Reloaded::Applied { rules: count })
+    }
+
+    /// The configuration `snapshot` holds: the file's, or the directory's
+    /// rules under the settings read at start.
+    fn parse(&self, snapshot: &Snapshot) -> Result<Config, ConfigError> {
+        match &self.directory {
+            Some(dir) => Ok(Config {
+                server: self.settings.clone(),
+                backend: self.backend.clone(),
+                admin: AdminSettings::default(),
+                domains: dir.load(snapshot)?,
+            }),
+            None => {
+                let bytes = snapshot.first().map(|(_, bytes)| bytes.as_slice());
+                let text = String::from_utf8_lossy(bytes.unwrap_or_default());
+                Config::from_yaml(&self.path, &text)
+            }
+        }
     }
 
     fn failed(&self, error: ConfigError) -> ConfigError {

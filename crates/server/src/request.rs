@@ -91,9 +91,32 @@ pub struct Outcome {
     pub statuses: Vec<Status>,
 }
 
+impl Status {
+    /// Whether this descriptor was decided under a `quota_mode` rule.
+    fn quota_mode(&self) -> bool {
+        match self {
+            Status::Decided { rule, .. } => rule.quota_mode,
+            Status::Refused { rule, .. } => rule.as_ref().is_some_and(|rule| rule.quota_mode),
+            Status::NoRule | Status::Unlimited { .. } => false,
+        }
+    }
+}
+
 impl Outcome {
-    /// Whether any descriptor is over its limit.
+    /// Whether the request is over the limit, as envoyproxy/ratelimit
+    /// decides: a descriptor over its limit under a rule not in
+    /// `quota_mode`, or every `quota_mode` descriptor over its limit (at
+    /// least one).
     pub fn is_over_limit(&self) -> bool {
-        self.statuses.iter().any(Status::is_over_limit)
+        let (mut quotas, mut quotas_over) = (0usize, 0usize);
+        for status in &self.statuses {
+            if status.quota_mode() {
+                quotas += 1;
+                quotas_over += usize::from(status.is_over_limit());
+            } else if status.is_over_limit() {
+                return true;
+            }
+        }
+        quotas > 0 && quotas == quotas_over
     }
 }

@@ -52,6 +52,10 @@ pub struct Rule {
     pub name: Option<String>,
     /// Decide and count, but answer OK.
     pub shadow_mode: bool,
+    /// envoyproxy/ratelimit's `quota_mode`: over this limit, the request is
+    /// over the limit only if every quota-mode descriptor of it is (see
+    /// [`crate::request::Outcome::is_over_limit`]).
+    pub quota_mode: bool,
     /// `None` for `unlimited`, and for `blocked`.
     pub limits: Option<Limits>,
     /// `requests_per_unit: 0`: every request over this limit, nothing
@@ -198,6 +202,11 @@ impl RuleSet {
         self.forward_auth.get(domain)
     }
 
+    /// Whether the configuration names `domain` (with or without rules).
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
     /// Every rule, in file order.
     pub fn rules(&self) -> &[Arc<Rule>] {
         &self.rules
@@ -334,6 +343,7 @@ fn insert(
             path: path.clone(),
             name,
             shadow_mode: descriptor.shadow_mode,
+            quota_mode: descriptor.quota_mode,
             limits,
             blocked,
             dynamic: false,

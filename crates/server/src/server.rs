@@ -40,6 +40,7 @@ use tollgate::ClockSource;
 
 use crate::backend::{Backend, BackendError, MemoryBackend, SWEEP_EVERY};
 use crate::concurrency::Leases;
+use crate::config::lyft_env::{Env, LyftSettings, RuntimeDir, Snapshot};
 use crate::config::telemetry::TelemetrySettings;
 use crate::config::{BackendSettings, Config, ConfigError};
 use crate::grpc::{self, RlsService};
@@ -84,6 +85,9 @@ pub enum ServeError {
         /// Why.
         error: std::io::Error,
     },
+    /// An envoyproxy/ratelimit variable is refused
+    /// ([`crate::config::lyft_env`]).
+    Env(crate::config::lyft_env::EnvError),
 }
 
 impl std::fmt::Display for ServeError {
@@ -100,6 +104,7 @@ impl std::fmt::Display for ServeError {
             ServeError::Prometheus { addr, error } => {
                 write!(f, "PROMETHEUS_ADDR: cannot listen on {addr}: {error}")
             }
+            ServeError::Env(error) => write!(f, "{error}"),
         }
     }
 }
@@ -116,6 +121,9 @@ impl From<ConfigError> for ServeError {
 pub struct Server {
     config: Config,
     path: PathBuf,
+    /// Set when the rules are envoyproxy/ratelimit's config directory, with
+    /// the files they were read from.
+    directory: Option<(RuntimeDir, Snapshot)>,
     clock: ClockSource,
     backend: Option<Arc<dyn Backend>>,
     /// Rules from a control plane instead of the file.
@@ -144,6 +152,7 @@ impl Server {
         Ok(Server {
             config,
             path,
+            directory: None,
             clock: ClockSource::default(),
             backend: None,
             xds: None,
@@ -165,7 +174,47 @@ impl Server {
             backend: None,
             xds: Some(xds),
             telemetry: TelemetrySettings::default(),
+            directory: None,
         }
+    }
+
+    /// Reads envoyproxy/ratelimit's environment and config directory
+    /// ([`crate::config::lyft_env`]). In memory, windows are counted on the
+    /// wall clock (UNIX time), so that a fixed window is aligned to its
+    /// unit as envoyproxy/ratelimit aligns it.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Env`] naming a refused variable, or
+    /// [`ServeError::Config`] for the config directory.
+    pub fn from_lyft_env(env: &Env) -> Result<Server, ServeError> {
+        let settings = LyftSettings::read(env).map_err(ServeError::Env)?;
+        Server::from_lyft_settings(&settings)
+    }
+
+    /// As [`from_lyft_env`](Server::from_lyft_env), from settings already
+    /// read.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_lyft_env`](Server::from_lyft_env).
+    pub fn from_lyft_settings(settings: &LyftSettings) -> Result<Server, ServeError> {
+        if let Some(xds) = &settings.xds {
+            // The rules come from the control plane; the directory is not read.
+            return Ok(Server::from_xds(settings.config.clone(), xds.clone())
+                .with_clock(tollgate::SystemClock::new())
+                .with_telemetry(settings.telemetry.clone()));
+        }
+        let (config, snapshot) = settings.load()?;
+        Ok(Server {
+            path: settings.runtime.dir.clone(),
+            directory: Some((settings.runtime.clone(), snapshot)),
+            config,
+            clock: tollgate::SystemClock::new().into(),
+            backend: None,
+            xds: None,
+            telemetry: settings.telemetry.clone(),
+        })
     }
 
     /// The configuration read.
@@ -177,6 +226,16 @@ impl Server {
     /// `tollgate::ManualClock`). By default, the monotonic clock.
     pub fn with_clock(mut self, clock: impl Into<ClockSource>) -> Server {
         self.clock = clock.into();
+        self
+    }
+
+    /// How often the rules are read for changes; zero turns hot reload
+    /// off (tests then poll [`BoundServer::reloader`] themselves). By
+    /// default, the file's `reload_interval_ms` (1 s; from
+    /// envoyproxy/ratelimit's environment, 1 s).
+    pub fn with_reload_interval(mut self, interval: Duration) -> Server {
+        self.config.server.reload_interval_ms =
+            u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
         self
     }
 
@@ -297,30 +356,54 @@ impl Server {
             let http_listener = bind(settings.http_listen).await?;
             let grpc_addr = local_addr(&grpc_listener, settings.grpc_listen)?;
             let http_addr = local_addr(&http_listener, settings.http_listen)?;
-            Ok((grpc_listener, http_listener, grpc_addr, http_addr))
-        };
-        let (grpc_listener, http_listener, grpc_addr, http_addr) = match listeners.await {
-            Ok(listeners) => listeners,
-            Err(error) => {
-                // Not serving: the client stops too.
-                if let Some(xds) = &xds {
-                    xds.abort();
+            let debug_listener = match settings.debug_listen {
+                Some(addr) => {
+                    let listener = bind(addr).await?;
+                    let local = local_addr(&listener, addr)?;
+                    Some((listener, local))
                 }
-                return Err(error);
-            }
+                None => None,
+            };
+            Ok((
+                grpc_listener,
+                http_listener,
+                grpc_addr,
+                http_addr,
+                debug_listener,
+            ))
         };
-        // The bytes just validated; if the file changed since, the first
-        // poll picks it up.
-        let loaded = std::fs::read(&self.path).unwrap_or_default();
-        let reloader = Arc::new(Reloader::new(
-            self.path.clone(),
-            Arc::clone(&service),
-            &self.config,
-            loaded,
-        ));
+        let (grpc_listener, http_listener, grpc_addr, http_addr, debug_listener) =
+            match listeners.await {
+                Ok(listeners) => listeners,
+                Err(error) => {
+                    // Not serving: the client stops too.
+                    if let Some(xds) = &xds {
+                        xds.abort();
+                    }
+                    return Err(error);
+                }
+            };
+        let reloader = Arc::new(match self.directory {
+            // The files just validated: a change since is the first poll's.
+            Some((dir, snapshot)) => {
+                Reloader::for_directory(dir, Arc::clone(&service), &self.config, snapshot)
+            }
+            None => {
+                // The bytes just validated; if the file changed since, the
+                // first poll picks it up.
+                let loaded = std::fs::read(&self.path).unwrap_or_default();
+                Reloader::new(
+                    self.path.clone(),
+                    Arc::clone(&service),
+                    &self.config,
+                    loaded,
+                )
+            }
+        });
         Ok(BoundServer {
             grpc_listener,
             http_listener,
+            debug_listener,
             grpc_addr,
             http_addr,
             service,
@@ -371,6 +454,8 @@ pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 pub struct BoundServer {
     grpc_listener: TcpListener,
     http_listener: TcpListener,
+    /// The debug listener and its address, when there is one.
+    debug_listener: Option<(TcpListener, SocketAddr)>,
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
     service: Arc<Service>,
@@ -416,6 +501,12 @@ impl BoundServer {
             .and_then(|(listener, _)| listener.local_addr().ok())
     }
 
+    /// The debug listener's address (`/rlconfig`, `/stats`), when there is
+    /// one (envoyproxy/ratelimit's `DEBUG_PORT`).
+    pub fn debug_addr(&self) -> Option<SocketAddr> {
+        self.debug_listener.as_ref().map(|(_, addr)| *addr)
+    }
+
     /// The reloader, to reload now rather than at the next poll (a server
     /// taking its rules over xDS has no file: its reloader only fails).
     pub fn reloader(&self) -> Arc<Reloader> {
@@ -451,6 +542,11 @@ impl BoundServer {
         let mut grpc = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(idle / 2))
             .http2_keepalive_timeout(Some(idle / 2));
+        if let Some(age) = self.settings.grpc_max_connection_age {
+            grpc = grpc.max_connection_age(age);
+        }
+        let rls = RlsService::new(Arc::clone(&self.service), self.settings.response_headers)
+            .with_header_names(self.settings.response_header_names.clone());
         if let Some(identity) = &self.grpc_tls {
             grpc = grpc
                 .tls_config(identity.tonic_config())
@@ -465,7 +561,7 @@ impl BoundServer {
         let grpc = grpc
             .add_service(health_service)
             .add_service(grpc::server(
-                RlsService::new(Arc::clone(&self.service), self.settings.response_headers),
+                rls.clone(),
                 self.token.clone(),
                 self.settings.max_request_bytes,
             ))
@@ -479,6 +575,13 @@ impl BoundServer {
             Arc::clone(&self.ready),
             self.settings.max_request_bytes,
         );
+        let router = router.merge(crate::lyft_http::routes(
+            rls,
+            Arc::clone(&self.service),
+            self.token.clone(),
+            Arc::clone(&self.ready),
+            self.settings.healthy_only_with_rules,
+        ));
         let router = match &self.admin {
             Some(token) => router.merge(crate::admin::router(
                 Arc::clone(&self.service),
@@ -584,7 +687,24 @@ impl BoundServer {
             let _ = stop_tx.send(true);
         });
 
-        let (grpc, http) = tokio::join!(grpc, http);
+        let debug_stopped = stopped();
+        let debug_service = Arc::clone(&self.service);
+        let debug = async move {
+            match self.debug_listener {
+                Some((listener, _)) => {
+                    crate::http::serve::serve(
+                        Acceptor::new(listener, idle),
+                        crate::lyft_http::debug_routes(debug_service),
+                        idle,
+                        debug_stopped,
+                    )
+                    .await
+                }
+                None => Ok(()),
+            }
+        };
+
+        let (grpc, http, debug) = tokio::join!(grpc, http, debug);
         if let Some(prometheus) = prometheus {
             let _ = prometheus.await;
         }
@@ -607,6 +727,7 @@ impl BoundServer {
         self.service.backend().shutdown().await;
         grpc.map_err(ServeError::Grpc)?;
         http.map_err(ServeError::Http)?;
+        debug.map_err(ServeError::Http)?;
         tracing::info!("tollgate server stopped");
         Ok(())
     }

@@ -54,7 +54,9 @@
 //! A descriptor's `limit` (`requests_per_unit` per `unit`, set by Envoy's
 //! route `rate_limits[].limit` from dynamic metadata) replaces the rule,
 //! as in envoyproxy/ratelimit: the descriptor is decided under that limit
-//! even when no rule of the file matches, never in shadow mode, as a
+//! even when no rule of the file matches (in a domain the configuration
+//! names: a domain it does not name has no limit, override or not, as
+//! envoyproxy/ratelimit's `GetLimit` answers), never in shadow mode, as a
 //! fixed window (envoyproxy/ratelimit's algorithm). Its buckets belong to a
 //! rule named `domain.key1.key2|N/unit` (the entries' keys, not their
 //! values, so that metrics stay bounded; the limit in the name, so that two
@@ -577,6 +579,9 @@ impl Service {
         let dynamic;
         let mut controls = None;
         let (rule, key) = match descriptor.limit {
+            // envoyproxy/ratelimit looks the domain up first: a domain it
+            // has no configuration for has no limit, override or not.
+            Some(_) if !rules.has_domain(domain) => return Plan::NoRule,
             Some(limit) => match dynamic_rule(domain, descriptor, limit) {
                 Ok(rule) => {
                     dynamic = rule;
@@ -722,6 +727,7 @@ fn dynamic_rule(
             .collect(),
         name: None,
         shadow_mode: false,
+        quota_mode: false,
         limits: Some(limits),
         blocked: None,
         dynamic: true,

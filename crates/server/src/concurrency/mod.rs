@@ -551,6 +551,7 @@ mod tests {
             path: Vec::new(),
             name: None,
             shadow_mode: false,
+            quota_mode: false,
             limits: None,
             blocked: None,
             dynamic: false,

@@ -131,7 +131,7 @@ impl QuotaYaml {
                 );
             }
             Some(algorithm) => algorithm,
-            None => AlgorithmKind::Gcra,
+            None => DEFAULT_ALGORITHM.with(std::cell::Cell::get),
         };
         let (period, unit) = match (&self.unit, &self.period) {
             (Some(_), Some(_)) => return Err("give either unit or period, not both".into()),
@@ -230,6 +230,31 @@ pub(crate) fn calendar_unit(unit: Unit) -> Option<CalendarUnit> {
         Unit::Month => CalendarUnit::Month,
         Unit::Second | Unit::Year => return None,
     })
+}
+
+thread_local! {
+    /// The algorithm of a quota that names none: GCRA for the YAML file,
+    /// the fixed window for rules read through envoyproxy/ratelimit's
+    /// environment (see [`super::lyft_env`]). Set for one read by
+    /// [`DefaultAlgorithm::set`].
+    static DEFAULT_ALGORITHM: std::cell::Cell<AlgorithmKind> =
+        const { std::cell::Cell::new(AlgorithmKind::Gcra) };
+}
+
+/// Sets the default algorithm of the current thread's reads until dropped
+/// (restoring the previous one).
+pub(super) struct DefaultAlgorithm(AlgorithmKind);
+
+impl DefaultAlgorithm {
+    pub(super) fn set(kind: AlgorithmKind) -> DefaultAlgorithm {
+        DefaultAlgorithm(DEFAULT_ALGORITHM.with(|cell| cell.replace(kind)))
+    }
+}
+
+impl Drop for DefaultAlgorithm {
+    fn drop(&mut self) {
+        DEFAULT_ALGORITHM.with(|cell| cell.set(self.0));
+    }
 }
 
 /// The sliding window's slots when the file does not say.

@@ -50,7 +50,12 @@
 //!   [`crate::rules`] and [`crate::service`]). `detailed_metric: true` and
 //!   `value_to_metric: true` put the request's values in
 //!   envoyproxy/ratelimit's metric labels, bounded per rule (see
-//!   [`crate::metrics`]).
+//!   [`crate::metrics`]). envoyproxy/ratelimit's newer keys: `quota_mode:
+//!   true` (a request is over the limit when a rule not in quota mode is,
+//!   or when every quota-mode descriptor of it is: see
+//!   [`crate::request::Outcome::is_over_limit`]) and `metadata:` (any
+//!   mapping; kept with the rule, not sent, as the server sends no dynamic
+//!   metadata).
 //! - Extensions, all inside `rate_limit`: `algorithm` (`gcra`, the
 //!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
 //!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
@@ -123,6 +128,7 @@ mod backend;
 pub mod checked;
 pub mod concurrency;
 mod limits;
+pub mod lyft_env;
 pub mod telemetry;
 pub mod xds;
 
@@ -232,6 +238,42 @@ impl Config {
     ///
     /// [`ConfigError`] naming the file, the line and the field.
     pub fn from_yaml(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        Config::parse(path, text, None)
+    }
+
+    /// Validates one file of envoyproxy/ratelimit's config directory (read
+    /// through [`lyft_env`]): rules only (`server:`, `backend:` and
+    /// `admin:` come from the environment), a quota naming no algorithm
+    /// is a fixed window (envoyproxy/ratelimit's), and `redis` says whether
+    /// the environment put the counts on Redis.
+    pub(crate) fn domains_from_lyft_yaml(
+        path: &Path,
+        text: &str,
+        redis: bool,
+    ) -> Result<Vec<DomainConfig>, ConfigError> {
+        let _fixed = limits::DefaultAlgorithm::set(AlgorithmKind::FixedWindow);
+        let config = Config::parse(path, text, Some(redis))?;
+        let sections = [
+            ("server", config.server != ServerSettings::default()),
+            ("backend", config.backend != BackendSettings::default()),
+            ("admin", config.admin != AdminSettings::default()),
+        ];
+        if let Some((section, _)) = sections.iter().find(|(_, given)| *given) {
+            return Err(ConfigError {
+                file: path.to_owned(),
+                line: None,
+                column: None,
+                message: format!(
+                    "{section}: a file of the config directory holds rules only; the server is configured by envoyproxy/ratelimit's environment variables"
+                ),
+            });
+        }
+        Ok(config.domains)
+    }
+
+    /// Reads `text`; `redis` (when given) says whether the rules run on
+    /// Redis, else the file's `backend:` says.
+    fn parse(path: &Path, text: &str, redis: Option<bool>) -> Result<Config, ConfigError> {
         if is_blank(text) {
             return Err(ConfigError {
                 file: path.to_owned(),
@@ -245,8 +287,10 @@ impl Config {
         // A first look at `backend:` alone, so that a rule Redis cannot run
         // is refused at its own line during the full read. If the section
         // is bad, the full read reports it.
-        let redis = serde_yaml_ng::from_str::<BackendOnly>(text)
-            .is_ok_and(|only| matches!(only.backend.0, BackendSettings::Redis(_)));
+        let redis = redis.unwrap_or_else(|| {
+            serde_yaml_ng::from_str::<BackendOnly>(text)
+                .is_ok_and(|only| matches!(only.backend.0, BackendSettings::Redis(_)))
+        });
         let _redis = RedisRules::set(redis);
         let file: FileYaml = serde_yaml_ng::from_str(text).map_err(|error| {
             let location = error.location();
@@ -353,6 +397,47 @@ pub struct ServerSettings {
     pub grpc_tls: Option<TlsSettings>,
     /// TLS on the HTTP listener. By default, none (plain HTTP).
     pub http_tls: Option<TlsSettings>,
+    /// The debug listener (`/rlconfig`, `/stats`): envoyproxy/ratelimit's
+    /// `DEBUG_HOST`/`DEBUG_PORT` (set by [`lyft_env`] only). By default,
+    /// none.
+    #[serde(skip)]
+    pub debug_listen: Option<SocketAddr>,
+    /// The names of the `response_headers` (envoyproxy/ratelimit's
+    /// `LIMIT_*_HEADER`, set by [`lyft_env`] only). By default,
+    /// `x-ratelimit-limit`, `-remaining` and `-reset`.
+    #[serde(skip)]
+    pub response_header_names: ResponseHeaderNames,
+    /// `GET /healthcheck` fails while no rule is loaded
+    /// (envoyproxy/ratelimit's `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`,
+    /// set by [`lyft_env`] only). By default, off.
+    #[serde(skip)]
+    pub healthy_only_with_rules: bool,
+    /// A gRPC connection older than this is sent a GOAWAY
+    /// (envoyproxy/ratelimit's `GRPC_MAX_CONNECTION_AGE`, set by
+    /// [`lyft_env`] only). By default, none.
+    #[serde(skip)]
+    pub grpc_max_connection_age: Option<std::time::Duration>,
+}
+
+/// The names of the three rate-limit headers of an RLS answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHeaderNames {
+    /// The limit. By default, `x-ratelimit-limit`.
+    pub limit: String,
+    /// What remains. By default, `x-ratelimit-remaining`.
+    pub remaining: String,
+    /// Seconds until the reset. By default, `x-ratelimit-reset`.
+    pub reset: String,
+}
+
+impl Default for ResponseHeaderNames {
+    fn default() -> ResponseHeaderNames {
+        ResponseHeaderNames {
+            limit: "x-ratelimit-limit".into(),
+            remaining: "x-ratelimit-remaining".into(),
+            reset: "x-ratelimit-reset".into(),
+        }
+    }
 }
 
 impl Default for ServerSettings {
@@ -372,6 +457,10 @@ impl Default for ServerSettings {
             idle_timeout_ms: 30_000,
             grpc_tls: None,
             http_tls: None,
+            debug_listen: None,
+            response_header_names: ResponseHeaderNames::default(),
+            healthy_only_with_rules: false,
+            grpc_max_connection_age: None,
         }
     }
 }
@@ -560,6 +649,12 @@ struct RawDescriptor {
     rate_limits: Option<Vec<QuotaYaml>>,
     #[serde(default)]
     shadow_mode: bool,
+    /// envoyproxy/ratelimit's `quota_mode`.
+    #[serde(default)]
+    quota_mode: bool,
+    /// envoyproxy/ratelimit's `metadata` (any mapping).
+    #[serde(default)]
+    metadata: Option<serde_yaml_ng::Mapping>,
     #[serde(default)]
     detailed_metric: bool,
     #[serde(default)]
@@ -637,6 +732,8 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
             limit,
             concurrency,
             shadow_mode: raw.shadow_mode,
+            quota_mode: raw.quota_mode,
+            metadata: raw.metadata.map(serde_yaml_ng::Value::Mapping),
             replaces,
             share_threshold: raw.share_threshold,
             detailed_metric: raw.detailed_metric,

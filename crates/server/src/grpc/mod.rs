@@ -13,7 +13,7 @@
 //!   it, and there 0 means "check only".
 //! - `current_limit` is the binding quota: `requests_per_unit` (saturated
 //!   to `u32`), its `unit` when the period is exactly one (`UNKNOWN` for a
-//!   `period:` such as `10s`), and `name` (the rule's name, else its path).
+//!   `period:` such as `10s`), and `name` (the rule's name, else `""` as envoyproxy/ratelimit answers).
 //! - `limit_remaining` saturates to `u32::MAX`; an `unlimited` rule answers
 //!   `u32::MAX` and no `current_limit`; no rule answers OK with neither.
 //! - `duration_until_reset`: for an admission, the time until the bucket is
@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use crate::config::Unit;
+use crate::config::{ResponseHeaderNames, Unit};
 use crate::metrics::{Api, Refusal};
 use crate::service::{
     CheckError, CheckRequest, Descriptor, LimitOverride, Service, Status as DescriptorOutcome,
@@ -117,6 +117,7 @@ use proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 pub struct RlsService {
     service: Arc<Service>,
     response_headers: bool,
+    header_names: Arc<ResponseHeaderNames>,
 }
 
 impl RlsService {
@@ -125,7 +126,15 @@ impl RlsService {
         RlsService {
             service,
             response_headers,
+            header_names: Arc::default(),
         }
+    }
+
+    /// The names of the `response_headers`. By default,
+    /// `x-ratelimit-limit`, `-remaining` and `-reset`.
+    pub fn with_header_names(mut self, names: ResponseHeaderNames) -> RlsService {
+        self.header_names = Arc::new(names);
+        self
     }
 }
 
@@ -221,7 +230,7 @@ impl RateLimitService for RlsService {
         let statuses: Vec<DescriptorStatus> =
             outcome.statuses.iter().map(descriptor_status).collect();
         let response_headers_to_add = if self.response_headers {
-            headers(&statuses)
+            headers(&statuses, &self.header_names)
         } else {
             Vec::new()
         };
@@ -299,7 +308,7 @@ fn descriptor_status(outcome: &DescriptorOutcome) -> DescriptorStatus {
             current_limit: quota.map(|quota| RateLimit {
                 name: rule
                     .as_ref()
-                    .map(|rule| rule.name.clone().unwrap_or_else(|| rule.id.to_string()))
+                    .map(|rule| rule.name.clone().unwrap_or_default())
                     .unwrap_or_default(),
                 requests_per_unit: saturate(quota.requests_per_unit),
                 unit: proto_unit(quota.unit) as i32,
@@ -324,7 +333,7 @@ fn descriptor_status(outcome: &DescriptorOutcome) -> DescriptorStatus {
                     Code::Ok
                 } as i32,
                 current_limit: Some(RateLimit {
-                    name: rule.name.clone().unwrap_or_else(|| rule.id.to_string()),
+                    name: rule.name.clone().unwrap_or_default(),
                     requests_per_unit: saturate(quota.requests_per_unit),
                     unit: proto_unit(quota.unit) as i32,
                 }),
@@ -336,7 +345,7 @@ fn descriptor_status(outcome: &DescriptorOutcome) -> DescriptorStatus {
 }
 
 /// `x-ratelimit-*` for the limited descriptor with the fewest permits left.
-fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+fn headers(statuses: &[DescriptorStatus], names: &ResponseHeaderNames) -> Vec<HeaderValue> {
     let Some(tightest) = statuses
         .iter()
         .filter(|status| status.current_limit.is_some())
@@ -353,16 +362,13 @@ fn headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
         d.seconds.saturating_add(i64::from(d.nanos > 0))
     });
     [
-        ("x-ratelimit-limit", limit.to_string()),
-        (
-            "x-ratelimit-remaining",
-            tightest.limit_remaining.to_string(),
-        ),
-        ("x-ratelimit-reset", reset.to_string()),
+        (&names.limit, limit.to_string()),
+        (&names.remaining, tightest.limit_remaining.to_string()),
+        (&names.reset, reset.to_string()),
     ]
     .into_iter()
     .map(|(key, value)| HeaderValue {
-        key: key.to_owned(),
+        key: key.clone(),
         value,
         raw_value: Vec::new(),
     })

@@ -45,7 +45,8 @@ async fn envoy_conformance_table() {
     assert_eq!(status.limit_remaining, 1);
     let limit = status.current_limit.as_ref().expect("current limit");
     assert_eq!((limit.requests_per_unit, limit.unit()), (2, Unit::Minute));
-    assert_eq!(limit.name, "rl.user");
+    // An unnamed rule: an empty name, as envoyproxy/ratelimit answers.
+    assert_eq!(limit.name, "");
     assert_eq!(secs(status), 60.0);
     assert_eq!(ask(alice()).await.statuses[0].limit_remaining, 0);
     let over = ask(alice()).await;

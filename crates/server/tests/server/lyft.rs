@@ -6,6 +6,10 @@ use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_resp
 
 use crate::support::*;
 
+#[path = "../shared/lyft_examples.rs"]
+mod lyft_examples;
+use lyft_examples::{EXAMPLE_YAML, QUOTA_DESCRIPTORS, QUOTA_SCRIPT, SCRIPT, route};
+
 /// One call: a descriptor's entries, and the codes expected.
 type Call = (&'static [(&'static str, &'static str)], &'static [Code]);
 
@@ -510,198 +514,16 @@ descriptors:
     server.stop().await;
 }
 
-/// envoyproxy/ratelimit's `examples/ratelimit/config/example.yaml`, domain
-/// `rl`, as its integration scripts use it (its two `quota_mode` service
-/// entries left out: `quota_mode` and `metadata` are not README keys).
-const EXAMPLE_YAML: &str = "
-domain: rl
-descriptors:
-  - key: category
-    value: account
-    rate_limit:
-      replaces:
-        - name: bkthomps
-        - name: fake_name
-      unit: minute
-      requests_per_unit: 4
-  - key: source_cluster
-    value: proxy
-    descriptors:
-      - key: destination_cluster
-        value: bkthomps
-        rate_limit:
-          replaces:
-            - name: bkthomps
-          unit: minute
-          requests_per_unit: 2
-      - key: destination_cluster
-        value: mock
-        rate_limit:
-          unit: minute
-          requests_per_unit: 1
-      - key: destination_cluster
-        value: override
-        rate_limit:
-          replaces:
-            - name: banned_limit
-          unit: minute
-          requests_per_unit: 2
-      - key: destination_cluster
-        value: fake
-        rate_limit:
-          name: fake_name
-          unit: minute
-          requests_per_unit: 2
-  - key: foo
-    rate_limit:
-      unit: minute
-      requests_per_unit: 2
-    descriptors:
-      - key: bar
-        rate_limit:
-          unit: minute
-          requests_per_unit: 3
-      - key: bar
-        value: bkthomps
-        rate_limit:
-          name: bkthomps
-          unit: minute
-          requests_per_unit: 1
-      - key: bar
-        value: banned
-        rate_limit:
-          name: banned_limit
-          unit: minute
-          requests_per_unit: 0
-      - key: baz
-        rate_limit:
-          unit: second
-          requests_per_unit: 1
-      - key: baz
-        value: not-so-shady
-        rate_limit:
-          unit: minute
-          requests_per_unit: 3
-      - key: baz
-        value: shady
-        rate_limit:
-          unit: minute
-          requests_per_unit: 3
-        shadow_mode: true
-      - key: bay
-        rate_limit:
-          unlimited: true
-  - key: unspec
-    detailed_metric: true
-    rate_limit:
-      unit: minute
-      requests_per_unit: 2
-  - key: qux
-    rate_limit:
-      unlimited: true
-";
-
-/// The descriptors Envoy sends for `examples/envoy/proxy.yaml`'s routes
-/// (a descriptor whose headers are not all present is not sent).
-fn route(headers: &[(&'static str, &'static str)]) -> Vec<Vec<(&'static str, &'static str)>> {
-    let get = |name: &str| headers.iter().find(|(k, _)| *k == name).copied();
-    let actions: &[&[&str]] = &[
-        &["foo", "bar"],
-        &["foo", "baz"],
-        &["source_cluster", "destination_cluster"],
-        &["category"],
-        &["unspec"],
-    ];
-    actions
-        .iter()
-        .filter_map(|keys| keys.iter().map(|k| get(k)).collect::<Option<Vec<_>>>())
-        .collect()
-}
-
 /// envoyproxy/ratelimit's `integration-test/scripts/replaces.sh`,
 /// `trigger-ratelimit.sh` and `value-included-in-stats-key-when-unspecified.sh`
 /// against its `example.yaml`, call for call: `(headers, limited)`, where
 /// limited means the overall answer is OVER_LIMIT (Envoy's 429).
+/// envoyproxy/ratelimit's integration scripts ([`SCRIPT`]) against its
+/// `example.yaml`, call for call.
 #[tokio::test]
 async fn lyft_integration_scripts_answer_as_they_expect() {
-    const BANNED: &[(&str, &str)] = &[("foo", "bkthomps"), ("bar", "banned")];
-    const MOCK: &[(&str, &str)] = &[
-        ("foo", "bkthomps"),
-        ("bar", "banned"),
-        ("source_cluster", "proxy"),
-        ("destination_cluster", "mock"),
-    ];
-    const OVERRIDE: &[(&str, &str)] = &[
-        ("foo", "bkthomps"),
-        ("bar", "banned"),
-        ("source_cluster", "proxy"),
-        ("destination_cluster", "override"),
-    ];
-    const BKTHOMPS: &[(&str, &str)] = &[
-        ("foo", "my_foo"),
-        ("bar", "bkthomps"),
-        ("source_cluster", "proxy"),
-        ("destination_cluster", "bkthomps"),
-    ];
-    const NOT_BKTHOMPS: &[(&str, &str)] = &[
-        ("foo", "my_foo"),
-        ("bar", "bkthomps"),
-        ("source_cluster", "proxy"),
-        ("destination_cluster", "not_bkthomps"),
-    ];
-    const FIVE: &[(&str, &str)] = &[
-        ("foo", "my_foo"),
-        ("bar", "bkthomps"),
-        ("source_cluster", "proxy"),
-        ("destination_cluster", "fake"),
-        ("category", "account"),
-    ];
-    const FOO_2: &[(&str, &str)] = &[("foo", "foo_2"), ("bar", "bkthomps")];
-    const FOO_3: &[(&str, &str)] = &[
-        ("foo", "foo_3"),
-        ("bar", "bar_3"),
-        ("source_cluster", "proxy"),
-        ("destination_cluster", "fake"),
-    ];
-    const PELLE: &[(&str, &str)] = &[("foo", "pelle"), ("baz", "not-so-shady")];
-    const UNSPEC: &[(&str, &str)] = &[("unspec", "unspecified_value")];
-    let script: &[(&[(&str, &str)], bool)] = &[
-        // replaces.sh: replaces increases the limit.
-        (BANNED, true),
-        (MOCK, true),
-        (OVERRIDE, false),
-        (OVERRIDE, false),
-        (OVERRIDE, true),
-        // replaces does not affect the original limit.
-        (BKTHOMPS, false),
-        (BKTHOMPS, false),
-        (BKTHOMPS, true),
-        (NOT_BKTHOMPS, false),
-        (NOT_BKTHOMPS, true),
-        (BKTHOMPS, true),
-        // replaces can replace several limits.
-        (FIVE, false),
-        (FIVE, false),
-        (FIVE, false),
-        (FIVE, false),
-        (FIVE, true),
-        (FOO_2, false),
-        (FOO_2, true),
-        (FOO_3, false),
-        (FOO_3, false),
-        (FOO_3, true),
-        (FIVE, true),
-        // trigger-ratelimit.sh.
-        (PELLE, false),
-        (PELLE, false),
-        (PELLE, false),
-        (PELLE, true),
-        // value-included-in-stats-key-when-unspecified.sh.
-        (UNSPEC, false),
-        (UNSPEC, false),
-        (UNSPEC, true),
-    ];
-    let server = start(EXAMPLE_YAML).await;
+    let script = SCRIPT;
+    let server = start(EXAMPLE_YAML.trim_start_matches("---\n")).await;
     let mut client = server.grpc_client().await;
     for (i, (headers, limited)) in script.iter().enumerate() {
         let descriptors = route(headers)
@@ -731,18 +553,38 @@ async fn lyft_integration_scripts_answer_as_they_expect() {
     server.stop().await;
 }
 
-/// envoyproxy/ratelimit's newer `quota_mode` (not a README key) is refused
-/// at its line, never accepted and ignored.
-#[test]
-fn quota_mode_is_refused_at_its_line() {
+/// envoyproxy/ratelimit's newer `quota_mode` and `metadata` (in its
+/// shipped `example.yaml`, refused before issue 26) are read with its
+/// meaning: `integration-test/scripts/quota.sh` replayed against the file
+/// as it ships ([`QUOTA_SCRIPT`]: over the limit only when every
+/// quota-mode descriptor is).
+#[tokio::test]
+async fn quota_mode_answers_as_lyfts_quota_script_expects() {
+    let server = start(EXAMPLE_YAML.trim_start_matches("---\n")).await;
+    let mut client = server.grpc_client().await;
+    for (i, limited) in QUOTA_SCRIPT.iter().enumerate() {
+        let descriptors = QUOTA_DESCRIPTORS
+            .iter()
+            .map(|entries| descriptor(entries))
+            .collect();
+        let response = within(client.should_rate_limit(request("rl", descriptors)))
+            .await
+            .expect("call")
+            .into_inner();
+        assert_eq!(
+            response.overall_code() == Code::OverLimit,
+            *limited,
+            "call {i}: {response:?}"
+        );
+    }
+    server.stop().await;
+    // `metadata` is a mapping, refused at its line otherwise.
     let error = tollgate_server::Config::from_yaml(
         std::path::Path::new("lyft.yaml"),
-        "domain: d\ndescriptors:\n  - key: service\n    value: service_1\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+        "domain: d\ndescriptors:\n  - key: service\n    quota_mode: true\n    metadata: 3\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
     )
-    .expect_err("quota_mode");
-    // The key's own line.
+    .expect_err("metadata: 3");
     assert_eq!(error.line(), Some(5), "{error}");
-    assert!(error.message().contains("quota_mode"), "{error}");
 }
 
 /// Regression (issue 15): a `requests_per_unit: 0` rule (Lyft's block

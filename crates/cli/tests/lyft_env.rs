@@ -1,0 +1,172 @@
+//! `tollgate serve` with no `--config`, as a container started with
+//! envoyproxy/ratelimit's environment runs it (issue 26): the binary, its
+//! environment cleared and set as envoyproxy/ratelimit's
+//! `docker-compose.yml` sets it, answering `/json` and `/healthcheck`, and
+//! refusing what it does not support by the variable's name.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// One HTTP/1.1 exchange; the response as text.
+fn http(addr: SocketAddr, request: &str) -> String {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout set");
+    stream.write_all(request.as_bytes()).expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response read");
+    response
+}
+
+fn json(addr: SocketAddr, body: &str) -> String {
+    http(
+        addr,
+        &format!(
+            "POST /json HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+/// envoyproxy/ratelimit's `docker-compose.yml` environment (counts in
+/// memory instead of its Redis service, on loopback ports the OS picks).
+fn lyft_command(root: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    command
+        .arg("serve")
+        .env_clear()
+        .env("USE_STATSD", "false")
+        .env("LOG_LEVEL", "info")
+        .env("REDIS_SOCKET_TYPE", "tcp")
+        .env("REDIS_URL", "redis:6379")
+        .env("RUNTIME_ROOT", root)
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("MEMCACHE_HOST_PORT", "memcached:11211")
+        .env("BACKEND_TYPE", "memory")
+        .env("HOST", "127.0.0.1")
+        .env("PORT", "0")
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", "0")
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", "0");
+    command
+}
+
+fn temp_root(name: &str) -> std::path::PathBuf {
+    let root = std::env::temp_dir().join(format!("tollgate-lyft-{name}-{}", std::process::id()));
+    let config = root.join("ratelimit").join("config");
+    std::fs::create_dir_all(&config).expect("config dir");
+    std::fs::write(
+        config.join("example.yaml"),
+        "---\ndomain: rl\ndescriptors:\n  - key: foo\n    descriptors:\n      - key: baz\n        value: not-so-shady\n        rate_limit:\n          unit: minute\n          requests_per_unit: 3\n",
+    )
+    .expect("rules written");
+    root
+}
+
+#[test]
+fn serve_without_config_runs_from_lyfts_environment() {
+    let root = temp_root("serve");
+    let mut child = lyft_command(&root)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("tollgate starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (lines, received) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let http_addr: SocketAddr = loop {
+        let line = received
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the server says where it listens");
+        if let Some(rest) = line.split("the HTTP API on ").nth(1) {
+            break rest
+                .split(';')
+                .next()
+                .and_then(|addr| addr.trim().parse().ok())
+                .expect("an address");
+        }
+    };
+    let health = http(
+        http_addr,
+        "GET /healthcheck HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.ends_with("OK"), "{health}");
+    let body = r#"{"domain":"rl","descriptors":[{"entries":[{"key":"foo","value":"pelle"},{"key":"baz","value":"not-so-shady"}]}]}"#;
+    for _ in 0..3 {
+        let answer = json(http_addr, body);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains(r#""overallCode":"OK""#), "{answer}");
+    }
+    let answer = json(http_addr, body);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains(r#""overallCode":"OVER_LIMIT""#), "{answer}");
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM sent");
+    let stopped = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waitable") {
+            break status;
+        }
+        assert!(
+            Instant::now() < stopped,
+            "the server did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    reader.join().expect("the stderr reader");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_refused_variable_is_named_and_no_environment_asks_for_config() {
+    let root = temp_root("refused");
+    let output = lyft_command(&root)
+        .env("BACKEND_TYPE", "memcache")
+        .output()
+        .expect("tollgate runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("BACKEND_TYPE: memcache is not supported"),
+        "{stderr}"
+    );
+
+    // A bad rule file in the directory: named with its line, before binding.
+    std::fs::write(
+        root.join("ratelimit/config/bad.yaml"),
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    )
+    .expect("bad file");
+    let output = lyft_command(&root).output().expect("tollgate runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("bad.yaml:3"), "{stderr}");
+
+    // Neither --config nor Lyft's variables: serve asks for --config, as
+    // it always did.
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("serve")
+        .env_clear()
+        .env("PORT", "8080")
+        .output()
+        .expect("tollgate runs");
+    assert_ne!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--config"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&root);
+}

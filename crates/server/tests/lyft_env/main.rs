@@ -1,0 +1,8 @@
+//! `tollgate serve` started from envoyproxy/ratelimit's environment and
+//! config directory, as its own `docker-compose.yml` and a Kubernetes
+//! ConfigMap lay them out, against real clients on 127.0.0.1 (issue 26).
+
+mod configmap;
+mod endpoints;
+mod replay;
+mod support;
