@@ -347,6 +347,17 @@ where
         self.shared.decide(key, cost, Mode::Charge)
     }
 
+    /// The algorithm every key without an override runs now (a copy: it can
+    /// change, see [`set_default`](Self::set_default)).
+    pub fn default_algorithm(&self) -> A {
+        self.shared
+            .read_policies()
+            .default
+            .algorithm
+            .algorithm
+            .clone()
+    }
+
     /// Runs `algorithm` for every key without an override from now on; the
     /// state of keys already in use is carried over by `carry`.
     pub fn set_default(&self, algorithm: A, carry: Carry) {
