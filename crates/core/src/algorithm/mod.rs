@@ -53,7 +53,7 @@ pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static 
     fn quota(&self) -> &Quota;
 
     /// Every quota this algorithm enforces: its [`quota`](Self::quota), or
-    /// each limit's for [`AllOf`](crate::AllOf). What a middleware checks
+    /// each limit's for [`AllOf`]. What a middleware checks
     /// an advertised quota against.
     fn quotas(&self) -> Vec<Quota> {
         vec![*self.quota()]
