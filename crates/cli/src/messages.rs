@@ -50,6 +50,20 @@ pub enum UsageError {
         /// The most allowed.
         max: u64,
     },
+    /// The concurrency simulation would hold too many events in memory.
+    TooManyEvents {
+        /// The most arrivals allowed.
+        max: u64,
+    },
+    /// More warm connections than the run can use.
+    TooManyConnections {
+        /// As given.
+        connections: u64,
+        /// The most the run can use.
+        usable: u64,
+        /// Why that many.
+        because: String,
+    },
     /// The CSV file of arrivals cannot be used.
     Csv {
         /// The file.
@@ -68,6 +82,13 @@ pub enum UsageError {
     BadHeader {
         /// As given.
         header: String,
+    },
+    /// A `-H` header contradicts what loadgen itself sends.
+    ConflictingHeader {
+        /// The header's name.
+        name: String,
+        /// Why.
+        reason: String,
     },
     /// The method is not a valid HTTP method.
     BadMethod {
@@ -94,6 +115,18 @@ impl fmt::Display for UsageError {
                 f,
                 "the pattern would hold more than the {max} arrivals a simulation keeps in memory: lower --rate or --duration (or lengthen --period for the burst and sawtooth)"
             ),
+            UsageError::TooManyEvents { max } => write!(
+                f,
+                "the run would hold more than the {max} arrivals a simulation keeps in memory: lower --rate or --duration"
+            ),
+            UsageError::TooManyConnections {
+                connections,
+                usable,
+                because,
+            } => write!(
+                f,
+                "--connections {connections} opens more connections than this run can use: at most {usable} ({because}); connections beyond the warm ones open on demand up to --max-connections"
+            ),
             UsageError::Csv { path, error } => write!(f, "cannot use {path}: {error}"),
             UsageError::BadUrl { url, reason } => write!(f, "cannot load {url:?}: {reason}"),
             UsageError::BadHeader { header } => {
@@ -102,6 +135,10 @@ impl fmt::Display for UsageError {
                     "invalid header {header:?}: expected `Name: value` with a valid header name and value"
                 )
             }
+            UsageError::ConflictingHeader { name, reason } => write!(
+                f,
+                "header {name:?} (-H) cannot be sent as given: {reason}; every request would be refused by the target, so the run does not start"
+            ),
             UsageError::BadMethod { method } => write!(f, "invalid HTTP method {method:?}"),
         }
     }
@@ -192,6 +229,29 @@ pub fn cannot_draw(path: &Path, error: &dyn fmt::Display) -> String {
 /// The target could not be resolved or reached before the run.
 pub fn cannot_reach(authority: &str) -> String {
     format!("cannot reach {authority}")
+}
+
+/// The name lookup of the target failed: why, from the resolver.
+pub fn lookup_failed(error: &std::io::Error) -> String {
+    format!("the name lookup failed ({error}); is the host a valid name or IP address?")
+}
+
+/// The name lookup of the target answered no address.
+pub fn no_address() -> String {
+    "the name lookup answered no address".to_owned()
+}
+
+/// The name lookup was given up after `--timeout`.
+pub fn lookup_timed_out(timeout: std::time::Duration) -> String {
+    format!(
+        "the name lookup timed out after {} (--timeout)",
+        humantime::format_duration(timeout)
+    )
+}
+
+/// A warm-up still opening connections.
+pub fn warming_up(opened: usize, connections: usize) -> String {
+    format!("note: {opened} of {connections} warm connections open; the clock starts once all are")
 }
 
 /// The pictures written.

@@ -333,6 +333,129 @@ fn bad_arguments_are_refused_with_a_message() {
     }
 }
 
+/// Issue 31 item 7: headers that contradict what loadgen sends drew a 400
+/// for every request; they are refused before anything is sent, naming the
+/// header. Issue 31 item 6: a warm-connection count the run cannot use is
+/// refused at once (it opened ~70,000 sockets in silence). Each case failed
+/// before the fix (the run started).
+#[test]
+fn headers_and_connections_the_run_cannot_use_are_refused_before_sending() {
+    let _one = exclusive();
+    let base = [
+        "loadgen",
+        "http://127.0.0.1:9/",
+        "--rate",
+        "10",
+        "--requests",
+        "3",
+    ];
+    let cases: [(&[&str], &str); 5] = [
+        (&["-H", "content-length: 5"], "header \"content-length\""),
+        (
+            &["-H", "content-length: 5", "--body", "abc"],
+            "the body (--body) is 3 bytes",
+        ),
+        (&["-H", "Host: a", "-H", "host: b"], "header \"host\""),
+        (
+            &["-H", "transfer-encoding: chunked"],
+            "header \"transfer-encoding\"",
+        ),
+        (
+            &["--http2", "-H", "connection: keep-alive"],
+            "HTTP/2 (--http2) forbids",
+        ),
+    ];
+    for (extra, message) in cases {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        tollgate(&args, DEADLINE).assert_refused(2, message);
+    }
+    // A Content-Length that matches the body is what loadgen would send;
+    // a million warm connections for 3 requests open 3, at once.
+    let server = server(None);
+    let url = url(&server);
+    let started = std::time::Instant::now();
+    let run = tollgate(
+        &[
+            "loadgen",
+            &url,
+            "--rate",
+            "10",
+            "--requests",
+            "3",
+            "--connections",
+            "1000000",
+            "--max-connections",
+            "1000000",
+            "-H",
+            "content-length: 3",
+            "--body",
+            "abc",
+            "--json",
+        ],
+        DEADLINE,
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // More warm connections than the process may open: refused, with why.
+    let files: Option<u64> = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            let line = limits
+                .lines()
+                .find(|l| l.starts_with("Max open files"))?
+                .to_owned();
+            line["Max open files".len()..]
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        });
+    if files.is_some_and(|files| files < 900_000) {
+        tollgate(
+            &[
+                "loadgen",
+                &url,
+                "--rate",
+                "10",
+                "--duration",
+                "1h",
+                "--connections",
+                "1000000",
+                "--max-connections",
+                "1000000",
+            ],
+            DEADLINE,
+        )
+        .assert_refused(
+            2,
+            "--connections 1000000 opens more connections than this run can use",
+        );
+    }
+}
+
+/// Issue 31 item 8: `cannot reach 256.1.1.1` said nothing more; the
+/// lookup's failure is given (failed before the fix).
+#[test]
+fn an_unresolvable_host_says_why() {
+    let _one = exclusive();
+    tollgate(
+        &[
+            "loadgen",
+            "http://256.1.1.1/",
+            "--rate",
+            "10",
+            "--requests",
+            "1",
+        ],
+        DEADLINE,
+    )
+    .assert_refused(1, "cannot reach 256.1.1.1:80: the name lookup failed (");
+}
+
 #[test]
 fn an_unreachable_target_fails_before_the_run() {
     let _one = exclusive();

@@ -212,3 +212,31 @@ fn a_bad_config_is_refused_with_its_line_before_binding() {
     assert!(error.contains("rate_limit.unit"), "{event}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 31 item 8: a file that is not YAML (here a README) read as one
+/// string, and the error repeated the whole file; it names the line and
+/// quotes only the start of the first (failed before the fix).
+#[test]
+fn a_file_that_is_not_yaml_is_not_echoed_whole() {
+    let dir = std::env::temp_dir().join(format!("tollgate-serve-text-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("README.txt");
+    let secret_line = "a third line the error must not repeat";
+    std::fs::write(
+        &config,
+        format!("This is not a rules file\nbut plain text on several lines\n{secret_line}\n"),
+    )
+    .expect("file written");
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .expect("tollgate runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("README.txt:1"), "{stderr}");
+    assert!(stderr.contains("This is not a rules file"), "{stderr}");
+    assert!(!stderr.contains(secret_line), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -434,3 +434,16 @@ fn pictures_keep_their_labels_and_say_what_they_clip() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 31 item 8: `simulate --concurrency` with a huge duration suggested
+/// `--period`, which it does not take; the message names what applies
+/// (failed before: the rate simulations' message).
+#[test]
+fn the_concurrency_arrival_cap_suggests_only_what_applies() {
+    let run = tollgate(
+        &["simulate", "--concurrency", "--duration", "100y"],
+        Duration::from_secs(20),
+    );
+    run.assert_refused(2, "lower --rate or --duration");
+    assert!(!run.stderr.contains("--period"), "{}", run.stderr);
+}

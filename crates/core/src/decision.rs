@@ -106,6 +106,28 @@ impl Decision {
         )
     }
 
+    /// The same decision as seen `by_ns` earlier than it was taken: its
+    /// waits end at the same instants, so each one that is not zero grows by
+    /// `by_ns` (saturating; "never" stays "never"). A wait of zero stays
+    /// zero: nothing to wait for at the later instant is nothing to wait for
+    /// now either (a state created fresh there).
+    #[inline]
+    pub(crate) fn seen_earlier_by(self, by_ns: u64) -> Decision {
+        let by_ticks = by_ns.saturating_mul(self.scale as u64);
+        let later = |ticks: u64| {
+            if ticks == 0 || ticks == u64::MAX {
+                ticks
+            } else {
+                ticks.saturating_add(by_ticks)
+            }
+        };
+        Decision {
+            retry_ticks: later(self.retry_ticks),
+            reset_ticks: later(self.reset_ticks),
+            ..self
+        }
+    }
+
     /// Ticks to whole nanoseconds, rounded up; "never" stays "never".
     #[inline]
     const fn nanos(&self, ticks: u64) -> u64 {

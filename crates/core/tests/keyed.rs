@@ -1132,14 +1132,18 @@ fn after_a_stale_reading<A: Algorithm>(
 
 /// The decision of a call that read 10.5 s and took effect after 11 s, on a
 /// key that took its one permit per second at 10 s: denied as of 10.5 s, or
-/// admitted as of 11 s (full again, the permit counted from 11 s), and
-/// nothing else.
-fn decided_at_one_instant(late: Decision, retry_at_reading: Duration, reset_from_11s: Duration) {
+/// admitted as of 11 s (full again, the permit counted from 11 s, its waits
+/// counted from the reading of 10.5 s), and nothing else.
+fn decided_at_one_instant(
+    late: Decision,
+    retry_at_reading: Duration,
+    reset_from_reading: Duration,
+) {
     if late.is_allowed() {
         assert_eq!(
             late.reset_after(),
-            reset_from_11s,
-            "admitted as of 10.5 s: {late}"
+            reset_from_reading,
+            "admitted as of 11 s, reported from 10.5 s: {late}"
         );
     } else {
         assert_eq!(late.retry_after(), retry_at_reading, "{late}");
@@ -1155,7 +1159,11 @@ fn a_reading_taken_before_an_eviction_does_not_admit_on_a_fresh_state() {
     // the first permit until 11 s: three permits in [10 s, 11.5 s], where at
     // most 2 fit. A limiter that never evicts denies it.
     let (late, limiter, clock) = after_a_stale_reading(gcra(1, SEC, 1), true);
-    decided_at_one_instant(late, Duration::from_millis(500), Duration::from_secs(1));
+    decided_at_one_instant(
+        late,
+        Duration::from_millis(500),
+        Duration::from_millis(1_500),
+    );
     clock.advance(Duration::from_millis(500));
     let next = limiter.check(&7);
     if late.is_allowed() {
@@ -1171,7 +1179,11 @@ fn a_reading_taken_before_an_eviction_does_not_admit_on_a_fresh_state() {
     // For the fixed window (1 per second) the stale admission counted in the
     // window of 10 s, which already held its one permit.
     let (late, limiter, clock) = after_a_stale_reading(fixed(1, SEC), true);
-    decided_at_one_instant(late, Duration::from_millis(500), Duration::from_secs(1));
+    decided_at_one_instant(
+        late,
+        Duration::from_millis(500),
+        Duration::from_millis(1_500),
+    );
     clock.advance(Duration::from_millis(500));
     let next = limiter.check(&7);
     assert_eq!(
@@ -1186,7 +1198,11 @@ fn a_peek_taken_before_an_eviction_answers_for_one_instant() {
     // The same for a look: at 10.5 s the window of 10 s is full, at 11 s the
     // key is fresh; "allowed, resets in 0.5 s" is true of neither.
     let (late, limiter, _clock) = after_a_stale_reading(fixed(1, SEC), false);
-    decided_at_one_instant(late, Duration::from_millis(500), Duration::from_secs(1));
+    decided_at_one_instant(
+        late,
+        Duration::from_millis(500),
+        Duration::from_millis(1_500),
+    );
     assert!(limiter.is_empty(), "a look creates no state");
 }
 

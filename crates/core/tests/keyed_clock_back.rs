@@ -16,9 +16,11 @@
 //! directions, one key of a keyed limiter answers exactly (every field of
 //! every [`Decision`]) as a plain [`Limiter`] on the same quota, fed the same
 //! readings, except that while the key has no state the plain limiter is fed
-//! the later of the reading and the sweeps' latest reading. Before the fix
-//! the keyed limiter decided a re-created key at the raw reading, and the
-//! property failed for every algorithm.
+//! the later of the reading and the sweeps' latest reading, and its waits
+//! are then counted from the keyed request's own reading (issue 31 item 12:
+//! they were counted from the later instant). Before the fix the keyed
+//! limiter decided a re-created key at the raw reading, and the property
+//! failed for every algorithm.
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -26,8 +28,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tollgate::{
-    Algorithm, AllOf, FixedWindow, Gcra, KeyedLimiter, Limiter, ManualClock, Nanos, Quota,
-    SlidingLog, SlidingWindow,
+    Algorithm, AllOf, Decision, FixedWindow, Gcra, KeyedLimiter, Limiter, ManualClock, Nanos,
+    Quota, SlidingLog, SlidingWindow,
 };
 
 const SECOND: u64 = 1_000_000_000;
@@ -93,16 +95,20 @@ fn matches_a_plain_limiter<A: Algorithm + Debug>(
     for (step, op) in ops.iter().enumerate() {
         let now = clock.now_for_test();
         let absent = keyed.is_empty();
-        plain_clock.set(if absent { now.max(swept_at) } else { now });
+        let decided_at = if absent { now.max(swept_at) } else { now };
+        plain_clock.set(decided_at);
+        // The keyed limiter reports its waits from the reading `now`: the
+        // plain limiter's, decided at `decided_at`, end at the same instants.
+        let later = decided_at.as_u64() - now.as_u64();
         match *op {
             Op::Check(cost) => {
                 let got = keyed.check_n(&KEY, cost);
-                let want = plain.check_n(cost);
+                let want = plain.check_n(cost).map(|d| seen_earlier_by(d, later));
                 prop_assert_eq!(got, want, "step {}: check_n({}) at {}", step, cost, now);
             }
             Op::Peek(cost) => {
                 let got = keyed.peek_n(&KEY, cost);
-                let want = plain.peek_n(cost);
+                let want = plain.peek_n(cost).map(|d| seen_earlier_by(d, later));
                 prop_assert_eq!(got, want, "step {}: peek_n({}) at {}", step, cost, now);
             }
             Op::Jump(by) => {
@@ -116,6 +122,26 @@ fn matches_a_plain_limiter<A: Algorithm + Debug>(
         }
     }
     Ok(())
+}
+
+/// `decision` as seen `by_ns` before the instant it was taken at: every wait
+/// that is not zero (nor "never") grows by `by_ns`.
+fn seen_earlier_by(decision: Decision, by_ns: u64) -> Decision {
+    let later = |wait: Duration| {
+        if wait.is_zero() || wait == Duration::from_nanos(u64::MAX) {
+            wait
+        } else {
+            wait.saturating_add(Duration::from_nanos(by_ns))
+                .min(Duration::from_nanos(u64::MAX))
+        }
+    };
+    Decision::from_parts(
+        decision.is_allowed(),
+        decision.limit(),
+        decision.remaining(),
+        later(decision.retry_after()),
+        later(decision.reset_after()),
+    )
 }
 
 /// `ManualClock::now` through the trait, without importing it at every use.
@@ -186,8 +212,12 @@ fn regression_fixed_window_swept_key_is_not_recredited_when_the_clock_goes_back(
     clock.set(at(600));
     let again = keyed.check("k");
     assert!(again.is_allowed());
-    // Decided at 1.5 s: the window it counts in resets at 2 s.
-    assert_eq!(again.reset_after(), Duration::from_millis(500));
+    // Decided at 1.5 s: the window it counts in resets at 2 s, 1.4 s after
+    // the reading of 0.6 s (issue 31 item 12: it said 500 ms, the wait
+    // counted from 1.5 s).
+    assert_eq!(again.reset_after(), Duration::from_millis(1_400));
+    let peeked = keyed.peek("k");
+    assert_eq!(peeked.reset_after(), Duration::from_millis(1_400));
     clock.set(at(700));
     assert!(keyed.check("k").is_denied());
     clock.set(at(1_500));

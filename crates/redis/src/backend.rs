@@ -13,7 +13,13 @@
 //!   retries several times by default; a rate limiter must answer in
 //!   milliseconds, so [`Options`] defaults to 50 ms for responses and
 //!   connections and few retries. Each limiter's own deadline (a few ms)
-//!   bounds every decision regardless.
+//!   bounds every decision regardless; a deadline longer than the response
+//!   timeout is cut short by it, and that call is counted as a
+//!   [`Fault::Timeout`](crate::Fault::Timeout) (it was an `Error`).
+//! - **Scripts loaded at connect** (`SCRIPT LOAD`, every primary of a
+//!   cluster, again after a Sentinel failover), so that a fresh process's
+//!   first decision does not compile a script inside its deadline; `EVAL`
+//!   on `NOSCRIPT` still covers a server whose cache was emptied since.
 //! - **Forced reconnect**: a server that accepts and never answers (a
 //!   stopped process, a black-holed route) gives no I/O error, so the
 //!   `ConnectionManager` would keep its dead connection forever. When a
@@ -32,6 +38,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
@@ -168,6 +175,7 @@ impl Redis {
             module: Arc::new(AtomicU8::new(module::Found::None.to_u8())),
             module_use,
         };
+        redis.load_scripts().await;
         if module_use != ModuleUse::Never {
             redis.detect_module().await;
             if module_use == ModuleUse::Require && !redis.uses_module() {
@@ -197,6 +205,41 @@ impl Redis {
         };
         self.module.store(found.to_u8(), Ordering::Relaxed);
         found != module::Found::None
+    }
+
+    /// Loads every script into the server's cache (`SCRIPT LOAD`; on a
+    /// cluster on every primary), so that the first decision of a fresh
+    /// process runs a compiled script in one round trip. Before, it paid
+    /// `EVALSHA`, `NOSCRIPT`, then `EVAL` compiling the script (500 lines
+    /// for the general one, which leases use): on a busy server, with
+    /// several processes starting at once, that first reply could outlast
+    /// the connection's `response_timeout` (issue 31 item 13). Errors are
+    /// ignored: a server that refuses `SCRIPT` (some managed services) is
+    /// still served by `EVAL` on `NOSCRIPT`, and a restart that empties the
+    /// cache too.
+    async fn load_scripts(&self) {
+        match &*self.inner {
+            Inner::Single(_) => {
+                let mut pipe = redis::pipe();
+                for script in Script::ALL {
+                    pipe.add_command(script.load()).ignore();
+                }
+                let _loaded: redis::RedisResult<()> =
+                    pipe.query_async(&mut self.connection()).await;
+            }
+            Inner::Cluster(c) => {
+                let every_primary = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                for script in Script::ALL {
+                    let _loaded = c
+                        .clone()
+                        .route_command(script.load(), every_primary.clone())
+                        .await;
+                }
+            }
+        }
     }
 
     /// Whether decisions go to the native module (see [`module`]).
@@ -275,6 +318,7 @@ impl Redis {
                 .unwrap_or_else(|_| single.read().0.clone());
             drop(lookup);
             replace(single, client);
+            redis.load_scripts().await;
             redis.detect_module().await;
         });
     }

@@ -3,8 +3,11 @@
 //!
 //! # Design
 //!
-//! Each key is one sorted set (`<prefix>{<name>|<key>}:c`, hash-tagged as
-//! the rate limits' keys, so it works unchanged on a cluster) whose members
+//! Each key is one sorted set (`<prefix>{<name>|<key>}c`: the key layout of
+//! [`key`](crate::key), with `c` where a rate limit has its limit tag;
+//! `tollgate{api|alice}c` for the limiter `api` and the key `alice`),
+//! hash-tagged as the rate limits' keys, so that it works unchanged on a
+//! cluster, and whose members
 //! are the slots of live leases, `<lease id>#<i>`, scored by their expiry
 //! (ms). One script (`concurrency.lua`) does each step atomically on the
 //! server's clock (`TIME`; a test mode passes `now`):
@@ -305,6 +308,10 @@ pub struct RedisPermit {
     id: String,
     cost: u32,
     held: Held,
+    /// Slots held in the key after this lease was granted, this one's
+    /// included, as Redis counted them (`None` when the failure policy
+    /// granted it).
+    in_flight: Option<u32>,
 }
 
 enum Held {
@@ -346,28 +353,35 @@ impl RedisConcurrencyLimiter {
         }
         let lease = s.next_lease.fetch_add(1, Ordering::Relaxed);
         let id = format!("{:016x}:{lease:x}", s.node);
-        let permit = |held| RedisPermit {
+        let permit = |held, in_flight| RedisPermit {
             shared: s.clone(),
             key: key.to_owned(),
             id: id.clone(),
             cost,
             held,
+            in_flight,
         };
         match self.ask(b'a', key, &id, cost).await {
-            Ok([1, _, _]) => Ok(permit(Held::Lease)),
+            Ok([1, held, _]) => Ok(permit(
+                Held::Lease,
+                Some(held.clamp(0, u32::MAX as i64) as u32),
+            )),
             Ok([_, held, wait]) => Err(Refusal::Full {
                 held: held.clamp(0, u32::MAX as i64) as u32,
                 limit: s.limit,
                 first_expiry: Duration::from_millis(wait.max(0) as u64),
             }),
             Err((fault, retry_after)) => match s.policy {
-                FailurePolicy::FailOpen => Ok(permit(Held::Policy { _local: None })),
+                FailurePolicy::FailOpen => Ok(permit(Held::Policy { _local: None }, None)),
                 FailurePolicy::Local { .. } => {
                     let local = s.local.as_ref().map(|l| l.try_acquire(key, cost as u64));
                     match local {
-                        Some(Ok(local)) => Ok(permit(Held::Policy {
-                            _local: Some(local),
-                        })),
+                        Some(Ok(local)) => Ok(permit(
+                            Held::Policy {
+                                _local: Some(local),
+                            },
+                            None,
+                        )),
                         _ => Err(Refusal::Unavailable { fault, retry_after }),
                     }
                 }
@@ -496,6 +510,13 @@ impl RedisPermit {
     /// The slots this permit holds.
     pub fn cost(&self) -> u32 {
         self.cost
+    }
+
+    /// Slots held in the key once this permit was granted, its own
+    /// included, as Redis counted them; `None` for a permit the failure
+    /// policy granted.
+    pub fn in_flight(&self) -> Option<u32> {
+        self.in_flight
     }
 
     /// Whether the slots are a lease on Redis (not the failure policy's).

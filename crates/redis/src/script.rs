@@ -222,6 +222,25 @@ pub(crate) enum Script {
 }
 
 impl Script {
+    /// Every script, in the order a connection loads them.
+    pub(crate) const ALL: [Script; 6] = [
+        Script::Decide,
+        Script::Gcra,
+        Script::Fixed,
+        Script::Carry,
+        Script::Controls,
+        Script::Lists,
+    ];
+
+    /// `SCRIPT LOAD` of this script: what a connection sends once, so that
+    /// the first decision of a fresh process finds it compiled (see
+    /// [`Redis::open`](crate::Redis::open)).
+    pub(crate) fn load(self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source_and_sha().0);
+        cmd
+    }
+
     fn source_and_sha(self) -> (&'static str, &'static str) {
         match self {
             Script::Decide => (SOURCE, &DECIDE_SHA),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use scenarios::*;
 use tollgate::{ManualClock, Nanos};
-use tollgate_redis::{FailurePolicy, LeaseConfig, Limit, Redis, RedisLimiter, Source};
+use tollgate_redis::{FailurePolicy, Fault, LeaseConfig, Limit, Redis, RedisLimiter, Source};
 
 fn leased(
     redis: &Redis,
@@ -193,4 +193,51 @@ async fn an_expired_lease_gives_back_what_it_did_not_spend() {
             "{name}"
         );
     }
+}
+
+/// Issue 31 item 13, the cause of "a freshly started process's first lease
+/// call answered `Unavailable { fault: Error }`": a lease is decided by the
+/// general script (`decide.lua`, 500 lines), which a fresh server compiled
+/// inside the first call (`EVALSHA`, `NOSCRIPT`, then `EVAL` with the
+/// source); with several processes starting at once the reply could come
+/// after the connection's `response_timeout` (50 ms), and the client's
+/// timeout was counted as an error. Now every script is loaded when the
+/// connection is made (this test failed before: no script was cached).
+#[tokio::test]
+async fn a_fresh_connection_finds_every_script_compiled() {
+    let server = support::Server::start();
+    let _redis = server.connect().await;
+    for source in [
+        include_str!("../src/decide.lua"),
+        include_str!("../src/gcra.lua"),
+        include_str!("../src/fixed.lua"),
+        include_str!("../src/controls.lua"),
+        include_str!("../src/lists.lua"),
+    ] {
+        let sha = redis::Script::new(source).get_hash().to_owned();
+        assert_eq!(server.cli(&["SCRIPT", "EXISTS", &sha]).trim(), "1", "{sha}");
+    }
+}
+
+/// The same issue: a reply later than the connection's `response_timeout`
+/// (Redis paused for 300 ms, the limiter's deadline 2 s) is a timeout, not
+/// an error (it was `Fault::Error`: failed before the fix).
+#[tokio::test]
+async fn a_reply_after_the_response_timeout_is_a_timeout() {
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    let node = leased(
+        &redis,
+        "paused",
+        Limit::Gcra(tollgate::Gcra::new(tollgate::Quota::per_second(10).unwrap()).unwrap()),
+        None,
+        LeaseConfig::default(),
+    );
+    server.cli(&["CLIENT", "PAUSE", "300", "ALL"]);
+    let outcome = node.check_outcome(b"k", 1).await.unwrap();
+    assert_eq!(
+        outcome.source,
+        Source::Policy(Fault::Timeout),
+        "{outcome:?}"
+    );
 }

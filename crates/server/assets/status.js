@@ -18,28 +18,61 @@ function fmt(n) {
   return n >= 100 || Number.isInteger(n) ? Math.round(n).toLocaleString("en") : n.toFixed(1);
 }
 
-// One small chart: a polyline per kind over the points (oldest first).
-function chart(points, width, height) {
-  const svg = document.createElementNS(SVG, "svg");
-  svg.setAttribute("class", "chart");
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  const max = Math.max(1, ...points.map((p) => Math.max(p.allowed, p.denied, p.shadow)));
-  const step = points.length > 1 ? width / (points.length - 1) : width;
+// The least round number (1, 2 or 5 times a power of ten) at or above n.
+function roundUp(n) {
+  if (n <= 1) return 1;
+  const power = 10 ** Math.floor(Math.log10(n));
+  for (const m of [1, 2, 5, 10]) if (m * power >= n) return m * power;
+  return 10 * power;
+}
+
+function svgNode(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// One chart: a polyline per kind over the points (oldest first, one per
+// `seconds`), drawn over a fixed window of `slots` points so that the time
+// axis means the same on every row: minutes back from "now" at the right,
+// and a y scale in permits per second from 0 to a round maximum.
+function chart(points, slots, seconds) {
+  const width = 320, height = 64, left = 34, right = 6, top = 6, bottom = 14;
+  const plotW = width - left - right, plotH = height - top - bottom;
+  const svg = svgNode("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, width, height });
+  const peak = Math.max(0, ...points.map((p) => Math.max(p.allowed, p.denied, p.shadow)));
+  const yMax = roundUp(peak);
+  svg.setAttribute("data-y-max", String(yMax));
+  const y = (v) => top + plotH - (v / yMax) * plotH;
+  // The chart spans the `slots` points' seconds, back from now.
+  const windowSeconds = Math.max(1, slots * seconds);
+  const x = (i) => left + plotW - (((points.length - 1 - i) * seconds) / windowSeconds) * plotW;
+  // y scale: 0, half and the maximum, with grid lines.
+  for (const v of [0, yMax / 2, yMax]) {
+    svg.append(svgNode("line", { class: "grid", x1: left, x2: left + plotW, y1: y(v), y2: y(v) }));
+    svg.append(svgNode("text", { class: "tick y", x: left - 3, y: y(v) + 3, "text-anchor": "end" }, `${fmt(v)}/s`));
+  }
+  // Time axis: a tick every minute back from now.
+  for (let back = 0; back <= windowSeconds; back += 60) {
+    const at = (left + plotW - (back / windowSeconds) * plotW).toFixed(1);
+    svg.append(svgNode("line", { class: "grid", x1: at, x2: at, y1: top, y2: top + plotH }));
+    const label = back === 0 ? "now" : `−${back / 60}m`;
+    const anchor = back === 0 ? "end" : back + 60 > windowSeconds ? "start" : "middle";
+    svg.append(svgNode("text", { class: "tick x", x: at, y: height - 3, "text-anchor": anchor }, label));
+  }
   for (const kind of KINDS) {
-    const line = document.createElementNS(SVG, "polyline");
-    line.setAttribute("class", kind);
-    line.setAttribute("data-kind", kind);
+    const line = svgNode("polyline", { class: kind, "data-kind": kind });
     line.setAttribute(
       "points",
-      points.map((p, i) => `${(i * step).toFixed(1)},${(height - 1 - (p[kind] / max) * (height - 2)).toFixed(1)}`).join(" "),
+      points.map((p, i) => `${x(i).toFixed(1)},${y(p[kind]).toFixed(1)}`).join(" "),
     );
     svg.append(line);
   }
   return svg;
 }
 
-function renderRules(rules) {
+function renderRules(rules, slots, seconds) {
   const body = document.querySelector("#rules tbody");
   body.replaceChildren();
   const now = { allowed: 0, denied: 0, shadow: 0 };
@@ -48,8 +81,16 @@ function renderRules(rules) {
     if (rule.name) name.append(" ", el("span", { class: "muted" }, rule.name));
     if (rule.shadow_mode) name.append(el("span", { class: "tag" }, "shadow mode"));
     const graph = el("td", {});
-    if (rule.totals) graph.append(chart(rule.points, 260, 44));
-    const row = el("tr", { "data-rule": rule.rule }, name, el("td", {}, rule.limit), graph);
+    if (rule.totals) graph.append(chart(rule.points, slots, seconds));
+    const limit = el("td", {}, rule.limit);
+    if (rule.concurrency) {
+      // Slot leases by outcome: what the totals of a concurrency-only rule count.
+      const c = rule.concurrency;
+      const refused = c.refused_full + c.refused_cost + c.refused_unavailable;
+      limit.append(el("div", { class: "muted", "data-field": "slots" },
+        `slots: ${c.acquired} acquired, ${refused} refused, ${c.released} released, ${c.expired} expired`));
+    }
+    const row = el("tr", { "data-rule": rule.rule }, name, limit, graph);
     for (const kind of KINDS) {
       const value = rule.totals ? rule.totals[kind] : null;
       row.append(el("td", { class: "n", "data-field": kind }, value === null ? "–" : String(value)));
@@ -61,8 +102,8 @@ function renderRules(rules) {
   for (const kind of KINDS) document.getElementById(`rate-${kind}`).textContent = fmt(now[kind]);
 }
 
-function renderTop(top) {
-  const body = document.querySelector("#top tbody");
+function renderTop(top, table, none) {
+  const body = document.querySelector(`#${table} tbody`);
   body.replaceChildren();
   for (const key of top.keys) {
     const low = key.count - key.error;
@@ -72,10 +113,10 @@ function renderTop(top) {
         el("td", { class: "n", "data-field": "count" }, count)),
     );
   }
-  if (!top.keys.length) body.append(el("tr", {}, el("td", { colspan: "3", class: "muted" }, "no denial")));
-  document.getElementById("top-window").textContent = `last ${top.window_seconds}–${2 * top.window_seconds} s`;
-  document.getElementById("top-note").textContent =
-    `${top.denied_permits} permits denied in the window; Space-Saving sketch of ${top.counters} counters: ` +
+  if (!top.keys.length) body.append(el("tr", {}, el("td", { colspan: "3", class: "muted" }, none)));
+  document.getElementById(`${table}-window`).textContent = `last ${top.window_seconds}–${2 * top.window_seconds} s`;
+  document.getElementById(`${table}-note`).textContent =
+    `${top.denied_permits} permits in the window; Space-Saving sketch of ${top.counters} counters: ` +
     "each key's true count lies between the lower bound shown and its count.";
 }
 
@@ -121,8 +162,9 @@ async function refresh() {
     return;
   }
   const status = await response.json();
-  renderRules(status.rules);
-  renderTop(status.top_denied);
+  renderRules(status.rules, status.chart_points, status.sample_seconds);
+  renderTop(status.top_denied, "top", "no denial");
+  renderTop(status.top_shadow, "top-shadow", "no shadow-mode denial");
   renderBackend(status.backend);
   renders += 1;
   document.body.dataset.state = "ready";

@@ -505,7 +505,7 @@ impl Service {
                     }
                     self.count(&counters, &rule, cost, &decision, metric);
                     if decision.is_denied() {
-                        self.status.denied(&rule.id, &key, cost);
+                        self.status.denied(&rule.id, &key, cost, rule.shadow_mode);
                     }
                     let quota = rule.limits.as_ref().and_then(|limits| {
                         binding_quota(limits.algorithm.kind(), &limits.quotas, &decision)

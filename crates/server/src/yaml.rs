@@ -53,3 +53,67 @@ where
         d.deserialize_map(Checked(self.0, std::marker::PhantomData))
     }
 }
+
+/// The longest quoted text an error message repeats (in characters).
+const MAX_QUOTED: usize = 60;
+
+/// `message` with every quoted string (serde's `string "…"`, escaped as
+/// Rust's `{:?}`) cut to its first line and [`MAX_QUOTED`] characters: a
+/// file that is not YAML reads as one string, and serde's "invalid type"
+/// repeated the whole file in the error (issue 31 item 8). The error's line
+/// and column say where it is.
+pub(crate) fn shorten_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(256));
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '"' {
+            continue;
+        }
+        // Inside a quoted string: keep its start, up to a line break.
+        let mut kept = 0;
+        let mut cut = false;
+        while let Some(c) = chars.next() {
+            if c == '"' {
+                break;
+            }
+            let escaped = if c == '\\' { chars.next() } else { None };
+            if cut {
+                continue;
+            }
+            if escaped == Some('n') || kept >= MAX_QUOTED {
+                out.push('…');
+                cut = true;
+                continue;
+            }
+            out.push(c);
+            out.extend(escaped);
+            kept += 1;
+        }
+        out.push('"');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shorten_quoted;
+
+    #[test]
+    fn quoted_text_is_cut_to_its_first_line() {
+        let message =
+            r#"invalid type: string "hello world\nsecond line\nthird", expected struct FileYaml"#;
+        assert_eq!(
+            shorten_quoted(message),
+            r#"invalid type: string "hello world…", expected struct FileYaml"#
+        );
+        let long = format!("unknown field \"{}\", expected one of", "x".repeat(100));
+        let short = shorten_quoted(&long);
+        assert_eq!(
+            short,
+            format!("unknown field \"{}…\", expected one of", "x".repeat(60))
+        );
+        assert_eq!(shorten_quoted(r#"a "q\"uote" b"#), r#"a "q\"uote" b"#);
+        assert_eq!(shorten_quoted("no quotes"), "no quotes");
+    }
+}

@@ -13,7 +13,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{BackendSection, RULES, RedisServer, http_client, metric, start_with, within};
+use support::{BackendSection, RedisServer, http_client, metric, start_with, within};
+
+/// The servers' rules and a rule of concurrency slots alone.
+fn rules() -> String {
+    format!(
+        "{}  - key: slots\n    concurrency: {{limit: 2, lease_ttl: 10s}}\n",
+        support::RULES
+    )
+}
 
 async fn check(server_url: &str, entries: &[(&str, &str)], token: Option<&str>) -> Value {
     let entries: Vec<Value> = entries
@@ -66,7 +74,7 @@ fn metric_totals(metrics: &str, rule: &str) -> [u64; 3] {
 /// hammered, with its error bound.
 #[tokio::test]
 async fn status_page_serves_the_metrics_numbers_behind_the_token() {
-    let server = start_with("  bearer_token: sesame\n", RULES).await;
+    let server = start_with("  bearer_token: sesame\n", &rules()).await;
     let base = format!("http://{}", server.http);
     let token = Some("sesame");
 
@@ -122,6 +130,10 @@ async fn status_page_serves_the_metrics_numbers_behind_the_token() {
     for _ in 0..3 {
         check(&base, &[("shadow", "s")], token).await;
     }
+    // Two slots taken (the lease TTL is 10 s), three refused.
+    for _ in 0..5 {
+        check(&base, &[("slots", "x")], token).await;
+    }
     let response = status_json(&base, token).await;
     assert_eq!(response.status(), 200);
     let status: Value = response.json().await.expect("json");
@@ -153,6 +165,15 @@ async fn status_page_serves_the_metrics_numbers_behind_the_token() {
     assert_eq!(metric_totals(&metrics, "rl.shadow"), [1, 0, 2]);
     assert_eq!(rule(&status, "rl.internal")["limit"], "unlimited");
     assert_eq!(rule(&status, "rl.user")["limit"], "2/minute fixed_window");
+    // A rule of concurrency slots alone counts its leases (issue 31 item 1:
+    // it showed "unlimited" and no counts).
+    let slots = rule(&status, "rl.slots");
+    assert_eq!(slots["limit"], "concurrency 2 (lease 10s)");
+    assert_eq!(
+        slots["totals"],
+        json!({"allowed": 2, "denied": 3, "shadow": 0}),
+        "{slots}"
+    );
 
     // The most denied key first, exact while the sketch is not full.
     let keys = status["top_denied"]["keys"].as_array().expect("keys");
@@ -162,8 +183,19 @@ async fn status_page_serves_the_metrics_numbers_behind_the_token() {
         (keys[0]["count"].as_u64(), keys[0]["error"].as_u64()),
         (Some(5), Some(0))
     );
-    assert_eq!(keys[1]["key"], "shadow=s");
-    assert_eq!(status["top_denied"]["denied_permits"], 7);
+    // Shadow-mode denials are kept apart (issue 31 item 2: `shadow=s` was
+    // listed among the denied).
+    assert!(
+        keys.iter().all(|key| key["key"] != "shadow=s"),
+        "a shadow denial among the denied: {keys:?}"
+    );
+    assert_eq!(status["top_denied"]["denied_permits"], 5);
+    let shadow = &status["top_shadow"]["keys"][0];
+    assert_eq!(
+        (shadow["key"].as_str(), shadow["count"].as_u64()),
+        (Some("shadow=s"), Some(2))
+    );
+    assert_eq!(status["top_shadow"]["denied_permits"], 2);
     assert_eq!(status["backend"]["kind"], "memory");
     assert_eq!(status["backend"]["breaker"], "n/a");
     server.stop().await;
@@ -309,7 +341,8 @@ async fn serve(binary: &Path) -> Binary {
         std::fs::write(
             &path,
             format!(
-                "server:\n  grpc_listen: 127.0.0.1:{grpc}\n  http_listen: 127.0.0.1:{http}\n  reload_interval_ms: 0\n{RULES}"
+                "server:\n  grpc_listen: 127.0.0.1:{grpc}\n  http_listen: 127.0.0.1:{http}\n  reload_interval_ms: 0\n{}",
+                rules()
             ),
         )
         .expect("config");
@@ -387,6 +420,15 @@ fn chromium_run(browser: &Path, url: &str, screenshot: Option<&Path>) -> String 
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// The table of id `id` in `dom`.
+fn table<'a>(dom: &'a str, id: &str) -> &'a str {
+    let start = dom
+        .find(&format!("<table id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no table {id}"));
+    let rest = &dom[start..];
+    &rest[..rest.find("</table>").expect("table end")]
+}
+
 /// The number in the cell `data-field="{field}"` of the row of `rule`.
 fn rendered(dom: &str, rule: &str, field: &str) -> u64 {
     let row_start = dom
@@ -414,14 +456,24 @@ async fn chromium_renders_the_numbers_of_metrics() {
     let browser = chromium();
     let mut binary = tollgate_binary(true);
     let mut server = serve(&binary).await;
-    // A binary built before this page: rebuild it once.
+    // A binary built before this page or its script: rebuild it once.
     let page = within(http_client().get(format!("{}/status", server.http)).send())
         .await
         .expect("page")
         .text()
         .await
         .unwrap_or_default();
-    if page != tollgate_server::status::PAGE {
+    let script = within(
+        http_client()
+            .get(format!("{}/status/status.js", server.http))
+            .send(),
+    )
+    .await
+    .expect("script")
+    .text()
+    .await
+    .unwrap_or_default();
+    if page != tollgate_server::status::PAGE || script != tollgate_server::status::SCRIPT {
         drop(server);
         binary = tollgate_binary(false);
         server = serve(&binary).await;
@@ -439,6 +491,7 @@ async fn chromium_renders_the_numbers_of_metrics() {
                 let user = if sent % 4 == 0 { "alice" } else { "mallory" };
                 check(&base, &[("user", user)], None).await;
                 check(&base, &[("shadow", "s")], None).await;
+                check(&base, &[("slots", "x")], None).await;
                 sent += 1;
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -481,6 +534,18 @@ async fn chromium_renders_the_numbers_of_metrics() {
         during.contains("user=mallory"),
         "mallory among the most denied"
     );
+    // The chart has a time axis and a y scale (issue 31 item 4).
+    let chart = &row[..row.find("</svg>").expect("chart end")];
+    for label in ["now", "\u{2212}1m", "\u{2212}5m", "/s</text>"] {
+        assert!(chart.contains(label), "no {label:?} on the chart: {chart}");
+    }
+    let y_max: f64 = chart
+        .split("data-y-max=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|v| v.parse().ok())
+        .expect("data-y-max");
+    assert!(y_max >= 1.0, "{chart}");
 
     // Load stopped: what the page renders is what /metrics says.
     let after = tokio::task::spawn_blocking({
@@ -496,6 +561,28 @@ async fn chromium_renders_the_numbers_of_metrics() {
         .text()
         .await
         .expect("text");
+    // A rule of concurrency slots alone shows its leases, as /status.json
+    // counts them (issue 31 item 1: "unlimited" and dashes).
+    let status: Value = status_json(&base, None).await.json().await.expect("json");
+    let slots = &rule(&status, "rl.slots")["totals"];
+    assert!(slots["denied"].as_u64() > Some(0), "{slots}");
+    assert_eq!(
+        [
+            rendered(&after, "rl.slots", "allowed"),
+            rendered(&after, "rl.slots", "denied"),
+            rendered(&after, "rl.slots", "shadow"),
+        ],
+        [
+            slots["allowed"].as_u64().expect("allowed"),
+            slots["denied"].as_u64().expect("denied"),
+            0
+        ],
+        "rl.slots: the page against /status.json"
+    );
+    // Shadow-mode denials in their own table, not among the denied (item 2).
+    let denied_table = table(&after, "top");
+    assert!(!denied_table.contains("shadow=s"), "{denied_table}");
+    assert!(table(&after, "top-shadow").contains("shadow=s"));
     for rule in ["rl.user", "rl.shadow"] {
         let [allowed, denied, shadow] = metric_totals(&metrics, rule);
         assert_eq!(

@@ -22,7 +22,9 @@ use std::pin::Pin;
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Clock, CostError, Decision, KeyedLimiter, Limiter, Refusal, Shaper};
+use tollgate::{
+    Algorithm, Clock, CostError, Decision, KeyedLimiter, Limiter, Quota, Refusal, Shaper,
+};
 
 /// A boxed error from a remote backend.
 pub type BoxError = Box<dyn StdError + Send + Sync>;
@@ -38,6 +40,15 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// Takes `cost` permits for `key` if they are all available; none
     /// otherwise. A cost of 0 only looks.
     fn decide(&self, key: &K, cost: u64) -> Decided;
+
+    /// The quotas this backend enforces on a key without an override of its
+    /// own (each limit's, for several), against which
+    /// [`Builder::build`](crate::Builder::build) checks an advertised
+    /// [`policy_quota`](crate::Builder::policy_quota); `None` when it cannot
+    /// say, and then nothing is checked. By default, `None`.
+    fn enforced_quotas(&self) -> Option<Vec<Quota>> {
+        None
+    }
 }
 
 /// A backend that can be charged a cost learnt after the fact, whether or
@@ -133,6 +144,10 @@ where
     fn decide(&self, key: &K, cost: u64) -> Decided {
         Decided::Now(self.check_n(key, cost).map_err(BackendError::Cost))
     }
+
+    fn enforced_quotas(&self) -> Option<Vec<Quota>> {
+        Some(self.default_algorithm().quotas())
+    }
 }
 
 /// One state for every key: the key is ignored.
@@ -144,6 +159,10 @@ where
     #[inline]
     fn decide(&self, _: &K, cost: u64) -> Decided {
         Decided::Now(self.check_n(cost).map_err(BackendError::Cost))
+    }
+
+    fn enforced_quotas(&self) -> Option<Vec<Quota>> {
+        Some(self.algorithm().quotas())
     }
 }
 
@@ -163,6 +182,10 @@ impl<K, C> Backend<K> for Shaper<C>
 where
     C: Clock + 'static,
 {
+    fn enforced_quotas(&self) -> Option<Vec<Quota>> {
+        Some(vec![*self.quota()])
+    }
+
     fn decide(&self, _: &K, cost: u64) -> Decided {
         let limit = self.quota().burst();
         match self.reserve(cost) {

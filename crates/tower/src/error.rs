@@ -26,6 +26,14 @@ pub enum BuildError {
         /// The quota's period.
         period: Duration,
     },
+    /// The advertised quota is not one the backend enforces: a client
+    /// pacing itself to it would be refused, or held back for nothing.
+    PolicyQuota {
+        /// Its limit and period.
+        advertised: (u64, Duration),
+        /// The limits and periods the backend enforces.
+        enforced: Vec<(u64, Duration)>,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -39,6 +47,20 @@ impl fmt::Display for BuildError {
                 f,
                 "the advertised quota's period ({period:?}) must be a whole number of seconds, at least 1, to be sent as `w` in RateLimit-Policy"
             ),
+            BuildError::PolicyQuota {
+                advertised: (limit, period),
+                enforced,
+            } => {
+                let enforced: Vec<String> = enforced
+                    .iter()
+                    .map(|(limit, period)| format!("{limit} per {period:?}"))
+                    .collect();
+                write!(
+                    f,
+                    "the advertised quota ({limit} per {period:?}) is not one the backend enforces ({}): RateLimit-Policy would promise what the layer does not do",
+                    enforced.join(", ")
+                )
+            }
         }
     }
 }

@@ -184,6 +184,13 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     /// overrides or several limits ([`AllOf`](tollgate::AllOf)), give the
     /// one every client can count on (or leave it unset).
     ///
+    /// [`build`](Self::build) checks it against the quotas the backend
+    /// enforces on a key without an override ([`Backend::enforced_quotas`]):
+    /// its limit and period must be one of theirs, burst aside, else
+    /// [`BuildError::PolicyQuota`]. A later
+    /// [`set_default`](tollgate::KeyedLimiter::set_default) is not seen:
+    /// build the layer again when the default changes.
+    ///
     /// The period must be a whole number of seconds, at least one (the
     /// draft's `w` is an integer of seconds, never 0):
     /// [`build`](Self::build) refuses others with
@@ -320,7 +327,9 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     /// [`BuildError::PolicyName`] for a [`policy_name`](Self::policy_name)
     /// outside printable ASCII, [`BuildError::PolicyWindow`] for a
     /// [`policy_quota`](Self::policy_quota) whose period is not a whole
-    /// number of seconds.
+    /// number of seconds, [`BuildError::PolicyQuota`] for one whose limit
+    /// and period are not those of a quota the backend enforces (when the
+    /// backend says: every backend of this crate does).
     pub fn build(mut self) -> Result<RateLimitLayer<E, L>, BuildError> {
         let raw_name = self.policy_name.as_deref().unwrap_or("default");
         if let Some(observed) = &mut self.config.observed {
@@ -334,6 +343,16 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
             let period = quota.period();
             if period.subsec_nanos() != 0 || period.as_secs() == 0 {
                 return Err(BuildError::PolicyWindow { period });
+            }
+            // Advertise only what the layer enforces (issue 31 item 11).
+            if let Some(enforced) = self.config.backend.enforced_quotas() {
+                let same = |q: &Quota| q.limit() == quota.limit() && q.period() == period;
+                if !enforced.iter().any(same) {
+                    return Err(BuildError::PolicyQuota {
+                        advertised: (quota.limit(), period),
+                        enforced: enforced.iter().map(|q| (q.limit(), q.period())).collect(),
+                    });
+                }
             }
             self.policy_mut().quota = Some((quota.limit(), period.as_secs()));
         }

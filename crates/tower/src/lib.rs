@@ -111,6 +111,63 @@
 //! uncharged and without RateLimit headers, and any method not listed
 //! (`PROPFIND`, one made up) is still charged.
 //!
+//! # Exempting a path, and a limit per route
+//!
+//! A layer limits every request of the routes it wraps: a path is exempt by
+//! being outside it, and routes get different limits from different layers.
+//! With axum, [`Router::layer`](https://docs.rs/axum/latest/axum/struct.Router.html#method.layer)
+//! wraps the routes added before it, and `merge` joins routers, so a health
+//! check added after the layer, or merged from a router without one, is
+//! never charged (nor refused when the limit is reached):
+//!
+//! ```
+//! use std::net::{IpAddr, SocketAddr};
+//! use axum::{Router, routing::{get, post}};
+//! use tollgate::{Gcra, KeyedLimiter, Quota};
+//! use tollgate_tower::{PeerIp, RateLimitLayer};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Searches are costly: 2 per second per client; the rest 50.
+//! let search: KeyedLimiter<IpAddr, Gcra> = KeyedLimiter::new(Gcra::new(Quota::per_second(2)?)?);
+//! let rest: KeyedLimiter<IpAddr, Gcra> = KeyedLimiter::new(Gcra::new(Quota::per_second(50)?)?);
+//! let searches = Router::new()
+//!     .route("/search", post(|| async { "found" }))
+//!     .layer(RateLimitLayer::new(PeerIp::new(), search));
+//! let app: Router = Router::new()
+//!     .route("/items", get(|| async { "items" }))
+//!     .route("/orders", get(|| async { "orders" }))
+//!     .layer(RateLimitLayer::new(PeerIp::new(), rest))
+//!     // Added after the layer: not limited.
+//!     .route("/health", get(|| async { "ok" }))
+//!     .merge(searches);
+//! let _service = app.into_make_service_with_connect_info::<SocketAddr>();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! One layer can also give each route its own quota: key by route
+//! (`MethodRoute`, with the `axum` feature, or a [`KeyFn`] of the path) and
+//! give the keyed limiter an override per route
+//! ([`KeyedBuilder::override_with`](tollgate::KeyedBuilder::override_with)):
+//!
+//! ```
+//! use tollgate::{Gcra, KeyedLimiter, Quota};
+//! use tollgate_tower::{KeyFn, RateLimitLayer};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let uploads = Gcra::new(Quota::per_second(1)?)?;
+//! // Keyed by path: /upload gets 1 per second, every other path 100.
+//! let limiter: KeyedLimiter<String, Gcra> =
+//!     KeyedLimiter::builder(Gcra::new(Quota::per_second(100)?)?)
+//!         .override_with(move |path: &String| (path == "/upload").then(|| uploads.clone()))
+//!         .build();
+//! let by_path = KeyFn::new(|parts: &http::request::Parts| Ok(parts.uri.path().to_owned()));
+//! let layer = RateLimitLayer::new(by_path, limiter);
+//! # let _ = layer;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # The handler sees its decision
 //!
 //! An admitted request carries its [`tollgate::Decision`] in its extensions

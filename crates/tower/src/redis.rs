@@ -92,6 +92,10 @@ impl<K> Backend<K> for RedisLimiter
 where
     K: RedisKey + Send + Sync + 'static,
 {
+    fn enforced_quotas(&self) -> Option<Vec<tollgate::Quota>> {
+        Some(self.limits().iter().map(|limit| *limit.quota()).collect())
+    }
+
     fn decide(&self, key: &K, cost: u64) -> Decided {
         let mut bytes = Vec::new();
         key.write_key(&mut bytes);

@@ -296,3 +296,59 @@ async fn a_user_needs_no_body_crate_and_the_handler_sees_its_decision() {
     }
     assert_eq!(statuses, [200, 429, 200, 200]);
 }
+
+/// Issue 31 item 11: `policy_quota` could advertise a quota the layer does
+/// not enforce (a client pacing itself to it is refused). `build` checks it
+/// against the backend's quotas, burst aside; failed before the fix (the
+/// layer was built).
+#[test]
+fn an_advertised_quota_the_backend_does_not_enforce_is_refused() {
+    let ten = Quota::per_second(10).unwrap().with_burst(20).unwrap();
+    let twenty = Quota::per_second(20).unwrap();
+    let hourly = Quota::new(100, Duration::from_secs(3_600)).unwrap();
+    let clock = ManualClock::new();
+
+    // Keyed, plain limiter: advertising 20/s over a 10/s limit is refused.
+    let refused = RateLimitLayer::builder(PeerIp::new(), per_ip(gcra(ten), &clock))
+        .policy_quota(twenty)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        BuildError::PolicyQuota {
+            advertised: (20, Duration::from_secs(1)),
+            enforced: vec![(10, Duration::from_secs(1))],
+        }
+    );
+    assert!(refused.to_string().contains("not one the backend enforces"));
+    // The quota it runs, burst aside, is accepted.
+    let burst_aside = Quota::per_second(10).unwrap();
+    assert!(
+        RateLimitLayer::builder(PeerIp::new(), per_ip(gcra(ten), &clock))
+            .policy_quota(burst_aside)
+            .build()
+            .is_ok()
+    );
+    // Several limits: any one of them.
+    let both = AllOf::new(vec![gcra(ten), gcra(hourly)]).unwrap();
+    assert!(
+        RateLimitLayer::builder(Global, Limiter::new(both.clone()))
+            .policy_quota(hourly)
+            .build()
+            .is_ok()
+    );
+    assert!(matches!(
+        RateLimitLayer::builder(Global, Limiter::new(both))
+            .policy_quota(twenty)
+            .build(),
+        Err(BuildError::PolicyQuota { .. })
+    ));
+    // A shaper, too.
+    let shaper = tollgate::Shaper::new(ten).unwrap();
+    assert!(matches!(
+        RateLimitLayer::builder(Global, shaper)
+            .policy_quota(twenty)
+            .build(),
+        Err(BuildError::PolicyQuota { .. })
+    ));
+}

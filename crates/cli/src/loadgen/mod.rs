@@ -15,7 +15,11 @@
 //!   result is printed, and the exit code is then 130.
 //! - **Warm connections**: `--connections` are opened before the clock
 //!   starts, so the first requests do not pay the TCP handshake; if one
-//!   cannot be opened the run stops before it starts (exit 1).
+//!   cannot be opened the run stops before it starts (exit 1). No more are
+//!   opened than the run has requests (the others could carry nothing); a
+//!   count above the process's open-file limit is refused before anything
+//!   is opened, and a warm-up longer than a second says how far it got,
+//!   every second.
 //! - **Connecting obeys `--timeout`**: the name lookup and every connect
 //!   (the warm ones too) are given up after it, so a listener that never
 //!   accepts ends the run in `--timeout`, not in the kernel's minutes.
@@ -141,6 +145,11 @@ impl Config {
                     args.connections,
                 )
             })?;
+        // A warm connection carries at least one request: more than the
+        // run's requests would never be used.
+        let given = connections as u64;
+        let connections = connections.min(usize::try_from(requests).unwrap_or(usize::MAX));
+        usable_connections(given, connections as u64)?;
         let streams = u64::try_from(args.streams)
             .ok()
             .filter(|&streams| streams > 0)
@@ -190,6 +199,42 @@ impl Config {
     }
 }
 
+/// Refuses more warm connections than the process may open (issue 31 item
+/// 6: `--connections 1000000` opened ~70,000 sockets in silence before
+/// failing): each is a file descriptor. Connections beyond the warm ones
+/// open on demand, so a smaller count loses nothing.
+/// `given` is the count asked for, `opened` what the run would open (no
+/// more than its requests).
+fn usable_connections(given: u64, opened: u64) -> Result<(), UsageError> {
+    if let Some(files) = open_file_limit() {
+        // Room for the runtime's own descriptors (epoll, timers, stdio).
+        let usable = files.saturating_sub(FILES_KEPT);
+        if opened > usable {
+            return Err(UsageError::TooManyConnections {
+                connections: given,
+                usable,
+                because: format!("this process may open {files} files: `ulimit -n`"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Descriptors kept for other uses than connections.
+const FILES_KEPT: u64 = 64;
+
+/// The process's soft limit on open files (`RLIMIT_NOFILE`), read from
+/// `/proc/self/limits`; `None` where that cannot be read, or unlimited.
+fn open_file_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Runs `tollgate loadgen`.
 pub fn run(args: LoadgenArgs) -> anyhow::Result<ExitCode> {
     let mut config = Config::from_args(args)?;
@@ -214,12 +259,15 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<ExitCode> {
             config.timeout,
             tokio::net::lookup_host(&config.target.authority),
         );
-        let address = lookup
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .and_then(|mut addresses| addresses.next())
-            .with_context(|| messages::cannot_reach(&config.target.authority))?;
+        let cannot_reach = messages::cannot_reach(&config.target.authority);
+        // Each way the lookup fails says why (issue 31 item 8: "cannot reach
+        // 256.1.1.1" said nothing more).
+        let address = match lookup.await {
+            Err(_) => Err(messages::lookup_timed_out(config.timeout)),
+            Ok(Err(error)) => Err(messages::lookup_failed(&error)),
+            Ok(Ok(mut addresses)) => addresses.next().ok_or_else(messages::no_address),
+        }
+        .map_err(|reason| anyhow::anyhow!("{cannot_reach}: {reason}"))?;
         config.target.address = Some(address);
         pacer::run(&config, config.target.clone(), &progress).await
     })?;

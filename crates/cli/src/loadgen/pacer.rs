@@ -444,6 +444,9 @@ impl Timeline for Wall<'_> {
     }
 }
 
+/// How often a long warm-up says how far it got.
+const WARM_UP_NOTE_EVERY: Duration = Duration::from_secs(1);
+
 /// Runs the schedule against the target; call inside a `LocalSet`.
 pub async fn run(
     config: &Config,
@@ -493,9 +496,18 @@ pub async fn run(
 
     // Warm connections, opened before the clock starts, each within
     // `--timeout` (a listener that never accepts must not hold the run).
-    for _ in 0..config.connections {
+    let mut said = Instant::now();
+    for opened in 0..config.connections {
         if interrupted.get() {
             break;
+        }
+        // Never silent for seconds while warming up.
+        if said.elapsed() >= WARM_UP_NOTE_EVERY {
+            eprintln!(
+                "{}",
+                crate::messages::warming_up(opened, config.connections)
+            );
+            said = Instant::now();
         }
         let connect = tokio::time::timeout(config.timeout, shared.target.connect());
         let result = tokio::select! {

@@ -10,7 +10,10 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use http::header::{HOST, HeaderMap, HeaderName, HeaderValue};
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING,
+    UPGRADE,
+};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
 use hyper::client::conn::{http1, http2};
@@ -119,6 +122,8 @@ impl Target {
             let value = HeaderValue::from_str(value.trim()).map_err(|_| bad())?;
             header_map.append(name, value);
         }
+        let body = Bytes::from(body.unwrap_or_default().to_owned());
+        refuse_conflicts(&header_map, body.len(), http2)?;
         if !http2 && !header_map.contains_key(HOST) {
             let host_header = match uri_port(url) {
                 Some(port) => format!("{host}:{port}"),
@@ -135,7 +140,7 @@ impl Target {
             method,
             uri,
             headers: header_map,
-            body: Bytes::from(body.unwrap_or_default().to_owned()),
+            body,
             http2,
         })
     }
@@ -175,6 +180,85 @@ impl Target {
         }
     }
 }
+
+/// Refuses a `-H` header that contradicts what loadgen itself sends, since
+/// the target would answer 400 to every request of the run (issue 31 item
+/// 7): the body's framing is loadgen's (`Content-Length` from `--body`, no
+/// `Transfer-Encoding`), a request has one `Host`, and HTTP/2 forbids the
+/// connection-specific headers of HTTP/1.1 (RFC 9113, section 8.2.2).
+fn refuse_conflicts(headers: &HeaderMap, body_len: usize, http2: bool) -> Result<(), UsageError> {
+    let conflict = |name: &HeaderName, reason: String| UsageError::ConflictingHeader {
+        name: name.as_str().to_owned(),
+        reason,
+    };
+    let lengths: Vec<&HeaderValue> = headers.get_all(CONTENT_LENGTH).iter().collect();
+    match lengths[..] {
+        [] => {}
+        [length]
+            if length
+                .to_str()
+                .ok()
+                .and_then(|l| l.trim().parse::<usize>().ok())
+                == Some(body_len) => {}
+        [length] => {
+            return Err(conflict(
+                &CONTENT_LENGTH,
+                format!(
+                    "{:?} where the body (--body) is {body_len} bytes; loadgen sets it from the body",
+                    length.to_str().unwrap_or("?")
+                ),
+            ));
+        }
+        _ => {
+            return Err(conflict(
+                &CONTENT_LENGTH,
+                "given more than once; loadgen sets it from the body".to_owned(),
+            ));
+        }
+    }
+    if headers.contains_key(TRANSFER_ENCODING) {
+        return Err(conflict(
+            &TRANSFER_ENCODING,
+            "loadgen sends the body (--body) whole, with a Content-Length".to_owned(),
+        ));
+    }
+    if headers.get_all(HOST).iter().count() > 1 {
+        return Err(conflict(
+            &HOST,
+            "given more than once; a request has one Host".to_owned(),
+        ));
+    }
+    if http2 {
+        let connection_specific = [
+            CONNECTION,
+            UPGRADE,
+            HeaderName::from_static(PROXY_CONNECTION_NAME),
+            HeaderName::from_static(KEEP_ALIVE_NAME),
+        ];
+        for name in connection_specific {
+            if headers.contains_key(&name) {
+                return Err(conflict(
+                    &name,
+                    "HTTP/2 (--http2) forbids connection-specific headers".to_owned(),
+                ));
+            }
+        }
+        if headers
+            .get_all(TE)
+            .iter()
+            .any(|te| !te.as_bytes().eq_ignore_ascii_case(b"trailers"))
+        {
+            return Err(conflict(
+                &TE,
+                "HTTP/2 (--http2) allows only `te: trailers`".to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+const PROXY_CONNECTION_NAME: &str = "proxy-connection";
+const KEEP_ALIVE_NAME: &str = "keep-alive";
 
 /// The port as written in an authority (`user@host:port`, `[::1]:port`),
 /// whether or not it is a valid one (`http` reads `:99999` as no port).

@@ -177,6 +177,11 @@ impl<A: Algorithm> Algorithm for AllOf<A> {
         self.limits[0].quota()
     }
 
+    /// Every limit's quotas, in the order given.
+    fn quotas(&self) -> Vec<Quota> {
+        self.limits.iter().flat_map(Algorithm::quotas).collect()
+    }
+
     fn capacity(&self) -> u64 {
         self.limits
             .iter()

@@ -52,6 +52,13 @@ pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static 
     /// The quota this algorithm runs.
     fn quota(&self) -> &Quota;
 
+    /// Every quota this algorithm enforces: its [`quota`](Self::quota), or
+    /// each limit's for [`AllOf`]. What a middleware checks
+    /// an advertised quota against.
+    fn quotas(&self) -> Vec<Quota> {
+        vec![*self.quota()]
+    }
+
     /// The most permits a single request may cost: the burst for a token
     /// bucket, the limit for window algorithms.
     fn capacity(&self) -> u64;

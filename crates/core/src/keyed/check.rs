@@ -123,7 +123,10 @@ where
             // Looking never creates a state, nor does a charge of nothing: a
             // fresh one answers (a charge answers for one permit).
             let looked = if mode == Mode::Charge { 1 } else { cost };
-            return fresh.run(self.fresh_time(now), looked, Mode::Peek);
+            let at = self.fresh_time(now);
+            return fresh
+                .run::<R>(at, looked, Mode::Peek)
+                .seen_earlier_by(at.as_u64() - now.as_u64());
         }
         if mode == Mode::Check {
             if let Err(error) = fresh.within_capacity(cost) {
@@ -152,20 +155,15 @@ where
             }
             None => {}
         }
-        if Arc::ptr_eq(&fresh.algorithm, &shard.tag().algorithm) {
+        let at = self.fresh_time(now);
+        let decided: R = if Arc::ptr_eq(&fresh.algorithm, &shard.tag().algorithm) {
             let (tag, cell) = shard.insert_hot(owned, fresh.cell);
-            run(
-                &tag.algorithm.algorithm,
-                cell,
-                self.fresh_time(now),
-                cost,
-                mode,
-            )
+            run(&tag.algorithm.algorithm, cell, at, cost, mode)
         } else {
-            shard
-                .insert_other(owned, fresh)
-                .run(self.fresh_time(now), cost, mode)
-        }
+            shard.insert_other(owned, fresh).run(at, cost, mode)
+        };
+        // Decided at `at`: its waits are reported from the caller's reading.
+        decided.seen_earlier_by(at.as_u64() - now.as_u64())
     }
 
     /// Brings `entry` to the current rules: re-resolves its algorithm and,

@@ -24,6 +24,9 @@ pub(super) enum Mode {
 pub(super) trait Answer {
     fn decided(decision: Decision) -> Self;
     fn refused(error: CostError) -> Self;
+    /// The answer as seen `by_ns` before the instant it was decided at (see
+    /// [`Decision::seen_earlier_by`]).
+    fn seen_earlier_by(self, by_ns: u64) -> Self;
 }
 
 impl Answer for Decision {
@@ -38,6 +41,11 @@ impl Answer for Decision {
         // in a `Result`.
         unreachable!("keyed: refused a cost that always fits: {error}")
     }
+
+    #[inline]
+    fn seen_earlier_by(self, by_ns: u64) -> Decision {
+        self.seen_earlier_by(by_ns)
+    }
 }
 
 impl Answer for Result<Decision, CostError> {
@@ -48,6 +56,11 @@ impl Answer for Result<Decision, CostError> {
 
     fn refused(error: CostError) -> Self {
         Err(error)
+    }
+
+    #[inline]
+    fn seen_earlier_by(self, by_ns: u64) -> Self {
+        self.map(|decision| decision.seen_earlier_by(by_ns))
     }
 }
 

@@ -67,10 +67,22 @@
 //! core whose counter runs ahead, or a sweep racing the request), a key
 //! created fresh is decided at the later of the reading and the latest
 //! reading any sweep took: exactly what the removed state would have
-//! answered there. The request is then counted at `t1`, as if the
-//! limiter's time were the running maximum of every reading it has seen,
-//! the sweeps' included; known keys are decided at their own reading, as a
-//! [`Limiter`](crate::Limiter) is (pinned by `tests/keyed_clock_back.rs`).
+//! answered there. What is true of time is per key:
+//!
+//! - a known key is decided at the request's own reading, as a
+//!   [`Limiter`](crate::Limiter) is: each algorithm decides at the later of
+//!   that reading and its state's own time, so a reading that goes back
+//!   never re-credits the key;
+//! - a key created after a miss is decided, and its permits counted, at the
+//!   later of the reading and the latest sweep's reading `t1`;
+//! - in both cases `retry_after` and `reset_after` count from the request's
+//!   own reading: a key created at `t1` for a reading `t0 < t1` reports its
+//!   waits `t1 − t0` longer than the decision at `t1` did, so that
+//!   `t0 + reset_after` is the instant it is full again.
+//!
+//! There is no limiter-wide running maximum of the readings: two keys can
+//! be decided at different times by requests that read the clock together.
+//! Pinned by `tests/keyed_clock_back.rs`.
 //!
 //! The number of live keys is capped ([`max_keys`](KeyedBuilder::max_keys),
 //! 2^24 by default). When the map is full, no live key is ever evicted
@@ -333,6 +345,17 @@ where
             return self.operated(key, cost, Mode::Charge);
         }
         self.shared.decide(key, cost, Mode::Charge)
+    }
+
+    /// The algorithm every key without an override runs now (a copy: it can
+    /// change, see [`set_default`](Self::set_default)).
+    pub fn default_algorithm(&self) -> A {
+        self.shared
+            .read_policies()
+            .default
+            .algorithm
+            .algorithm
+            .clone()
     }
 
     /// Runs `algorithm` for every key without an override from now on; the

@@ -46,16 +46,12 @@ impl RedisLimiter {
         refund: Option<&Reply>,
     ) -> Result<Reply, (Fault, Duration)> {
         self.guarded(async {
-            self.call(key, cost, op, extra, refund).await.map_err(|e| {
-                // Redis answered an error the script raised: it is up, the
-                // fault is this key's or this call's (bug of issue 17: one
-                // malformed key opened the breaker for every key).
-                if script::is_call_error(&e) {
-                    Fault::Script
-                } else {
-                    Fault::Error
-                }
-            })
+            // Redis answered an error the script raised: it is up, the
+            // fault is this key's or this call's (bug of issue 17: one
+            // malformed key opened the breaker for every key).
+            self.call(key, cost, op, extra, refund)
+                .await
+                .map_err(|e| fault_of(&e))
         })
         .await
     }
@@ -278,5 +274,20 @@ impl RedisLimiter {
             }
             cmd.arg(0);
         }
+    }
+}
+
+/// The fault a failed call is counted as: [`Fault::Script`] for an error
+/// the script raised ([`script::is_call_error`]), [`Fault::Timeout`] when the
+/// client gave up waiting for the reply (the connection's
+/// `response_timeout`, shorter than the deadline: it was counted as an
+/// error, issue 31 item 13), [`Fault::Error`] for any other.
+pub(crate) fn fault_of(e: &redis::RedisError) -> Fault {
+    if script::is_call_error(e) {
+        Fault::Script
+    } else if e.is_timeout() {
+        Fault::Timeout
+    } else {
+        Fault::Error
     }
 }

@@ -23,6 +23,12 @@
 //!   (`max_requests` per cluster) or the adaptive-concurrency filter do
 //!   that in the proxy. When no slot is free the descriptor is answered
 //!   **OVER_LIMIT** (with no `current_limit`: the slots are not a rate).
+//!   A descriptor granted its slot on a rule with no rate limit is
+//!   answered with the slots left (`limit_remaining`) and the concurrency
+//!   limit (`current_limit.requests_per_unit`, unit `UNKNOWN`), reset after
+//!   the lease TTL; over HTTP `/v1/check`, `remaining` and `limit` with
+//!   `algorithm: "concurrency"` (an Envoy showing "unlimited" for a
+//!   limited rule would mislead its operator).
 //!
 //! # Decisions
 //!
@@ -63,7 +69,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tollgate::ClockSource;
+use tollgate::{ClockSource, Decision};
 use tollgate_redis::concurrency::{LeaseId, RedisConcurrencyLimiter, Refusal};
 use tollgate_redis::{FailurePolicy, Redis};
 
@@ -71,7 +77,7 @@ mod memory;
 
 use memory::MemoryLeases;
 
-use crate::config::{ConcurrencyConfig, RedisSettings};
+use crate::config::{ConcurrencyConfig, QuotaConfig, RedisSettings};
 use crate::metrics::ConcurrencyStats;
 use crate::redis_backend::{redis_config, target_name};
 use crate::request::{CheckRequest, Status};
@@ -326,22 +332,60 @@ pub(crate) async fn take_slots(
             continue;
         }
         let outcome = match u32::try_from(cost) {
-            Ok(cost) => leases.acquire(rule, config, &bucket, cost).await.err(),
+            Ok(cost) => leases.acquire(rule, config, &bucket, cost).await,
             Err(_) => {
                 let denial = Denial::Cost {
                     limit: config.limit,
                 };
                 leases.refused(&rule.id, &denial);
-                Some(denial)
+                Err(denial)
             }
         };
-        if let Some(denial) = outcome {
-            *status = Status::Refused {
-                rule: Some(Arc::clone(rule)),
-                quota: None,
-                reason: denial.to_string(),
-            };
+        match outcome {
+            Err(denial) => {
+                *status = Status::Refused {
+                    rule: Some(Arc::clone(rule)),
+                    quota: None,
+                    reason: denial.to_string(),
+                };
+            }
+            Ok(granted) => {
+                if let Status::Unlimited { rule } = status {
+                    let cost = u32::try_from(cost).unwrap_or(u32::MAX);
+                    *status = slots_left(Arc::clone(rule), config, &granted, cost);
+                }
+            }
         }
+    }
+}
+
+/// The answer for a descriptor whose rule has only a concurrency limit, once
+/// its slots are granted: the slots left and the concurrency limit, so that
+/// Envoy shows the limit rather than "unlimited" (issue 31 item 3). The
+/// limit is reported as `requests_per_unit` with no unit (the slots are not a
+/// rate; the RLS's `UNKNOWN`), and the bucket is full again after at most the
+/// lease TTL (every lease, this one the last, has expired by then). A lease
+/// the failure policy granted without Redis does not know the bucket: it
+/// counts its own `cost` as held, a lower bound of what is.
+fn slots_left(rule: Arc<Rule>, config: ConcurrencyConfig, granted: &Granted, cost: u32) -> Status {
+    let in_flight = granted.in_flight.unwrap_or(cost);
+    let remaining = config.limit.saturating_sub(in_flight);
+    Status::Decided {
+        rule,
+        decision: Decision::from_parts(
+            true,
+            config.limit.into(),
+            remaining.into(),
+            Duration::ZERO,
+            granted.ttl,
+        ),
+        quota: QuotaConfig {
+            requests_per_unit: config.limit.into(),
+            period: granted.ttl,
+            unit: None,
+            burst: None,
+            slots: None,
+        },
     }
 }
 
@@ -407,15 +451,15 @@ impl RedisLeases {
     ) -> Result<Granted, Denial> {
         let limiter = self.limiter(&rule.id, config)?;
         match limiter.try_acquire(bucket.as_bytes(), cost).await {
-            Ok(permit) => match permit.detach() {
-                Some(lease) => Ok(Granted {
+            Ok(permit) => match (permit.in_flight(), permit.detach()) {
+                (in_flight, Some(lease)) => Ok(Granted {
                     lease: encode(&rule.id, &lease),
                     ttl: config.lease_ttl,
                     limit: config.limit,
-                    in_flight: None,
+                    in_flight,
                 }),
                 // Unreachable: the limiter fails closed.
-                None => Err(Denial::Unavailable {
+                (_, None) => Err(Denial::Unavailable {
                     retry_after: Duration::from_secs(1),
                 }),
             },

@@ -298,7 +298,7 @@ impl Config {
                 file: path.to_owned(),
                 line: location.as_ref().map(|l| l.line()),
                 column: location.as_ref().map(|l| l.column()),
-                message: strip_location(&error.to_string()),
+                message: crate::yaml::shorten_quoted(&strip_location(&error.to_string())),
             }
         })?;
         file.into_config().map_err(|message| ConfigError {

@@ -270,6 +270,10 @@ struct LimitAnswer {
 /// admits nothing, a refused `limit` override): envoyproxy/ratelimit's.
 const BLOCKED_ALGORITHM: &str = "fixed_window";
 
+/// The algorithm shown for a rule of concurrency slots alone (its
+/// `period_ms` is the lease TTL).
+const CONCURRENCY_ALGORITHM: &str = "concurrency";
+
 /// Milliseconds, rounded up (waiting that long is enough); `None` for never.
 fn millis(duration: std::time::Duration) -> Option<u64> {
     if duration.as_nanos() >= u128::from(u64::MAX) {
@@ -331,9 +335,17 @@ fn status_answer(status: &Status) -> StatusAnswer {
             unlimited: false,
             shadow_mode: rule.shadow_mode,
             allowed: decision.is_allowed(),
-            limit: rule.limits.as_ref().map(|limits| {
-                limit_answer(limits.algorithm.kind().name(), decision.limit(), quota)
-            }),
+            limit: match &rule.limits {
+                Some(limits) => Some(limit_answer(
+                    limits.algorithm.kind().name(),
+                    decision.limit(),
+                    quota,
+                )),
+                // A rule of concurrency slots alone: its slot decision.
+                None => rule
+                    .concurrency
+                    .map(|_| limit_answer(CONCURRENCY_ALGORITHM, decision.limit(), quota)),
+            },
             remaining: Some(decision.remaining()),
             retry_after_ms: millis(decision.retry_after()),
             reset_after_ms: millis(decision.reset_after()),

@@ -10,15 +10,25 @@
 //!   [`series`]): `allowed` is `tollgate_rule_within_limit`, `denied`
 //!   `tollgate_rule_over_limit` minus `tollgate_rule_shadow_mode`,
 //!   `shadow` `tollgate_rule_shadow_mode`, all in permits as
-//!   `/metrics` counts them. The totals are read when `/status.json` is
-//!   asked; the chart's points are sampled once a second by the server.
+//!   `/metrics` counts them. A rule with a concurrency limit and no rate
+//!   limit counts its slots instead: `allowed` is leases acquired,
+//!   `denied` leases refused (every reason), or `shadow` when the rule is
+//!   in shadow mode (its refusals are answered OK); its limit reads
+//!   `concurrency 2 (lease 10s)`. The totals are read when `/status.json`
+//!   is asked; the chart's points are sampled once a second by the server.
+//!   The page draws each chart over a fixed window of [`series::POINTS`]
+//!   seconds (a time axis in minutes, "now" at the right) and a y scale
+//!   from 0 to a round number at or above the highest point, per second.
 //! - **Concurrency leases per rule** (`concurrency:` rules): acquired,
 //!   refused by reason, released, expired, from the counters `/metrics`
 //!   exports as `tollgate_concurrency_*` (one set: see
 //!   [`crate::metrics::ConcurrencyStats`]).
 //! - **The most-denied keys right now**: a Space-Saving sketch of
-//!   [`TOP_COUNTERS`] counters per window fed with every denial (shadow
-//!   denials included), keyed by rule and bucket, over the current window
+//!   [`TOP_COUNTERS`] counters per window fed with every denial answered
+//!   OVER_LIMIT, keyed by rule and bucket, and a second one, shown apart,
+//!   of the denials shadow mode answered OK (one sketch for both would show
+//!   a shadow key as denied, and let shadow keys push real ones out of its
+//!   counters), over the current window
 //!   of [`TOP_WINDOW_SECONDS`] and the one before (so "now" is the last one
 //!   to two minutes). Each key is shown with its count and its error:
 //!   its true denied permits lie in `[count - error, count]` ([`sketch`]).
@@ -117,6 +127,8 @@ struct BackendSamples {
 #[derive(Debug)]
 pub struct StatusBoard {
     top: Mutex<Windowed<DeniedKey>>,
+    /// The denials shadow mode answered OK.
+    top_shadow: Mutex<Windowed<DeniedKey>>,
     series: Mutex<Series>,
     latency: Latency,
     backend: Mutex<BackendSamples>,
@@ -135,6 +147,7 @@ impl StatusBoard {
     pub fn new() -> StatusBoard {
         StatusBoard {
             top: Mutex::new(Windowed::new(TOP_COUNTERS)),
+            top_shadow: Mutex::new(Windowed::new(TOP_COUNTERS)),
             series: Mutex::new(Series::default()),
             latency: Latency::default(),
             backend: Mutex::new(BackendSamples::default()),
@@ -142,12 +155,14 @@ impl StatusBoard {
         }
     }
 
-    /// Counts a denial of `cost` permits for `bucket` under `rule`.
-    pub fn denied(&self, rule: &Arc<str>, bucket: &str, cost: u64) {
+    /// Counts a denial of `cost` permits for `bucket` under `rule`;
+    /// `shadow` when shadow mode answered it OK.
+    pub fn denied(&self, rule: &Arc<str>, bucket: &str, cost: u64, shadow: bool) {
         let key = (Arc::clone(rule), bucket.to_owned());
+        let sketch = if shadow { &self.top_shadow } else { &self.top };
         // A poisoned lock means a panic mid-update of a sketch that is
         // still a sketch: keep counting.
-        self.top
+        sketch
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .add(&key, cost);
@@ -171,8 +186,7 @@ impl StatusBoard {
         let totals: Vec<(Arc<str>, Totals)> = rules
             .rules()
             .iter()
-            .filter(|rule| rule.limits.is_some() || rule.blocked.is_some())
-            .map(|rule| (Arc::clone(&rule.id), rule_totals(metrics, rule)))
+            .filter_map(|rule| Some((Arc::clone(&rule.id), rule_totals(metrics, rule)?)))
             .collect();
         self.series
             .lock()
@@ -204,10 +218,12 @@ impl StatusBoard {
         // Relaxed: only this sampler touches the count.
         let taken = self.samples.fetch_add(1, Ordering::Relaxed) + 1;
         if taken % TOP_WINDOW_SECONDS == 0 {
-            self.top
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .rotate();
+            for sketch in [&self.top, &self.top_shadow] {
+                sketch
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .rotate();
+            }
         }
     }
 
@@ -223,8 +239,7 @@ impl StatusBoard {
                 name: rule.name.clone(),
                 shadow_mode: rule.shadow_mode,
                 limit: describe(rule),
-                totals: (rule.limits.is_some() || rule.blocked.is_some())
-                    .then(|| rule_totals(metrics, rule)),
+                totals: rule_totals(metrics, rule),
                 concurrency: rule
                     .concurrency
                     .map(|_| metrics.concurrency().totals(&rule.id)),
@@ -232,10 +247,6 @@ impl StatusBoard {
             })
             .collect();
         drop(series);
-        let (top, total) = {
-            let sketch = self.top.lock().unwrap_or_else(PoisonError::into_inner);
-            (sketch.top(TOP_SHOWN), sketch.total())
-        };
         let health = backend.health();
         let points: Vec<BackendPoint> = self
             .backend
@@ -248,21 +259,10 @@ impl StatusBoard {
         let last = points.last().copied().unwrap_or_default();
         Snapshot {
             sample_seconds: SAMPLE_EVERY.as_secs(),
+            chart_points: series::POINTS,
             rules: rules_out,
-            top_denied: TopDenied {
-                window_seconds: TOP_WINDOW_SECONDS,
-                counters: TOP_COUNTERS,
-                denied_permits: total,
-                keys: top
-                    .into_iter()
-                    .map(|c| DeniedKeyStatus {
-                        rule: c.key.0.to_string(),
-                        key: readable_bucket(&c.key.1),
-                        count: c.count,
-                        error: c.error,
-                    })
-                    .collect(),
-            },
+            top_denied: top_of(&self.top),
+            top_shadow: top_of(&self.top_shadow),
             backend: BackendStatus {
                 kind: health.kind,
                 breaker: match health.policy {
@@ -283,13 +283,56 @@ impl StatusBoard {
     }
 }
 
-fn rule_totals(metrics: &Metrics, rule: &Rule) -> Totals {
-    let [_total, over_limit, _near, within_limit, shadow_mode] = metrics.rule(rule).totals();
-    Totals {
-        allowed: within_limit,
-        denied: over_limit.saturating_sub(shadow_mode),
-        shadow: shadow_mode,
+/// The most denied keys of `sketch`.
+fn top_of(sketch: &Mutex<Windowed<DeniedKey>>) -> TopDenied {
+    let (top, total) = {
+        let sketch = sketch.lock().unwrap_or_else(PoisonError::into_inner);
+        (sketch.top(TOP_SHOWN), sketch.total())
+    };
+    TopDenied {
+        window_seconds: TOP_WINDOW_SECONDS,
+        counters: TOP_COUNTERS,
+        denied_permits: total,
+        keys: top
+            .into_iter()
+            .map(|c| DeniedKeyStatus {
+                rule: c.key.0.to_string(),
+                key: readable_bucket(&c.key.1),
+                count: c.count,
+                error: c.error,
+            })
+            .collect(),
     }
+}
+
+/// A rule's counts: its rate decisions, or for a rule of concurrency slots
+/// alone its leases (see the [module docs](self)); `None` for an unlimited
+/// rule, which counts nothing.
+fn rule_totals(metrics: &Metrics, rule: &Rule) -> Option<Totals> {
+    if rule.limits.is_some() || rule.blocked.is_some() {
+        let [_total, over_limit, _near, within_limit, shadow_mode] = metrics.rule(rule).totals();
+        return Some(Totals {
+            allowed: within_limit,
+            denied: over_limit.saturating_sub(shadow_mode),
+            shadow: shadow_mode,
+        });
+    }
+    rule.concurrency?;
+    let leases = metrics.concurrency().totals(&rule.id);
+    let refused = leases
+        .refused_full
+        .saturating_add(leases.refused_cost)
+        .saturating_add(leases.refused_unavailable);
+    let (denied, shadow) = if rule.shadow_mode {
+        (0, refused)
+    } else {
+        (refused, 0)
+    };
+    Some(Totals {
+        allowed: leases.acquired,
+        denied,
+        shadow,
+    })
 }
 
 fn policy_since(now: PolicyTotals, last: PolicyTotals) -> PolicyTotals {
@@ -310,8 +353,11 @@ pub fn describe(rule: &Rule) -> String {
     if rule.blocked.is_some() {
         return "blocked (requests_per_unit: 0)".into();
     }
+    let slots = rule
+        .concurrency
+        .map(|c| format!("concurrency {} (lease {:?})", c.limit, c.lease_ttl));
     let Some(limits) = &rule.limits else {
-        return "unlimited".into();
+        return slots.unwrap_or_else(|| "unlimited".into());
     };
     let kind = limits.algorithm.kind();
     let kinds = limits.algorithm.kinds();
@@ -336,10 +382,14 @@ pub fn describe(rule: &Rule) -> String {
             text
         })
         .collect();
-    if kind == crate::config::AlgorithmKind::Mixed {
+    let rate = if kind == crate::config::AlgorithmKind::Mixed {
         quotas.join(" + ")
     } else {
         format!("{} {}", quotas.join(" + "), kind.name())
+    };
+    match slots {
+        Some(slots) => format!("{rate} + {slots}"),
+        None => rate,
     }
 }
 
@@ -371,10 +421,14 @@ pub fn readable_bucket(bucket: &str) -> String {
 pub struct Snapshot {
     /// Seconds between two points of a chart.
     pub sample_seconds: u64,
+    /// The most points a chart keeps: its time axis spans this many samples.
+    pub chart_points: usize,
     /// Every loaded rule, in file order.
     pub rules: Vec<RuleStatus>,
-    /// The most-denied keys.
+    /// The most-denied keys: denials answered OVER_LIMIT.
     pub top_denied: TopDenied,
+    /// The keys most denied in shadow mode (answered OK), apart.
+    pub top_shadow: TopDenied,
     /// The backend.
     pub backend: BackendStatus,
 }
@@ -393,7 +447,8 @@ pub struct RuleStatus {
     /// Its limit in words.
     pub limit: String,
     /// Its counts so far (`None` for an unlimited rule, which counts
-    /// nothing; a blocked rule counts its denials).
+    /// nothing; a blocked rule counts its denials; a rule of concurrency
+    /// slots alone its leases).
     pub totals: Option<Totals>,
     /// Its concurrency leases so far, from the counters `/metrics`
     /// exports (`None` for a rule without `concurrency:`).

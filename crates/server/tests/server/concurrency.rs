@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus,
+};
 
 use crate::support::*;
 
@@ -200,6 +202,50 @@ async fn the_rls_answers_over_limit_when_no_slot_is_free_until_the_ttl_passes() 
     server.stop().await;
 }
 
+/// The RLS answer for one descriptor of `key` = `value`.
+async fn rls_status(client: &mut RlsClient, key: &str, value: &str) -> DescriptorStatus {
+    within(client.should_rate_limit(request("api", vec![descriptor(&[(key, value)])])))
+        .await
+        .expect("grpc")
+        .into_inner()
+        .statuses
+        .remove(0)
+}
+
+/// Issue 31 item 3: an allowed call on a concurrency-only rule answered
+/// `limit_remaining` 4294967295 and no `current_limit` (Envoy shows it as
+/// unlimited); it reports the slots left and the concurrency limit, over
+/// the RLS and `/v1/check`. Failed before the fix.
+#[tokio::test]
+async fn a_concurrency_only_rule_reports_its_slots_left_and_its_limit() {
+    let server = start(RULES).await;
+    let mut client = server.grpc_client().await;
+    let first = rls_status(&mut client, "tenant", "s").await;
+    assert_eq!(first.code, Code::Ok as i32);
+    assert_eq!(first.limit_remaining, 1, "{first:?}");
+    let limit = first.current_limit.as_ref().expect("current_limit");
+    assert_eq!(limit.requests_per_unit, 2);
+    assert_eq!(limit.unit, 0, "no unit: the slots are not a rate");
+    assert_eq!(
+        first.duration_until_reset.map(|d| d.seconds),
+        Some(10),
+        "free again after at most the lease TTL"
+    );
+    let (status, _, body) = post(
+        &server,
+        "/v1/check",
+        json!({"domain": "api", "descriptors": [{"entries": [{"key": "tenant", "value": "s"}]}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let answer = &body["statuses"][0];
+    assert_eq!(answer["remaining"], 0, "{body}");
+    assert_eq!(answer["unlimited"], false, "{body}");
+    assert_eq!(answer["limit"]["algorithm"], "concurrency", "{body}");
+    assert_eq!(answer["limit"]["capacity"], 2, "{body}");
+    server.stop().await;
+}
+
 /// On Redis the leases run on Redis's own clock (`TIME`), not the test's:
 /// a short TTL, whose expiry is awaited by polling (bounded by
 /// [`TIMEOUT`]), never asserted against a duration.
@@ -226,6 +272,11 @@ async fn on_redis_two_servers_share_the_slots_and_either_releases_a_lease() {
         "{first}"
     );
     assert_eq!(post(&b, "/v1/acquire", tenant("x")).await.0, 200);
+    // The RLS reports the slots Redis counts (issue 31 item 3).
+    let mut client = a.grpc_client().await;
+    let slot = rls_status(&mut client, "tenant", "y").await;
+    assert_eq!(slot.limit_remaining, 1, "{slot:?}");
+    assert_eq!(slot.current_limit.map(|l| l.requests_per_unit), Some(2));
     let (status, retry_after, full) = post(&a, "/v1/acquire", tenant("x")).await;
     assert_eq!(status, 429, "{full}");
     assert!(retry_after.is_some());

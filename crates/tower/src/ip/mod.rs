@@ -270,6 +270,26 @@ enum Found {
 /// # }
 /// ```
 ///
+/// Its key type is [`IpAddr`]: the client's address, canonical (an
+/// IPv4-mapped IPv6 address is its IPv4 address), an IPv6 client aggregated
+/// to its [`ipv6_prefix`](ClientIp::ipv6_prefix) (`/64` by default: the
+/// rest of the address is zeros). A limiter behind it is a
+/// `KeyedLimiter<IpAddr, _>`:
+///
+/// ```
+/// use std::net::IpAddr;
+/// use tollgate::{Gcra, KeyedLimiter, Quota};
+/// use tollgate_tower::{ClientIp, RateLimitLayer};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_client: KeyedLimiter<IpAddr, Gcra> =
+///     KeyedLimiter::new(Gcra::new(Quota::per_second(10)?)?);
+/// let layer = RateLimitLayer::new(ClientIp::trusting(["10.0.0.0/8"])?, per_client);
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// ```
+///
 /// See the [module docs](self) for how the client is found.
 pub struct ClientIp<T = DefaultConnectionAddr> {
     trusted: Vec<IpNet>,

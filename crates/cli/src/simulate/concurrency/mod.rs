@@ -85,7 +85,7 @@ pub fn command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     // The expected arrivals, held to the same cap as the rate simulations
     // (the run keeps one point per event).
     if rate * duration as f64 / 1e9 > MAX_ARRIVALS as f64 {
-        return Err(UsageError::TooManyArrivals { max: MAX_ARRIVALS }.into());
+        return Err(UsageError::TooManyEvents { max: MAX_ARRIVALS }.into());
     }
     let model = Model {
         knee,

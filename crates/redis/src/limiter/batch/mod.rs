@@ -67,7 +67,7 @@ use crate::key::BoundedKey;
 use crate::limit::Limit;
 use crate::limiter::{CostError, Outcome, RedisLimiter};
 use crate::policy::Fault;
-use crate::script::{self, Op};
+use crate::script::Op;
 
 /// The most script calls of one batcher in flight at once (see the module
 /// docs): two, so that Redis has the next batch in its socket while it runs
@@ -487,11 +487,7 @@ fn entry_answer(item: Value) -> Answer {
 
 /// An error's fault, as `RedisLimiter::ask` tells them apart.
 fn classify(e: &RedisError) -> Fault {
-    if script::is_call_error(e) {
-        Fault::Script
-    } else {
-        Fault::Error
-    }
+    super::round_trip::fault_of(e)
 }
 
 #[cfg(test)]
