@@ -13,7 +13,10 @@
 //! - **[`Ticket`]**: a place in the waiting queue, a future of a permit.
 //! - **[`Priority`]** and **[`Shares`]**: critical, default and sheddable
 //!   requests, each allowed a share of the limit.
-//! - **[`Vegas`]**: the optional adaptive limit, following latency.
+//! - **[`Controller`]**: the optional adaptive limit: [`Knee`] (the
+//!   default, from throughput and the probed mean service time) or
+//!   [`Vegas`] (from latency). The band it holds, and the service-time
+//!   assumptions it holds under, are stated once, in [`knee`].
 //!
 //! # Guarantee
 //!
@@ -71,6 +74,7 @@
 pub mod adaptive;
 mod config;
 pub mod keyed;
+pub mod knee;
 mod limiter;
 mod permit;
 mod settings;
@@ -78,7 +82,8 @@ mod slots;
 #[cfg(feature = "tokio")]
 mod wait;
 
-pub use adaptive::{Vegas, VegasState};
+pub use adaptive::{Controller, Vegas, VegasState};
+pub use knee::{Knee, KneeState};
 pub use config::{ConfigError, Denied, MAX_LIMIT, Priority, Reason, Shares};
 pub use keyed::{DEFAULT_MAX_KEYS, KeyedConcurrencyBuilder, KeyedConcurrencyLimiter};
 pub use limiter::{ConcurrencyBuilder, ConcurrencyLimiter};
