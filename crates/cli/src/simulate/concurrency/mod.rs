@@ -34,8 +34,10 @@
 //!   tests check, per phase, the in flight within `[knee, 1.2·knee]`, the
 //!   limit within `[knee, 1.35·knee]`, the back-off and the order.
 
+mod matrix;
 mod model;
 mod panels;
+mod peers;
 mod run;
 mod table;
 
@@ -50,6 +52,17 @@ use crate::messages::{self, UsageError};
 
 /// Runs `tollgate simulate --concurrency`: validates, runs, prints a table.
 pub fn command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
+    if args.table {
+        let duration = match args.duration {
+            Some(duration) if duration.is_zero() => {
+                return Err(UsageError::ZeroDuration { what: "--duration" }.into());
+            }
+            Some(duration) => duration_nanos(duration, "--duration")?,
+            None => 60_000_000_000,
+        };
+        messages::print_result(&matrix::table(duration, args.seed))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let knee = u32::try_from(args.knee)
         .ok()
         .filter(|&knee| knee > 0)
