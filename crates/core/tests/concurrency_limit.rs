@@ -419,7 +419,10 @@ fn a_cost_above_the_priority_share_is_refused_at_once_never_queued() {
     // Default's share of 10 is 9: a cost of 10 can never fit it.
     let refused = limiter.enqueue(10, Priority::Default).err().unwrap();
     assert_eq!(refused.reason(), Reason::Cost);
-    assert_eq!((refused.limit(), refused.in_flight(), refused.remaining()), (10, 0, 9));
+    assert_eq!(
+        (refused.limit(), refused.in_flight(), refused.remaining()),
+        (10, 0, 9)
+    );
     assert!(!limiter.has_waiters(), "nothing was queued");
     assert!(limiter.try_acquire_as(1, Priority::Default).is_ok());
     assert!(limiter.try_acquire_as(1, Priority::Sheddable).is_ok());

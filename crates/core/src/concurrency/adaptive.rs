@@ -429,7 +429,9 @@ impl Controller {
         match self {
             Controller::Vegas(vegas) => vegas.check(),
             Controller::Knee(knee) => {
-                let Knee { initial, min, max, .. } = *knee;
+                let Knee {
+                    initial, min, max, ..
+                } = *knee;
                 if min == 0 || min > initial || initial > max || max > MAX_LIMIT {
                     return Err(ConfigError::AdaptiveBounds { min, initial, max });
                 }

@@ -36,7 +36,10 @@
 //! ```
 //!
 //! a small queue (10 %, at least 2 requests, by default) that keeps every
-//! worker fed between arrivals. Below the knee that target is 10 % above
+//! worker fed between arrivals. When nothing queued (`busy ≥ 0.95 N`)
+//! while at least half the limit was in use, the limit also climbs 10 %
+//! from itself: with priority shares the in flight stays under the limit,
+//! and a limit set from the in flight alone would never pass the knee. Below the knee that target is 10 % above
 //! the in flight, so the limit climbs by 10 % a window until `busy` stops
 //! following it; past the knee it falls to the knee in one window.
 //!
@@ -407,7 +410,17 @@ impl KneeState {
             smoothed *= 0.9;
         }
         self.busy = Some(smoothed);
-        let target = (smoothed * (1.0 + self.params.headroom)).max(smoothed + 2.0);
+        let mut target = (smoothed * (1.0 + self.params.headroom)).max(smoothed + 2.0);
+        // Nothing queued while at least half the limit was used: the knee
+        // is above, whatever holds the in flight back (priority shares
+        // keep default and sheddable work under the limit): climb from the
+        // limit, not from the in flight.
+        let limit = f64::from(self.limit);
+        if busy >= 0.95 * in_flight && in_flight >= 0.5 * limit {
+            target = target
+                .max(limit * (1.0 + self.params.headroom))
+                .max(limit + 1.0);
+        }
         let (min, max) = (self.params.min.max(1), self.params.max.max(1));
         self.limit = (target.ceil() as u32).clamp(min, max.max(min));
     }
@@ -455,7 +468,11 @@ mod tests {
     fn probed() -> (KneeState, u64) {
         let mut state = Knee::new().start();
         assert!(state.probing());
-        assert_eq!(state.limit(), 10, "the first probe runs at half the initial 20");
+        assert_eq!(
+            state.limit(),
+            10,
+            "the first probe runs at half the initial 20"
+        );
         let now = probe_with(&mut state, 0, 5, 15);
         assert_eq!(state.limit(), 20, "back to the limit before the probe");
         (state, now + 20 * MS)
@@ -463,7 +480,10 @@ mod tests {
 
     fn assert_service(state: &KneeState, mean_ms: f64) {
         let got = state.service_time().unwrap().as_u64() as f64 / MS as f64;
-        assert!((got - mean_ms).abs() < 0.1, "service time {got} ms, not {mean_ms}");
+        assert!(
+            (got - mean_ms).abs() < 0.1,
+            "service time {got} ms, not {mean_ms}"
+        );
     }
 
     #[test]
@@ -508,7 +528,11 @@ mod tests {
         }
         let busy = state.busy().unwrap();
         assert!((39.0..=41.0).contains(&busy), "busy {busy}");
-        assert!((44..=46).contains(&state.limit()), "the knee of 40 and 10 %: {}", state.limit());
+        assert!(
+            (44..=46).contains(&state.limit()),
+            "the knee of 40 and 10 %: {}",
+            state.limit()
+        );
     }
 
     #[test]

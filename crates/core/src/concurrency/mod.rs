@@ -83,9 +83,9 @@ mod slots;
 mod wait;
 
 pub use adaptive::{Controller, Vegas, VegasState};
-pub use knee::{Knee, KneeState};
 pub use config::{ConfigError, Denied, MAX_LIMIT, Priority, Reason, Shares};
 pub use keyed::{DEFAULT_MAX_KEYS, KeyedConcurrencyBuilder, KeyedConcurrencyLimiter};
+pub use knee::{Knee, KneeState};
 pub use limiter::{ConcurrencyBuilder, ConcurrencyLimiter};
 pub use permit::{BorrowedPermit, Permit, Ticket};
 pub use settings::{DEFAULT_MAX_DELAY, DEFAULT_MAX_WAITERS};

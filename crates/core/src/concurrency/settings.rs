@@ -108,10 +108,7 @@ macro_rules! settings_setters {
         /// controller, see [`knee`]($crate::concurrency::knee)), or
         /// [`Vegas::new()`]($crate::concurrency::Vegas) by name. By default,
         /// the limit is fixed.
-        pub fn adaptive(
-            mut self,
-            controller: impl Into<$crate::concurrency::Controller>,
-        ) -> Self {
+        pub fn adaptive(mut self, controller: impl Into<$crate::concurrency::Controller>) -> Self {
             self.settings.adaptive = Some(controller.into());
             self
         }

@@ -48,7 +48,13 @@ impl Control for KneeState {
         KneeState::limit(self)
     }
     fn update(&mut self, started: u64, now: u64, in_flight: u32, dropped: bool) {
-        KneeState::update(self, Nanos::new(started), Nanos::new(now), in_flight, dropped);
+        KneeState::update(
+            self,
+            Nanos::new(started),
+            Nanos::new(now),
+            in_flight,
+            dropped,
+        );
     }
 }
 
@@ -57,7 +63,13 @@ impl Control for VegasState {
         VegasState::limit(self)
     }
     fn update(&mut self, started: u64, now: u64, in_flight: u32, dropped: bool) {
-        VegasState::update(self, Nanos::new(started), Nanos::new(now), in_flight, dropped);
+        VegasState::update(
+            self,
+            Nanos::new(started),
+            Nanos::new(now),
+            in_flight,
+            dropped,
+        );
     }
 }
 
