@@ -65,7 +65,8 @@
 //!
 //! # The band it holds, and under which assumptions
 //!
-//! In `tollgate simulate --concurrency --table` (a service of `K` workers,
+//! In `tollgate simulate --concurrency --table` (the table is in
+//! `BENCHMARKS.md`) (a service of `K` workers,
 //! FIFO, mean 10 ms, open-loop Poisson arrivals at 1.5× capacity, service
 //! times constant, uniform ±10 % and ±25 %, exponential, lognormal σ = 1,
 //! bimodal; `K` from 10 to 400, halved over the middle third of the run),
@@ -79,6 +80,11 @@
 //!   slowdown is read as a lower knee until the next probe, at most
 //!   `probe_interval` later: the limit falls, it does not collapse, and
 //!   climbs back at 10 % a window);
+//! - no probe falls inside a burst of slow requests (one that does reads
+//!   the slow service as the usual one, and the limit sits above the knee
+//!   until the next probe, `probe_interval` later);
+//! - the knee is at least 10 (at a knee of 5, the 2 requests of
+//!   `min_headroom` are 1.4× it);
 //! - the limit is what holds the callers back (a caller who sends fewer
 //!   than the knee never reveals it: the limit stays 10 % above what is in
 //!   flight).
