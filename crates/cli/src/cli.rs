@@ -117,6 +117,11 @@ pub struct SimulateArgs {
     /// With --concurrency: how long a worker spends on a request.
     #[arg(long, default_value = "20ms", value_parser = parse_duration, allow_hyphen_values = true)]
     pub service_time: Duration,
+    /// With --concurrency: instead of one run, the table of every adaptive
+    /// controller (the library's and models of its peers') for six shapes
+    /// of service time and knees of 10 to 400 (--duration, --seed).
+    #[arg(long, requires = "concurrency")]
+    pub table: bool,
 }
 
 /// The algorithms `simulate` can run.

@@ -408,3 +408,37 @@ fn keyed_keys_are_named_by_any_borrowed_form() {
     let _c = numbers.try_acquire(&7, 1).unwrap();
     assert_eq!(numbers.in_flight(&7), 1);
 }
+
+/// Issue 28: a cost within the limit but above its priority's share could
+/// never be granted, yet `enqueue` queued it, and the queued head then
+/// blocked every later request of its own and lower priorities, with no
+/// slot in use (`try_acquire_as` answered `Queued` with 0 in flight).
+#[test]
+fn a_cost_above_the_priority_share_is_refused_at_once_never_queued() {
+    let limiter = ConcurrencyLimiter::new(10).unwrap();
+    // Default's share of 10 is 9: a cost of 10 can never fit it.
+    let refused = limiter.enqueue(10, Priority::Default).err().unwrap();
+    assert_eq!(refused.reason(), Reason::Cost);
+    assert_eq!(
+        (refused.limit(), refused.in_flight(), refused.remaining()),
+        (10, 0, 9)
+    );
+    assert!(!limiter.has_waiters(), "nothing was queued");
+    assert!(limiter.try_acquire_as(1, Priority::Default).is_ok());
+    assert!(limiter.try_acquire_as(1, Priority::Sheddable).is_ok());
+    // The same for sheddable work (share 5), and for `try_acquire`.
+    let refused = limiter.enqueue(6, Priority::Sheddable).err().unwrap();
+    assert_eq!(refused.reason(), Reason::Cost);
+    let refused = limiter.try_acquire_as(6, Priority::Sheddable).unwrap_err();
+    assert_eq!(refused.reason(), Reason::Cost);
+    // Within the share it still queues behind what is in use.
+    let _held = limiter.try_acquire_as(7, Priority::Critical).unwrap();
+    let ticket = limiter.enqueue(5, Priority::Sheddable).unwrap();
+    assert!(limiter.has_waiters());
+    drop(ticket);
+    assert!(!limiter.has_waiters());
+    // Critical work may still take the whole limit.
+    let keyed = KeyedConcurrencyLimiter::<u32>::new(10).unwrap();
+    let refused = keyed.enqueue(&1, 10, Priority::Default).err().unwrap();
+    assert_eq!(refused.reason(), Reason::Cost);
+}

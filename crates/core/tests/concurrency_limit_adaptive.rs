@@ -26,7 +26,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
-use tollgate::concurrency::{ConcurrencyLimiter, Permit, Priority, Vegas};
+use tollgate::concurrency::{ConcurrencyLimiter, Controller, Knee, Permit, Priority, Vegas};
 use tollgate::{Clock, ManualClock, Nanos};
 
 const CLIENTS: u64 = 1_000;
@@ -44,10 +44,10 @@ struct Sim {
 }
 
 impl Sim {
-    fn new() -> Sim {
+    fn new(controller: impl Into<Controller>) -> Sim {
         let clock = ManualClock::new();
         let limiter = ConcurrencyLimiter::builder(1)
-            .adaptive(Vegas::new())
+            .adaptive(controller)
             .clock(clock.clone())
             .build()
             .unwrap();
@@ -109,7 +109,7 @@ fn summary(limits: &[u32]) -> (u32, u32, f64) {
 
 #[test]
 fn vegas_finds_the_knee_and_backs_off_when_the_service_slows() {
-    let mut sim = Sim::new();
+    let mut sim = Sim::new(Vegas::new());
     sim.knee = 60;
     let climb = sim.run(20_000);
     let (_, _, settled) = summary(&climb[10_000..]);
@@ -137,6 +137,24 @@ fn vegas_finds_the_knee_and_backs_off_when_the_service_slows() {
     // and 65 (the probe's dips below are expected).
     assert!(high <= 75, "at most 1.25× the knee of 60, not {high}");
     assert!(high2 <= 37, "at most 1.25× the knee of 30, not {high2}");
+}
+
+#[test]
+fn knee_finds_the_knee_through_the_limiter_and_follows_it_down_and_up() {
+    // The default controller, through the builder and a manual clock: the
+    // limit is set from the throughput (Little's law), 10 % (at least 2)
+    // past the requests in service.
+    let mut sim = Sim::new(Knee::new());
+    for (knee, low, high) in [(60, 60.0, 72.0), (30, 30.0, 36.0), (60, 60.0, 72.0)] {
+        sim.knee = knee;
+        let limits = sim.run(60_000);
+        let (min, max, mean) = summary(&limits[40_000..]);
+        println!("knee {knee}: limit {min}..{max}, mean {mean:.1}");
+        assert!(
+            (low..=high).contains(&mean),
+            "knee {knee}: mean limit {mean:.1} (min {min}, max {max})"
+        );
+    }
 }
 
 /// One round trip through `limiter`: as many critical permits as fit (up

@@ -5,7 +5,8 @@
 //! implementation: a counter of slots, a threshold per priority
 //! (`⌈limit · share / 100⌉`), three FIFO lanes of waiters served highest
 //! priority first and never past a head that does not fit, newcomers
-//! refused while a waiter of their priority or higher is queued.
+//! refused while a waiter of their priority or higher is queued, and a
+//! cost above its priority's threshold refused as a cost.
 
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
@@ -89,7 +90,9 @@ impl Model {
 
     /// Ok, or the reason and the remaining slots of the priority.
     fn admit(&mut self, cost: u32, priority: Priority) -> Result<(), Reason> {
-        if cost > self.limit {
+        // Issue 28: a cost above the priority's share (not only above the
+        // limit) can never fit and is refused, never queued.
+        if cost > self.threshold(priority) {
             Err(Reason::Cost)
         } else if self.ahead(priority) {
             Err(Reason::Queued)

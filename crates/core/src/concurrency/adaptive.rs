@@ -1,4 +1,10 @@
-//! The adaptive limit: TCP Vegas applied to concurrency, after Netflix's
+//! The adaptive limits: [`Controller`] picks one ([`Knee`], the default,
+//! in [`knee`](super::knee); or [`Vegas`], below), and the machinery that
+//! feeds a limit's samples to it.
+//!
+//! # Vegas
+//!
+//! TCP Vegas applied to concurrency, after Netflix's
 //! concurrency-limits (`com.netflix.concurrency.limits.limit.VegasLimit`,
 //! <https://github.com/Netflix/concurrency-limits>), with the two parts of
 //! TCP Vegas that Netflix leaves out (one adjustment per round trip, and a
@@ -120,10 +126,16 @@ use std::fmt;
 use std::sync::Arc as StdArc;
 
 use super::config::{ConfigError, MAX_LIMIT};
+use super::knee::{Knee, KneeState};
 use crate::clock::{Clock, Nanos};
 use crate::sync::{Mutex, lock};
 
 /// The parameters of the Vegas controller; see the [module docs](self).
+///
+/// Vegas reads any spread of latency as a queue: it holds the knee only
+/// when service times barely vary (constant, or within a few per cent);
+/// with exponential or long-tailed service times it sheds most of a
+/// healthy service's load. [`Knee`] is the default for that reason.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Vegas {
     initial: u32,
@@ -381,6 +393,85 @@ impl VegasState {
     }
 }
 
+/// Which adaptive controller a limit runs, and its parameters: the
+/// argument of the builders' `adaptive`. [`Knee`] by default (the one that
+/// holds the knee when service times vary, see
+/// [`knee`](super::knee)); [`Vegas`] when named.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Controller {
+    /// Throughput-based: Little's law against the probed mean service time.
+    Knee(Knee),
+    /// Delay-based: TCP Vegas once per round trip (this module).
+    Vegas(Vegas),
+}
+
+impl Default for Controller {
+    fn default() -> Controller {
+        Controller::Knee(Knee::default())
+    }
+}
+
+impl From<Vegas> for Controller {
+    fn from(vegas: Vegas) -> Controller {
+        Controller::Vegas(vegas)
+    }
+}
+
+impl From<Knee> for Controller {
+    fn from(knee: Knee) -> Controller {
+        Controller::Knee(knee)
+    }
+}
+
+impl Controller {
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        match self {
+            Controller::Vegas(vegas) => vegas.check(),
+            Controller::Knee(knee) => {
+                let Knee {
+                    initial, min, max, ..
+                } = *knee;
+                if min == 0 || min > initial || initial > max || max > MAX_LIMIT {
+                    return Err(ConfigError::AdaptiveBounds { min, initial, max });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The starting limit.
+    pub fn initial_limit(&self) -> u32 {
+        match self {
+            Controller::Vegas(vegas) => vegas.initial_limit(),
+            Controller::Knee(knee) => knee.start().limit(),
+        }
+    }
+}
+
+/// A running controller's state.
+#[derive(Clone, Debug)]
+enum State {
+    Knee(KneeState),
+    Vegas(VegasState),
+}
+
+impl State {
+    fn limit(&self) -> u32 {
+        match self {
+            State::Knee(state) => state.limit(),
+            State::Vegas(state) => state.limit(),
+        }
+    }
+
+    fn update(&mut self, started: Nanos, now: Nanos, in_flight: u32, dropped: bool) -> u32 {
+        match self {
+            State::Knee(state) => state.update(started, now, in_flight, dropped),
+            State::Vegas(state) => state.update(started, now, in_flight, dropped),
+        }
+    }
+}
+
 /// A permit's sample in the making: when it started and the slots then in
 /// flight (its own included).
 #[derive(Clone, Copy, Debug)]
@@ -392,7 +483,7 @@ pub(crate) struct Sample {
 /// A limit's controller: the clock it measures with and the state.
 pub(crate) struct Adaptive {
     clock: StdArc<dyn Clock>,
-    state: Mutex<VegasState>,
+    state: Mutex<State>,
 }
 
 impl fmt::Debug for Adaptive {
@@ -408,10 +499,14 @@ impl std::panic::UnwindSafe for Adaptive {}
 impl std::panic::RefUnwindSafe for Adaptive {}
 
 impl Adaptive {
-    pub(crate) fn new(vegas: &Vegas, clock: StdArc<dyn Clock>) -> Adaptive {
+    pub(crate) fn new(controller: &Controller, clock: StdArc<dyn Clock>) -> Adaptive {
+        let state = match controller {
+            Controller::Knee(knee) => State::Knee(knee.start()),
+            Controller::Vegas(vegas) => State::Vegas(vegas.start()),
+        };
         Adaptive {
             clock,
-            state: Mutex::new(vegas.start()),
+            state: Mutex::new(state),
         }
     }
 

@@ -57,11 +57,16 @@ impl Priority {
 ///
 /// So, at any instant, the last `limit − threshold(Default)` slots can only
 /// be taken by critical requests, and the last `limit − threshold(Sheddable)`
-/// only by default or critical ones. The reserve is whole slots, rounded
-/// down: at small limits it reserves nothing until it is worth a slot (a
-/// limit of 2 reserves nothing from default work, a limit of 10 one slot),
-/// so that `ConcurrencyLimiter::new(n)` admits `n` requests of the default
-/// priority whenever `n < 10` with the default shares.
+/// only by default or critical ones. The threshold is rounded up, so the
+/// reserve it leaves (`limit − threshold`) is rounded down to whole slots:
+/// with the default shares, **below a limit of 10 nothing is reserved for
+/// critical work** (`ConcurrencyLimiter::new(n)` admits `n` requests of the
+/// default priority whenever `n < 10`; a limit of 10 reserves one slot, of
+/// 20 two), and below a limit of 2 nothing is reserved from sheddable work.
+///
+/// A request whose cost alone passes its threshold (`cost >
+/// threshold(p)`) can never be admitted: it is refused at once with
+/// [`Reason::Cost`], by `enqueue` and `acquire` too, never queued.
 ///
 /// By default, sheddable work may use up to 50 % of the limit and default
 /// work up to 90 % (Stripe's "reserve capacity for critical requests").
@@ -131,7 +136,9 @@ pub enum Reason {
     /// Slots might fit, but waiters of the same or a higher priority are
     /// queued ahead: no barging.
     Queued,
-    /// The cost is above the limit: it cannot fit now, whatever is released.
+    /// The cost is above the limit, or above the share of the limit the
+    /// request's priority may hold: it cannot fit now, whatever is
+    /// released, so it is refused at once, never queued.
     Cost,
     /// A keyed limiter holds its cap of keys, all with slots in use.
     TooManyKeys,
@@ -181,7 +188,7 @@ impl fmt::Display for Denied {
         let why = match self.reason {
             Reason::Full => "no slot free for this priority",
             Reason::Queued => "waiters are queued ahead",
-            Reason::Cost => "the cost is above the limit",
+            Reason::Cost => "the cost is above the limit or its priority's share",
             Reason::TooManyKeys => "too many keys with slots in use",
             Reason::QueueFull => "the waiting queue is full",
             Reason::TimedOut => "waited max_delay without a slot",

@@ -153,7 +153,7 @@ impl ConcurrencyLimiter {
     ///
     /// # Errors
     ///
-    /// [`Denied`] at once if the cost is above the limit
+    /// [`Denied`] at once if the cost is above the limit or its priority's share
     /// ([`Reason::Cost`]) or the queue is full ([`Reason::QueueFull`]).
     pub fn enqueue(&self, cost: u64, priority: Priority) -> Result<Ticket, Denied> {
         let cost = self.cost(cost, priority)?;

@@ -13,7 +13,10 @@
 //! - **[`Ticket`]**: a place in the waiting queue, a future of a permit.
 //! - **[`Priority`]** and **[`Shares`]**: critical, default and sheddable
 //!   requests, each allowed a share of the limit.
-//! - **[`Vegas`]**: the optional adaptive limit, following latency.
+//! - **[`Controller`]**: the optional adaptive limit: [`Knee`] (the
+//!   default, from throughput and the probed mean service time) or
+//!   [`Vegas`] (from latency). The band it holds, and the service-time
+//!   assumptions it holds under, are stated once, in [`knee`].
 //!
 //! # Guarantee
 //!
@@ -37,10 +40,10 @@
 //! A request of priority `p` is admitted only while the slots in use, its
 //! own included, stay within `p`'s threshold: the whole limit for
 //! [`Priority::Critical`], 90 % for [`Priority::Default`], 50 % for
-//! [`Priority::Sheddable`] by default (rounded up: the reserve is whole
-//! slots); see
-//! [`Shares`] for the exact rule. So sheddable work is refused first as the
-//! limit nears, and the last slots are kept for critical work.
+//! [`Priority::Sheddable`] by default; see [`Shares`] for the exact rule
+//! and its rounding (below a limit of 10, nothing is reserved for critical
+//! work). So sheddable work is refused first as the limit nears, and the
+//! last slots are kept for critical work.
 //!
 //! # Waiting
 //!
@@ -59,8 +62,10 @@
 //! - A refusal is an `Err(`[`Denied`]`)` (like tokio's `try_acquire`), not a
 //!   decision value: the success case must carry the permit. It says why,
 //!   and the limit, the slots in use and what remains for the priority.
-//! - A cost above the limit is refused with [`Reason::Cost`], at once,
-//!   even by `acquire`.
+//! - A cost above the limit, or above the share of its priority, is
+//!   refused with [`Reason::Cost`], at once, even by `enqueue` and
+//!   `acquire`: it could never be granted, and queued it would block every
+//!   waiter behind it (issue 28).
 //! - `max_delay` defaults to 1 s and `max_waiters` to 1,024: a bounded
 //!   wait, not tower's unbounded one.
 //! - Keyed limits drop idle keys and refuse new keys when full of busy
@@ -69,6 +74,7 @@
 pub mod adaptive;
 mod config;
 pub mod keyed;
+pub mod knee;
 mod limiter;
 mod permit;
 mod settings;
@@ -76,9 +82,10 @@ mod slots;
 #[cfg(feature = "tokio")]
 mod wait;
 
-pub use adaptive::{Vegas, VegasState};
+pub use adaptive::{Controller, Vegas, VegasState};
 pub use config::{ConfigError, Denied, MAX_LIMIT, Priority, Reason, Shares};
 pub use keyed::{DEFAULT_MAX_KEYS, KeyedConcurrencyBuilder, KeyedConcurrencyLimiter};
+pub use knee::{Knee, KneeState};
 pub use limiter::{ConcurrencyBuilder, ConcurrencyLimiter};
 pub use permit::{BorrowedPermit, Permit, Ticket};
 pub use settings::{DEFAULT_MAX_DELAY, DEFAULT_MAX_WAITERS};

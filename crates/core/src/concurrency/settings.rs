@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc as StdArc;
 use std::time::Duration;
 
-use super::adaptive::{Adaptive, Vegas};
+use super::adaptive::{Adaptive, Controller};
 use super::config::{ConfigError, Shares, checked_limit};
 use super::slots::Slots;
 use crate::clock::{Clock, MonotonicClock};
@@ -23,7 +23,7 @@ pub(crate) struct Settings {
     pub(crate) shares: Shares,
     pub(crate) max_waiters: usize,
     pub(crate) max_delay: Duration,
-    pub(crate) adaptive: Option<Vegas>,
+    pub(crate) adaptive: Option<Controller>,
     pub(crate) clock: StdArc<dyn Clock>,
 }
 
@@ -55,9 +55,9 @@ impl Settings {
     /// initial value.
     pub(crate) fn check(&self) -> Result<u32, ConfigError> {
         match &self.adaptive {
-            Some(vegas) => {
-                vegas.check()?;
-                Ok(vegas.initial_limit())
+            Some(controller) => {
+                controller.check()?;
+                Ok(controller.initial_limit())
             }
             None => checked_limit(self.limit),
         }
@@ -68,7 +68,7 @@ impl Settings {
         let adaptive = self
             .adaptive
             .as_ref()
-            .map(|vegas| Box::new(Adaptive::new(vegas, self.clock.clone())));
+            .map(|controller| Box::new(Adaptive::new(controller, self.clock.clone())));
         Slots::new(limit, self.shares, self.max_waiters, adaptive)
     }
 }
@@ -103,11 +103,13 @@ macro_rules! settings_setters {
 
         /// Makes the limit adaptive: it starts at the controller's initial
         /// limit (the fixed limit given to the builder is then unused) and
-        /// follows the latency of the permits' lives; see
-        /// [`adaptive`]($crate::concurrency::adaptive). By default, the limit
-        /// is fixed.
-        pub fn adaptive(mut self, vegas: $crate::concurrency::Vegas) -> Self {
-            self.settings.adaptive = Some(vegas);
+        /// follows the permits' lives: give
+        /// [`Knee::new()`]($crate::concurrency::Knee) (the recommended
+        /// controller, see [`knee`]($crate::concurrency::knee)), or
+        /// [`Vegas::new()`]($crate::concurrency::Vegas) by name. By default,
+        /// the limit is fixed.
+        pub fn adaptive(mut self, controller: impl Into<$crate::concurrency::Controller>) -> Self {
+            self.settings.adaptive = Some(controller.into());
             self
         }
 

@@ -20,7 +20,9 @@
 //!
 //! - **Acquire, fast path** (`QUEUED` clear): one compare-and-swap adding
 //!   `cost` if `in_flight + cost ≤ threshold(limit, priority)`. A request
-//!   that does not fit is answered from the load alone and writes nothing.
+//!   that does not fit is answered from the load alone and writes nothing;
+//!   one whose cost alone passes its threshold is refused as
+//!   [`Reason::Cost`] (here and on every path: it is never queued).
 //! - **Acquire, slow path** (`QUEUED` set): under the queue's mutex, the
 //!   same compare-and-swap, and only if no waiter of the same or a higher
 //!   priority is queued (no barging).
@@ -213,7 +215,9 @@ impl Slots {
             let threshold = self.shares.threshold(limit(word), priority);
             let now = in_flight(word) as u64 + cost as u64;
             if now > threshold as u64 {
-                let reason = if cost > limit(word) {
+                // A cost above the share can never fit it, whatever is
+                // released: refused as a cost, not as a full limit.
+                let reason = if cost > threshold {
                     Reason::Cost
                 } else {
                     Reason::Full
@@ -255,7 +259,10 @@ impl Slots {
         loop {
             let threshold = self.shares.threshold(limit(word), priority);
             let now = in_flight(word) as u64 + cost as u64;
-            if cost > limit(word) {
+            // Above the priority's share (the whole limit for critical
+            // work), it can never be granted: refused at once, never queued
+            // (a queued head that cannot fit would block everyone behind).
+            if cost > threshold {
                 return Err(self.denied(word, Reason::Cost, priority));
             }
             if ahead {

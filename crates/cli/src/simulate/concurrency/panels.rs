@@ -1,6 +1,8 @@
-//! The pictures: `concurrency.svg` and `concurrency.png`, in flight (the
-//! most per column), the limit and the knee over time above, refusals per
-//! second by priority below.
+//! The pictures: `concurrency.svg` and `concurrency.png` under one title,
+//! in flight (the most per column), the limit and the knee over time
+//! above, with the probes shaded (the limit halved on purpose, not a
+//! glitch), refusals per second by priority below; whole-number y ticks,
+//! and the legends in a strip right of the plots, never over the data.
 
 use super::model::Model;
 use super::run::Trace;
@@ -62,7 +64,13 @@ pub(super) fn draw(
             f64::from(model.knee_at((c as u64).saturating_mul(model.duration) / COLUMNS as u64))
         })
         .collect();
+    let probes: Vec<(f64, f64)> = trace
+        .probes
+        .iter()
+        .map(|&(from, to)| (from as f64 / 1e9, to as f64 / 1e9))
+        .collect();
     let panels = Panels {
+        probes,
         seconds,
         in_flight,
         limit,
@@ -92,6 +100,8 @@ pub(super) fn draw(
 
 /// What the two panels plot, one point per column.
 struct Panels {
+    /// `[from, to)` seconds of each probe (the limit halved on purpose).
+    probes: Vec<(f64, f64)>,
     seconds: f64,
     in_flight: Vec<u32>,
     limit: Vec<u32>,
@@ -120,7 +130,17 @@ fn render<DB: plotters::prelude::DrawingBackend>(
     let names = ["critical", "default", "sheddable"];
 
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (upper, lower) = root.split_vertically(300);
+    let root = root
+        .titled(
+            "tollgate simulate --concurrency: the default adaptive limit (Knee) before a service whose knee halves, then recovers",
+            (plot::FONT, 18),
+        )
+        .map_err(|e| e.to_string())?;
+    // The legends sit in a strip right of the plots, never over the data.
+    let (plots, legend) = root.split_horizontally(1040);
+    let (upper, lower) = plots.split_vertically(290);
+    let (upper_legend, lower_legend) = legend.split_vertically(290);
+    let probe_fill = RGBColor(255, 200, 120).mix(0.35);
     let mut chart = ChartBuilder::on(&upper)
         .caption(
             "in flight (most per column), adaptive limit and the service's knee",
@@ -135,8 +155,18 @@ fn render<DB: plotters::prelude::DrawingBackend>(
         .configure_mesh()
         .x_desc("time (s)")
         .y_desc("requests")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style((plot::FONT, 12))
         .draw()
+        .map_err(|e| e.to_string())?;
+    // The probes: the limit halved on purpose to time the service below
+    // its knee, shaded so that the dips do not read as glitches.
+    chart
+        .draw_series(
+            p.probes
+                .iter()
+                .map(|&(from, to)| Rectangle::new([(from, 0.0), (to, p.top)], probe_fill.filled())),
+        )
         .map_err(|e| e.to_string())?;
     chart
         .draw_series(LineSeries::new(
@@ -162,13 +192,6 @@ fn render<DB: plotters::prelude::DrawingBackend>(
         .map_err(|e| e.to_string())?
         .label("knee")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RGBColor(214, 39, 40)));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((plot::FONT, 12))
-        .background_style(WHITE.mix(0.85))
-        .draw()
-        .map_err(|e| e.to_string())?;
     let mut chart = ChartBuilder::on(&lower)
         .caption("refused per second, by priority", (plot::FONT, 16))
         .margin(8)
@@ -180,6 +203,7 @@ fn render<DB: plotters::prelude::DrawingBackend>(
         .configure_mesh()
         .x_desc("time (s)")
         .y_desc("per second")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style((plot::FONT, 12))
         .draw()
         .map_err(|e| e.to_string())?;
@@ -194,14 +218,54 @@ fn render<DB: plotters::prelude::DrawingBackend>(
             .label(names[lane])
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((plot::FONT, 12))
-        .background_style(WHITE.mix(0.85))
-        .draw()
+    legend_strip(
+        &upper_legend,
+        &[
+            ("in flight", RGBColor(150, 150, 150), false),
+            ("limit", RGBColor(31, 119, 180), false),
+            ("knee", RGBColor(214, 39, 40), false),
+            ("probe (limit", RGBColor(255, 200, 120), true),
+        ],
+    )?;
+    upper_legend
+        .draw(&Text::new(
+            "halved on purpose)",
+            (32, 138),
+            (plot::FONT, 12),
+        ))
         .map_err(|e| e.to_string())?;
+    let lower_entries: Vec<(&str, RGBColor, bool)> = (0..3)
+        .map(|lane| (names[lane], colors[lane], false))
+        .collect();
+    legend_strip(&lower_legend, &lower_entries)?;
     root.present().map_err(|e| e.to_string())
+}
+
+/// A legend in its own area: a swatch (a line, or a box when `filled`)
+/// and a name per entry.
+fn legend_strip<DB: plotters::prelude::DrawingBackend>(
+    area: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    entries: &[(&str, plotters::prelude::RGBColor, bool)],
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    for (i, &(name, color, filled)) in entries.iter().enumerate() {
+        let y = 50 + 22 * i as i32;
+        if filled {
+            area.draw(&Rectangle::new(
+                [(8, y - 6), (26, y + 6)],
+                color.mix(0.6).filled(),
+            ))
+        } else {
+            area.draw(&PathElement::new(
+                vec![(8, y), (26, y)],
+                color.stroke_width(2),
+            ))
+        }
+        .map_err(|e| e.to_string())?;
+        area.draw(&Text::new(name, (32, y - 7), (plot::FONT, 12)))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! The event loop: arrivals and answers in time order on a `ManualClock`,
-//! each arrival through the library's adaptive `ConcurrencyLimiter`, each
+//! The event loop: arrivals and answers in time order (simulated time),
+//! each arrival through the library's `ConcurrencyLimiter` whose limit the
+//! library's default adaptive controller ([`Knee`]) sets after each answer, each
 //! admitted request through the service's workers and FIFO queue, and the
 //! trace of the limit and the slots in use it records.
 
@@ -8,8 +9,8 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tollgate::concurrency::{ConcurrencyLimiter, Permit, Vegas};
-use tollgate::{ManualClock, Nanos};
+use tollgate::Nanos;
+use tollgate::concurrency::{ConcurrencyLimiter, Knee, Permit};
 
 use super::model::{MIX, Model, PRIORITIES};
 
@@ -24,16 +25,20 @@ pub struct Trace {
     pub offered: [u64; 3],
     /// Refusals per priority, with their instants.
     pub refused: [Vec<u64>; 3],
+    /// `[start, end)` of each probe of the mean service time (the limit
+    /// halved on purpose).
+    pub probes: Vec<(u64, u64)>,
 }
 
 /// Runs `model` against an adaptive limiter; deterministic for a seed.
 pub fn run(model: &Model) -> Trace {
-    let clock = ManualClock::new();
-    let limiter = ConcurrencyLimiter::builder(1)
-        .adaptive(Vegas::new())
-        .clock(clock.clone())
-        .build()
-        .expect("Netflix's defaults are valid bounds");
+    // The library's default controller, driven as its adaptive limiter
+    // drives it (one update per answer), so that its probes can be shown.
+    let mut controller = Knee::new().start();
+    let limiter = ConcurrencyLimiter::new(u64::from(controller.limit()))
+        .expect("the default initial limit is valid");
+    let mut starts: HashMap<u64, (u64, u32)> = HashMap::new();
+    let mut probe_start = Some(0_u64);
     let mut rng = ChaCha8Rng::seed_from_u64(model.seed);
     let mut trace = Trace::default();
     // Answers due: (instant, request id); the permits by id.
@@ -56,7 +61,6 @@ pub fn run(model: &Model) -> Trace {
         if arrival_first && arrival >= model.duration {
             break;
         }
-        clock.set(Nanos::new(now));
         if arrival_first {
             let gap: f64 = rng.random::<f64>();
             next_arrival += -(1.0 - gap).ln() * mean_gap;
@@ -74,6 +78,7 @@ pub fn run(model: &Model) -> Trace {
                     let id = next_id;
                     next_id += 1;
                     permits.insert(id, permit);
+                    starts.insert(id, (now, limiter.in_flight()));
                     waiting.push_back(id);
                 }
                 Err(_) => trace.refused[lane].push(now),
@@ -83,6 +88,20 @@ pub fn run(model: &Model) -> Trace {
             // The answer ends the permit: its latency is the controller's
             // sample.
             permits.remove(&id);
+            if let Some((started, in_flight)) = starts.remove(&id) {
+                controller.update(Nanos::new(started), Nanos::new(now), in_flight, false);
+                if controller.limit() != limiter.limit() {
+                    let _ = limiter.set_limit(u64::from(controller.limit().max(1)));
+                }
+                match (probe_start, controller.probing()) {
+                    (None, true) => probe_start = Some(now),
+                    (Some(start), false) => {
+                        trace.probes.push((start, now));
+                        probe_start = None;
+                    }
+                    _ => {}
+                }
+            }
         }
         while busy < model.knee_at(now) {
             let Some(id) = waiting.pop_front() else {
@@ -93,6 +112,9 @@ pub fn run(model: &Model) -> Trace {
         }
         trace.limit.push((now, limiter.limit()));
         trace.in_flight.push((now, limiter.in_flight()));
+    }
+    if let Some(start) = probe_start {
+        trace.probes.push((start, model.duration));
     }
     trace
 }

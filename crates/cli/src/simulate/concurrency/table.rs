@@ -13,7 +13,7 @@ pub(super) fn table(model: &Model, trace: &Trace) -> String {
     let third = model.duration / 3;
     let _ = writeln!(
         out,
-        "adaptive concurrency limit (Vegas) before a service of {} workers taking {:?} each (knee {} over the middle third), Poisson at {:.0} /s for {:?}",
+        "adaptive concurrency limit (Knee, the default) before a service of {} workers taking {:?} each (knee {} over the middle third), Poisson at {:.0} /s for {:?}",
         model.knee,
         Duration::from_nanos(model.service_time),
         model.knee_at(third),
