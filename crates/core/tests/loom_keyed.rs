@@ -143,8 +143,10 @@ fn a_check_set_back_before_a_racing_sweep_is_not_recredited() {
         let during = keyed.check(&7);
         let swept = sweep.join().unwrap();
         if during.is_allowed() {
-            // Decided at the sweep's reading: its window ends at 2 s.
-            assert_eq!(during.reset_after(), Duration::from_millis(500));
+            // Decided at the sweep's reading (its window ends at 2 s), and
+            // reported from the request's own reading, 0.6 s: the key is
+            // full again 1.4 s later (issue 31, item 12).
+            assert_eq!(during.reset_after(), Duration::from_millis(1_400));
         }
         clock.set(at(1_500));
         let later = keyed.check(&7);
