@@ -380,55 +380,12 @@ fn tracing_settings(
     })
 }
 
-/// Go's `strconv.ParseBool`.
-fn parse_go_bool(value: &str) -> Option<bool> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
+use crate::config::go_syntax::parse_bool as parse_go_bool;
 
-/// Go's `time.ParseDuration` for non-negative durations: a sequence of
-/// decimal numbers, each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`,
-/// `h`), such as `10s`, `1.5h` or `1m30s`; `0` alone is zero.
+/// Go's `time.ParseDuration` for non-negative durations (see
+/// [`crate::config::go_syntax`]).
 pub fn parse_go_duration(text: &str) -> Option<Duration> {
-    let text = text.strip_prefix('+').unwrap_or(text);
-    if text == "0" {
-        return Some(Duration::ZERO);
-    }
-    if text.is_empty() {
-        return None;
-    }
-    let mut rest = text;
-    let mut total = 0.0_f64;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, after) = rest.split_at(number_end);
-        if number.is_empty() || number == "." {
-            return None;
-        }
-        let number: f64 = number.parse().ok()?;
-        let unit_end = after
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after.len());
-        let (unit, after) = after.split_at(unit_end);
-        let nanos_per = match unit {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        total += number * nanos_per;
-        rest = after;
-    }
-    // Go's durations end at ~292 years.
-    (total < 9.2e18).then(|| Duration::from_nanos(total as u64))
+    crate::config::go_syntax::parse_duration(text).ok()
 }
 
 /// `EXTRA_TAGS` (envconfig's map: `k1:v1,k2:v2`), as `gostats` keeps them.

@@ -376,39 +376,9 @@ fn duration(
 
 /// A duration in Go's `time.ParseDuration` syntax: `0`, or a sequence of
 /// decimal numbers each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`,
-/// `h`). Negative durations are refused.
+/// `h`). Negative durations are refused. See [`crate::config::go_syntax`].
 pub fn go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("'{text}' is not a duration (10s, 1m30s, 500ms)");
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut rest = text.strip_prefix('+').unwrap_or(text);
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0.0_f64;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..number_end].parse().map_err(|_| bad())?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_end..];
-        total += number * seconds;
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    crate::config::go_syntax::parse_duration(text)
 }
 
 fn node_metadata(text: Option<&str>) -> BTreeMap<String, String> {

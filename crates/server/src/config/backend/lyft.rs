@@ -197,43 +197,26 @@ fn go_bool(
     variable: &'static str,
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<bool, LyftEnvError> {
-    match get(variable).as_deref() {
+    match get(variable) {
         None => Ok(false),
-        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
-        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
-        Some(other) => Err(bad(
-            variable,
-            format!("'{other}' is not a boolean (true or false)"),
-        )),
+        Some(text) => crate::config::go_syntax::parse_bool(&text).ok_or_else(|| {
+            bad(
+                variable,
+                format!("'{text}' is not a boolean (true or false)"),
+            )
+        }),
     }
 }
 
 /// A duration as Go's `time.ParseDuration` reads it (`0`, `150us`,
 /// `1m30s`…): checked only, the value has no effect here.
 fn check_go_duration(variable: &'static str, text: &str) -> Result<(), LyftEnvError> {
-    let invalid = || bad(variable, format!("'{text}' is not a duration (150us, 10s)"));
-    let mut rest = text.trim().trim_start_matches(['+', '-']);
-    if rest == "0" {
-        return Ok(());
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        if digits == 0 {
-            return Err(invalid());
-        }
-        rest = &rest[digits..];
-        let unit = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
-            .into_iter()
-            .find(|unit| rest.starts_with(unit))
-            .ok_or_else(invalid)?;
-        rest = &rest[unit.len()..];
-    }
-    Ok(())
+    // Go accepts a negative duration here (these values have no effect).
+    let text = text.trim();
+    let magnitude = text.strip_prefix('-').unwrap_or(text);
+    crate::config::go_syntax::parse_duration(magnitude)
+        .map(|_| ())
+        .map_err(|_| bad(variable, format!("'{text}' is not a duration (150us, 10s)")))
 }
 
 fn check_int(

@@ -4,6 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::config::go_syntax::parse_bool;
+pub(super) use crate::config::go_syntax::parse_duration as go_duration;
+
 use super::EnvError;
 
 /// The variables the server is started with: injectable, so that tests
@@ -40,12 +43,9 @@ impl Env {
     pub(super) fn bool(&self, name: &str, default: bool) -> Result<bool, EnvError> {
         match self.get(name) {
             None => Ok(default),
-            Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
-            Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
-            Some(other) => Err(EnvError::new(
-                name,
-                format!("'{other}' is not a boolean (true or false)"),
-            )),
+            Some(text) => parse_bool(text).ok_or_else(|| {
+                EnvError::new(name, format!("'{text}' is not a boolean (true or false)"))
+            }),
         }
     }
 
@@ -87,49 +87,6 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Env {
                 .collect(),
         }
     }
-}
-
-/// Go's `time.ParseDuration`: a sequence of decimal numbers, each with a
-/// unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), such as `1h30m` or
-/// `1.5s`; `0` alone is zero. A negative duration is refused.
-pub(super) fn go_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("'{text}' is not a duration (such as 300ms, 10s, 1h30m)");
-    let mut rest = text.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() || rest.starts_with('-') {
-        return Err(invalid());
-    }
-    rest = rest.strip_prefix('+').unwrap_or(rest);
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let number: f64 = rest[..number_end].parse().map_err(|_| invalid())?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let nanos_per_unit = match &rest[..unit_end] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(invalid()),
-        };
-        rest = &rest[unit_end..];
-        total += number * nanos_per_unit;
-    }
-    if !total.is_finite() || total > u64::MAX as f64 {
-        return Err(format!("'{text}' is too long"));
-    }
-    // Whole nanoseconds, as Go counts them.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    Ok(Duration::from_nanos(total.round() as u64))
 }
 
 #[cfg(test)]
