@@ -36,7 +36,13 @@
 //! ```
 //!
 //! a small queue (10 %, at least 2 requests, by default) that keeps every
-//! worker fed between arrivals. When nothing queued (`busy ≥ 0.95 N`)
+//! worker fed between arrivals. The least queue is one request instead of
+//! two when the limit was full in the window (the mean in flight within
+//! 0.6 of the limit): demand is then far past the limit, a freed worker is
+//! refilled at once, and one queued request is enough. By M/M/c/N, at a
+//! knee of 10 with arrivals at 3× capacity, one queued request keeps 98.6 %
+//! of the goodput and the limit sits 0.47 above the mean in flight; at
+//! 1.5× two are needed (95.5 %), and the gap is 1.49. When nothing queued (`busy ≥ 0.95 N`)
 //! while at least half the limit was in use, the limit also climbs 10 %
 //! from itself: with priority shares the in flight stays under the limit,
 //! and a limit set from the in flight alone would never pass the knee. Below the knee that target is 10 % above
@@ -83,8 +89,16 @@
 //! - no probe falls inside a burst of slow requests (one that does reads
 //!   the slow service as the usual one, and the limit sits above the knee
 //!   until the next probe, `probe_interval` later);
-//! - the knee is at least 10 (at a knee of 5, the 2 requests of
-//!   `min_headroom` are 1.4× it);
+//! - the knee is at least 10, or demand is far past it (at a knee of 5
+//!   with arrivals at 1.5× its capacity, no limit meets both targets: by
+//!   M/M/c/N a limit of 6 keeps 89 % of the goodput, and 95 % needs 8,
+//!   1.6× the knee);
+//! - the probes read the mean service time within a few percent: at a
+//!   knee of 20 one request is 5 %, and a probe of 500 exponential samples
+//!   has a standard error of 4.5 %. A probe that reads low sets the limit
+//!   under the knee (and the busy workers follow it down) until the next
+//!   probe: with seeds other than the table's, some cells at K = 10 and 20
+//!   settle at 0.9–0.95 K (see `BENCHMARKS.md`);
 //! - the limit is what holds the callers back (a caller who sends fewer
 //!   than the knee never reveals it: the limit stays between 1.1× and 2×
 //!   what is in flight).
@@ -95,7 +109,7 @@
 //! |---|---|---|
 //! | `initial` | 20 | Netflix's `initialLimit` |
 //! | `min` / `max` | 1 / 1,000 | Netflix's Vegas bounds; Envoy's `max_concurrency_limit` 1,000 |
-//! | `headroom` | 10 %, at least 2 | chosen: the smallest queue that keeps goodput ≥ 95 % at a knee of 10 with arrivals at 1.5× (a gap between arrivals leaves a worker idle) |
+//! | `headroom` | 10 %, at least 2 (1 when the limit is full) | chosen: the smallest queue that keeps goodput ≥ 95 % at a knee of 10 with arrivals at 1.5× (a gap between arrivals leaves a worker idle), by M/M/c/N; one request when demand is far past the limit (98.6 % at 3×) |
 //! | `window_samples` | 256 | chosen: the throughput of 256 exponential completions is within ±6 % (one standard error) |
 //! | `probe_samples` | 500 | chosen: the mean of 500 lognormal (σ = 1) service times is within ±6 %; Envoy times 50 (its `request_count`), enough for a median, not a mean |
 //! | `probe_interval` | 20 s | Envoy's `min_rtt_calc_params.interval` example is 60 s; shorter here because a probe at half the limit costs little |
@@ -416,12 +430,15 @@ impl KneeState {
             smoothed *= 0.9;
         }
         self.busy = Some(smoothed);
-        let mut target = (smoothed * (1.0 + self.params.headroom)).max(smoothed + 2.0);
+        let limit = f64::from(self.limit);
+        // A full limit (demand far past it) refills a freed worker at once:
+        // one queued request keeps it fed (see "The estimate").
+        let min_headroom = if limit - in_flight < 0.6 { 1.0 } else { 2.0 };
+        let mut target = (smoothed * (1.0 + self.params.headroom)).max(smoothed + min_headroom);
         // Nothing queued while at least half the limit was used: the knee
         // is above, whatever holds the in flight back (priority shares
         // keep default and sheddable work under the limit): climb from the
         // limit, not from the in flight.
-        let limit = f64::from(self.limit);
         if busy >= 0.95 * in_flight && in_flight >= 0.5 * limit {
             target = target
                 .max(limit * (1.0 + self.params.headroom))
@@ -549,13 +566,35 @@ mod tests {
     }
 
     #[test]
+    fn a_full_limit_keeps_one_request_queued_and_a_gapped_one_two() {
+        // A knee of 5 workers of 10 ms (0.5 answers per ms). With the
+        // limit always full (in flight = limit), one queued request is
+        // enough: the limit settles at 6, 1.2× the knee.
+        let (mut state, mut now) = probed();
+        for _ in 0..12 {
+            let limit = state.limit();
+            now = feed(&mut state, now, 256, 2 * MS, 10 * MS, limit);
+        }
+        assert_eq!(state.limit(), 6, "busy {:?}", state.busy());
+        // The same knee with the in flight a whole request under the limit
+        // on average (arrivals leave gaps): two queued, a limit of 7.
+        for _ in 0..12 {
+            let limit = state.limit();
+            now = feed(&mut state, now, 256, 2 * MS, 10 * MS, limit - 1);
+        }
+        assert_eq!(state.limit(), 7, "busy {:?}", state.busy());
+    }
+
+    #[test]
     fn a_probe_runs_every_interval_and_a_changed_service_replaces_the_mean() {
         let (mut state, mut now) = probed();
+        let mut before = state.limit();
         while !state.probing() {
-            now = feed(&mut state, now, 100, MS / 2, 10 * MS, 20);
+            before = state.limit();
+            now = feed(&mut state, now, 1, MS / 2, 10 * MS, 20);
         }
         assert!(now >= 20_000 * MS, "not before the interval: {now}");
-        assert_eq!(state.limit(), 11, "half the limit, 22");
+        assert_eq!(state.limit(), before / 2, "half the limit");
         // The service is now 20 ms: a mean 3 standard errors away replaces
         // the old one instead of being averaged with it.
         probe_with(&mut state, now + 50 * MS, 10, 30);
