@@ -1,0 +1,96 @@
+//! Property tests of the default adaptive controller, [`Knee`], against a
+//! fluid model of a service: `c` workers of a constant service time `S`,
+//! more demand than the limit lets through. The model is written from
+//! queueing, not from the controller: with `n` in flight, `min(n, c)` are
+//! served, completions come at `min(n, c) / S`, and each request spends
+//! `n · S / min(n, c)` in the service (Little's law).
+//!
+//! Checked for any knee, service time and demand: the limit always stays
+//! within its bounds, a probe halves it and gives it back, and outside
+//! the probes the limit settles just past the knee, within
+//! `[c, ⌈max(1.1 c, c + 2)⌉]`, whatever latency the requests report.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate::Nanos;
+use tollgate::concurrency::{Knee, KneeState};
+
+const MS: u64 = 1_000_000;
+
+/// Runs the fluid model for `seconds`; returns the limits seen outside
+/// probes over the last quarter of the run.
+fn settle(
+    state: &mut KneeState,
+    workers: u32,
+    service: u64,
+    demand: u32,
+    seconds: u64,
+) -> Vec<u32> {
+    let (min, max) = (1, 1_000);
+    let end = seconds * 1_000 * MS;
+    let mut now = 0_u64;
+    let mut settled = Vec::new();
+    while now < end {
+        let limit = state.limit();
+        assert!((min..=max).contains(&limit), "limit {limit} out of bounds");
+        let in_flight = demand.min(limit).max(1);
+        let served = in_flight.min(workers);
+        let gap = service / u64::from(served);
+        let latency = service * u64::from(in_flight) / u64::from(served);
+        now += gap.max(1);
+        let started = now.saturating_sub(latency);
+        let probing = state.probing();
+        let after = state.update(Nanos::new(started), Nanos::new(now), in_flight, false);
+        assert_eq!(after, state.limit());
+        if probing != state.probing() && state.probing() {
+            // A probe starts: at most half the limit (half the in flight
+            // if less), at least the minimum.
+            assert!(
+                after <= (limit / 2).max(min),
+                "the probe halves {limit}: {after}"
+            );
+        }
+        if !state.probing() && now >= end / 4 * 3 {
+            settled.push(after);
+        }
+    }
+    settled
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn past_the_knee_the_limit_settles_just_above_it(
+        workers in 5u32..=200,
+        service_ms in 1u64..=40,
+        demand_factor in 1.5f64..4.0,
+    ) {
+        let demand = (f64::from(workers) * demand_factor).ceil() as u32;
+        let mut state = Knee::new().probe_interval(Duration::from_secs(20)).start();
+        let settled = settle(&mut state, workers, service_ms * MS, demand, 60);
+        prop_assert!(!settled.is_empty());
+        let high = (f64::from(workers) * 1.1).max(f64::from(workers) + 2.0).ceil() as u32;
+        for limit in settled {
+            prop_assert!(
+                (workers..=high).contains(&limit),
+                "knee {workers}, service {service_ms} ms, demand {demand}: limit {limit} not in [{workers}, {high}]"
+            );
+        }
+    }
+
+    #[test]
+    fn the_same_samples_give_the_same_limits(
+        workers in 5u32..=100,
+        service_ms in 1u64..=20,
+    ) {
+        // The controller is a pure function of its samples: a simulation
+        // on a manual clock replays exactly.
+        let run = || {
+            let mut state = Knee::new().start();
+            settle(&mut state, workers, service_ms * MS, workers * 2, 10)
+        };
+        prop_assert_eq!(run(), run());
+    }
+}
