@@ -116,6 +116,7 @@
 
 mod builder;
 mod check;
+pub mod compact;
 mod controls;
 mod entry;
 mod operate;
