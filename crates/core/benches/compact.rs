@@ -15,7 +15,10 @@
 //! idle), and each round runs every contender over the same sequence of
 //! 10^6 uniformly drawn keys, in an order rotated every round; a
 //! contender's figure is its fastest round, the median beside it, in ns
-//! per check. The load average is printed before and after.
+//! per check, both in wall time and in the thread's time on a CPU
+//! (`/proc/thread-self/schedstat`: on a machine loaded past its cores, the
+//! wall time also counts the waits for a CPU). The load average is printed
+//! before and after.
 //!
 //! `cargo bench -p tollgate --bench compact` (10^7 keys, about 3 GB and a
 //! few minutes; `TOLLGATE_COMPACT_KEYS` sets another count). Under
@@ -88,6 +91,18 @@ struct Contender<'a> {
     name: &'static str,
     run: Run<'a>,
     rounds: Vec<f64>,
+    /// The same rounds in time on a CPU (see [`on_cpu_ns`]).
+    cpu_rounds: Vec<f64>,
+}
+
+/// This thread's time on a CPU so far, in ns (`/proc/thread-self/schedstat`;
+/// 0 where there is none). On a machine loaded past its cores a round's
+/// wall time counts the time the thread waited for a CPU; this does not.
+fn on_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|t| t.parse().ok()))
+        .unwrap_or(0)
 }
 
 impl<'a> Contender<'a> {
@@ -96,6 +111,7 @@ impl<'a> Contender<'a> {
             name,
             run: Box::new(run),
             rounds: Vec::new(),
+            cpu_rounds: Vec::new(),
         }
     }
 }
@@ -232,9 +248,11 @@ fn main() {
         for offset in 0..contenders.len() {
             let at = (round + offset) % contenders.len();
             let contender = &mut contenders[at];
+            let cpu = on_cpu_ns();
             let start = Instant::now();
             let admitted = (contender.run)(black_box(&keys));
             let elapsed = start.elapsed();
+            let cpu = on_cpu_ns() - cpu;
             assert_eq!(
                 admitted,
                 keys.len(),
@@ -244,14 +262,18 @@ fn main() {
             contender
                 .rounds
                 .push(elapsed.as_nanos() as f64 / keys.len() as f64);
+            contender.cpu_rounds.push(cpu as f64 / keys.len() as f64);
         }
     }
     for contender in &mut contenders {
         contender.rounds.sort_by(f64::total_cmp);
+        contender.cpu_rounds.sort_by(f64::total_cmp);
         let min = contender.rounds[0];
         let median = contender.rounds[contender.rounds.len() / 2];
+        let cpu_min = contender.cpu_rounds[0];
+        let cpu_median = contender.cpu_rounds[contender.cpu_rounds.len() / 2];
         println!(
-            "keys {n:<10} {:<20} min {min:7.2} ns  median {median:7.2} ns",
+            "keys {n:<10} {:<20} wall min {min:7.2} ns  median {median:7.2} ns   on CPU min {cpu_min:7.2} ns  median {cpu_median:7.2} ns",
             contender.name
         );
     }

@@ -14,8 +14,10 @@
 //! on one thread while another checks uniformly drawn keys without pause,
 //! timing each check; its percentiles are the sweep's pauses as a request
 //! sees them (a checked key the sweep already removed is created again,
-//! so the sweep removes somewhat fewer than all). The machine's load
-//! average is printed with the figures: read them as ratios.
+//! so the sweep removes somewhat fewer than all); the same checker runs
+//! alone for 5 s before, for the pauses the machine makes by itself. The
+//! machine's load average is printed with the figures, and check times
+//! both in wall time and in time on a CPU: read them as ratios.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +57,20 @@ fn load() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Checks uniformly drawn keys for `time`, timing each check.
+fn checker_alone(limiter: &CompactKeyedLimiter<u64>, keys: u64, time: Duration) -> Histogram<u64> {
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+    let mut state = 0xBA5E;
+    let began = Instant::now();
+    while began.elapsed() < time {
+        let key = key_of(draw(&mut state, keys));
+        let checked = Instant::now();
+        let _ = black_box(limiter.check(&key));
+        histogram.saturating_record(checked.elapsed().as_nanos() as u64);
+    }
+    histogram
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -106,29 +122,55 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let checks = 10_000_000u64.min(keys * 10);
+    let on_cpu = || {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| {
+                s.split_whitespace()
+                    .next()
+                    .and_then(|t| t.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
     let mut state = 0x5EED;
     let drawn: Vec<u64> = (0..checks)
         .map(|_| key_of(draw(&mut state, keys)))
         .collect();
     for round in 0..3 {
-        let began = Instant::now();
+        let (cpu, began) = (on_cpu(), Instant::now());
         for group in drawn.chunks(BATCH) {
             decisions.clear();
             limiter.check_batch(group, &mut decisions);
             black_box(&decisions);
         }
         let batched = began.elapsed().as_nanos() as f64 / checks as f64;
-        let began = Instant::now();
+        let batched_cpu = (on_cpu() - cpu) as f64 / checks as f64;
+        let (cpu, began) = (on_cpu(), Instant::now());
         for key in &drawn {
             let _ = black_box(limiter.check(key));
         }
         let single = began.elapsed().as_nanos() as f64 / checks as f64;
+        let single_cpu = (on_cpu() - cpu) as f64 / checks as f64;
         println!(
-            "round {round}: {checks} uniform checks, batched {batched:.1} ns a check, single {single:.1} ns; load {}",
+            "round {round}: {checks} uniform checks, batched {batched:.1} ns a check ({batched_cpu:.1} on a CPU), single {single:.1} ns ({single_cpu:.1} on a CPU); load {}",
             load()
         );
     }
     drop(drawn);
+
+    // The checker alone first, as long as a sweep took at 10^8 keys on
+    // this machine: its pauses without a sweep are the machine's own
+    // (preemption on a loaded host), the floor under the sweep's.
+    let baseline = checker_alone(&limiter, keys, Duration::from_secs(5));
+    println!(
+        "checker alone for 5 s: {} checks, p50 {:.2} µs, p99 {:.2} µs, p99.9 {:.2} µs, max {:.2} µs; load {}",
+        baseline.len(),
+        baseline.value_at_quantile(0.5) as f64 / 1e3,
+        baseline.value_at_quantile(0.99) as f64 / 1e3,
+        baseline.value_at_quantile(0.999) as f64 / 1e3,
+        baseline.max() as f64 / 1e3,
+        load()
+    );
 
     // Every key idle: one second after its last admission.
     std::thread::sleep(Duration::from_millis(1_100));

@@ -25,9 +25,9 @@
 //! | `u64` | 16 B | 18.3 |
 //! | [`Ipv6Addr`](std::net::Ipv6Addr), `[u8; 16]`, `u128` | 24 B | 27.4 |
 //!
-//! So the memory is bounded by construction: [`table_bytes`]
-//! (CompactKeyedLimiter::table_bytes) from the first request on, whatever
-//! the keys do. A 16-byte key cannot meet 20 bytes a key stored whole
+//! So the memory is bounded by construction:
+//! [`table_bytes`](CompactKeyedLimiter::table_bytes) from the first
+//! request on, whatever the keys do. A 16-byte key cannot meet 20 bytes a key stored whole
 //! (16 + 8 = 24 bytes a slot before any slack); quotienting (storing only
 //! what the slot's position does not imply) saves `log2(slots)` bits, 23
 //! at 10^7 keys, which leaves 105 bits of key plus 64 of state: 21.1 bytes
