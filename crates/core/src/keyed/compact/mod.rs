@@ -188,7 +188,7 @@ impl fmt::Display for TableSizeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "a compact keyed table for {} keys cannot be allocated (from 1 key to what the address space holds)",
+            "a compact keyed table for {} keys cannot be allocated (from 1 key to what the memory holds)",
             self.max_keys
         )
     }
@@ -267,8 +267,8 @@ where
     ///
     /// # Errors
     ///
-    /// [`TableSizeError`] if `max_keys` is 0 or its table would not fit the
-    /// address space.
+    /// [`TableSizeError`] if `max_keys` is 0, or its table would not fit
+    /// the address space, or the allocator refuses its memory.
     ///
     /// # Panics
     ///
@@ -287,16 +287,19 @@ where
             return Err(error);
         }
         let fresh = word_of(&mut self.algorithm.new_cell());
+        let shards = (0..shards)
+            .map(|_| Shard::new(slots as usize).map(CachePadded::new))
+            .collect::<Option<Box<[_]>>>()
+            .ok_or(error)?;
+        let shard_mask = shards.len() - 1;
         let shared = Arc::new(Shared {
             overflow: self.algorithm.new_cell(),
             algorithm: self.algorithm,
             fresh,
             clock: self.clock,
             hasher: Hasher::default(),
-            shards: (0..shards)
-                .map(|_| CachePadded::new(Shard::new(slots as usize)))
-                .collect(),
-            shard_mask: shards - 1,
+            shards,
+            shard_mask,
             max_keys: self.max_keys,
             live: AtomicUsize::new(0),
             swept_at: AtomicU64::new(0),

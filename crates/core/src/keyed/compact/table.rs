@@ -75,18 +75,22 @@ impl<K: FixedKey> Shard<K> {
     /// Words per slot: the key's, then the state's two.
     const SLOT: usize = K::WORDS + 2;
 
-    /// A shard of `slots` slots (at least 2), all vacant. Its memory is
-    /// written once here, so it is resident from the start.
-    pub(super) fn new(slots: usize) -> Shard<K> {
+    /// A shard of `slots` slots (at least 2), all vacant, or `None` if the
+    /// allocator refuses its memory. Its memory is written once here, so it
+    /// is resident from the start.
+    pub(super) fn new(slots: usize) -> Option<Shard<K>> {
         let slots = slots.max(2);
-        let words = (0..slots * Self::SLOT).map(|_| AtomicU32::new(0)).collect();
-        Shard {
+        let len = slots.checked_mul(Self::SLOT)?;
+        let mut words = Vec::new();
+        words.try_reserve_exact(len).ok()?;
+        words.extend((0..len).map(|_| AtomicU32::new(0)));
+        Some(Shard {
             occupied: ShardLock::new(0),
-            words,
+            words: words.into_boxed_slice(),
             slots,
             limit: slots - (slots / 16).max(1),
             key: PhantomData,
-        }
+        })
     }
 
     pub(super) fn slots(&self) -> usize {
@@ -306,7 +310,7 @@ mod tests {
         // A small table where runs are long and wrap past the last slot.
         let hasher = Hasher::default();
         for seed in 0..200u64 {
-            let shard = Shard::<u64>::new(13);
+            let shard = Shard::<u64>::new(13).expect("memory");
             let keys: Vec<u64> = (0..12).map(|i| seed * 1000 + i).collect();
             let homes = homes_of(&shard, &hasher, &keys);
             let mut live: HashMap<u64, u64> = HashMap::new();
@@ -344,7 +348,7 @@ mod tests {
     #[test]
     fn a_sweep_removes_exactly_the_idle_keys() {
         let hasher = Hasher::default();
-        let shard = Shard::<u64>::new(40);
+        let shard = Shard::<u64>::new(40).expect("memory");
         let keys: Vec<u64> = (0..30).collect();
         let homes = homes_of(&shard, &hasher, &keys);
         let mut locked = shard.lock();
