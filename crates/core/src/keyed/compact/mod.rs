@@ -569,10 +569,16 @@ where
         };
         let mut removed = 0;
         for shard in self.shards.iter() {
-            let mut slot = 0;
-            while slot < shard.slots() {
-                let (next, gone) = shard.lock().sweep(slot, SWEEP_CHUNK, &self.hasher, idle);
-                slot = next;
+            // Downwards from a vacant slot: see `Locked::sweep`. Finding it
+            // reads slots up to the first vacant one, a few at 7/8.
+            let start = shard.lock().vacant();
+            shard.let_waiters_in();
+            let mut done = 0;
+            while done < shard.slots() {
+                let (next, gone) = shard
+                    .lock()
+                    .sweep(start, done, SWEEP_CHUNK, &self.hasher, idle);
+                done = next;
                 if gone > 0 {
                     // Relaxed: see `reserve_slot`. Given back chunk by
                     // chunk, so that a long sweep frees room as it goes.
