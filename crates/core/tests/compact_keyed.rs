@@ -275,3 +275,90 @@ fn many_keys_over_many_shards_each_get_their_own_state_and_all_are_swept() {
     assert_eq!(limiter.sweep(), limiter.stats().evicted as usize);
     assert!(limiter.is_empty());
 }
+
+/// Real threads on one table, half of them checking in batches, a sweeper
+/// running throughout, the clock still: every key admits exactly its burst
+/// in all, however the checks interleave, and the cap is never passed.
+#[test]
+fn threads_checking_singly_and_in_batches_admit_exactly_the_burst_per_key() {
+    const KEYS: u64 = 4_000;
+    const BURST: u64 = 5;
+    const THREADS: u64 = 4;
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(1)
+        .and_then(|quota| quota.with_burst(BURST))
+        .expect("quota");
+    // Room for 3/4 of the keys: the rest go to the overflow state.
+    let limiter = CompactKeyedLimiter::<u64>::builder(Gcra::new(quota).expect("gcra"), 3_000)
+        .clock(clock.clone())
+        .sweep_every(None)
+        .build()
+        .expect("table");
+    let keys: Vec<u64> = (0..KEYS)
+        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let admitted: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(limiter.sweep(), 0, "nothing turns idle on a still clock");
+            }
+        });
+        let workers: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let (limiter, keys) = (&limiter, &keys);
+                scope.spawn(move || {
+                    let mut admitted = vec![0u64; KEYS as usize];
+                    let mut decisions = Vec::new();
+                    // Each thread takes the keys in its own order, twice the
+                    // burst in all, singly or in batches of 7.
+                    let order: Vec<usize> = (0..2 * BURST as usize * KEYS as usize)
+                        .map(|n| (n * (2 * thread as usize + 1) + thread as usize) % KEYS as usize)
+                        .collect();
+                    for group in order.chunks(7) {
+                        let named: Vec<u64> = group.iter().map(|&i| keys[i]).collect();
+                        if thread % 2 == 0 {
+                            decisions.clear();
+                            limiter.check_batch(&named, &mut decisions);
+                        } else {
+                            decisions = named.iter().map(|key| limiter.check(key)).collect();
+                        }
+                        for (&i, decision) in group.iter().zip(&decisions) {
+                            admitted[i] += u64::from(decision.is_allowed());
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let admitted = workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        admitted
+    });
+    assert!(limiter.len() <= 3_000, "the cap: {:?}", limiter.stats());
+    let mut own = 0;
+    let mut total = 0;
+    for key in 0..KEYS as usize {
+        let per_key: u64 = admitted.iter().map(|thread| thread[key]).sum();
+        total += per_key;
+        // A key with a state of its own admitted exactly its burst; one
+        // decided on the overflow state shared that state's burst.
+        if limiter.peek(&keys[key]).is_denied() && per_key == BURST {
+            own += 1;
+        }
+        assert!(per_key <= BURST, "key {key}: {per_key} admitted");
+    }
+    assert_eq!(
+        own,
+        limiter.len(),
+        "every live key admitted exactly its burst"
+    );
+    // The overflow state admits its own burst once, shared.
+    assert!(
+        total <= BURST * limiter.len() as u64 + BURST,
+        "{total} admitted"
+    );
+}
