@@ -5,7 +5,12 @@
 //! ```text
 //! cargo run --release -p tollgate --example compact_scale            # 10^8 u64 keys, ~1.9 GB
 //! cargo run --release -p tollgate --example compact_scale -- 10000000
+//! cargo run --release -p tollgate --example compact_scale -- 100000000 governor  # ~3.5 GB
 //! ```
+//!
+//! With `governor`, the same steps on governor's keyed limiter by default
+//! (dashmap, SipHash, quanta; the same quota), one key at a time (it has
+//! no batch), its `retain_recent` in the sweep's place.
 //!
 //! Not run by `.ci/test` (examples are only built there). GCRA at one
 //! permit per second, burst 1: every key is admitted once as it is
@@ -78,6 +83,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(keys) => keys.parse()?,
         None => 100_000_000,
     };
+    if std::env::args().nth(2).as_deref() == Some("governor") {
+        governor_run(keys);
+        return Ok(());
+    }
     println!("keys {keys}, load average {}", load());
     let rss_before = resident_bytes();
     let began = Instant::now();
@@ -207,4 +216,95 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         load()
     );
     Ok(())
+}
+
+/// The same steps on governor's keyed limiter.
+fn governor_run(keys: u64) {
+    println!("governor, keys {keys}, load average {}", load());
+    let rss_before = resident_bytes();
+    let quota = governor::Quota::per_second(std::num::NonZeroU32::MIN);
+    let limiter = governor::RateLimiter::keyed(quota);
+    let began = Instant::now();
+    let admitted = (0..keys)
+        .filter(|&i| limiter.check_key(&key_of(i)).is_ok())
+        .count();
+    let inserting = began.elapsed();
+    println!(
+        "insert: {:.2} s, {:.1} M keys/s ({:.0} ns a key); {admitted} admitted, {} live; load {}",
+        inserting.as_secs_f64(),
+        keys as f64 / inserting.as_secs_f64() / 1e6,
+        inserting.as_nanos() as f64 / keys as f64,
+        limiter.len(),
+        load()
+    );
+    let resident = resident_bytes() - rss_before;
+    println!(
+        "resident: {:.1} MB, {:.1} B a key",
+        resident as f64 / 1e6,
+        resident as f64 / keys as f64
+    );
+    let checks = 10_000_000u64.min(keys * 10);
+    let mut state = 0x5EED;
+    let drawn: Vec<u64> = (0..checks)
+        .map(|_| key_of(draw(&mut state, keys)))
+        .collect();
+    let on_cpu = || {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| {
+                s.split_whitespace()
+                    .next()
+                    .and_then(|t| t.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    for round in 0..3 {
+        let (cpu, began) = (on_cpu(), Instant::now());
+        for key in &drawn {
+            let _ = black_box(limiter.check_key(key));
+        }
+        let single = began.elapsed().as_nanos() as f64 / checks as f64;
+        let single_cpu = (on_cpu() - cpu) as f64 / checks as f64;
+        println!(
+            "round {round}: {checks} uniform checks, single {single:.1} ns ({single_cpu:.1} on a CPU); load {}",
+            load()
+        );
+    }
+    drop(drawn);
+    // governor drops a key one period after it is idle (its TAT at most
+    // `now - t`): two seconds after its last admission.
+    std::thread::sleep(Duration::from_millis(2_100));
+    let done = AtomicBool::new(false);
+    let (sweeping, histogram) = std::thread::scope(|scope| {
+        let checker = scope.spawn(|| {
+            let mut histogram = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+            let mut state = 0xC0FFEE;
+            while !done.load(Ordering::Relaxed) {
+                let key = key_of(draw(&mut state, keys));
+                let began = Instant::now();
+                let _ = black_box(limiter.check_key(&key));
+                histogram.saturating_record(began.elapsed().as_nanos() as u64);
+            }
+            histogram
+        });
+        let began = Instant::now();
+        limiter.retain_recent();
+        let sweeping = began.elapsed();
+        // Relaxed: a stop flag; the join orders the rest.
+        done.store(true, Ordering::Relaxed);
+        (sweeping, checker.join().unwrap())
+    });
+    let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
+    println!(
+        "retain_recent: {} left, in {:.2} s ({:.1} ns a key); meanwhile {} checks, p50 {:.2} µs, p99 {:.2} µs, p99.9 {:.2} µs, max {:.2} µs; load {}",
+        limiter.len(),
+        sweeping.as_secs_f64(),
+        sweeping.as_nanos() as f64 / keys as f64,
+        histogram.len(),
+        us(0.5),
+        us(0.99),
+        us(0.999),
+        histogram.max() as f64 / 1e3,
+        load()
+    );
 }
