@@ -4,6 +4,11 @@
 //! its own state under its own quota, created on first use and dropped by
 //! itself once it can no longer change a decision.
 //!
+//! For 10^7 to 10^8 keys of a fixed size (`u64`, IP addresses) under one
+//! quota, [`compact::CompactKeyedLimiter`] holds the same decisions in a
+//! table sized once, at about half the bytes a key, and checks keys in
+//! batches.
+//!
 //! # Per-key quotas
 //!
 //! Every key runs the default algorithm unless an exact override or the
@@ -116,6 +121,7 @@
 
 mod builder;
 mod check;
+pub mod compact;
 mod controls;
 mod entry;
 mod operate;

@@ -1,0 +1,398 @@
+//! One shard of a compact table: open addressing with linear probing over
+//! slots of the key's words and an 8-byte state, behind the shard's lock.
+//!
+//! # Layout
+//!
+//! A slot is `K::WORDS` 32-bit words of the key, then the state as two
+//! 32-bit words (low, high): 12 bytes for an IPv4 key, 16 for a `u64`, 24
+//! for a 16-byte key, with no padding, no control bytes and no index. The
+//! state is stored XORed with the algorithm's fresh state, so that a stored
+//! 0 is the fresh state, which is also what a vacant slot holds: a slot is
+//! vacant exactly when its stored state is 0. No key is kept whose state is
+//! fresh (it is indistinguishable from no entry: [`Algorithm::is_idle`]),
+//! so every key value, 0 included, can be stored, and no sentinel key is
+//! reserved.
+//!
+//! A key's home slot is the hash's low 56 bits scaled to the slot count
+//! (Lemire's multiply-shift, so the count need not be a power of two and
+//! the table is sized to 8/7 of the keys it must hold); the top 8 bits
+//! chose the shard. Probing is linear from the home slot to the key or to
+//! the first vacant slot. A shard never fills its last slots (`limit`), so
+//! a probe always ends.
+//!
+//! # Removal
+//!
+//! Backward-shift deletion (no tombstones): after a key leaves slot `h`,
+//! each following entry of the run whose home is not cyclically within
+//! `(h, j]` moves back into the hole, which moves on to its old slot. Every
+//! key then stays reachable from its home without a vacant slot in
+//! between, and probes never pass over dead slots, however many keys
+//! came and went.
+//!
+//! # Memory order
+//!
+//! The words are `std`'s `AtomicU32`, read and written `Relaxed`, and are
+//! only ever read or written while the shard's lock is held, but for one
+//! read: the batched check's touch of a home slot before it takes the
+//! lock, whose value is thrown away ([`Shard::touch`]). The lock's acquire
+//! and release order every access that decides anything, so `Relaxed` is
+//! enough; atomics (rather than plain words in the lock) are what lets the
+//! touch read a slot without `unsafe`. They are `std`'s even under
+//! `--cfg loom`: the lock is loom's there, and loom explores every order
+//! of the holds; a loom atomic per word would only multiply the
+//! interleavings inside a hold, which nothing outside it can observe.
+
+use std::hash::BuildHasher;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::key::FixedKey;
+use crate::shard_lock::{ShardGuard, ShardLock};
+
+pub(super) type Hasher = foldhash::fast::RandomState;
+
+/// One shard: its slots, and a lock over them that guards the count of
+/// occupied ones.
+pub(super) struct Shard<K> {
+    occupied: ShardLock<usize>,
+    words: Box<[AtomicU32]>,
+    slots: usize,
+    /// The most occupied slots: at least one stays vacant.
+    limit: usize,
+    key: PhantomData<fn() -> K>,
+}
+
+/// Where a probe for a key ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Probe {
+    /// The key is in this slot.
+    Found(usize),
+    /// The key is absent; this is the vacant slot that ended the probe.
+    Vacant(usize),
+}
+
+impl<K: FixedKey> Shard<K> {
+    /// Words per slot: the key's, then the state's two.
+    const SLOT: usize = K::WORDS + 2;
+
+    /// A shard of `slots` slots (at least 2), all vacant, or `None` if the
+    /// allocator refuses its memory. Its memory is written once here, so it
+    /// is resident from the start.
+    pub(super) fn new(slots: usize) -> Option<Shard<K>> {
+        let slots = slots.max(2);
+        let len = slots.checked_mul(Self::SLOT)?;
+        let mut words = Vec::new();
+        words.try_reserve_exact(len).ok()?;
+        words.extend((0..len).map(|_| AtomicU32::new(0)));
+        Some(Shard {
+            occupied: ShardLock::new(0),
+            words: words.into_boxed_slice(),
+            slots,
+            limit: slots - (slots / 16).max(1),
+            key: PhantomData,
+        })
+    }
+
+    pub(super) fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The slot a key of hash `hash` probes first.
+    #[inline(always)]
+    pub(super) fn home(&self, hash: u64) -> usize {
+        // The top 8 bits picked the shard; the other 56, shifted up, are
+        // a fraction of the slot count.
+        (((u128::from(hash << 8)) * self.slots as u128) >> 64) as usize
+    }
+
+    /// Reads `home`'s first word without the lock, so that its cache line
+    /// is on its way before the lock is taken (the batched check's
+    /// prefetch; see the module docs of `batch.rs`).
+    #[inline(always)]
+    pub(super) fn touch(&self, home: usize) {
+        // Relaxed: the value is thrown away; only the load matters.
+        std::hint::black_box(self.words[home * Self::SLOT].load(Ordering::Relaxed));
+    }
+
+    /// Takes the shard's lock.
+    #[inline(always)]
+    pub(super) fn lock(&self) -> Locked<'_, K> {
+        Locked {
+            occupied: self.occupied.lock(),
+            shard: self,
+        }
+    }
+
+    /// Between two holds of a sweep (see `ShardLock::let_waiters_in`).
+    pub(super) fn let_waiters_in(&self) {
+        self.occupied.let_waiters_in();
+    }
+}
+
+/// A shard with its lock held: the only way to its slots.
+pub(super) struct Locked<'a, K> {
+    occupied: ShardGuard<'a, usize>,
+    shard: &'a Shard<K>,
+}
+
+impl<K: FixedKey> Locked<'_, K> {
+    #[inline(always)]
+    fn slot(&self, slot: usize) -> &[AtomicU32] {
+        let base = slot * Shard::<K>::SLOT;
+        &self.shard.words[base..base + Shard::<K>::SLOT]
+    }
+
+    #[inline(always)]
+    fn next(&self, slot: usize) -> usize {
+        if slot + 1 == self.shard.slots {
+            0
+        } else {
+            slot + 1
+        }
+    }
+
+    /// The stored state of `slot` (0: vacant).
+    #[inline(always)]
+    pub(super) fn stored(&self, slot: usize) -> u64 {
+        let words = self.slot(slot);
+        // Relaxed, here and below: under the shard's lock (module docs).
+        let low = words[K::WORDS].load(Ordering::Relaxed);
+        let high = words[K::WORDS + 1].load(Ordering::Relaxed);
+        u64::from(low) | (u64::from(high) << 32)
+    }
+
+    /// Writes the stored state of an occupied `slot` (non-zero: a state
+    /// that becomes fresh is removed instead).
+    #[inline(always)]
+    pub(super) fn set_stored(&mut self, slot: usize, stored: u64) {
+        debug_assert_ne!(stored, 0, "compact table: slot {slot} set vacant in place");
+        self.write_stored(slot, stored);
+    }
+
+    #[inline(always)]
+    fn write_stored(&self, slot: usize, stored: u64) {
+        let words = self.slot(slot);
+        words[K::WORDS].store(stored as u32, Ordering::Relaxed);
+        words[K::WORDS + 1].store((stored >> 32) as u32, Ordering::Relaxed);
+    }
+
+    fn key_at(&self, slot: usize) -> K {
+        let words = self.slot(slot);
+        let mut key = [0; 4];
+        for (word, stored) in key.iter_mut().zip(&words[..K::WORDS]) {
+            *word = stored.load(Ordering::Relaxed);
+        }
+        K::from_words(key)
+    }
+
+    /// Probes for `key` from its `home` slot.
+    #[inline(always)]
+    pub(super) fn find(&self, key: &K, home: usize) -> Probe {
+        let want = key.to_words();
+        let mut slot = home;
+        loop {
+            let words = self.slot(slot);
+            let low = words[K::WORDS].load(Ordering::Relaxed);
+            let high = words[K::WORDS + 1].load(Ordering::Relaxed);
+            if low == 0 && high == 0 {
+                return Probe::Vacant(slot);
+            }
+            if (0..K::WORDS).all(|i| words[i].load(Ordering::Relaxed) == want[i]) {
+                return Probe::Found(slot);
+            }
+            slot = self.next(slot);
+        }
+    }
+
+    /// Whether the shard has no room for another key.
+    pub(super) fn is_full(&self) -> bool {
+        *self.occupied >= self.shard.limit
+    }
+
+    /// Stores `key` with `stored` (non-zero) in the vacant `slot` its probe
+    /// ended at. The caller checked [`is_full`](Self::is_full).
+    pub(super) fn insert(&mut self, slot: usize, key: &K, stored: u64) {
+        debug_assert!(
+            !self.is_full() && self.stored(slot) == 0 && stored != 0,
+            "compact table: insert at slot {slot} of {} with {} of {} occupied",
+            self.shard.slots,
+            *self.occupied,
+            self.shard.limit
+        );
+        let words = self.slot(slot);
+        for (stored, word) in words[..K::WORDS].iter().zip(key.to_words()) {
+            stored.store(word, Ordering::Relaxed);
+        }
+        self.write_stored(slot, stored);
+        *self.occupied += 1;
+    }
+
+    /// Removes the key in `slot`, shifting back the entries after it that
+    /// may move (module docs, "Removal").
+    pub(super) fn remove(&mut self, slot: usize, hasher: &Hasher) {
+        let mut hole = slot;
+        let mut at = slot;
+        loop {
+            at = self.next(at);
+            let stored = self.stored(at);
+            if stored == 0 {
+                break;
+            }
+            let home = self.shard.home(hasher.hash_one(self.key_at(at)));
+            // Stays if its home is cyclically within (hole, at]: moving it
+            // to the hole would put it before its home.
+            let stays = if hole <= at {
+                hole < home && home <= at
+            } else {
+                hole < home || home <= at
+            };
+            if !stays {
+                let (from, to) = (self.slot(at), self.slot(hole));
+                for (to, from) in to.iter().zip(from) {
+                    to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+                hole = at;
+            }
+        }
+        self.write_stored(hole, 0);
+        *self.occupied -= 1;
+    }
+
+    /// A vacant slot, where a sweep starts (one always is: `limit`).
+    pub(super) fn vacant(&self) -> usize {
+        (0..self.shard.slots)
+            .find(|&slot| self.stored(slot) == 0)
+            .unwrap_or(0)
+    }
+
+    /// Steps `done..done + budget` (at most up to the slot count) of a
+    /// sweep that started at the vacant slot `start`: step `k` judges the
+    /// slot `k + 1` below `start`, cyclically, and removes its key if
+    /// `idle` says its stored state is idle. Returns the next step and how
+    /// many were removed.
+    ///
+    /// Downwards from a vacant slot, so that a removal shifts back only
+    /// the entries after it in its run, which were judged already and
+    /// stay, and no run reaches past the start into slots not yet judged:
+    /// removing a whole idle run costs one step per key, where sweeping
+    /// upwards would shift the rest of the run at every removal (quadratic
+    /// in the run's length, and runs are long at a load of 7/8). A key
+    /// inserted between two holds behind the sweep, or one that such an
+    /// insert lets a removal shift behind it, waits for the next sweep.
+    pub(super) fn sweep(
+        &mut self,
+        start: usize,
+        done: usize,
+        budget: usize,
+        hasher: &Hasher,
+        idle: impl Fn(u64) -> bool,
+    ) -> (usize, usize) {
+        let slots = self.shard.slots;
+        let mut removed = 0;
+        let end = done.saturating_add(budget).min(slots);
+        for step in done..end {
+            let slot = (start + slots - 1 - step) % slots;
+            let stored = self.stored(slot);
+            if stored != 0 && idle(stored) {
+                self.remove(slot, hasher);
+                removed += 1;
+            }
+        }
+        (end, removed)
+    }
+
+    /// Occupied slots.
+    #[cfg(test)]
+    fn occupied(&self) -> usize {
+        *self.occupied
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Each key's home slot, as the limiter computes it.
+    fn homes_of(shard: &Shard<u64>, hasher: &Hasher, keys: &[u64]) -> HashMap<u64, usize> {
+        keys.iter()
+            .map(|&key| (key, shard.home(hasher.hash_one(key))))
+            .collect()
+    }
+
+    #[test]
+    fn keys_stay_reachable_through_removals_that_shift_runs_across_the_end() {
+        // A small table where runs are long and wrap past the last slot.
+        let hasher = Hasher::default();
+        for seed in 0..200u64 {
+            let shard = Shard::<u64>::new(13).expect("memory");
+            let keys: Vec<u64> = (0..12).map(|i| seed * 1000 + i).collect();
+            let homes = homes_of(&shard, &hasher, &keys);
+            let mut live: HashMap<u64, u64> = HashMap::new();
+            let mut locked = shard.lock();
+            for (n, &key) in keys.iter().enumerate().take(12) {
+                if locked.is_full() {
+                    break;
+                }
+                let Probe::Vacant(slot) = locked.find(&key, homes[&key]) else {
+                    panic!("key {key} found before its insert");
+                };
+                locked.insert(slot, &key, n as u64 + 1);
+                live.insert(key, n as u64 + 1);
+            }
+            // Remove every other key, then check every key is where it was.
+            for (n, &key) in keys.iter().enumerate() {
+                if n % 2 == 0 && live.contains_key(&key) {
+                    let Probe::Found(slot) = locked.find(&key, homes[&key]) else {
+                        panic!("seed {seed}: key {key} lost before its removal");
+                    };
+                    locked.remove(slot, &hasher);
+                    live.remove(&key);
+                }
+                for (&other, &state) in &live {
+                    match locked.find(&other, homes[&other]) {
+                        Probe::Found(slot) => assert_eq!(locked.stored(slot), state),
+                        Probe::Vacant(_) => panic!("seed {seed}: key {other} unreachable"),
+                    }
+                }
+            }
+            assert_eq!(locked.occupied(), live.len());
+        }
+    }
+
+    #[test]
+    fn a_sweep_removes_exactly_the_idle_keys() {
+        for seed in 0..200 {
+            sweep_removes_exactly_the_idle_keys(seed);
+        }
+    }
+
+    fn sweep_removes_exactly_the_idle_keys(seed: u64) {
+        let hasher = Hasher::default();
+        let shard = Shard::<u64>::new(34).expect("memory");
+        let keys: Vec<u64> = (seed * 100..seed * 100 + 30).collect();
+        let homes = homes_of(&shard, &hasher, &keys);
+        let mut locked = shard.lock();
+        for &key in &keys {
+            let Probe::Vacant(slot) = locked.find(&key, homes[&key]) else {
+                panic!("duplicate");
+            };
+            // Odd states are idle.
+            locked.insert(slot, &key, key + 1);
+        }
+        let start = locked.vacant();
+        let mut done = 0;
+        let mut removed = 0;
+        while done < shard.slots() {
+            let (next, gone) = locked.sweep(start, done, 3, &hasher, |stored| stored % 2 == 1);
+            done = next;
+            removed += gone;
+        }
+        assert_eq!(removed, 15);
+        for &key in &keys {
+            let found = matches!(locked.find(&key, homes[&key]), Probe::Found(_));
+            assert_eq!(found, key % 2 == 1, "key {key}");
+        }
+    }
+}
