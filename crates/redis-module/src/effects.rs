@@ -49,63 +49,16 @@
 //! Redis's main thread inside the command's call, with the command's
 //! context and a key handle this module opened and has not closed.
 
-use std::ffi::{c_char, c_longlong};
-use std::ptr::NonNull;
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
-use redis_module::{Context, RedisString, raw};
+use redis_module::raw;
 
-/// A key opened for writing through the raw API, closed on drop.
-struct WriteKey(NonNull<raw::RedisModuleKey>);
-
-impl WriteKey {
-    fn open(ctx: &Context, key: &RedisString) -> Option<WriteKey> {
-        let mode = raw::KeyMode::READ | raw::KeyMode::WRITE;
-        NonNull::new(raw::open_key(ctx.get_raw(), key.inner, mode)).map(WriteKey)
-    }
-
-    fn raw(&self) -> *mut raw::RedisModuleKey {
-        self.0.as_ptr()
-    }
-
-    /// The string's DMA buffer for writing; `None` for another type.
-    fn buffer(&mut self) -> Option<&mut [u8]> {
-        let mut len = 0;
-        let ptr = raw::string_dma(self.raw(), &mut len, raw::KeyMode::WRITE);
-        if ptr.is_null() {
-            return None;
-        }
-        if len == 0 {
-            // An empty key's buffer is a read-only literal: never written.
-            return Some(&mut []);
-        }
-        // SAFETY: `RedisModule_StringDMA` returned a non-null pointer to the
-        // key's own string of `len` bytes, unshared for writing (mode
-        // WRITE); it stays valid until the key is modified or closed, which
-        // needs `&mut self` or `self`: the borrow of the slice prevents both.
-        Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
-    }
-
-    fn delete(&self) {
-        if let Some(delete) = {
-            // SAFETY: a plain read (a copy) of the function pointer that
-            // `RedisModule_Init` filled in when the module was loaded.
-            unsafe { raw::RedisModule_DeleteKey }
-        } {
-            // SAFETY: `self` is an open key handle, opened for writing.
-            unsafe { delete(self.raw()) };
-        }
-    }
-}
-
-impl Drop for WriteKey {
-    fn drop(&mut self) {
-        raw::close_key(self.raw());
-    }
-}
+use crate::handle::{Arg, WriteKey};
 
 /// Sets the string `key` to `value`, expiring at `at_ms` (Unix time, ms),
 /// and replicates `SET key value PXAT at_ms`.
-pub(crate) fn set_string(ctx: &Context, key: &RedisString, value: &[u8], at_ms: i64) {
+pub(crate) fn set_string(ctx: *mut raw::RedisModuleCtx, key: Arg, value: &[u8], at_ms: i64) {
     {
         let Some(mut handle) = WriteKey::open(ctx, key) else {
             return;
@@ -155,29 +108,75 @@ fn set_abs_expire(handle: &WriteKey, at_ms: i64) {
     }
 }
 
+/// The `PXAT` argument of every replicated `SET`, made once when the
+/// module is loaded ([`init`]): Redis takes a reference to it for each
+/// replicated command instead of a new string.
+static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the replicated command's constant argument (at load, on Redis's
+/// main thread).
+pub(crate) fn init() {
+    // SAFETY: a plain read (a copy) of the function pointer that
+    // `RedisModule_Init` filled in when the module was loaded.
+    let Some(create) = (unsafe { raw::RedisModule_CreateString }) else {
+        return;
+    };
+    // SAFETY: no context (NULL): the string is not auto-memory managed and
+    // lives as long as the server; the buffer is a literal of 4 bytes.
+    let pxat = unsafe { create(std::ptr::null_mut(), c"PXAT".as_ptr(), 4) };
+    // Release: published once at load, before any command runs; every
+    // reader is a command on the same (main) thread, which pairs with
+    // Acquire.
+    PXAT.store(pxat, Ordering::Release);
+}
+
 /// `SET key value PXAT at_ms` to the replicas and the AOF.
-fn replicate_set(ctx: &Context, key: &RedisString, value: &[u8], at_ms: i64) {
+fn replicate_set(ctx: *mut raw::RedisModuleCtx, key: Arg, value: &[u8], at_ms: i64) {
     // SAFETY: a plain read (a copy) of the function pointer that
     // `RedisModule_Init` filled in when the module was loaded.
     let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
+    let mut digits = itoa::Buffer::new();
+    let at = digits.format(at_ms).as_bytes();
+    // Acquire: pairs with the Release of `init` (see there).
+    let pxat = PXAT.load(Ordering::Acquire);
+    if pxat.is_null() {
+        // SAFETY: as below, with `c` a NUL-terminated `char*` in place of
+        // the shared string.
+        unsafe {
+            replicate(
+                ctx,
+                c"SET".as_ptr(),
+                c"sbcb".as_ptr(),
+                key.0,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                c"PXAT".as_ptr(),
+                at.as_ptr().cast::<c_char>(),
+                at.len(),
+            );
+        }
+        return;
+    }
     // SAFETY: the context is the running command's; the command name and
     // the format are NUL-terminated literals; the variadic arguments match
     // the format exactly: `s` a `RedisModuleString*` (the command's own key
-    // argument, alive for the call), `b` a `char*` and its `size_t` length
-    // (`value`, alive for the call; Redis copies it), `c` a NUL-terminated
-    // `char*`, `l` a `long long`.
+    // argument, alive for the call; then `PXAT`, alive for the server's
+    // life: Redis only takes references to both), `b` a `char*` and its
+    // `size_t` length (the value, then the time's digits on the stack,
+    // alive for the call; Redis copies them).
     unsafe {
         replicate(
-            ctx.get_raw(),
+            ctx,
             c"SET".as_ptr(),
-            c"sbcl".as_ptr(),
-            key.inner,
+            c"sbsb".as_ptr(),
+            key.0,
             value.as_ptr().cast::<c_char>(),
             value.len(),
-            c"PXAT".as_ptr(),
-            c_longlong::from(at_ms),
+            pxat,
+            at.as_ptr().cast::<c_char>(),
+            at.len(),
         );
     }
 }

@@ -96,3 +96,5 @@ mod lean_cases;
 mod command;
 #[cfg(not(test))]
 mod effects;
+#[cfg(not(test))]
+mod handle;
