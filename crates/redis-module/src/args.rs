@@ -113,18 +113,27 @@ pub const MODULUS: i128 = 9_000_000_000_000_000;
 /// The longest TTL slack, in milliseconds (one day).
 const MAX_SLACK: i128 = 86_400_000;
 
+#[inline]
 fn number(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
     match digits(raw) {
         Some(value) if value < 1 << 53 => Ok(i128::from(value)),
-        _ => Err(ArgError(format!(
-            "ERR tollgate: {what} must be a non-negative integer, got '{}'",
-            String::from_utf8_lossy(raw)
-        ))),
+        _ => Err(not_a_number(what, raw)),
     }
+}
+
+/// The error of [`number`], out of the decision's hot path.
+#[cold]
+#[inline(never)]
+fn not_a_number(what: &str, raw: &[u8]) -> ArgError {
+    ArgError(format!(
+        "ERR tollgate: {what} must be a non-negative integer, got '{}'",
+        String::from_utf8_lossy(raw)
+    ))
 }
 
 /// `raw` as a decimal integer if it is 1 to 20 digits and nothing else,
 /// below 10^16; `None` otherwise.
+#[inline]
 fn digits(raw: &[u8]) -> Option<u64> {
     if raw.is_empty() || raw.len() > 20 {
         return None;
@@ -147,6 +156,7 @@ fn digits(raw: &[u8]) -> Option<u64> {
     Some(value)
 }
 
+#[inline]
 fn positive(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
     let value = number(what, raw)?;
     if value == 0 {

@@ -50,7 +50,7 @@
 //! context and a key handle this module opened and has not closed.
 
 use std::ffi::c_char;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 
 use redis_module::raw;
 
@@ -113,21 +113,57 @@ fn set_abs_expire(handle: &WriteKey, at_ms: i64) {
 /// replicated command instead of a new string.
 static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
 
+/// The last replicated expiry time and its string: admissions in the same
+/// millisecond with the same TTL (every new key of a quota, a hot key's
+/// admissions) share one, a reference instead of a new string each.
+/// Touched only by commands, which Redis runs one at a time on its main
+/// thread: `Relaxed` suffices, there is no other thread to order with.
+static LAST_AT: AtomicI64 = AtomicI64::new(i64::MIN);
+static LAST_AT_STRING: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+
 /// Makes the replicated command's constant argument (at load, on Redis's
 /// main thread).
 pub(crate) fn init() {
+    // Release: published once at load, before any command runs; commands
+    // read it on the same thread, with Acquire.
+    PXAT.store(create_string(b"PXAT"), Ordering::Release);
+}
+
+/// A string that lives until freed (no context: not auto-memory managed);
+/// null on a server that lacks the call.
+fn create_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
     // SAFETY: a plain read (a copy) of the function pointer that
     // `RedisModule_Init` filled in when the module was loaded.
     let Some(create) = (unsafe { raw::RedisModule_CreateString }) else {
-        return;
+        return std::ptr::null_mut();
     };
-    // SAFETY: no context (NULL): the string is not auto-memory managed and
-    // lives as long as the server; the buffer is a literal of 4 bytes.
-    let pxat = unsafe { create(std::ptr::null_mut(), c"PXAT".as_ptr(), 4) };
-    // Release: published once at load, before any command runs; every
-    // reader is a command on the same (main) thread, which pairs with
-    // Acquire.
-    PXAT.store(pxat, Ordering::Release);
+    // SAFETY: no context (NULL) is allowed and means no auto memory; the
+    // buffer is `bytes`, which Redis copies.
+    unsafe { create(std::ptr::null_mut(), bytes.as_ptr().cast::<c_char>(), bytes.len()) }
+}
+
+/// The string of `at_ms` for the replicated `SET`: the last one if the same
+/// time, else a new one that replaces it (null if none could be made).
+fn at_string(at_ms: i64) -> *mut raw::RedisModuleString {
+    let last = LAST_AT_STRING.load(Ordering::Relaxed);
+    if LAST_AT.load(Ordering::Relaxed) == at_ms && !last.is_null() {
+        return last;
+    }
+    let mut digits = itoa::Buffer::new();
+    let fresh = create_string(digits.format(at_ms).as_bytes());
+    if !last.is_null() {
+        // SAFETY: a plain read (a copy) of the function pointer that
+        // `RedisModule_Init` filled in when the module was loaded.
+        if let Some(free) = unsafe { raw::RedisModule_FreeString } {
+            // SAFETY: our own reference to a string made without a context
+            // (so freed without one); a replicated command still queued
+            // holds its own reference, so the string lives until it is sent.
+            unsafe { free(std::ptr::null_mut(), last) };
+        }
+    }
+    LAST_AT_STRING.store(fresh, Ordering::Relaxed);
+    LAST_AT.store(at_ms, Ordering::Relaxed);
+    fresh
 }
 
 /// `SET key value PXAT at_ms` to the replicas and the AOF.
@@ -137,44 +173,45 @@ fn replicate_set(ctx: *mut raw::RedisModuleCtx, key: Arg, value: &[u8], at_ms: i
     let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
-    let mut digits = itoa::Buffer::new();
-    let at = digits.format(at_ms).as_bytes();
     // Acquire: pairs with the Release of `init` (see there).
     let pxat = PXAT.load(Ordering::Acquire);
-    if pxat.is_null() {
-        // SAFETY: as below, with `c` a NUL-terminated `char*` in place of
-        // the shared string.
+    let at = at_string(at_ms);
+    if !pxat.is_null() && !at.is_null() {
+        // SAFETY: the context is the running command's; the command name
+        // and the format are NUL-terminated literals; the variadic
+        // arguments match the format exactly: `s` a `RedisModuleString*`
+        // (the command's own key argument, alive for the call; `PXAT` and
+        // the time, alive until this module frees them: Redis takes its
+        // own references to all three), `b` a `char*` and its `size_t`
+        // length (the value, alive for the call; Redis copies it).
         unsafe {
             replicate(
                 ctx,
                 c"SET".as_ptr(),
-                c"sbcb".as_ptr(),
+                c"sbss".as_ptr(),
                 key.0,
                 value.as_ptr().cast::<c_char>(),
                 value.len(),
-                c"PXAT".as_ptr(),
-                at.as_ptr().cast::<c_char>(),
-                at.len(),
+                pxat,
+                at,
             );
         }
         return;
     }
-    // SAFETY: the context is the running command's; the command name and
-    // the format are NUL-terminated literals; the variadic arguments match
-    // the format exactly: `s` a `RedisModuleString*` (the command's own key
-    // argument, alive for the call; then `PXAT`, alive for the server's
-    // life: Redis only takes references to both), `b` a `char*` and its
-    // `size_t` length (the value, then the time's digits on the stack,
-    // alive for the call; Redis copies them).
+    let mut digits = itoa::Buffer::new();
+    let at = digits.format(at_ms).as_bytes();
+    // SAFETY: as above, with `c` a NUL-terminated `char*` and the time's
+    // digits as a `b` buffer (on the stack, alive for the call; Redis
+    // copies them).
     unsafe {
         replicate(
             ctx,
             c"SET".as_ptr(),
-            c"sbsb".as_ptr(),
+            c"sbcb".as_ptr(),
             key.0,
             value.as_ptr().cast::<c_char>(),
             value.len(),
-            pxat,
+            c"PXAT".as_ptr(),
             at.as_ptr().cast::<c_char>(),
             at.len(),
         );
