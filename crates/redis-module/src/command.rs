@@ -41,11 +41,7 @@ fn lean(ctx: &Context, args: &[Arg]) -> Result<(), String> {
 }
 
 /// The call's clock (reading, ns per unit) and its keys as a [`Store`].
-fn bind<'a>(
-    ctx: &'a Context,
-    args: &'a [Arg],
-    call: &'a Call,
-) -> ((i128, i128), RedisStore<'a>) {
+fn bind<'a>(ctx: &'a Context, args: &'a [Arg], call: &'a Call) -> ((i128, i128), RedisStore<'a>) {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);

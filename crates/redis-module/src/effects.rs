@@ -30,11 +30,25 @@
 //!   decodes an embedded or integer-encoded string on **every** read, even
 //!   from a key opened read-only, so the `SET` of the older code made each
 //!   next decision re-allocate the value it read. (A raw 16-digit value
-//!   takes the same 40 bytes of jemalloc classes as an embedded one.)
-//! - **One `RedisModule_Replicate` with a static format** (`"sbcl"`: the key
-//!   as it came, the value's bytes, `PXAT`, the time as an integer): no Rust
-//!   allocation, no number formatting; Redis builds the four objects it
-//!   propagates (and frees them at once when no replica or AOF listens).
+//!   takes the same 48 bytes of jemalloc classes as an embedded one; the
+//!   lean script's `SET` stores an integer-encoded value, 16 bytes, which
+//!   no module API makes or reads without `RedisModule_Call`: see
+//!   `BENCHMARKS.md`, bytes per key.)
+//! - **One `RedisModule_Replicate` with a static format** (`"sbss"`: the
+//!   key as it came, the value's bytes, `PXAT`, the time): no Rust
+//!   allocation. `PXAT` is one string made at load, and the time's string
+//!   is kept and reused while admissions expire at the same millisecond
+//!   (every new key of a quota, a hot key): Redis takes references to
+//!   them instead of making new strings. What remains is Redis's own work
+//!   in `RedisModule_Replicate`, which this module cannot avoid: looking
+//!   the command up (three allocations in 7.0), the argument vector, the
+//!   command name and the value's copy (about 2,000 instructions per
+//!   admission, profiled with callgrind, see `BENCHMARKS.md`), even on a
+//!   server without replicas or AOF, where Redis then drops it. We keep
+//!   it: that Redis has no listener is not visible to a module (a
+//!   replication backlog outlives its replicas, and one is created at
+//!   load), and a write that misses a replica is the inexactness this
+//!   module exists to avoid.
 //! - **Not `RedisModule_ReplicateVerbatim`**: the decision depends on the
 //!   master's clock, so a replica re-running `TOLLGATE.DECIDE` would decide
 //!   on its own clock and state (and would need the module). Effects are
@@ -42,12 +56,15 @@
 //!
 //! # Safety
 //!
-//! Three calls of Redis's module API have no safe wrapper in the SDK
+//! Four calls of Redis's module API have no safe wrapper in the SDK
 //! ([`redis_module`]): `RedisModule_SetAbsExpire`, the variadic
-//! `RedisModule_Replicate` with our own format, and the slice over a DMA
-//! buffer. Each `unsafe` block states what makes it sound; all run on
-//! Redis's main thread inside the command's call, with the command's
-//! context and a key handle this module opened and has not closed.
+//! `RedisModule_Replicate` with our own format, and
+//! `RedisModule_CreateString`/`FreeString` without a context for the
+//! strings kept between commands (the key handles are in
+//! [`crate::handle`]). Each `unsafe` block states what makes it sound; all
+//! run on Redis's main thread inside a command's call (or the module's
+//! load), with that call's context and a key handle this module opened and
+//! has not closed.
 
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
@@ -139,7 +156,13 @@ fn create_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
     };
     // SAFETY: no context (NULL) is allowed and means no auto memory; the
     // buffer is `bytes`, which Redis copies.
-    unsafe { create(std::ptr::null_mut(), bytes.as_ptr().cast::<c_char>(), bytes.len()) }
+    unsafe {
+        create(
+            std::ptr::null_mut(),
+            bytes.as_ptr().cast::<c_char>(),
+            bytes.len(),
+        )
+    }
 }
 
 /// The string of `at_ms` for the replicated `SET`: the last one if the same

@@ -163,7 +163,16 @@ mod tests {
                 "{case}"
             );
         }
-        for other in ["", " 1", "1 ", "+1", "-1", "1e3", "0x10", "12345678901234567890"] {
+        for other in [
+            "",
+            " 1",
+            "1 ",
+            "+1",
+            "-1",
+            "1e3",
+            "0x10",
+            "12345678901234567890",
+        ] {
             assert_eq!(plain_integer(other.as_bytes()), None, "{other}");
         }
     }
