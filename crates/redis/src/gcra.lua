@@ -5,13 +5,17 @@
 -- tables but a marker's reply, no closures, one GET and at most one SET.
 local A = ARGV
 local num = tonumber
--- The values the client nearly always sends ('1', '0') without a call:
--- `tonumber` is a C call and a `strtod`, a string comparison is not.
-local op, slack = A[1], num(A[4])
+-- The values the client nearly always sends (cost 1, stamp and x 0, scale
+-- 1, its default slack of 10 ms and the modulus m of scale 1 on the
+-- server's clock) without a call: `tonumber` is a C call and a `strtod`,
+-- comparing two (interned) strings is not.
+local op = A[1]
 local cost = A[3] == '1' and 1 or num(A[3])
+local slack = A[4] == '10' and 10 or num(A[4])
 local stamp = A[5] == '0' and 0 or num(A[5])
 local scale = A[7] == '1' and 1 or num(A[7])
-local iv, cap, m = num(A[8]), num(A[9]), num(A[10])
+local iv, cap = num(A[8]), num(A[9])
+local m = A[10] == '9000000000000' and 9000000000000 or num(A[10])
 local x = A[11] == '0' and 0 or num(A[11])
 local now, us = A[2], scale
 if now == '' then
