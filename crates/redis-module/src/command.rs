@@ -296,11 +296,18 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     create_command(ctx, c"tollgate.lean", Some(lean_command), (1, 1, 1))
 }
 
+/// At unload: the strings kept between commands.
+fn deinit(_ctx: &Context) -> Status {
+    effects::deinit();
+    Status::Ok
+}
+
 redis_module! {
     name: "tollgate",
     version: 1,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [],
     init: init,
+    deinit: deinit,
     commands: [],
 }

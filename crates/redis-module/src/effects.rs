@@ -146,6 +146,33 @@ pub(crate) fn init() {
     PXAT.store(create_string(b"PXAT"), Ordering::Release);
 }
 
+/// Frees the strings kept between commands (at unload, on Redis's main
+/// thread, after the last command).
+pub(crate) fn deinit() {
+    LAST_AT.store(i64::MIN, Ordering::Relaxed);
+    for kept in [&PXAT, &LAST_AT_STRING] {
+        // Relaxed: the main thread, after every command (see `LAST_AT`).
+        let string = kept.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        free_string(string);
+    }
+}
+
+/// Drops this module's reference to `string` (made without a context);
+/// a replicated command still queued holds its own, so the string lives
+/// until it is sent. Null: nothing.
+fn free_string(string: *mut raw::RedisModuleString) {
+    if string.is_null() {
+        return;
+    }
+    // SAFETY: a plain read (a copy) of the function pointer that
+    // `RedisModule_Init` filled in when the module was loaded.
+    if let Some(free) = unsafe { raw::RedisModule_FreeString } {
+        // SAFETY: our own reference to a string made without a context,
+        // so freed without one.
+        unsafe { free(std::ptr::null_mut(), string) };
+    }
+}
+
 /// A string that lives until freed (no context: not auto-memory managed);
 /// null on a server that lacks the call.
 fn create_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
@@ -174,16 +201,7 @@ fn at_string(at_ms: i64) -> *mut raw::RedisModuleString {
     }
     let mut digits = itoa::Buffer::new();
     let fresh = create_string(digits.format(at_ms).as_bytes());
-    if !last.is_null() {
-        // SAFETY: a plain read (a copy) of the function pointer that
-        // `RedisModule_Init` filled in when the module was loaded.
-        if let Some(free) = unsafe { raw::RedisModule_FreeString } {
-            // SAFETY: our own reference to a string made without a context
-            // (so freed without one); a replicated command still queued
-            // holds its own reference, so the string lives until it is sent.
-            unsafe { free(std::ptr::null_mut(), last) };
-        }
-    }
+    free_string(last);
     LAST_AT_STRING.store(fresh, Ordering::Relaxed);
     LAST_AT.store(at_ms, Ordering::Relaxed);
     fresh
