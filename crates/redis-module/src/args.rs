@@ -17,6 +17,8 @@
 
 use std::fmt;
 
+use smallvec::SmallVec;
+
 /// Values per limit: key, algorithm, four parameters, refund value.
 pub const STRIDE: usize = 7;
 /// The call's own values after the limits.
@@ -90,8 +92,8 @@ pub struct Call {
     pub slack: i128,
     /// A refund's lease time or a lease's need.
     pub stamp: i128,
-    /// One per key.
-    pub limits: Vec<LimitArgs>,
+    /// One per key (one inline: a call of one limit allocates nothing).
+    pub limits: SmallVec<[LimitArgs; 1]>,
 }
 
 /// Why a call was refused (the error reply's text).
@@ -111,29 +113,50 @@ pub const MODULUS: i128 = 9_000_000_000_000_000;
 /// The longest TTL slack, in milliseconds (one day).
 const MAX_SLACK: i128 = 86_400_000;
 
+#[inline]
 fn number(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
-    let invalid = || {
-        ArgError(format!(
-            "ERR tollgate: {what} must be a non-negative integer, got '{}'",
-            String::from_utf8_lossy(raw)
-        ))
-    };
-    if raw.is_empty() || raw.len() > 20 {
-        return Err(invalid());
+    match digits(raw) {
+        Some(value) if value < 1 << 53 => Ok(i128::from(value)),
+        _ => Err(not_a_number(what, raw)),
     }
-    let mut value: i128 = 0;
-    for &b in raw {
-        if !b.is_ascii_digit() {
-            return Err(invalid());
-        }
-        value = value * 10 + i128::from(b - b'0');
-    }
-    if value >= MAX {
-        return Err(invalid());
-    }
-    Ok(value)
 }
 
+/// The error of [`number`], out of the decision's hot path.
+#[cold]
+#[inline(never)]
+fn not_a_number(what: &str, raw: &[u8]) -> ArgError {
+    ArgError(format!(
+        "ERR tollgate: {what} must be a non-negative integer, got '{}'",
+        String::from_utf8_lossy(raw)
+    ))
+}
+
+/// `raw` as a decimal integer if it is 1 to 20 digits and nothing else,
+/// below 10^16; `None` otherwise.
+#[inline]
+fn digits(raw: &[u8]) -> Option<u64> {
+    if raw.is_empty() || raw.len() > 20 {
+        return None;
+    }
+    // Leading zeros are allowed (up to the 20 characters); past them, a
+    // number of 17 digits or more is past 2^53, and 16 cannot overflow.
+    let zeros = raw.iter().take_while(|&&b| b == b'0').count();
+    let significant = &raw[zeros..];
+    if significant.len() > 16 {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &b in significant {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value * 10 + u64::from(digit);
+    }
+    Some(value)
+}
+
+#[inline]
 fn positive(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
     let value = number(what, raw)?;
     if value == 0 {
@@ -182,7 +205,7 @@ pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
     // Nanoseconds per clock unit.
     let unit = if now.is_some() { 1 } else { 1_000 };
     let stamp = number("stamp", tail[4].as_ref())?;
-    let mut limits = Vec::with_capacity(m);
+    let mut limits = SmallVec::with_capacity(m);
     for limit in args[..m * STRIDE].chunks_exact(STRIDE) {
         let a = |i: usize| limit[2 + i].as_ref();
         let params = match limit[1].as_ref() {
@@ -320,6 +343,51 @@ mod tests {
         assert_eq!(parsed.now, None);
         assert_eq!(parsed.cost, 3);
         assert_eq!(parsed.limits.len(), 1);
+    }
+
+    /// The digit reading reads every byte string as a plain `u64` loop
+    /// does, below 10^16.
+    #[test]
+    fn digits_read_as_the_plain_loop() {
+        fn plain(raw: &[u8]) -> Option<u64> {
+            if raw.is_empty() || raw.len() > 20 {
+                return None;
+            }
+            let value = raw.iter().try_fold(0u64, |v, &b| {
+                b.is_ascii_digit()
+                    .then(|| v.saturating_mul(10).saturating_add(u64::from(b - b'0')))
+            })?;
+            (value < 10_000_000_000_000_000).then_some(value)
+        }
+        let mut cases: Vec<Vec<u8>> = [
+            "0",
+            "7",
+            "12345678",
+            "99999999",
+            "123456789",
+            "3600000000000",
+            "9000000000000000",
+            "9999999999999999",
+            "10000000000000000",
+            "18446744073709551616",
+            "99999999999999999999",
+            "00000000000000000001",
+            "000000000000000000001",
+            "",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        for position in 0..11 {
+            for byte in 0..=255u8 {
+                let mut raw = b"00345678901".to_vec();
+                raw[position] = byte;
+                cases.push(raw);
+            }
+        }
+        for raw in cases {
+            assert_eq!(digits(&raw), plain(&raw), "{raw:?}");
+        }
     }
 
     /// Issue 17: the script accepted cost −2 and 1.5 when called directly.

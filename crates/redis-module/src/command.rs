@@ -1,68 +1,47 @@
-//! The command's binding to Redis: arguments in, [`Store`] over the keys,
+//! The commands' binding to Redis: arguments in, [`Store`] over the keys,
 //! reply and replication out.
+//!
+//! The commands are registered through the raw API (`RedisModule_CreateCommand`
+//! with this module's own C functions) rather than the SDK's `commands:`
+//! list, whose wrapper copies every argument into a `Vec` of retained
+//! strings before the command runs (see [`crate::handle`]).
 
-use std::ffi::c_long;
+use std::ffi::{CStr, c_int, c_long};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis_module::raw::{self, KeyType};
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, redis_module};
+use redis_module::{Context, RedisError, RedisString, RedisValue, Status, raw, redis_module};
 
 use crate::args::{self, Call, LimitArgs, Params, STRIDE};
 use crate::effects;
+use crate::handle::{Arg, Held, ReadKey, WriteKey};
 use crate::lean;
 use crate::store::{Fields, Store};
 use crate::transition;
 
 /// `TOLLGATE.DECIDE`: see the [crate docs](crate).
-fn decide(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    let args = argv.get(1..).unwrap_or_default();
-    let call = with_bytes(args, |raw| args::parse(raw))?;
+fn decide(ctx: &Context, args: &[Arg]) -> Result<(), String> {
+    let call = args::parse(args).map_err(|e| e.0)?;
     let (now, mut store) = bind(ctx, args, &call);
-    let reply = transition::run(&call, now.0, now.1, &mut store).map_err(RedisError::String)?;
+    let reply = transition::run(&call, now.0, now.1, &mut store)?;
     reply_array(ctx, &reply);
-    Ok(RedisValue::NoReply)
+    Ok(())
 }
 
 /// `TOLLGATE.LEAN`: see [`lean`].
-fn lean(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    let args = argv.get(1..).unwrap_or_default();
-    let call = with_bytes(args, |raw| args::parse_lean(raw))?;
+fn lean(ctx: &Context, args: &[Arg]) -> Result<(), String> {
+    let call = args::parse_lean(args).map_err(|e| e.0)?;
     let (now, mut store) = bind(ctx, args, &call);
-    match lean::run(&call, now.0, now.1, &mut store).map_err(RedisError::String)? {
+    match lean::run(&call, now.0, now.1, &mut store)? {
         lean::Reply::Compact(v) => {
             raw::reply_with_long_long(ctx.get_raw(), v);
         }
         lean::Reply::General(reply) => reply_array(ctx, &reply),
     }
-    Ok(RedisValue::NoReply)
-}
-
-/// `parse` over the arguments' bytes, on the stack up to five limits (no
-/// allocation).
-fn with_bytes(
-    args: &[RedisString],
-    parse: fn(&[&[u8]]) -> Result<Call, args::ArgError>,
-) -> Result<Call, RedisError> {
-    let mut stack: [&[u8]; 5 * STRIDE + args::TAIL] = [&[]; 5 * STRIDE + args::TAIL];
-    let heap: Vec<&[u8]>;
-    let raw: &[&[u8]] = if args.len() <= stack.len() {
-        for (slot, arg) in stack.iter_mut().zip(args) {
-            *slot = arg.as_slice();
-        }
-        &stack[..args.len()]
-    } else {
-        heap = args.iter().map(RedisString::as_slice).collect();
-        &heap
-    };
-    parse(raw).map_err(|e| RedisError::String(e.0))
+    Ok(())
 }
 
 /// The call's clock (reading, ns per unit) and its keys as a [`Store`].
-fn bind<'a>(
-    ctx: &'a Context,
-    args: &'a [RedisString],
-    call: &'a Call,
-) -> ((i128, i128), RedisStore<'a>) {
+fn bind<'a>(ctx: &'a Context, args: &'a [Arg], call: &'a Call) -> ((i128, i128), RedisStore<'a>) {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
@@ -75,6 +54,7 @@ fn bind<'a>(
         args,
         limits: &call.limits,
         wall_ms: i128::try_from(wall.as_millis()).unwrap_or(0),
+        read: None,
     };
     (now, store)
 }
@@ -94,23 +74,28 @@ fn reply_array(ctx: &Context, reply: &[i64]) {
 struct RedisStore<'a> {
     ctx: &'a Context,
     /// The command's arguments: key `i` is argument `i · STRIDE`.
-    args: &'a [RedisString],
+    args: &'a [Arg],
     /// The limits, one per key: whether key `i` holds a string (through
     /// the key API) or a hash.
     limits: &'a [LimitArgs],
     /// The real time, for the absolute expiries sent to replicas.
     wall_ms: i128,
+    /// The key last read and its open handle: what [`Store::get`] lends
+    /// (read in place), and what the next read of the same key reuses (a
+    /// decision reads a key for its state, then, where the state is none,
+    /// for a control's marker).
+    read: Option<(usize, Option<ReadKey>)>,
 }
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 impl RedisStore<'_> {
-    fn key_string(&self, i: usize) -> &RedisString {
-        &self.args[i * STRIDE]
+    fn key_arg(&self, i: usize) -> Arg {
+        self.args[i * STRIDE]
     }
 
     fn key(&self, i: usize) -> &[u8] {
-        self.key_string(i).as_slice()
+        self.key_arg(i).bytes()
     }
 
     fn is_string(&self, i: usize) -> bool {
@@ -130,6 +115,12 @@ impl RedisStore<'_> {
             .unwrap_or(i64::MAX)
             .to_string()
     }
+
+    /// Closes the key read last: before any write, which may move or free
+    /// what the read handle lends.
+    fn close_read(&mut self) {
+        self.read = None;
+    }
 }
 
 fn bytes(value: RedisValue) -> Option<Vec<u8>> {
@@ -144,29 +135,39 @@ fn bytes(value: RedisValue) -> Option<Vec<u8>> {
 }
 
 impl Store for RedisStore<'_> {
-    fn get(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
-        // Read-only: a read for writing would unshare the stored string.
-        let key = self.ctx.open_key(self.key_string(i));
-        match key.key_type() {
-            KeyType::Empty => Ok(None),
-            KeyType::String => key
-                .read()
-                .map(|v| v.map(<[u8]>::to_vec))
-                .map_err(|e| e.to_string()),
-            _ => Err(WRONGTYPE.to_owned()),
+    fn get(&mut self, i: usize) -> Result<Option<&[u8]>, String> {
+        // Read-only: a read for writing would unshare the stored string,
+        // and a handle opened for writing signals the key as modified (to
+        // `WATCH` and client tracking) even where a denial writes nothing.
+        if !matches!(self.read, Some((j, _)) if j == i) {
+            self.read = None;
+            let handle = ReadKey::open(self.ctx.get_raw(), self.key_arg(i));
+            self.read = Some((i, handle));
+        }
+        let Some((_, handle)) = &self.read else {
+            return Ok(None);
+        };
+        match handle.as_ref().map(ReadKey::held) {
+            None => Ok(None),
+            Some(Held::String(value)) => Ok(Some(value)),
+            Some(Held::Other) => Err(WRONGTYPE.to_owned()),
         }
     }
 
     fn set(&mut self, i: usize, value: &str, ttl_ms: i128) {
+        self.close_read();
         // A key of another type is foreign (read as no state): replaced,
         // as `SET` replaces it. See `effects` for how and what it costs.
         let at = i64::try_from(self.wall_ms + ttl_ms.max(1)).unwrap_or(i64::MAX);
-        effects::set_string(self.ctx, self.key_string(i), value.as_bytes(), at);
+        effects::set_string(self.ctx.get_raw(), self.key_arg(i), value.as_bytes(), at);
     }
 
     fn del(&mut self, i: usize) {
+        self.close_read();
         if self.is_string(i) {
-            let _ = self.ctx.open_key_writable(self.key_string(i)).delete();
+            if let Some(handle) = WriteKey::open(self.ctx.get_raw(), self.key_arg(i)) {
+                handle.delete();
+            }
         } else {
             let _ = self.call("DEL", &[self.key(i)]);
         }
@@ -174,6 +175,7 @@ impl Store for RedisStore<'_> {
     }
 
     fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
+        self.close_read();
         let RedisValue::Array(items) = self.call("HGETALL", &[self.key(i)])? else {
             return Err("ERR tollgate: unexpected HGETALL reply".to_owned());
         };
@@ -189,6 +191,7 @@ impl Store for RedisStore<'_> {
     }
 
     fn hset(&mut self, i: usize, fields: &[(&str, String)]) {
+        self.close_read();
         let mut args: Vec<&[u8]> = vec![self.key(i)];
         for (field, value) in fields {
             args.push(field.as_bytes());
@@ -199,12 +202,14 @@ impl Store for RedisStore<'_> {
     }
 
     fn hdel(&mut self, i: usize, field: &str) {
+        self.close_read();
         let args = [self.key(i), field.as_bytes()];
         let _ = self.call("HDEL", &args);
         self.replicate("HDEL", &args);
     }
 
     fn pexpire(&mut self, i: usize, ttl_ms: i128) {
+        self.close_read();
         // The same absolute time on the master as replicated: a relative
         // `PEXPIRE` here read the server's clock again, one millisecond
         // later at times, and the replica's expiry differed by it.
@@ -214,13 +219,95 @@ impl Store for RedisStore<'_> {
     }
 }
 
+/// Runs `command` on the arguments Redis passed (without the command's
+/// name) and answers an error reply for an `Err`.
+fn run(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    command: fn(&Context, &[Arg]) -> Result<(), String>,
+) -> c_int {
+    let context = Context::new(ctx);
+    // SAFETY: `argv` and `argc` are the ones Redis passed to this command
+    // call, and the slice does not outlive it.
+    let args = unsafe { Arg::all(argv, argc) };
+    if let Err(error) = command(&context, args.get(1..).unwrap_or_default()) {
+        context.reply(Err(RedisError::String(error)));
+    }
+    raw::Status::Ok as c_int
+}
+
+extern "C" fn decide_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    run(ctx, argv, argc, decide)
+}
+
+extern "C" fn lean_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    run(ctx, argv, argc, lean)
+}
+
+/// Registers `name` as `function`, with its flags and key specification.
+fn create_command(
+    ctx: &Context,
+    name: &CStr,
+    function: raw::RedisModuleCmdFunc,
+    keys: (c_int, c_int, c_int),
+) -> Status {
+    // SAFETY: a plain read (a copy) of the function pointer that
+    // `RedisModule_Init` filled in when the module was loaded.
+    let Some(create) = (unsafe { raw::RedisModule_CreateCommand }) else {
+        return Status::Err;
+    };
+    // SAFETY: the load-time context; the name and flags are NUL-terminated
+    // strings that Redis copies; `function` has the command's C signature.
+    let status = unsafe {
+        create(
+            ctx.get_raw(),
+            name.as_ptr(),
+            function,
+            c"write deny-oom".as_ptr(),
+            keys.0,
+            keys.1,
+            keys.2,
+        )
+    };
+    if status == raw::Status::Ok as c_int {
+        Status::Ok
+    } else {
+        Status::Err
+    }
+}
+
+/// At load: the commands, and the replicated command's constant argument.
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    effects::init();
+    // `TOLLGATE.DECIDE`: keys `(first 1, last −6, step 7)` (see the crate
+    // docs); `TOLLGATE.LEAN`: its one key.
+    if create_command(ctx, c"tollgate.decide", Some(decide_command), (1, -6, 7)) == Status::Err {
+        return Status::Err;
+    }
+    create_command(ctx, c"tollgate.lean", Some(lean_command), (1, 1, 1))
+}
+
+/// At unload: the strings kept between commands.
+fn deinit(_ctx: &Context) -> Status {
+    effects::deinit();
+    Status::Ok
+}
+
 redis_module! {
     name: "tollgate",
     version: 1,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [],
-    commands: [
-        ["tollgate.decide", decide, "write deny-oom", 1, -6, 7, ""],
-        ["tollgate.lean", lean, "write deny-oom", 1, 1, 1, ""],
-    ],
+    init: init,
+    deinit: deinit,
+    commands: [],
 }

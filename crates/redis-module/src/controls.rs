@@ -65,7 +65,7 @@ pub(crate) fn marked(
         let Some(raw) = store.get(i).ok().flatten() else {
             continue;
         };
-        let Some(m) = marker(&raw, now) else {
+        let Some(m) = marker(raw, now) else {
             continue;
         };
         found = Some(match (found, m) {

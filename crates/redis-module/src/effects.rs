@@ -30,11 +30,25 @@
 //!   decodes an embedded or integer-encoded string on **every** read, even
 //!   from a key opened read-only, so the `SET` of the older code made each
 //!   next decision re-allocate the value it read. (A raw 16-digit value
-//!   takes the same 40 bytes of jemalloc classes as an embedded one.)
-//! - **One `RedisModule_Replicate` with a static format** (`"sbcl"`: the key
-//!   as it came, the value's bytes, `PXAT`, the time as an integer): no Rust
-//!   allocation, no number formatting; Redis builds the four objects it
-//!   propagates (and frees them at once when no replica or AOF listens).
+//!   takes the same 48 bytes of jemalloc classes as an embedded one; the
+//!   lean script's `SET` stores an integer-encoded value, 16 bytes, which
+//!   no module API makes or reads without `RedisModule_Call`: see
+//!   `BENCHMARKS.md`, bytes per key.)
+//! - **One `RedisModule_Replicate` with a static format** (`"sbss"`: the
+//!   key as it came, the value's bytes, `PXAT`, the time): no Rust
+//!   allocation. `PXAT` is one string made at load, and the time's string
+//!   is kept and reused while admissions expire at the same millisecond
+//!   (every new key of a quota, a hot key): Redis takes references to
+//!   them instead of making new strings. What remains is Redis's own work
+//!   in `RedisModule_Replicate`, which this module cannot avoid: looking
+//!   the command up (three allocations in 7.0), the argument vector, the
+//!   command name and the value's copy (about 2,000 instructions per
+//!   admission, profiled with callgrind, see `BENCHMARKS.md`), even on a
+//!   server without replicas or AOF, where Redis then drops it. We keep
+//!   it: that Redis has no listener is not visible to a module (a
+//!   replication backlog outlives its replicas, and one is created at
+//!   load), and a write that misses a replica is the inexactness this
+//!   module exists to avoid.
 //! - **Not `RedisModule_ReplicateVerbatim`**: the decision depends on the
 //!   master's clock, so a replica re-running `TOLLGATE.DECIDE` would decide
 //!   on its own clock and state (and would need the module). Effects are
@@ -42,70 +56,26 @@
 //!
 //! # Safety
 //!
-//! Three calls of Redis's module API have no safe wrapper in the SDK
+//! Four calls of Redis's module API have no safe wrapper in the SDK
 //! ([`redis_module`]): `RedisModule_SetAbsExpire`, the variadic
-//! `RedisModule_Replicate` with our own format, and the slice over a DMA
-//! buffer. Each `unsafe` block states what makes it sound; all run on
-//! Redis's main thread inside the command's call, with the command's
-//! context and a key handle this module opened and has not closed.
+//! `RedisModule_Replicate` with our own format, and
+//! `RedisModule_CreateString`/`FreeString` without a context for the
+//! strings kept between commands (the key handles are in
+//! [`crate::handle`]). Each `unsafe` block states what makes it sound; all
+//! run on Redis's main thread inside a command's call (or the module's
+//! load), with that call's context and a key handle this module opened and
+//! has not closed.
 
-use std::ffi::{c_char, c_longlong};
-use std::ptr::NonNull;
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 
-use redis_module::{Context, RedisString, raw};
+use redis_module::raw;
 
-/// A key opened for writing through the raw API, closed on drop.
-struct WriteKey(NonNull<raw::RedisModuleKey>);
-
-impl WriteKey {
-    fn open(ctx: &Context, key: &RedisString) -> Option<WriteKey> {
-        let mode = raw::KeyMode::READ | raw::KeyMode::WRITE;
-        NonNull::new(raw::open_key(ctx.get_raw(), key.inner, mode)).map(WriteKey)
-    }
-
-    fn raw(&self) -> *mut raw::RedisModuleKey {
-        self.0.as_ptr()
-    }
-
-    /// The string's DMA buffer for writing; `None` for another type.
-    fn buffer(&mut self) -> Option<&mut [u8]> {
-        let mut len = 0;
-        let ptr = raw::string_dma(self.raw(), &mut len, raw::KeyMode::WRITE);
-        if ptr.is_null() {
-            return None;
-        }
-        if len == 0 {
-            // An empty key's buffer is a read-only literal: never written.
-            return Some(&mut []);
-        }
-        // SAFETY: `RedisModule_StringDMA` returned a non-null pointer to the
-        // key's own string of `len` bytes, unshared for writing (mode
-        // WRITE); it stays valid until the key is modified or closed, which
-        // needs `&mut self` or `self`: the borrow of the slice prevents both.
-        Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
-    }
-
-    fn delete(&self) {
-        if let Some(delete) = {
-            // SAFETY: a plain read (a copy) of the function pointer that
-            // `RedisModule_Init` filled in when the module was loaded.
-            unsafe { raw::RedisModule_DeleteKey }
-        } {
-            // SAFETY: `self` is an open key handle, opened for writing.
-            unsafe { delete(self.raw()) };
-        }
-    }
-}
-
-impl Drop for WriteKey {
-    fn drop(&mut self) {
-        raw::close_key(self.raw());
-    }
-}
+use crate::handle::{Arg, WriteKey};
 
 /// Sets the string `key` to `value`, expiring at `at_ms` (Unix time, ms),
 /// and replicates `SET key value PXAT at_ms`.
-pub(crate) fn set_string(ctx: &Context, key: &RedisString, value: &[u8], at_ms: i64) {
+pub(crate) fn set_string(ctx: *mut raw::RedisModuleCtx, key: Arg, value: &[u8], at_ms: i64) {
     {
         let Some(mut handle) = WriteKey::open(ctx, key) else {
             return;
@@ -155,29 +125,136 @@ fn set_abs_expire(handle: &WriteKey, at_ms: i64) {
     }
 }
 
+/// The `PXAT` argument of every replicated `SET`, made once when the
+/// module is loaded ([`init`]): Redis takes a reference to it for each
+/// replicated command instead of a new string.
+static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The last replicated expiry time and its string: admissions in the same
+/// millisecond with the same TTL (every new key of a quota, a hot key's
+/// admissions) share one, a reference instead of a new string each.
+/// Touched only by commands, which Redis runs one at a time on its main
+/// thread: `Relaxed` suffices, there is no other thread to order with.
+static LAST_AT: AtomicI64 = AtomicI64::new(i64::MIN);
+static LAST_AT_STRING: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the replicated command's constant argument (at load, on Redis's
+/// main thread).
+pub(crate) fn init() {
+    // Release: published once at load, before any command runs; commands
+    // read it on the same thread, with Acquire.
+    PXAT.store(create_string(b"PXAT"), Ordering::Release);
+}
+
+/// Frees the strings kept between commands (at unload, on Redis's main
+/// thread, after the last command).
+pub(crate) fn deinit() {
+    LAST_AT.store(i64::MIN, Ordering::Relaxed);
+    for kept in [&PXAT, &LAST_AT_STRING] {
+        // Relaxed: the main thread, after every command (see `LAST_AT`).
+        let string = kept.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        free_string(string);
+    }
+}
+
+/// Drops this module's reference to `string` (made without a context);
+/// a replicated command still queued holds its own, so the string lives
+/// until it is sent. Null: nothing.
+fn free_string(string: *mut raw::RedisModuleString) {
+    if string.is_null() {
+        return;
+    }
+    // SAFETY: a plain read (a copy) of the function pointer that
+    // `RedisModule_Init` filled in when the module was loaded.
+    if let Some(free) = unsafe { raw::RedisModule_FreeString } {
+        // SAFETY: our own reference to a string made without a context,
+        // so freed without one.
+        unsafe { free(std::ptr::null_mut(), string) };
+    }
+}
+
+/// A string that lives until freed (no context: not auto-memory managed);
+/// null on a server that lacks the call.
+fn create_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
+    // SAFETY: a plain read (a copy) of the function pointer that
+    // `RedisModule_Init` filled in when the module was loaded.
+    let Some(create) = (unsafe { raw::RedisModule_CreateString }) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: no context (NULL) is allowed and means no auto memory; the
+    // buffer is `bytes`, which Redis copies.
+    unsafe {
+        create(
+            std::ptr::null_mut(),
+            bytes.as_ptr().cast::<c_char>(),
+            bytes.len(),
+        )
+    }
+}
+
+/// The string of `at_ms` for the replicated `SET`: the last one if the same
+/// time, else a new one that replaces it (null if none could be made).
+fn at_string(at_ms: i64) -> *mut raw::RedisModuleString {
+    let last = LAST_AT_STRING.load(Ordering::Relaxed);
+    if LAST_AT.load(Ordering::Relaxed) == at_ms && !last.is_null() {
+        return last;
+    }
+    let mut digits = itoa::Buffer::new();
+    let fresh = create_string(digits.format(at_ms).as_bytes());
+    free_string(last);
+    LAST_AT_STRING.store(fresh, Ordering::Relaxed);
+    LAST_AT.store(at_ms, Ordering::Relaxed);
+    fresh
+}
+
 /// `SET key value PXAT at_ms` to the replicas and the AOF.
-fn replicate_set(ctx: &Context, key: &RedisString, value: &[u8], at_ms: i64) {
+fn replicate_set(ctx: *mut raw::RedisModuleCtx, key: Arg, value: &[u8], at_ms: i64) {
     // SAFETY: a plain read (a copy) of the function pointer that
     // `RedisModule_Init` filled in when the module was loaded.
     let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
-    // SAFETY: the context is the running command's; the command name and
-    // the format are NUL-terminated literals; the variadic arguments match
-    // the format exactly: `s` a `RedisModuleString*` (the command's own key
-    // argument, alive for the call), `b` a `char*` and its `size_t` length
-    // (`value`, alive for the call; Redis copies it), `c` a NUL-terminated
-    // `char*`, `l` a `long long`.
+    // Acquire: pairs with the Release of `init` (see there).
+    let pxat = PXAT.load(Ordering::Acquire);
+    let at = at_string(at_ms);
+    if !pxat.is_null() && !at.is_null() {
+        // SAFETY: the context is the running command's; the command name
+        // and the format are NUL-terminated literals; the variadic
+        // arguments match the format exactly: `s` a `RedisModuleString*`
+        // (the command's own key argument, alive for the call; `PXAT` and
+        // the time, alive until this module frees them: Redis takes its
+        // own references to all three), `b` a `char*` and its `size_t`
+        // length (the value, alive for the call; Redis copies it).
+        unsafe {
+            replicate(
+                ctx,
+                c"SET".as_ptr(),
+                c"sbss".as_ptr(),
+                key.0,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                pxat,
+                at,
+            );
+        }
+        return;
+    }
+    let mut digits = itoa::Buffer::new();
+    let at = digits.format(at_ms).as_bytes();
+    // SAFETY: as above, with `c` a NUL-terminated `char*` and the time's
+    // digits as a `b` buffer (on the stack, alive for the call; Redis
+    // copies them).
     unsafe {
         replicate(
-            ctx.get_raw(),
+            ctx,
             c"SET".as_ptr(),
-            c"sbcl".as_ptr(),
-            key.inner,
+            c"sbcb".as_ptr(),
+            key.0,
             value.as_ptr().cast::<c_char>(),
             value.len(),
             c"PXAT".as_ptr(),
-            c_longlong::from(at_ms),
+            at.as_ptr().cast::<c_char>(),
+            at.len(),
         );
     }
 }

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 
 use crate::args::{Call, Op, Params};
-use crate::store::{Fields, Store, lua_number};
+use crate::store::{Fields, Store, lua_number, plain_integer};
 
 /// The clock of a call.
 #[derive(Clone, Copy, Debug)]
@@ -56,8 +56,26 @@ impl Clock {
 }
 
 fn cdiv(a: i128, b: i128) -> i128 {
-    let q = a / b;
-    if a % b > 0 { q + 1 } else { q }
+    let (q, r) = div_rem(a, b);
+    if r > 0 { q + 1 } else { q }
+}
+
+/// `a / b` and `a % b` (truncating), in `i64` where both fit (every call
+/// within the contract's bounds): an `i128` division is a library call,
+/// several times slower, on the decision's hot path.
+fn div_rem(a: i128, b: i128) -> (i128, i128) {
+    match (i64::try_from(a), i64::try_from(b)) {
+        (Ok(a), Ok(b)) if b != 0 && !(a == i64::MIN && b == -1) => {
+            (i128::from(a / b), i128::from(a % b))
+        }
+        _ => (a / b, a % b),
+    }
+}
+
+/// `a mod b` in `[0, |b|)`, as [`div_rem`] in `i64` where it fits.
+fn rem_euclid(a: i128, b: i128) -> i128 {
+    let r = div_rem(a, b).1;
+    if r < 0 { r + b.abs() } else { r }
 }
 
 /// 2^53: every stored number the scripts accept is below it.
@@ -65,6 +83,10 @@ const EXACT: f64 = 9_007_199_254_740_992.0;
 
 /// A whole number in `[0, 2^53)` (the scripts' `nat`).
 fn nat(raw: &[u8]) -> Option<i128> {
+    // Plain digits, read as `lua_number` reads them, without the double.
+    if let Some(v) = plain_integer(raw) {
+        return (v < 1 << 53).then_some(i128::from(v));
+    }
     let v = lua_number(raw)?;
     #[allow(clippy::cast_possible_truncation)] // Whole and below 2^53: exact.
     ((0.0..EXACT).contains(&v) && v.fract() == 0.0).then_some(v as i128)
@@ -187,11 +209,11 @@ pub(crate) fn load(
             // in the past) in the last 2·10^15 ticks below M.
             let us = c.unit * scale;
             let modulus = m * us;
-            let cur = c.now % m * us;
+            let cur = div_rem(c.now, m).1 * us;
             let mut debt = 0;
-            if let Some(tat) = store.get(i).ok().flatten().as_deref().and_then(nat) {
+            if let Some(tat) = store.get(i).ok().flatten().and_then(nat) {
                 if tat < modulus {
-                    let d = (tat - cur).rem_euclid(modulus);
+                    let d = rem_euclid(tat - cur, modulus);
                     if d <= modulus - 2_000_000_000_000_000 {
                         debt = d;
                     }
@@ -203,7 +225,7 @@ pub(crate) fn load(
             let mut window = c.now / period;
             let mut count = 0;
             let stored = store.get(i).ok().flatten();
-            if let Some((w, n)) = stored.as_deref().and_then(window_pair) {
+            if let Some((w, n)) = stored.and_then(window_pair) {
                 // Anything else is foreign: read as no state. An earlier
                 // reading is decided in the stored window (no re-credit).
                 #[allow(clippy::cast_precision_loss)] // limit < 2^53: exact.
@@ -520,7 +542,7 @@ fn gcra_store(
     if debt <= 0 {
         store.del(i);
     } else {
-        let tat = (cur + debt) % modulus;
+        let tat = div_rem(cur + debt, modulus).1;
         // Formatted on the stack: the admission's hot path allocates nothing.
         let mut digits = itoa::Buffer::new();
         store.set(i, digits.format(tat), c.ttl_ms(cdiv(debt, scale)));

@@ -5,11 +5,19 @@
 -- tables but a marker's reply, no closures, one GET and at most one SET.
 local A = ARGV
 local num = tonumber
-local op, cost, slack, stamp = A[1], num(A[3]), num(A[4]), num(A[5])
-local scale, iv, cap, m = num(A[7]), num(A[8]), num(A[9]), num(A[10])
-local x = A[11] == '0' and 0 or num(A[11]) -- the client's '0' without a call
+-- The values the client nearly always sends (cost 1, stamp and x 0, scale
+-- 1, its default slack of 10 ms and the modulus m of scale 1 on the
+-- server's clock) without a call: `tonumber` is a C call and a `strtod`,
+-- comparing two (interned) strings is not.
+local op = A[1]
+local cost = A[3] == '1' and 1 or num(A[3])
+local slack = A[4] == '10' and 10 or num(A[4])
+local stamp = A[5] == '0' and 0 or num(A[5])
+local scale = A[7] == '1' and 1 or num(A[7])
+local iv, cap = num(A[8]), num(A[9])
+local m = A[10] == '9000000000000' and 9000000000000 or num(A[10])
+local x = A[11] == '0' and 0 or num(A[11])
 local now, us = A[2], scale
-local fmod = math.fmod
 if now == '' then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
@@ -36,8 +44,13 @@ if not (now and cost and slack and stamp and scale and iv and cap and m and x
 end
 local M = m * us
 -- The TAT modulo M, now modulo M: the debt is their difference modulo M, read
--- as 0 (a TAT in the past) in the last 2e15 ticks below M.
-local cur = fmod(now, m) * us
+-- as 0 (a TAT in the past) in the last 2e15 ticks below M. `a % b` is
+-- Lua's `a - floor(a / b) * b`, exact here where `math.fmod` is a C call:
+-- for whole 0 <= a < 2^53 and b >= 1, a / b errs by at most a / b * 2^-53
+-- < 1 / b, less than its distance to any integer it is not, so the floor
+-- is the true quotient's and the product and difference are whole and
+-- below 2^53.
+local cur = (now % m) * us
 local debt = 0
 local raw = redis.pcall('GET', KEYS[1])
 local tat = num(raw)
@@ -63,12 +76,14 @@ local wanted = debt + cost * iv
 if wanted > cap then return -1 - debt end
 if op == 'c' and cost > 0 then
   local d = scale * 1000000
-  local r = fmod(wanted, d)
+  local r = wanted % d -- exact, as above: wanted <= cap < 2^52
   local ttl = (wanted - r) / d + slack
   if r > 0 then ttl = ttl + 1 end
   -- (cur + wanted) mod M, without forming a sum above 2^53.
   local tat = wanted - (M - cur)
   if tat < 0 then tat = tat + M end
-  redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', ttl)
+  -- The number itself: Redis writes it with '%.17g', the digits of an
+  -- integer below 2^53 as '%d' would (no string.format call).
+  redis.call('SET', KEYS[1], tat, 'PX', ttl)
 end
 return wanted
