@@ -171,6 +171,9 @@ pub(crate) struct Shared {
     pub(crate) observer: Option<Arc<dyn RedisObserver>>,
     /// Dry-run (shadow): see [`RedisLimiter::is_dry_run`].
     pub(crate) dry_run: AtomicBool,
+    /// `WAIT`'s arguments when admissions wait for replicas (see
+    /// [`durability`](crate::durability)).
+    pub(crate) wait: Option<(u32, u64)>,
 }
 
 impl std::fmt::Debug for RedisLimiter {
