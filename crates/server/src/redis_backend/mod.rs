@@ -288,7 +288,8 @@ impl RedisBackend {
             .failure_policy(s.failure_policy)
             .deadline(s.deadline)
             .breaker(s.breaker)
-            .deny_cache(s.deny_cache);
+            .deny_cache(s.deny_cache)
+            .durability(s.durability);
         for limit in limits {
             builder = builder.limit(limit);
         }
