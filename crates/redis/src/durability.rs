@@ -77,14 +77,16 @@ pub enum Durability {
 }
 
 impl Durability {
-    /// Checks the setting against the limiter's `deadline`.
+    /// Checks the setting against a limiter's `deadline`, as
+    /// [`build`](crate::RedisLimiterBuilder::build) does (for a
+    /// configuration read before any limiter is built).
     ///
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] for no replica, a timeout under a
     /// millisecond or not in whole milliseconds, or one not shorter than
     /// the deadline.
-    pub(crate) fn check(&self, deadline: Duration) -> Result<(), ConfigError> {
+    pub fn check(&self, deadline: Duration) -> Result<(), ConfigError> {
         let Durability::Replicas { replicas, timeout } = *self else {
             return Ok(());
         };
