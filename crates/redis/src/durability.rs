@@ -20,7 +20,7 @@
 //! Redis answers it once `replicas` replicas hold every write made on that
 //! connection so far — the decision's among them. An **admission** that
 //! fewer replicas acknowledged within `timeout` is not answered as Redis's:
-//! it goes to the failure policy as [`Fault::Unreplicated`] (fail closed
+//! it goes to the failure policy as [`Fault::Unreplicated`](crate::Fault::Unreplicated) (fail closed
 //! refuses it, fail open admits it, a local share decides it), and counts
 //! towards the circuit breaker like an error. A **denial** stands as Redis
 //! gave it (it wrote nothing). An admission answered as Redis's is then held

@@ -16,6 +16,11 @@
 //!   ([`key`]).
 //! - **failure policy**: fail open, fail closed or a local share, with a
 //!   deadline, a circuit breaker and counters ([`policy`], [`breaker`]).
+//! - **cluster changes**: what holds while slots migrate, a master fails
+//!   over or a node joins, and the bound on over-admission when a master is
+//!   lost ([`cluster`], "Guarantees").
+//! - **durability**: an admission answered once the master applied it (the
+//!   default) or once replicas acknowledged it, `WAIT` ([`durability`]).
 //! - **deny cache**: standing denials answered locally ([`deny_cache`]).
 //! - **batcher**: the decisions of concurrent callers coalesced into one
 //!   script call per batch, each entry decided on its own
