@@ -270,6 +270,30 @@ impl ReplicatedCluster {
         }
     }
 
+    /// Polls until node `i` is a replica of master `master` with its link
+    /// up (a restarted master that lost its slots becomes one).
+    pub fn wait_replica_of(&self, i: usize, master: usize) {
+        let deadline = Instant::now() + CONVERGE;
+        let master_port = format!("master_port:{}", self.nodes[master].port);
+        loop {
+            let info = self.cli(i, &["INFO", "replication"]);
+            let lines: Vec<&str> = info.lines().map(str::trim).collect();
+            if lines.contains(&"role:slave")
+                && lines.contains(&master_port.as_str())
+                && lines.contains(&"master_link_status:up")
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never replicated {}: {info}",
+                self.nodes[i].port,
+                self.nodes[master].port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Moves `slot` to master `to` step by step, as `redis-cli --cluster
     /// reshard` does, but one key per `MIGRATE` with `pause` between keys,
     /// so that clients meet the slot half moved (`ASK`, and `TRYAGAIN`
