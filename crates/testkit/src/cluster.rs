@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{RedisServer, redis_cli};
+use crate::RedisServer;
 
 /// The hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole
 /// key, modulo 16,384), as Redis Cluster computes it.
@@ -444,15 +444,6 @@ impl ReplicatedCluster {
         let script = format!("redis.call('SET', KEYS[1], string.rep('x', {bytes})) return 1");
         let reply = self.cli(i, &["EVAL", &script, "1", &key]);
         assert_eq!(reply, "1", "ballast on {}", self.nodes[i].port);
-    }
-
-    /// The live nodes' total count of keys (`DBSIZE` of the masters).
-    pub fn master_keys(&self) -> u64 {
-        self.masters()
-            .into_iter()
-            .map(|m| redis_cli(self.nodes[m].port, &["DBSIZE"]))
-            .map(|n| n.and_then(|n| n.parse::<u64>().ok()).unwrap_or(0))
-            .sum()
     }
 }
 
