@@ -43,7 +43,8 @@
 //!   sliding window (only the current window's admissions can be repeated).
 //!   `L` is about a millisecond on a healthy link, but unbounded when the
 //!   replica falls behind; the test makes it so (the replica stopped, its
-//!   link full) and measures exactly `burst` per key. With
+//!   link full) and measures up to `burst` per key (20 of a burst of 20,
+//!   for each key that spent its whole burst during the lag). With
 //!   [`Durability::Replicas`](crate::Durability::Replicas) an admission is
 //!   answered as Redis's only once replicas hold it, and the measured
 //!   over-admission is **0**, for one extra replica acknowledgement per

@@ -57,6 +57,29 @@ use crate::limit::ConfigError;
 
 /// When an admission is answered: once the master applied it, or once
 /// replicas hold it too (see the [module docs](self)).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::{Gcra, Quota};
+/// use tollgate_redis::{Durability, FailurePolicy, Options, Redis, RedisLimiter};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = Redis::connect_cluster(&["redis://10.0.0.1:7000"], &Options::default()).await?;
+/// let limiter = RedisLimiter::builder(redis, "api")
+///     .limit(Gcra::new(Quota::per_second(100)?)?)
+///     .failure_policy(FailurePolicy::FailClosed)
+///     .deadline(Duration::from_millis(20))
+///     // Answered once one replica holds it, or refused after 5 ms.
+///     .durability(Durability::Replicas {
+///         replicas: 1,
+///         timeout: Duration::from_millis(5),
+///     })
+///     .build()?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Durability {

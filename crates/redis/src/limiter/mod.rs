@@ -43,8 +43,8 @@
 //! and its holder still spends it: add one lease, `max` permits, per node).
 //! While the failover runs, decisions follow the failure policy, whose local
 //! share admits at most `share` of each quota per node over the outage.
-//! Measured on a real cluster, with a replica made to lag: exactly `burst`
-//! per key for GCRA (see [`cluster`](crate::cluster), "Guarantees");
+//! Measured on a real cluster, with a replica made to lag: up to `burst`
+//! per key for GCRA, a key's whole burst when the lag saw it spent (see [`cluster`](crate::cluster), "Guarantees");
 //! [`Durability::Replicas`](crate::Durability::Replicas) brings it to 0, at
 //! the cost of a replica's acknowledgement per check
 //! ([`durability`](crate::durability)).
