@@ -11,7 +11,8 @@
 //! script — is sent again after a short pause (1 ms, doubling to 16 ms)
 //! until its deadline, because a slot migration can keep a call bouncing
 //! longer than the client's few retries (measured: 10 decisions of 3,300
-//! lost that way during a 12-slot migration, before this).
+//! lost that way during a 12-slot migration, before this). The controls'
+//! calls (reset, refund, penalty, lists) are sent again the same way.
 //!
 //! # Guarantees
 //!

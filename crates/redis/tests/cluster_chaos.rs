@@ -17,7 +17,7 @@ mod load;
 use std::time::{Duration, Instant};
 
 use admissions::worst;
-use load::{Load, Tally};
+use load::{Controls, Load, Tally};
 use tollgate::{FixedWindow, Gcra, Quota};
 use tollgate_redis::{Durability, FailurePolicy, Options, Redis, RedisConfig, RedisLimiter};
 use tollgate_testkit::{ReplicatedCluster, key_slot};
@@ -134,7 +134,10 @@ async fn slots_migrating_under_load_lose_no_decision_and_admit_within_the_limits
         .build()
         .unwrap();
     let lean_keys = keys_in(&lean, &slots, 36);
-    let multi_keys = keys_in(&multi, &slots, 36);
+    let mut multi_keys = keys_in(&multi, &slots, 48);
+    // Keys of their own for controls (a refund gives permits back: not
+    // counted).
+    let control_keys = multi_keys.split_off(36);
     let check_bounds = |what: &str, lean_tally: &Tally, multi_tally: &Tally| {
         let lean_excess = lean_tally.admissions.fixed_window_excess(5, window);
         let gcra_excess = multi_tally.admissions.gcra_excess(4, 20.0);
@@ -152,6 +155,7 @@ async fn slots_migrating_under_load_lose_no_decision_and_admit_within_the_limits
     };
 
     // 1. Between two masters.
+    let controls = Controls::start(multi.clone(), control_keys.clone());
     let lean_load = Load::start(lean.clone(), lean_keys.clone(), 3, Duration::from_millis(2));
     let multi_load = Load::start(
         multi.clone(),
@@ -173,9 +177,14 @@ async fn slots_migrating_under_load_lose_no_decision_and_admit_within_the_limits
     .await;
     cluster = cluster_back;
     let (lean_tally, multi_tally) = (lean_load.stop().await, multi_load.stop().await);
+    let (refunds, failed) = controls.stop().await;
     println!(
-        "migration between masters: {moved} keys moved in {} slots",
+        "migration between masters: {moved} keys moved in {} slots; {refunds} refunds, failed {failed:?}",
         slots.len()
+    );
+    assert!(
+        refunds > 100 && failed.is_empty(),
+        "controls lost: {failed:?} of {refunds}"
     );
     all_by_redis("migration, lean script", &lean_tally);
     all_by_redis("migration, two-key script", &multi_tally);

@@ -261,7 +261,20 @@ impl RedisLimiter {
             return Err(Fault::Overloaded);
         };
         let mut connection = s.redis.connection();
-        let call = script::run(&mut connection, which, keys, args);
+        // As a decision's call (see `cluster`): sent again while a changing
+        // cluster refuses it before running it.
+        let call = async {
+            let mut pause = cluster::FIRST_PAUSE;
+            loop {
+                match script::run(&mut connection, which, keys, &args).await {
+                    Err(e) if s.redis.is_cluster() && cluster::refused_before_running(&e) => {
+                        tokio::time::sleep(pause).await;
+                        pause = cluster::next_pause(pause);
+                    }
+                    reply => break reply,
+                }
+            }
+        };
         let fault = match tokio::time::timeout(s.deadline, call).await {
             Ok(Ok(reply)) => {
                 s.breaker.success();

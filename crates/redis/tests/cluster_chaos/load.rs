@@ -164,3 +164,45 @@ impl fmt::Display for Tally {
         )
     }
 }
+
+/// One task that checks then refunds keys in turn (a refund is a control
+/// script on every key of the limiter, and keeps the keys), counting the
+/// controls that failed.
+pub struct Controls {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(u64, BTreeMap<String, u64>)>,
+}
+
+impl Controls {
+    /// Starts the task on `keys`.
+    pub fn start(limiter: RedisLimiter, keys: Vec<String>) -> Controls {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let stop = Arc::clone(&stop);
+            async move {
+                let (mut calls, mut failed) = (0, BTreeMap::new());
+                // Relaxed: as in `Load::start`.
+                for key in keys.iter().cycle() {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let _ = limiter.check(key).await;
+                    calls += 1;
+                    if let Err(e) = limiter.refund(key, 1).await {
+                        *failed.entry(format!("{e:?}")).or_default() += 1;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                (calls, failed)
+            }
+        });
+        Controls { stop, task }
+    }
+
+    /// Stops the task: the controls sent, and the failures by error.
+    pub async fn stop(self) -> (u64, BTreeMap<String, u64>) {
+        // Relaxed: as in `Load::start`.
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("the controls task")
+    }
+}
