@@ -29,6 +29,10 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// a loaded machine, short against the test.
 const DEADLINE: Duration = Duration::from_secs(2);
 
+/// How late a decision answered at its deadline may be seen by its task on
+/// a loaded machine.
+const SCHEDULING: Duration = Duration::from_secs(1);
+
 async fn connect(cluster: &ReplicatedCluster) -> Redis {
     let mut config = RedisConfig::cluster(cluster.urls());
     // The defaults but the timeouts, which a loaded machine needs longer.
@@ -93,7 +97,7 @@ fn all_by_redis(what: &str, tally: &Tally) {
         "{what}: decisions lost to errors: {tally}"
     );
     assert!(
-        tally.slowest < DEADLINE + Duration::from_millis(500),
+        tally.slowest < DEADLINE + SCHEDULING,
         "{what}: a call outlived its deadline: {tally}"
     );
 }
@@ -308,10 +312,7 @@ async fn failovers_under_load_stay_within_the_stated_bound() {
     let excess = tally.admissions.gcra_excess(4, 20.0);
     println!("manual failover: over-admission per key {}", worst(&excess));
     assert_eq!(worst(&excess), 0, "{excess:?}");
-    assert!(
-        tally.slowest < DEADLINE + Duration::from_millis(500),
-        "{tally}"
-    );
+    assert!(tally.slowest < DEADLINE + SCHEDULING, "{tally}");
 
     // 2. and 3. A master killed while its replica lags, without and with
     // WAIT. GCRA with a burst of 20 and 20 an hour: the lagging replica
@@ -335,10 +336,13 @@ async fn failovers_under_load_stay_within_the_stated_bound() {
         // own memory, which the kill loses.
         let stopped = Instant::now();
         cluster.nodes[replica].signal("-STOP");
+        // (a stopped reader's receive buffer does not grow: it stays near its
+        // size when it stopped, 128 KiB by default)
         cluster.fill_replication_link(victim, 16 << 20);
+        let lagging = Instant::now();
         let load = Load::start(slow.clone(), keys.clone(), 4, Duration::from_millis(1));
         let whole_bursts = keys.len() as u64 * burst;
-        while load.admitted() < whole_bursts && stopped.elapsed() < Duration::from_millis(700) {
+        while load.admitted() < whole_bursts && lagging.elapsed() < Duration::from_millis(700) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let before_kill = load.admitted();
@@ -371,10 +375,7 @@ async fn failovers_under_load_stay_within_the_stated_bound() {
             worst(&excess)
         );
         assert!(worst(&excess) <= bound, "{what}: {excess:?}");
-        assert!(
-            tally.slowest < DEADLINE + Duration::from_millis(500),
-            "{what}: {tally}"
-        );
+        assert!(tally.slowest < DEADLINE + SCHEDULING, "{what}: {tally}");
         if durable {
             assert_eq!(
                 worst(&excess),
