@@ -6,8 +6,10 @@
 //! Every limiter here fails closed, so the failure policy admits nothing:
 //! any admission beyond a bound was Redis's. Deadlines are generous (a
 //! loaded 2-core machine runs the cluster, the load and the changes): what
-//! is asserted is where each decision came from and the bounds, never a
-//! timing. The two tests take one cluster each and run one at a time.
+//! is asserted is where each decision came from, the bounds, and that each
+//! call returned by its deadline (with a second's slack for the scheduler),
+//! never a speed. The two tests take one cluster each and run one at a
+//! time.
 
 #[path = "cluster_chaos/admissions.rs"]
 mod admissions;
