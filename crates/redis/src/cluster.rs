@@ -12,7 +12,8 @@
 //! until its deadline, because a slot migration can keep a call bouncing
 //! longer than the client's few retries (measured: 10 decisions of 3,300
 //! lost that way during a 12-slot migration, before this). The controls'
-//! calls (reset, refund, penalty, lists) are sent again the same way.
+//! calls (reset, refund, penalty, lists), the concurrency limiter's and
+//! the Lyft layout's are sent again the same way.
 //!
 //! # Guarantees
 //!
@@ -55,9 +56,10 @@
 //!   it connects to the new node; `NOSCRIPT` there is answered by `EVAL`,
 //!   see [`script`](crate::script)), exactly, as any migration.
 
+use std::future::Future;
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 /// The first pause before a call refused by a changing cluster is sent
 /// again.
@@ -79,6 +81,26 @@ pub(crate) fn refused_before_running(e: &RedisError) -> bool {
                 | ServerErrorKind::ClusterDown
         )
     )
+}
+
+/// Runs `call` until, on a `cluster`, Redis no longer refuses it before
+/// running it ([`refused_before_running`]), pausing [`FIRST_PAUSE`],
+/// doubling to [`MAX_PAUSE`], between attempts. Unbounded: every caller
+/// runs it within its deadline.
+pub(crate) async fn resent<T, F: Future<Output = RedisResult<T>>>(
+    cluster: bool,
+    mut call: impl FnMut() -> F,
+) -> RedisResult<T> {
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match call().await {
+            Err(e) if cluster && refused_before_running(&e) => {
+                tokio::time::sleep(pause).await;
+                pause = next_pause(pause);
+            }
+            reply => return reply,
+        }
+    }
 }
 
 /// The pause after `pause`: doubled, at most [`MAX_PAUSE`].

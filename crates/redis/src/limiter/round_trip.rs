@@ -260,21 +260,11 @@ impl RedisLimiter {
         let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
             return Err(Fault::Overloaded);
         };
-        let mut connection = s.redis.connection();
         // As a decision's call (see `cluster`): sent again while a changing
         // cluster refuses it before running it.
-        let call = async {
-            let mut pause = cluster::FIRST_PAUSE;
-            loop {
-                match script::run(&mut connection, which, keys, &args).await {
-                    Err(e) if s.redis.is_cluster() && cluster::refused_before_running(&e) => {
-                        tokio::time::sleep(pause).await;
-                        pause = cluster::next_pause(pause);
-                    }
-                    reply => break reply,
-                }
-            }
-        };
+        let call = cluster::resent(s.redis.is_cluster(), || async {
+            script::run(&mut s.redis.connection(), which, keys, &args).await
+        });
         let fault = match tokio::time::timeout(s.deadline, call).await {
             Ok(Ok(reply)) => {
                 s.breaker.success();
