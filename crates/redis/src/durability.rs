@@ -24,11 +24,20 @@
 //! refuses it, fail open admits it, a local share decides it), and counts
 //! towards the circuit breaker like an error. A **denial** stands as Redis
 //! gave it (it wrote nothing). An admission answered as Redis's is then held
-//! by `replicas` replicas; the replica Redis Cluster or Sentinel promotes is
-//! the most up to date one, so with every master's replicas at least
-//! `replicas` strong, a failover forgets no admission that was answered:
-//! the over-admission of the failover is **0**, and what remains is the
-//! policy's own (nothing with fail closed).
+//! by `replicas` replicas; Redis Cluster promotes the replica furthest in
+//! the replication stream (it ranks them by offset; Sentinel does too, after
+//! their configured priority), so with `replicas` equal to each master's
+//! count of replicas, a failover forgets no admission that was answered:
+//! the over-admission of the failover is **0** (measured: see
+//! [`cluster`](crate::cluster)), and what remains is the policy's own
+//! (nothing with fail closed). With fewer, the bound holds for the
+//! admissions that reached none of the promoted replica: Redis's own
+//! caveat, `WAIT` does not make Redis strongly consistent, applies.
+//!
+//! The cost is availability as well as latency: a master left without
+//! `replicas` replicas (its replica promoted elsewhere, or down) admits
+//! nothing by Redis; every admission goes to the policy until a replica
+//! is back.
 //!
 //! # Decisions
 //!
@@ -40,6 +49,8 @@
 //! - **Checks and leases wait; peeks and refunds do not**: a peek writes
 //!   nothing, and a refund lost in a failover leaves fewer permits, never
 //!   more. Controls (reset, refund, penalty, lists) do not wait either.
+//! - **Per rate limiter**: the concurrency limiter
+//!   ([`concurrency`](crate::concurrency)) does not take this setting.
 //! - **Not batched**: a limiter that waits never joins a
 //!   [`Batcher`](crate::Batcher)'s batches (one `WAIT` per batch would hold
 //!   every entry for the slowest replica); its decisions take its own path.
