@@ -253,9 +253,9 @@ impl Redis {
 
     /// One decision on `connection`, by the module or else by `script`
     /// (see [`module`]); `args` appends the script's arguments.
-    pub(crate) async fn decide(
+    pub(crate) async fn decide<C: ConnectionLike + Send>(
         &self,
-        connection: &mut Connection,
+        connection: &mut C,
         script: Script,
         keys: &[Vec<u8>],
         args: impl Fn(&mut Cmd),

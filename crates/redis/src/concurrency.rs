@@ -441,8 +441,11 @@ async fn call(
         .arg(s.limit)
         .arg(ttl_ms)
         .arg(now);
-    let mut connection = s.redis.connection();
-    let reply: Vec<i64> = invocation.invoke_async(&mut connection).await?;
+    // Sent again while a changing cluster refuses it (see `cluster`).
+    let reply: Vec<i64> = crate::cluster::resent(s.redis.is_cluster(), || async {
+        invocation.invoke_async(&mut s.redis.connection()).await
+    })
+    .await?;
     match reply[..] {
         [a, b, c] => Ok([a, b, c]),
         _ => Err(redis::RedisError::from((

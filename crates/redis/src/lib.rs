@@ -16,6 +16,11 @@
 //!   ([`key`]).
 //! - **failure policy**: fail open, fail closed or a local share, with a
 //!   deadline, a circuit breaker and counters ([`policy`], [`breaker`]).
+//! - **cluster changes**: what holds while slots migrate, a master fails
+//!   over or a node joins, and the bound on over-admission when a master is
+//!   lost ([`cluster`], "Guarantees").
+//! - **durability**: an admission answered once the master applied it (the
+//!   default) or once replicas acknowledged it, `WAIT` ([`durability`]).
 //! - **deny cache**: standing denials answered locally ([`deny_cache`]).
 //! - **batcher**: the decisions of concurrent callers coalesced into one
 //!   script call per batch, each entry decided on its own
@@ -60,11 +65,13 @@ pub mod backend;
 pub mod breaker;
 pub mod calendar;
 pub mod carry;
+pub mod cluster;
 pub mod concurrency;
 pub mod config;
 mod connect;
 pub mod controls;
 pub mod deny_cache;
+pub mod durability;
 pub mod key;
 pub mod lease;
 pub mod limit;
@@ -80,6 +87,7 @@ pub use breaker::BreakerConfig;
 pub use calendar::{CalendarUnit, CalendarWindow};
 pub use config::{Options, RedisConfig, Secret, SentinelConfig, Target, TlsConfig};
 pub use controls::ControlError;
+pub use durability::Durability;
 pub use lease::LeaseConfig;
 pub use limit::{ConfigError, Limit};
 pub use limiter::batch::{BatchStats, Batcher};

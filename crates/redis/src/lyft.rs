@@ -239,7 +239,10 @@ impl RedisLimiter {
         let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
             return Err((Fault::Overloaded, s.deadline()));
         };
-        let call = count(redis, window.key, op, hits, window.limit, window.expire);
+        // Sent again while a changing cluster refuses it (see `cluster`).
+        let call = crate::cluster::resent(redis.is_cluster(), || {
+            count(redis, window.key, op, hits, window.limit, window.expire)
+        });
         let fault = match tokio::time::timeout(s.deadline(), call).await {
             Ok(Ok(counted)) => {
                 s.breaker.success();

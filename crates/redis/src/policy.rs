@@ -73,6 +73,11 @@ pub enum Fault {
     /// state the script cannot read is not an error: see
     /// [`script`](crate::script), "Foreign values".)
     Script,
+    /// With [`Durability::Replicas`](crate::Durability::Replicas): Redis
+    /// admitted, but fewer replicas than asked acknowledged the admission
+    /// within the `WAIT` timeout, so a failover could forget it. It counts
+    /// towards the breaker, like an error.
+    Unreplicated,
 }
 
 /// Where a decision came from.
@@ -109,6 +114,9 @@ pub struct Stats {
     pub policy_overloaded: u64,
     /// Taken by the policy because the script answered with an error.
     pub policy_script: u64,
+    /// Taken by the policy because too few replicas acknowledged an
+    /// admission (see [`Durability`](crate::Durability)).
+    pub policy_unreplicated: u64,
     /// Of the policy's decisions, how many admitted.
     pub policy_allowed: u64,
     /// Of the policy's decisions, how many denied.
@@ -133,6 +141,7 @@ pub(crate) struct Counters {
     breaker_open: AtomicU64,
     overloaded: AtomicU64,
     script: AtomicU64,
+    unreplicated: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
 }
@@ -157,6 +166,7 @@ impl Counters {
                     Fault::BreakerOpen => &self.breaker_open,
                     Fault::Overloaded => &self.overloaded,
                     Fault::Script => &self.script,
+                    Fault::Unreplicated => &self.unreplicated,
                 }
             }
         };
@@ -177,6 +187,7 @@ impl Counters {
             policy_breaker_open: load(&self.breaker_open),
             policy_overloaded: load(&self.overloaded),
             policy_script: load(&self.script),
+            policy_unreplicated: load(&self.unreplicated),
             policy_allowed: load(&self.allowed),
             policy_denied: load(&self.denied),
         }

@@ -1,12 +1,16 @@
 //! Test support shared by tollgate's crates (a dev-dependency only, never
 //! published): real `redis-server` processes on free loopback ports, killed
-//! on drop, and a 3-master Redis Cluster. `.ci/deps` installs
+//! on drop, a 3-master Redis Cluster, and a cluster with replicas that a
+//! test can reshard, fail over and grow under load ([`cluster`]). `.ci/deps` installs
 //! `redis-server` and `redis-cli` where they are missing.
 //!
 //! Everything here panics on failure: it runs in tests and benchmarks,
 //! where a missing server is a broken set-up, not an error to handle.
 
+pub mod cluster;
 pub mod tls;
+
+pub use cluster::{ReplicatedCluster, key_slot};
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;

@@ -23,6 +23,7 @@ use super::leases::{self, Leases};
 use crate::backend::Redis;
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::deny_cache::DenyCache;
+use crate::durability::Durability;
 use crate::key::KeyCodec;
 use crate::lease::LeaseConfig;
 use crate::limit::{ConfigError, Limit, Unit};
@@ -51,6 +52,7 @@ impl RedisLimiter {
             carry_from: None,
             observer: None,
             dry_run: false,
+            durability: Durability::Master,
         }
     }
 }
@@ -74,6 +76,7 @@ pub struct RedisLimiterBuilder {
     carry_from: Option<(Vec<Limit>, tollgate::Carry)>,
     observer: Option<Arc<dyn RedisObserver>>,
     dry_run: bool,
+    durability: Durability,
 }
 
 impl RedisLimiterBuilder {
@@ -189,12 +192,22 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// When an admission is answered: once the master applied it, or once
+    /// replicas acknowledged it too (`WAIT`; see
+    /// [`durability`](crate::durability) for what each guarantees across a
+    /// failover, and its cost). By default, [`Durability::Master`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
     /// The limiter.
     ///
     /// # Errors
     ///
     /// [`ConfigError`] for no limits, a limit the script cannot run exactly,
-    /// a bad name or prefix, or an invalid policy or lease setting.
+    /// a bad name or prefix, or an invalid policy, lease or durability
+    /// setting.
     pub fn build(self) -> Result<RedisLimiter, ConfigError> {
         if self.limits.is_empty() {
             return Err(ConfigError::NoLimits);
@@ -204,6 +217,7 @@ impl RedisLimiterBuilder {
                 "the deadline, max_in_flight and breaker threshold must be above 0",
             ));
         }
+        self.durability.check(self.deadline)?;
         let (time, unit, clock) = match self.manual {
             Some(clock) => (
                 Time::Manual(clock.clone()),
@@ -278,6 +292,7 @@ impl RedisLimiterBuilder {
                 name: self.name.into_boxed_str(),
                 observer: self.observer,
                 dry_run: AtomicBool::new(self.dry_run),
+                wait: self.durability.wait(),
             }),
         };
         if limiter.shared.carry.is_some() {

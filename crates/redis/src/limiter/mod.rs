@@ -43,6 +43,11 @@
 //! and its holder still spends it: add one lease, `max` permits, per node).
 //! While the failover runs, decisions follow the failure policy, whose local
 //! share admits at most `share` of each quota per node over the outage.
+//! Measured on a real cluster, with a replica made to lag: up to `burst`
+//! per key for GCRA, a key's whole burst when the lag saw it spent (see [`cluster`](crate::cluster), "Guarantees");
+//! [`Durability::Replicas`](crate::Durability::Replicas) brings it to 0, at
+//! the cost of a replica's acknowledgement per check
+//! ([`durability`](crate::durability)).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -171,6 +176,9 @@ pub(crate) struct Shared {
     pub(crate) observer: Option<Arc<dyn RedisObserver>>,
     /// Dry-run (shadow): see [`RedisLimiter::is_dry_run`].
     pub(crate) dry_run: AtomicBool,
+    /// `WAIT`'s arguments when admissions wait for replicas (see
+    /// [`durability`](crate::durability)).
+    pub(crate) wait: Option<(u32, u64)>,
 }
 
 impl std::fmt::Debug for RedisLimiter {

@@ -14,6 +14,8 @@ use tollgate::{Clock, Decision};
 
 use crate::backend::Redis;
 use crate::breaker::Pass;
+use crate::cluster;
+use crate::durability::{self, Waiting};
 use crate::key::BoundedKey;
 use crate::limit::{Limit, binding};
 use crate::limiter::{RedisLimiter, Time};
@@ -106,7 +108,9 @@ impl RedisLimiter {
             Time::Server => String::new(),
             Time::Manual(clock) => clock.now().as_u64().to_string(),
         };
-        let mut connection = s.redis.connection();
+        // Admissions wait for replicas where asked (see `durability`).
+        let wait = s.wait.filter(|_| matches!(op, Op::Check | Op::Lease));
+        let mut connection = Waiting::new(s.redis.connection(), wait);
         // The module if detected, else the lean script for this shape, else
         // the general one; on `unknown command` the module falls back to the
         // same script (see `module`).
@@ -130,31 +134,48 @@ impl RedisLimiter {
             }
         };
         let carrying = self.carrying();
-        let raw = match carrying {
-            // Always the script: the module takes no previous limits.
-            Some(carry) => {
-                let mut all = keys.clone();
-                all.extend(carry.keys_of(key));
-                script::run(&mut connection, Script::Carry, &all, |cmd| {
-                    args(cmd);
-                    carry.args(cmd);
-                })
-                .await?
+        // A call a changing cluster refused before running it is sent
+        // again until the deadline (see `cluster`).
+        let mut pause = cluster::FIRST_PAUSE;
+        let raw = loop {
+            let attempt = match carrying {
+                // Always the script: the module takes no previous limits.
+                Some(carry) => {
+                    let mut all = keys.clone();
+                    all.extend(carry.keys_of(key));
+                    script::run(&mut connection, Script::Carry, &all, |cmd| {
+                        args(cmd);
+                        carry.args(cmd);
+                    })
+                    .await
+                }
+                // The module knows no calendar (see `calendar`).
+                None if s.scripts_only => script::run(&mut connection, which, &keys, &args).await,
+                None => Redis::decide(&s.redis, &mut connection, which, &keys, &args).await,
+            };
+            match attempt {
+                Err(e) if s.redis.is_cluster() && cluster::refused_before_running(&e) => {
+                    tokio::time::sleep(pause).await;
+                    pause = cluster::next_pause(pause);
+                }
+                attempt => break attempt?,
             }
-            // The module knows no calendar (see `calendar`).
-            None if s.scripts_only => script::run(&mut connection, which, &keys, args).await?,
-            None => Redis::decide(&s.redis, &mut connection, which, &keys, args).await?,
         };
         let lean = matches!(which, Script::Gcra | Script::Fixed);
         let expanded = self.expand_compact(&raw, lean, op, cost, now.parse().unwrap_or(0));
         let general = expanded.as_deref().unwrap_or(&raw);
-        self.decode(general).ok_or_else(|| {
+        let reply = self.decode(general).ok_or_else(|| {
             redis::RedisError::from((
                 redis::ErrorKind::Parse,
                 "tollgate: unexpected script reply",
                 format!("{raw:?}"),
             ))
-        })
+        })?;
+        // A denial wrote nothing: it stands whatever the replicas hold.
+        if reply.decision.is_allowed() {
+            connection.replicated()?;
+        }
+        Ok(reply)
     }
 
     /// A lean script's compact reply (one number) in the general form, for
@@ -239,8 +260,11 @@ impl RedisLimiter {
         let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
             return Err(Fault::Overloaded);
         };
-        let mut connection = s.redis.connection();
-        let call = script::run(&mut connection, which, keys, args);
+        // As a decision's call (see `cluster`): sent again while a changing
+        // cluster refuses it before running it.
+        let call = cluster::resent(s.redis.is_cluster(), || async {
+            script::run(&mut s.redis.connection(), which, keys, &args).await
+        });
         let fault = match tokio::time::timeout(s.deadline, call).await {
             Ok(Ok(reply)) => {
                 s.breaker.success();
@@ -281,10 +305,13 @@ impl RedisLimiter {
 /// the script raised ([`script::is_call_error`]), [`Fault::Timeout`] when the
 /// client gave up waiting for the reply (the connection's
 /// `response_timeout`, shorter than the deadline: it was counted as an
-/// error, issue 31 item 13), [`Fault::Error`] for any other.
+/// error, issue 31 item 13), [`Fault::Unreplicated`] for an admission too
+/// few replicas acknowledged, [`Fault::Error`] for any other.
 pub(crate) fn fault_of(e: &redis::RedisError) -> Fault {
     if script::is_call_error(e) {
         Fault::Script
+    } else if durability::is_unreplicated(e) {
+        Fault::Unreplicated
     } else if e.is_timeout() {
         Fault::Timeout
     } else {

@@ -226,9 +226,10 @@ fn backend_defaults_to_memory_and_reads_every_redis_key() {
     assert_eq!(redis.deadline, Duration::from_millis(5));
     assert_eq!(redis.leases, None);
     assert_eq!(redis.key_prefix, "tollgate");
+    assert_eq!(redis.durability, tollgate_redis::Durability::Master);
 
     let config = parse(
-        "backend:\n  cluster: [redis://a:7000, redis://b:7000]\n  failure_policy: local\n  local_share: 0.5\n  deadline: 20ms\n  breaker: {threshold: 5, open_for: 1s}\n  deny_cache: 1000\n  key_prefix: rl\n  leases: {max: 64, ttl: 50ms}\ndomain: d\n",
+        "backend:\n  cluster: [redis://a:7000, redis://b:7000]\n  failure_policy: local\n  local_share: 0.5\n  deadline: 20ms\n  breaker: {threshold: 5, open_for: 1s}\n  deny_cache: 1000\n  key_prefix: rl\n  leases: {max: 64, ttl: 50ms}\n  wait: {replicas: 1, timeout: 3ms}\ndomain: d\n",
     )
     .unwrap();
     let BackendSettings::Redis(redis) = &config.backend else {
@@ -250,6 +251,13 @@ fn backend_defaults_to_memory_and_reads_every_redis_key() {
     let leases = redis.leases.unwrap();
     assert_eq!((leases.initial, leases.max), (8, 64));
     assert_eq!(leases.ttl, Duration::from_millis(50));
+    assert_eq!(
+        redis.durability,
+        tollgate_redis::Durability::Replicas {
+            replicas: 1,
+            timeout: Duration::from_millis(3)
+        }
+    );
 }
 
 #[test]
@@ -375,6 +383,26 @@ fn bad_backend_sections() {
         (
             "backend:\n  redis: redis://a\n  leases: {initial: 0}\n",
             "leases.initial",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  wait: {replicas: 0, timeout: 2ms}\n",
+            "wait: durability: at least one replica",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  wait: {replicas: 1, timeout: 5ms}\n",
+            "shorter than the deadline",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  wait: {replicas: 1, timeout: 0s}\n",
+            "wait.timeout",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  wait: {replicas: 1, timeout: soon}\n",
+            "wait.timeout",
+        ),
+        (
+            "backend:\n  redis: redis://a\n  wait: {replicas: 1}\n",
+            "timeout",
         ),
         (
             "backend:\n  redis: redis://a\n  leases: {initial: 9, max: 8}\n",

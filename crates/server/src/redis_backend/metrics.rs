@@ -25,6 +25,7 @@ pub(super) struct Totals {
     pub(super) error: u64,
     pub(super) breaker_open: u64,
     pub(super) overloaded: u64,
+    pub(super) unreplicated: u64,
     pub(super) allowed: u64,
     pub(super) denied: u64,
 }
@@ -38,6 +39,7 @@ impl Totals {
         self.error += other.error;
         self.breaker_open += other.breaker_open;
         self.overloaded += other.overloaded;
+        self.unreplicated += other.unreplicated;
         self.allowed += other.allowed;
         self.denied += other.denied;
     }
@@ -50,6 +52,7 @@ impl Totals {
         self.error += stats.policy_error;
         self.breaker_open += stats.policy_breaker_open;
         self.overloaded += stats.policy_overloaded;
+        self.unreplicated += stats.policy_unreplicated;
         self.allowed += stats.policy_allowed;
         self.denied += stats.policy_denied;
     }
@@ -121,6 +124,7 @@ impl Collector for RedisMetrics {
                 ("error", t.error),
                 ("breaker_open", t.breaker_open),
                 ("overloaded", t.overloaded),
+                ("unreplicated", t.unreplicated),
             ] {
                 faults
                     .get_or_create(&FaultLabel {

@@ -100,10 +100,11 @@
 //! - `tollgate_redis_decisions_total{rule, source}`: decisions by who took
 //!   them, `source` = `redis`, `deny_cache`, `lease` or `policy`;
 //! - `tollgate_redis_policy_faults_total{rule, fault}`: why the policy
-//!   decided, `fault` = `timeout`, `error`, `breaker_open`, `overloaded`
-//!   (the backend errors: Redis not answering in time, answering an error,
-//!   not asked while the breaker is open, not asked because too many calls
-//!   were waiting);
+//!   decided, `fault` = `timeout`, `error`, `breaker_open`, `overloaded`,
+//!   `unreplicated` (the backend errors: Redis not answering in time,
+//!   answering an error, not asked while the breaker is open, not asked
+//!   because too many calls were waiting, an admission too few replicas
+//!   acknowledged with `wait:`);
 //! - `tollgate_redis_policy_decisions_total{rule, result}`: the policy's
 //!   answers, `result` = `allowed` or `denied`.
 
@@ -288,7 +289,8 @@ impl RedisBackend {
             .failure_policy(s.failure_policy)
             .deadline(s.deadline)
             .breaker(s.breaker)
-            .deny_cache(s.deny_cache);
+            .deny_cache(s.deny_cache)
+            .durability(s.durability);
         for limit in limits {
             builder = builder.limit(limit);
         }

@@ -49,7 +49,9 @@
 //! batcher's own [`Redis`], on a **single server**. Every other decision
 //! takes the limiter's own path, unchanged: several limits of one key
 //! (all-or-nothing by design: `decide.lua`), sliding and calendar windows,
-//! a limiter carrying state from previous limits, the native module when
+//! a limiter carrying state from previous limits, a limiter whose
+//! admissions wait for replicas ([`Durability`](crate::Durability)), the
+//! native module when
 //! it is in use (one module command is cheaper than a script), and Redis
 //! Cluster (a batch's keys live in different hash slots).
 
@@ -289,6 +291,7 @@ impl Batcher {
         ) && s.redis.same(&self.inner.redis)
             && !s.redis.is_cluster()
             && !s.redis.uses_module()
+            && s.wait.is_none()
             && !s.carry.as_ref().is_some_and(|c| c.active(s.clock.now()))
     }
 

@@ -51,6 +51,7 @@ pub enum BackendSettings {
 ///   deny_cache: 0                  # keys; 0: off
 ///   key_prefix: tollgate
 ///   leases: {initial: 8, max: 256, ttl: 100ms, max_keys: 100000}  # absent: off
+///   wait: {replicas: 1, timeout: 2ms}  # WAIT after each check; absent: off
 ///   key_layout: tollgate           # or lyft: envoyproxy/ratelimit's keys (see `KeyLayout`)
 ///   lyft: {key_prefix: '', expiration_jitter_max: 300s}  # key_layout: lyft only
 /// ```
@@ -86,6 +87,9 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// Leases, if on. By default, off.
     pub leases: Option<tollgate_redis::LeaseConfig>,
+    /// Whether an admission waits for replicas (`wait:`; see
+    /// [`tollgate_redis::durability`]). By default, it does not.
+    pub durability: tollgate_redis::Durability,
     /// How keys are named and counted. By default, tollgate's layout.
     pub key_layout: KeyLayout,
 }
@@ -135,6 +139,15 @@ struct BackendYaml {
     key_layout: Option<String>,
     #[serde(default)]
     lyft: Option<lyft::LyftYaml>,
+    #[serde(default)]
+    wait: Option<WaitYaml>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitYaml {
+    replicas: u32,
+    timeout: String,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +266,20 @@ impl TryFrom<BackendYaml> for BackendSection {
             );
         }
         let key_layout = lyft::layout(yaml.key_layout.as_deref(), yaml.lyft)?;
+        let deadline = duration_of("deadline", yaml.deadline.as_ref(), Duration::from_millis(5))?;
+        let durability = match yaml.wait {
+            None => tollgate_redis::Durability::Master,
+            Some(wait) => {
+                let durability = tollgate_redis::Durability::Replicas {
+                    replicas: wait.replicas,
+                    timeout: duration_of("wait.timeout", Some(&wait.timeout), Duration::ZERO)?,
+                };
+                durability
+                    .check(deadline)
+                    .map_err(|error| format!("wait: {error}"))?;
+                durability
+            }
+        };
         Ok(BackendSection(BackendSettings::Redis(Box::new(
             RedisSettings {
                 target,
@@ -261,11 +288,7 @@ impl TryFrom<BackendYaml> for BackendSection {
                 tls: yaml.tls.map(|TlsSection(tls)| tls),
                 module: yaml.module.map_or(ModuleUse::Detect, ModuleUse::from),
                 failure_policy,
-                deadline: duration_of(
-                    "deadline",
-                    yaml.deadline.as_ref(),
-                    Duration::from_millis(5),
-                )?,
+                deadline,
                 response_timeout: duration_of(
                     "response_timeout",
                     yaml.response_timeout.as_ref(),
@@ -282,6 +305,7 @@ impl TryFrom<BackendYaml> for BackendSection {
                 key_prefix,
                 leases,
                 key_layout,
+                durability,
             },
         ))))
     }
