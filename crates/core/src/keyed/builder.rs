@@ -3,13 +3,12 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Arc, OnceLock, Weak};
-use std::thread::Thread;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::entry::{Entry, ShardTag};
 use super::tier::{OverrideFn, Policies, Tier};
-use super::{Counters, KeyedLimiter, Shared};
+use super::{Counters, KeyedLimiter, Shared, sweeper};
 use crate::algorithm::{Algorithm, Carry};
 use crate::clock::ClockSource;
 use crate::keymap::KeyMap;
@@ -120,33 +119,14 @@ where
             ops: self.ops.build(),
         });
         if let Some(interval) = self.sweep_every {
-            let thread = spawn_sweeper(Arc::downgrade(&shared), interval);
+            let thread = sweeper::spawn(
+                "tollgate-sweeper",
+                Arc::downgrade(&shared),
+                interval,
+                Shared::sweep,
+            );
             let _ = shared.sweeper.set(thread);
         }
         KeyedLimiter { shared }
     }
-}
-
-/// Sweeps every `interval`, or at once when woken; stops when the limiter is
-/// dropped.
-fn spawn_sweeper<K, A>(shared: Weak<Shared<K, A>>, interval: Duration) -> Thread
-where
-    K: Hash + Eq + Send + Sync + 'static,
-    A: Algorithm,
-{
-    let interval = interval.max(Duration::from_millis(1));
-    std::thread::Builder::new()
-        .name("tollgate-sweeper".into())
-        .spawn(move || {
-            loop {
-                std::thread::park_timeout(interval);
-                let Some(shared) = shared.upgrade() else {
-                    return;
-                };
-                shared.sweep();
-            }
-        })
-        .expect("tollgate: failed to spawn the keyed limiter's sweeper thread")
-        .thread()
-        .clone()
 }

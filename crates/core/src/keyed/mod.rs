@@ -125,6 +125,7 @@ pub mod compact;
 mod controls;
 mod entry;
 mod operate;
+mod sweeper;
 mod tier;
 
 use std::borrow::Borrow;

@@ -131,14 +131,14 @@ mod table;
 
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
 
 pub use self::key::FixedKey;
 use self::table::{Hasher, Probe, Shard};
 use super::entry::{Answer, Mode, run, within_capacity};
-use super::{DEFAULT_SWEEP_EVERY, KeyedStats};
+use super::{DEFAULT_SWEEP_EVERY, KeyedStats, sweeper};
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, ClockSource, Nanos};
 use crate::decision::{CostError, Decision};
@@ -324,7 +324,12 @@ where
             overflowed: AtomicU64::new(0),
         });
         if let Some(interval) = self.sweep_every {
-            let thread = spawn_sweeper(Arc::downgrade(&shared), interval);
+            let thread = sweeper::spawn(
+                "tollgate-compact-sweeper",
+                Arc::downgrade(&shared),
+                interval,
+                Shared::sweep,
+            );
             let _ = shared.sweeper.set(thread);
         }
         Ok(CompactKeyedLimiter { shared })
@@ -608,28 +613,4 @@ where
         self.evicted.fetch_add(removed as u64, Ordering::Relaxed);
         removed
     }
-}
-
-/// Sweeps every `interval`, or at once when woken; stops when the limiter is
-/// dropped.
-fn spawn_sweeper<K, A>(shared: Weak<Shared<K, A>>, interval: Duration) -> Thread
-where
-    K: FixedKey,
-    A: Algorithm<Cell = AtomicU64>,
-{
-    let interval = interval.max(Duration::from_millis(1));
-    std::thread::Builder::new()
-        .name("tollgate-compact-sweeper".into())
-        .spawn(move || {
-            loop {
-                std::thread::park_timeout(interval);
-                let Some(shared) = shared.upgrade() else {
-                    return;
-                };
-                shared.sweep();
-            }
-        })
-        .expect("tollgate: failed to spawn the compact keyed limiter's sweeper thread")
-        .thread()
-        .clone()
 }
