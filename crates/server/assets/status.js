@@ -136,7 +136,7 @@ function renderBackend(backend) {
     const p = last.policy;
     rows.push(
       ["by the store / s", p.store],
-      ["by the policy / s: timeout · error · breaker open · overloaded", `${p.timeout} · ${p.error} · ${p.breaker_open} · ${p.overloaded}`],
+      ["by the policy / s: timeout · error · breaker open · overloaded · unreplicated", `${p.timeout} · ${p.error} · ${p.breaker_open} · ${p.overloaded} · ${p.unreplicated}`],
       ["policy answers / s: allowed · denied", `${p.allowed} · ${p.denied}`],
       ["policy decisions since start", backend.policy.allowed + backend.policy.denied],
     );

@@ -187,6 +187,9 @@ pub struct PolicyTotals {
     pub breaker_open: u64,
     /// Taken by the policy because too many calls were waiting.
     pub overloaded: u64,
+    /// Taken by the policy because fewer replicas than `wait:` asks for
+    /// acknowledged an admission.
+    pub unreplicated: u64,
     /// Of the policy's decisions, those that admitted.
     pub allowed: u64,
     /// Of the policy's decisions, those that denied.

@@ -245,6 +245,42 @@ descriptors:
     server.stop().await;
 }
 
+/// An admission that no replica acknowledged (`wait:` on a Redis without
+/// replicas) is counted on the status page as the policy's, `unreplicated`
+/// (before, only the Prometheus fault metric counted it).
+#[tokio::test]
+async fn status_page_counts_unreplicated_admissions() {
+    let redis = RedisServer::start();
+    let rules = "
+domain: rl
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
+";
+    let backend = redis.backend(&format!(
+        "{}  wait: {{replicas: 1, timeout: 10ms}}\n",
+        support::PATIENT
+    ));
+    let server = start_with("", &format!("{backend}{rules}")).await;
+    let base = format!("http://{}", server.http);
+    for _ in 0..3 {
+        check(&base, &[("user", "bob")], None).await;
+    }
+    let status = within(async {
+        loop {
+            let status: Value = status_json(&base, None).await.json().await.expect("json");
+            if status["backend"]["policy"]["unreplicated"].as_u64() >= Some(1) {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(status["backend"]["kind"], "redis");
+    assert_eq!(status["backend"]["policy"]["store"], 0, "{status}");
+    server.stop().await;
+}
+
 // ---- headless Chromium against the real binary ----
 
 /// The Chromium binary, installed by `.ci/deps` (as redis-server is) when

@@ -654,6 +654,7 @@ impl Backend for RedisBackend {
                 error: t.error,
                 breaker_open: t.breaker_open,
                 overloaded: t.overloaded,
+                unreplicated: t.unreplicated,
                 allowed: t.allowed,
                 denied: t.denied,
             }),

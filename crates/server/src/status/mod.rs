@@ -269,7 +269,11 @@ impl StatusBoard {
                     None => "n/a",
                     Some(_) if last.policy.breaker_open > 0 => "open",
                     Some(_)
-                        if last.policy.timeout + last.policy.error + last.policy.overloaded > 0 =>
+                        if last.policy.timeout
+                            + last.policy.error
+                            + last.policy.overloaded
+                            + last.policy.unreplicated
+                            > 0 =>
                     {
                         "degraded"
                     }
@@ -342,6 +346,7 @@ fn policy_since(now: PolicyTotals, last: PolicyTotals) -> PolicyTotals {
         error: now.error.saturating_sub(last.error),
         breaker_open: now.breaker_open.saturating_sub(last.breaker_open),
         overloaded: now.overloaded.saturating_sub(last.overloaded),
+        unreplicated: now.unreplicated.saturating_sub(last.unreplicated),
         allowed: now.allowed.saturating_sub(last.allowed),
         denied: now.denied.saturating_sub(last.denied),
     }
