@@ -10,12 +10,15 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate::ManualClock;
-use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::reload::Reloader;
 use tollgate_server::{ServeError, Server};
+
+#[path = "../shared/grpc.rs"]
+mod grpc;
+// Not every binary that includes this file sends gRPC.
+#[allow(unused_imports)]
+pub use grpc::{descriptor, request};
 
 /// Every network wait is bounded by this.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -166,29 +169,6 @@ pub async fn check_json(
         .json()
         .await
         .expect("json")
-}
-
-/// A gRPC descriptor of `(key, value)` entries.
-pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(key, value)| Entry {
-                key: (*key).to_owned(),
-                value: (*value).to_owned(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
-
-/// A gRPC request for `domain`.
-pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.to_owned(),
-        descriptors,
-        hits_addend: 0,
-    }
 }
 
 /// The rules most tests share.
