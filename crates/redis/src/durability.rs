@@ -54,6 +54,18 @@
 //! - **Not batched**: a limiter that waits never joins a
 //!   [`Batcher`](crate::Batcher)'s batches (one `WAIT` per batch would hold
 //!   every entry for the slowest replica); its decisions take its own path.
+//! - **Redis's timer, not the setting, ends an unanswered `WAIT`**: Redis
+//!   checks a blocked client's timeout on its cron tick (`hz 10` by
+//!   default: every 100 ms), so `WAIT 1 10` with no replica to answer
+//!   returns after up to 100 ms (measured: 100 ms with `redis-cli` on
+//!   7.0.15). With the connection's `response_timeout` (50 ms by default)
+//!   or the deadline shorter than the timeout plus a tick, such an
+//!   admission reaches the failure policy as a timeout, not as
+//!   [`Fault::Unreplicated`](crate::Fault::Unreplicated): the same
+//!   decision, counted under another reason. Give both at least the
+//!   timeout plus 100 ms (or raise Redis's `hz`) where the reason matters;
+//!   the check below does not know the connection's options and does not
+//!   refuse it.
 //! - **Validated when the limiter is built**: at least one replica, a
 //!   timeout of at least a millisecond (`WAIT … 0` would block forever) and
 //!   shorter than the limiter's deadline (else every unreplicated admission
