@@ -53,8 +53,20 @@ deny_key='tollgate{bench|hot}c4F2e8'
 declare -A scenario
 scenario[empty]="EVALSHA $empty 0"
 scenario[bare]="EVALSHA $bare 1 bare:__rand_int__"
+# The bare script on the lean admits' own keys (the client's key shape, 36
+# bytes against 17): the same keys on both sides.
+scenario[bare_same_keys]="EVALSHA $bare 1 $admit_key"
 scenario[lean_admit]="EVALSHA $lean 1 $admit_key ${admit_gcra[*]}"
 scenario[lean_deny]="EVALSHA $lean 1 $deny_key ${deny_gcra[*]}"
+# The same calls in the short form the client sends them in (interval
+# capacity: a check of cost 1 on the server's clock with the default slack
+# of 10 ms, so only where LIFE_MS is 11).
+scenario[short_admit]="EVALSHA $lean 1 $admit_key 1 1000000"
+scenario[short_deny]="EVALSHA $lean 1 $deny_key 3600000000000 3600000000000"
+if [[ $life != 11 ]]; then
+  scenario[short_admit]=${scenario[lean_admit]}
+  echo "LIFE_MS=$life: short_admit is the full form (the short form's slack is 10 ms)" >&2
+fi
 scenario[general_admit]="EVALSHA $general 1 $admit_key ${admit_gcra[*]}"
 scenario[general_deny]="EVALSHA $general 1 $deny_key ${deny_gcra[*]}"
 # Fixed window, period in µs: 10^9 per second, and 1 per hour.
@@ -64,7 +76,7 @@ scenario[fixed_admit]="EVALSHA $fixed 1 $admit_key ${admit_fixed[*]}"
 scenario[fixed_deny]="EVALSHA $fixed 1 $deny_key ${deny_fixed[*]}"
 scenario[general_fixed_admit]="EVALSHA $general 1 $admit_key ${admit_fixed[*]}"
 scenario[general_fixed_deny]="EVALSHA $general 1 $deny_key ${deny_fixed[*]}"
-order=(empty bare lean_admit lean_deny general_admit general_deny
+order=(empty bare lean_admit lean_deny short_admit short_deny general_admit general_deny
   fixed_admit fixed_deny general_fixed_admit general_fixed_deny)
 if [[ -n "${REDIS_CELL:-}" ]]; then
   # CL.THROTTLE key max_burst count period: 10^9 per second, burst 10^6;
@@ -84,7 +96,7 @@ words() {
   local word
   for word in ${scenario[$2]}; do out+=("$word"); done
   # The scripts' second argument (now) is the empty string: put it back.
-  if [[ ${out[0]} == EVALSHA && ${#out[@]} -gt 4 ]]; then
+  if [[ ${out[0]} == EVALSHA && ${#out[@]} -gt 8 ]]; then
     out=("${out[@]:0:5}" "" "${out[@]:5}")
   fi
 }

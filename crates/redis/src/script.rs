@@ -108,6 +108,21 @@
 //! The sign carries the decision, so the client never decides again what
 //! the script decided; a reply of more than one number is the general form.
 //!
+//! # The short form
+//!
+//! `gcra.lua` also takes `interval capacity` (two arguments) for the call
+//! nearly every check is: `c` on the server's clock (`now` empty), `cost`
+//! 1, the client's default slack of 10 ms, `stamp` 0 or 1 (unused by a
+//! check; the client sends the cost), `x` 0, `scale` 1
+//! and its `m` (9·10^12). Each argument not sent is one string Redis does
+//! not parse and Lua does not make, and one number not validated (about
+//! 1,000 instructions each: the lean script's greatest cost above a bare
+//! `TIME`+`GET`+`SET` script, measured in `crates/redis/BENCHMARKS.md`).
+//! [`run`] sends it in place of the full form whenever the full form says
+//! exactly that, so the contract above stays the one every caller writes;
+//! a peek, another cost or slack, test mode, the module and the other
+//! scripts take the full form.
+//!
 //! # State
 //!
 //! - **GCRA**: one plain integer string (Redis stores it as an integer, no
@@ -262,13 +277,29 @@ pub(crate) async fn run<C: ConnectionLike>(
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
     let (source, sha) = script.source_and_sha();
+    let mut full = Cmd::new();
+    args(&mut full);
+    let full: Vec<&[u8]> = full
+        .args_iter()
+        .filter_map(|arg| match arg {
+            redis::Arg::Simple(arg) => Some(arg),
+            // (Only a `SCAN` has a cursor: never a script's argument.)
+            _ => None,
+        })
+        .collect();
+    let short = match script {
+        Script::Gcra => short_gcra(&full),
+        _ => None,
+    };
     let call = |verb: &str, script: &str| {
         let mut cmd = Cmd::new();
         cmd.arg(verb).arg(script).arg(keys.len());
         for key in keys {
             cmd.arg(key.as_slice());
         }
-        args(&mut cmd);
+        for arg in short.as_ref().map_or(&full[..], |short| &short[..]) {
+            cmd.arg(*arg);
+        }
         cmd
     };
     let reply: Value = match call("EVALSHA", sha).query_async(connection).await {
@@ -278,6 +309,28 @@ pub(crate) async fn run<C: ConnectionLike>(
         reply => reply?,
     };
     numbers(reply)
+}
+
+/// `gcra.lua`'s short form of the full arguments `args`, when they are
+/// the call it stands for (see the [module docs](self), "The short form").
+fn short_gcra<'a>(args: &[&'a [u8]]) -> Option<[&'a [u8]; 2]> {
+    match *args {
+        [
+            b"c",
+            b"",
+            b"1",
+            b"10",
+            // `stamp`, unused by a check: the client sends the cost.
+            b"0" | b"1",
+            b"g",
+            b"1",
+            interval,
+            capacity,
+            b"9000000000000",
+            b"0",
+        ] => Some([interval, capacity]),
+        _ => None,
+    }
 }
 
 /// The numbers of a reply: an array of integers, or one integer (a lean
@@ -514,6 +567,34 @@ pub fn expand_lean(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_short_form_stands_only_for_the_call_it_means() {
+        let full = |op: &'static str, now: &'static str, cost, slack, scale, m| {
+            [
+                op, now, cost, slack, "0", "g", scale, "1000", "5000", m, "0",
+            ]
+            .map(str::as_bytes)
+        };
+        let m = "9000000000000";
+        assert_eq!(
+            short_gcra(&full("c", "", "1", "10", "1", m)),
+            Some([&b"1000"[..], b"5000"])
+        );
+        for other in [
+            full("p", "", "1", "10", "1", m),
+            full("c", "5", "1", "10", "1", m),
+            full("c", "", "2", "10", "1", m),
+            full("c", "", "1", "11", "1", m),
+            full("c", "", "1", "10", "2", "4500000000000"),
+        ] {
+            assert_eq!(short_gcra(&other), None, "{other:?}");
+        }
+        let mut x = full("c", "", "1", "10", "1", m);
+        x[10] = b"7";
+        assert_eq!(short_gcra(&x), None);
+        assert_eq!(short_gcra(&x[..10]), None);
+    }
 
     fn error(reply: &str) -> RedisError {
         let value = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()).unwrap();

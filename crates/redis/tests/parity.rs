@@ -197,3 +197,156 @@ async fn the_lean_replies_read_back_as_the_general_ones_off_the_vectors() {
         ]
     );
 }
+
+/// `gcra.lua`'s short form (`interval capacity`: a check of cost 1 on the
+/// server's clock with the default slack) decides as the full form it
+/// stands for: on two keys, called in turn, the same admissions and
+/// denials, and replies, states and TTLs apart by no more than the time
+/// between the calls; a short form out of range is refused as the full one
+/// is, and writes nothing.
+#[tokio::test]
+async fn the_gcra_short_form_decides_as_the_full_form() {
+    use tollgate_redis::script::SOURCE_GCRA;
+    let server = support::Server::start();
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // 1 per hour (ticks of 1 ns), a burst of 3.
+    let (interval, capacity) = ("3600000000000", "10800000000000");
+    let full = [
+        "c",
+        "",
+        "1",
+        "10",
+        "0",
+        "g",
+        "1",
+        interval,
+        capacity,
+        "9000000000000",
+        "0",
+    ];
+    let short = [interval, capacity];
+    let second: i64 = 1_000_000_000;
+    let mut signs = Vec::new();
+    for i in 0..5 {
+        let mut replies = Vec::new();
+        for (key, args) in [("full", &full[..]), ("short", &short[..])] {
+            let key = format!("short-form:{key}");
+            let reply: i64 = redis::cmd("EVAL")
+                .arg(SOURCE_GCRA)
+                .arg(1)
+                .arg(&key)
+                .arg(args)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let (state, ttl): (Option<i64>, i64) = redis::pipe()
+                .cmd("GET")
+                .arg(&key)
+                .cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            replies.push((reply, state.unwrap_or(-1), ttl));
+        }
+        let [(a, state_a, ttl_a), (b, state_b, ttl_b)] = replies[..] else {
+            unreachable!()
+        };
+        assert_eq!(a.signum(), b.signum(), "step {i}: {a} {b}");
+        assert!((a - b).abs() < second, "step {i}: {a} {b}");
+        assert!(
+            (state_a - state_b).abs() < second,
+            "step {i}: {state_a} {state_b}"
+        );
+        assert!((ttl_a - ttl_b).abs() < 1_000, "step {i}: {ttl_a} {ttl_b}");
+        signs.push(a.signum());
+    }
+    assert_eq!(signs, [1, 1, 1, -1, -1], "a burst of 3, then denied");
+    for bad in [
+        vec![interval],
+        vec!["0", capacity],
+        vec!["-1", capacity],
+        vec![interval, "5"],
+        vec!["1.5", capacity],
+        vec!["nan", capacity],
+        vec![interval, "inf"],
+        vec![interval, "4503599627370496"],
+        vec!["c", interval, capacity],
+    ] {
+        let reply: redis::RedisResult<i64> = redis::cmd("EVAL")
+            .arg(SOURCE_GCRA)
+            .arg(1)
+            .arg("short-form:bad")
+            .arg(&bad)
+            .query_async(&mut raw)
+            .await;
+        let error = reply.expect_err(&format!("{bad:?} refused"));
+        assert!(error.to_string().contains("invalid arguments"), "{error}");
+    }
+    let written: bool = redis::cmd("EXISTS")
+        .arg("short-form:bad")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!written);
+}
+
+/// The client sends the short form for a cost-1 GCRA check on the
+/// server's clock, and the full form otherwise (the slow log records
+/// every command's arguments).
+#[tokio::test]
+async fn the_client_sends_the_short_form_when_it_stands_for_the_call() {
+    use tollgate::{Gcra, Quota};
+    use tollgate_redis::{FailurePolicy, RedisLimiter};
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let limiter = RedisLimiter::builder(redis.clone(), "short")
+        .limit(Gcra::new(Quota::per_hour(5).unwrap()).unwrap())
+        .failure_policy(FailurePolicy::FailClosed)
+        .build()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(limiter.check(b"k").await.is_allowed());
+    assert!(limiter.check_n(b"k", 2).await.unwrap().is_allowed());
+    assert!(limiter.peek_n(b"k", 1).await.unwrap().is_allowed());
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    // Each entry: id, time, duration, the command's words, …
+    let mut scripts: Vec<usize> = log
+        .into_iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                return None;
+            };
+            let words: Vec<String> = redis::from_redis_value(fields.get(3)?.clone()).ok()?;
+            words[0].starts_with("EVAL").then_some(words.len())
+        })
+        .collect();
+    scripts.reverse();
+    // EVALSHA sha 1 key + 2, then + 11 for the cost of 2 and the peek.
+    assert_eq!(scripts, [6, 15, 15]);
+}
