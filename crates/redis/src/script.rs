@@ -118,10 +118,10 @@
 //! not parse and Lua does not make, and one number not validated (about
 //! 1,000 instructions each: the lean script's greatest cost above a bare
 //! `TIME`+`GET`+`SET` script, measured in `crates/redis/BENCHMARKS.md`).
-//! [`run`] sends it in place of the full form whenever the full form says
-//! exactly that, so the contract above stays the one every caller writes;
-//! a peek, another cost or slack, test mode, the module and the other
-//! scripts take the full form.
+//! The client sends it in place of the full form whenever the full form
+//! says exactly that, so the contract above stays the one every caller
+//! writes; a peek, another cost or slack, test mode, the module and the
+//! other scripts take the full form.
 //!
 //! # State
 //!
