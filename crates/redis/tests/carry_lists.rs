@@ -54,8 +54,7 @@ async fn a_listed_key_not_decided_during_the_carry_stays_listed() {
 
 /// The Redis keys of `key` that exist, among `limiter`'s.
 async fn existing(server: &support::Server, limiter: &RedisLimiter, key: &str) -> usize {
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut c = support::raw(server.url()).await;
     let mut n = 0;
     for k in limiter.redis_keys(key) {
         let found: bool = redis::cmd("EXISTS")
@@ -113,8 +112,7 @@ async fn a_penalty_outlives_the_carry() {
         r.extend_from_slice(b"#}penalties");
         r
     };
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut c = support::raw(server.url()).await;
     let held: Vec<String> = redis::cmd("ZRANGE")
         .arg(registry("boxed"))
         .arg(0)

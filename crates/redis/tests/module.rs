@@ -239,8 +239,7 @@ async fn the_module_passes_the_parity_vectors_and_the_scenarios_on_one_server() 
 
     assert!(replay_vectors(&redis, "v").await >= 30);
     several_limits_are_all_or_nothing(&redis, "and").await;
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let mut raw = support::raw(server.url()).await;
     every_key_has_a_bounded_ttl(&redis, &mut raw, "ttl").await;
     let connections: Vec<Redis> =
         futures_util::future::join_all((0..16).map(|_| connect(&server))).await;
@@ -387,8 +386,7 @@ async fn without_the_module_the_scripts_decide_and_a_lost_module_falls_back_at_o
 #[tokio::test]
 async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
     let server = ModuleServer::start(false);
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut c = support::raw(server.url()).await;
     let call = |key: &str, cost: &str| {
         let mut cmd = redis::cmd("TOLLGATE.DECIDE");
         cmd.arg(key)
@@ -454,8 +452,7 @@ async fn direct_calls_are_validated_and_foreign_values_are_replaced() {
 #[tokio::test]
 async fn the_lean_command_answers_as_the_lean_scripts() {
     let server = ModuleServer::start(false);
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut c = support::raw(server.url()).await;
     type Step = scenarios::lean_cases::Step;
     let mut compact = Vec::new();
     for scenarios::lean_cases::LeanCase {

@@ -210,8 +210,7 @@ async fn a_core_observer_works_unchanged() {
 
 /// The GCRA state of `key` on Redis, as stored.
 async fn state(server: &support::Server, l: &RedisLimiter, key: &[u8]) -> Option<String> {
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut c = support::raw(server.url()).await;
     redis::cmd("GET")
         .arg(&l.redis_keys(key)[0])
         .query_async(&mut c)

@@ -21,11 +21,7 @@ async fn every_vector_step_matches_the_core() {
 #[tokio::test]
 async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
     let server = support::Server::start();
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(server.url()).await;
     let mut compared = [0; 2];
     let mut compact = [0; 2];
     for case in scenarios::vectors::cases() {
@@ -125,11 +121,7 @@ async fn the_lean_and_the_general_scripts_agree_on_every_vector() {
 async fn the_lean_replies_read_back_as_the_general_ones_off_the_vectors() {
     use tollgate_redis::script::SOURCE;
     let server = support::Server::start();
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(server.url()).await;
     let mut forms = std::collections::BTreeMap::new();
     for scenarios::lean_cases::LeanCase {
         name,
@@ -208,11 +200,7 @@ async fn the_lean_replies_read_back_as_the_general_ones_off_the_vectors() {
 async fn the_gcra_short_form_decides_as_the_full_form() {
     use tollgate_redis::script::SOURCE_GCRA;
     let server = support::Server::start();
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(server.url()).await;
     // 1 per hour (ticks of 1 ns), a burst of 3.
     let (interval, capacity) = ("3600000000000", "10800000000000");
     let full = [
@@ -304,11 +292,7 @@ async fn the_client_sends_the_short_form_when_it_stands_for_the_call() {
     use tollgate_redis::{FailurePolicy, RedisLimiter};
     let server = support::Server::start();
     let redis = server.connect().await;
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(server.url()).await;
     let limiter = RedisLimiter::builder(redis.clone(), "short")
         .limit(Gcra::new(Quota::per_hour(5).unwrap()).unwrap())
         .failure_policy(FailurePolicy::FailClosed)

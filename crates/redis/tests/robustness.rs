@@ -61,11 +61,7 @@ fn limits() -> Vec<(&'static str, Vec<Limit>)> {
 async fn a_malformed_key_is_repaired_and_never_opens_the_breaker() {
     let server = support::Server::start();
     let redis = server.connect().await;
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(server.url()).await;
     for (alg, limits) in limits() {
         for (i, poison) in [
             "garbage",
@@ -125,11 +121,7 @@ async fn a_malformed_key_is_repaired_and_never_opens_the_breaker() {
 async fn a_sliding_total_above_its_slots_is_foreign_and_never_hangs_the_script() {
     let server = support::Server::start();
     let redis = server.connect().await;
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(server.url()).await;
     for (alg, limits) in limits()
         .into_iter()
         .filter(|(a, _)| a.starts_with("sliding"))
@@ -162,11 +154,7 @@ async fn a_sliding_total_above_its_slots_is_foreign_and_never_hangs_the_script()
 #[tokio::test]
 async fn the_scripts_refuse_bad_arguments() {
     let server = support::Server::start();
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(server.url()).await;
     // op now cost slack stamp | g scale interval capacity m x: 10/s, burst 5
     // on the server's clock (m = 9e15 / (1000 · 1)).
     let good: Vec<String> = [

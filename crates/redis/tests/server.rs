@@ -59,11 +59,7 @@ async fn several_limits_of_a_key_are_decided_all_or_nothing() {
 async fn every_key_always_has_a_ttl_within_its_refill_time() {
     let server = support::Server::start();
     let redis = server.connect().await;
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(server.url()).await;
     every_key_has_a_bounded_ttl(&redis, &mut raw, "ttl").await;
 }
 

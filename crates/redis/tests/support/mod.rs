@@ -32,6 +32,16 @@ impl Connect for Server {
     }
 }
 
+/// A plain connection to the test server at `url`, for commands the tests
+/// send themselves (reading keys, loading scripts, `SLOWLOG`).
+pub async fn raw(url: impl redis::IntoConnectionInfo) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("a test server's URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
 impl Connect for Cluster {
     async fn connect(&self) -> Redis {
         let urls = self.urls();
