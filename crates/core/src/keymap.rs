@@ -166,7 +166,7 @@ const SHARDS_PER_THREAD: usize = 16;
 /// the CPU affinity and the cgroup's quota files for it, which a limiter
 /// made on a request's path (a server's per-request override) should not
 /// pay each time.
-fn machine_threads() -> usize {
+pub(crate) fn machine_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
@@ -188,14 +188,26 @@ fn machine_threads() -> usize {
 /// default cap on 2 threads, 2^19 keys rehashed once per doubling, against
 /// dashmap's 2^21 over its 8 shards there).
 fn shard_count(max_keys: usize, threads: usize) -> usize {
-    let by_cap = (max_keys / KEYS_PER_SHARD_AT_CAP)
+    shards_for(max_keys, KEYS_PER_SHARD_AT_CAP, MIN_SHARDS, threads)
+}
+
+/// One shard per `keys_per_shard` keys of the cap `max_keys`, and no more
+/// than 16 per thread of `threads`, within `min` to 256, a power of two:
+/// the rule of [`shard_count`], shared with the compact table's.
+pub(crate) fn shards_for(
+    max_keys: usize,
+    keys_per_shard: usize,
+    min: usize,
+    threads: usize,
+) -> usize {
+    let by_cap = (max_keys / keys_per_shard.max(1))
         .checked_next_power_of_two()
         .unwrap_or(MAX_SHARDS);
     let by_threads = threads
         .saturating_mul(SHARDS_PER_THREAD)
         .checked_next_power_of_two()
         .unwrap_or(MAX_SHARDS);
-    by_cap.min(by_threads).clamp(MIN_SHARDS, MAX_SHARDS)
+    by_cap.min(by_threads).clamp(min, MAX_SHARDS)
 }
 
 /// A concurrent map from keys to entries of two kinds: a *hot* entry is the

@@ -142,18 +142,15 @@ use super::{DEFAULT_SWEEP_EVERY, KeyedStats, sweeper};
 use crate::algorithm::{Algorithm, Gcra};
 use crate::clock::{Clock, ClockSource, Nanos};
 use crate::decision::{CostError, Decision};
+use crate::keymap;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Slots a sweep judges per hold of a shard's lock (as `KeyedLimiter`'s:
 /// a request waits for at most this many judgments and their removals).
 pub const SWEEP_CHUNK: usize = 16;
-/// The most shards.
-const MAX_SHARDS: usize = 256;
 /// Keys of the cap per shard below which a table takes fewer shards.
 const KEYS_PER_SMALL_SHARD: usize = 4096;
-/// Shards per thread the machine runs at once (as `KeyedLimiter`'s).
-const SHARDS_PER_THREAD: usize = 16;
 
 /// A rate limiter with one state per fixed-size key, in a table sized once
 /// for `max_keys` keys; clones share everything. See the
@@ -243,20 +240,15 @@ fn word_of(cell: &mut AtomicU64) -> u64 {
     word
 }
 
-/// Shards for a cap of `max_keys` on a machine running `threads` threads.
-fn shard_count(max_keys: usize, threads: usize) -> usize {
+/// Shards for a cap of `max_keys`: `KeyedLimiter`'s rule (one per
+/// `KEYS_PER_SMALL_SHARD` keys of the cap, at most 16 per thread of the
+/// machine, at most 256), from one shard up.
+fn shard_count(max_keys: usize) -> usize {
     if cfg!(loom) {
         // One shard: every key races every other in the models.
         return 1;
     }
-    let by_keys = (max_keys / KEYS_PER_SMALL_SHARD)
-        .checked_next_power_of_two()
-        .unwrap_or(MAX_SHARDS);
-    let by_threads = threads
-        .saturating_mul(SHARDS_PER_THREAD)
-        .checked_next_power_of_two()
-        .unwrap_or(MAX_SHARDS);
-    by_keys.min(by_threads).clamp(1, MAX_SHARDS)
+    keymap::shards_for(max_keys, KEYS_PER_SMALL_SHARD, 1, keymap::machine_threads())
 }
 
 impl<K, A> CompactKeyedBuilder<K, A>
@@ -294,8 +286,7 @@ where
         let error = TableSizeError {
             max_keys: self.max_keys,
         };
-        let threads = std::thread::available_parallelism().map_or(1, usize::from);
-        let shards = shard_count(self.max_keys, threads);
+        let shards = shard_count(self.max_keys);
         // 8/7 of the cap, rounded up, over the shards.
         let slots = (self.max_keys as u128 * 8).div_ceil(7 * shards as u128);
         let slot_bytes = (K::WORDS as u128 + 2) * 4;
