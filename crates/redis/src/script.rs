@@ -277,9 +277,13 @@ pub(crate) async fn run<C: ConnectionLike>(
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
     let (source, sha) = script.source_and_sha();
+    // Only `gcra.lua` has a short form: its arguments are made once here to
+    // be matched; every other script's are written straight into the call.
     let mut full = Cmd::new();
-    args(&mut full);
-    let full: Vec<&[u8]> = full
+    if matches!(script, Script::Gcra) {
+        args(&mut full);
+    }
+    let words: Vec<&[u8]> = full
         .args_iter()
         .filter_map(|arg| match arg {
             redis::Arg::Simple(arg) => Some(arg),
@@ -287,18 +291,20 @@ pub(crate) async fn run<C: ConnectionLike>(
             _ => None,
         })
         .collect();
-    let short = match script {
-        Script::Gcra => short_gcra(&full),
-        _ => None,
-    };
+    let short = short_gcra(&words);
     let call = |verb: &str, script: &str| {
         let mut cmd = Cmd::new();
         cmd.arg(verb).arg(script).arg(keys.len());
         for key in keys {
             cmd.arg(key.as_slice());
         }
-        for arg in short.as_ref().map_or(&full[..], |short| &short[..]) {
-            cmd.arg(*arg);
+        match &short {
+            Some(short) => {
+                for arg in short {
+                    cmd.arg(*arg);
+                }
+            }
+            None => args(&mut cmd),
         }
         cmd
     };
