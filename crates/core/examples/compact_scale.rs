@@ -56,6 +56,15 @@ fn resident_bytes() -> u64 {
         * 4096
 }
 
+/// Nanoseconds this thread has spent on a CPU (0 where the kernel does not
+/// say).
+fn on_cpu() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 fn load() -> String {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     load.split_whitespace()
@@ -131,16 +140,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let checks = 10_000_000u64.min(keys * 10);
-    let on_cpu = || {
-        std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|s| {
-                s.split_whitespace()
-                    .next()
-                    .and_then(|t| t.parse::<u64>().ok())
-            })
-            .unwrap_or(0)
-    };
     let mut state = 0x5EED;
     let drawn: Vec<u64> = (0..checks)
         .map(|_| key_of(draw(&mut state, keys)))
@@ -248,16 +247,6 @@ fn governor_run(keys: u64) {
     let drawn: Vec<u64> = (0..checks)
         .map(|_| key_of(draw(&mut state, keys)))
         .collect();
-    let on_cpu = || {
-        std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|s| {
-                s.split_whitespace()
-                    .next()
-                    .and_then(|t| t.parse::<u64>().ok())
-            })
-            .unwrap_or(0)
-    };
     for round in 0..3 {
         let (cpu, began) = (on_cpu(), Instant::now());
         for key in &drawn {
