@@ -39,6 +39,25 @@ async fn check(server_url: &str, entries: &[(&str, &str)], token: Option<&str>) 
     response.json().await.expect("json")
 }
 
+/// `/status.json` once `ready` holds for it, polled every 100 ms (the
+/// sampler runs on the real clock), within the tests' patience.
+async fn status_once(server_url: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    within(async {
+        loop {
+            let status: Value = status_json(server_url, None)
+                .await
+                .json()
+                .await
+                .expect("json");
+            if ready(&status) {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
 async fn status_json(server_url: &str, token: Option<&str>) -> reqwest::Response {
     let mut request = http_client().get(format!("{server_url}/status.json"));
     if let Some(token) = token {
@@ -219,18 +238,11 @@ descriptors:
     }
     // The sampler runs every second on the real clock: wait for a sample
     // that saw the three decisions.
-    let status = within(async {
-        loop {
-            let status: Value = status_json(&base, None).await.json().await.expect("json");
-            if status["backend"]["policy"]["store"].as_u64() >= Some(3)
-                && status["backend"]["points"]
-                    .as_array()
-                    .is_some_and(|p| !p.is_empty())
-            {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    let status = status_once(&base, |status| {
+        status["backend"]["policy"]["store"].as_u64() >= Some(3)
+            && status["backend"]["points"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
     })
     .await;
     assert_eq!(status["backend"]["kind"], "redis");
@@ -266,14 +278,8 @@ descriptors:
     for _ in 0..3 {
         check(&base, &[("user", "bob")], None).await;
     }
-    let status = within(async {
-        loop {
-            let status: Value = status_json(&base, None).await.json().await.expect("json");
-            if status["backend"]["policy"]["unreplicated"].as_u64() >= Some(1) {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    let status = status_once(&base, |status| {
+        status["backend"]["policy"]["unreplicated"].as_u64() >= Some(1)
     })
     .await;
     assert_eq!(status["backend"]["kind"], "redis");
