@@ -1,0 +1,316 @@
+//! The unit tests of [`KneeState`]: its transition on hand-made samples.
+
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+/// Feeds `n` requests, one every `gap` ns from `at`, each taking `rtt`
+/// ns with `in_flight` in flight; returns the time after.
+fn feed(state: &mut KneeState, at: u64, n: u64, gap: u64, rtt: u64, in_flight: u32) -> u64 {
+    let mut now = at;
+    for _ in 0..n {
+        state.update(Nanos::new(now), Nanos::new(now + rtt), in_flight, false);
+        now += gap;
+    }
+    now
+}
+
+/// Feeds requests started every ms, alternating `short` and `long` ms,
+/// *in the order they answer* (the short ones first), until the probe
+/// ends; returns the time after.
+fn probe_with(state: &mut KneeState, now: u64, short: u64, long: u64) -> u64 {
+    probe_every(state, now, MS, short * MS, long * MS).0
+}
+
+/// As [`probe_with`], one request every `gap` ns, times in ns; returns
+/// the time after and the answers the probe took.
+fn probe_every(state: &mut KneeState, mut now: u64, gap: u64, short: u64, long: u64) -> (u64, u64) {
+    let mut pending: Vec<(u64, u64)> = Vec::new();
+    let (mut i, mut answers) = (0, 0);
+    while state.probing() {
+        let rtt = if i % 2 == 0 { short } else { long };
+        pending.push((now, now + rtt));
+        pending.sort_by_key(|&(_, end)| std::cmp::Reverse(end));
+        while state.probing() && pending.last().is_some_and(|&(_, end)| end <= now) {
+            let (started, end) = pending.pop().unwrap();
+            state.update(Nanos::new(started), Nanos::new(end), 1, false);
+            answers += 1;
+        }
+        now += gap;
+        i += 1;
+        assert!(i < 1_000_000, "the probe never ended");
+    }
+    (now, answers)
+}
+
+/// Runs the first probe on a service of mean 10 ms (5 and 15).
+fn probed() -> (KneeState, u64) {
+    let mut state = Knee::new().start();
+    assert!(state.probing());
+    assert_eq!(
+        state.limit(),
+        10,
+        "the first probe runs at half the initial 20"
+    );
+    let now = probe_with(&mut state, 0, 5, 15);
+    assert_eq!(state.limit(), 20, "back to the limit before the probe");
+    (state, now + 20 * MS)
+}
+
+fn assert_service(state: &KneeState, mean_ms: f64) {
+    let got = state.service_time().unwrap().as_u64() as f64 / MS as f64;
+    assert!(
+        (got - mean_ms).abs() < 0.1,
+        "service time {got} ms, not {mean_ms}"
+    );
+}
+
+#[test]
+fn the_probe_measures_the_mean_service_time_not_the_fastest() {
+    let (state, _) = probed();
+    assert_service(&state, 10.0);
+}
+
+#[test]
+fn a_long_tailed_probe_times_more_requests_for_the_same_precision_up_to_a_second() {
+    // 10 ms each: the mean is exact after the 500 samples.
+    let mut state = Knee::new().start();
+    let (_, answers) = probe_every(&mut state, 0, MS / 10, 10 * MS, 10 * MS);
+    assert!(answers <= 3_000, "{answers}");
+    // 1 ms and 19 ms alternately, one every 0.5 ms (a coefficient of
+    // variation of 0.9): 500 samples leave a standard error of 4 %; the
+    // probe goes on to 3 %, 900 samples of its cohort by start (which
+    // lags the answers by 20 mean service times, 400 answers).
+    let mut state = Knee::new().start();
+    let (_, answers) = probe_every(&mut state, 0, MS / 2, MS, 19 * MS);
+    assert!(answers >= 1_250, "{answers}");
+    assert_service(&state, 10.0);
+    // 1 ms and 99 ms (a coefficient of variation of 0.98), one every
+    // ms: 3 % needs 1,070 samples of a cohort that lags by 1 s (2.1 s);
+    // the cap ends it at the first 500 after its first second (1.5 s).
+    let mut state = Knee::new().start();
+    let (now, _) = probe_every(&mut state, 0, MS, MS, 99 * MS);
+    assert!(now <= 1_600 * MS, "{now}");
+}
+
+#[test]
+fn the_probe_waits_for_the_slow_half_of_its_cohort() {
+    // 1 ms and 99 ms alternately: the first 500 answers are nearly all
+    // the 1 ms ones (a mean of a few ms); the cohort by start is 50 ms.
+    let mut state = Knee::new().start();
+    probe_with(&mut state, 0, 1, 99);
+    assert_service(&state, 50.0);
+}
+
+#[test]
+fn below_the_knee_the_limit_climbs_by_its_headroom() {
+    let (mut state, mut now) = probed();
+    // 20 in flight of 10 ms each answer at 2 per ms: busy = 20 = in
+    // flight, nothing queues: the limit climbs 10 % rounded down (at
+    // least 2.5 past busy, and from itself) every window, however far
+    // it passes the in flight.
+    let mut limits = vec![state.limit()];
+    for _ in 0..4 {
+        now = feed(&mut state, now, 256, MS / 2, 10 * MS, 20);
+        limits.push(state.limit());
+    }
+    // (The first window opens 20 ms before its first answer: it reads
+    // a little under 20 in service.)
+    assert!(limits[1..].windows(2).all(|w| w[1] > w[0]), "{limits:?}");
+    assert!(limits[4] >= 24, "{limits:?}");
+    // Callers that send 10 at most: the limit falls back, and stays
+    // within twice what is in flight (it climbs only while at least
+    // half of it is used).
+    for _ in 0..8 {
+        now = feed(&mut state, now, 256, MS, 10 * MS, 10);
+        assert!(state.limit() <= 22, "{}", state.limit());
+    }
+}
+
+#[test]
+fn past_the_knee_the_limit_falls_to_it_whatever_the_latency_spread() {
+    let (mut state, mut now) = probed();
+    // 60 in flight, but completions at the rate of 40 workers of 10 ms
+    // (4 per ms): busy = 40, whatever latencies the requests report.
+    for _ in 0..6 {
+        now = feed(&mut state, now, 400, MS / 4, 15 * MS, 60) + MS;
+    }
+    let busy = state.busy().unwrap();
+    assert!((39.0..=41.0).contains(&busy), "busy {busy}");
+    assert!(
+        (44..=46).contains(&state.limit()),
+        "the knee of 40 and 10 %: {}",
+        state.limit()
+    );
+}
+
+#[test]
+fn a_full_limit_keeps_one_request_queued_and_a_gapped_one_two() {
+    // A knee of 5 workers of 10 ms (0.5 answers per ms). With the
+    // limit always full (in flight = limit), one queued request is
+    // enough: the limit settles at 6, 1.2× the knee.
+    let (mut state, mut now) = probed();
+    for _ in 0..12 {
+        let limit = state.limit();
+        now = feed(&mut state, now, 256, 2 * MS, 10 * MS, limit);
+    }
+    assert_eq!(state.limit(), 6, "busy {:?}", state.busy());
+    // The same knee with the in flight a whole request under the limit
+    // on average (arrivals leave gaps): two and a half queued, a limit
+    // of 8.
+    for _ in 0..12 {
+        let limit = state.limit();
+        now = feed(&mut state, now, 256, 2 * MS, 10 * MS, limit - 1);
+    }
+    assert_eq!(state.limit(), 8, "busy {:?}", state.busy());
+}
+
+/// A state whose first probe read exactly 10 ms, at a limit of `initial`.
+fn probed_at(initial: u32) -> (KneeState, u64) {
+    let mut state = Knee::new().initial(initial).start();
+    let now = probe_with(&mut state, 0, 10, 10);
+    assert_service(&state, 10.0);
+    (state, now + 20 * MS)
+}
+
+#[test]
+fn a_gapped_limit_at_a_knee_of_ten_leaves_the_queue_that_keeps_its_goodput() {
+    // Arrivals at 1.5× a knee of 10 leave the limit a request or so
+    // unused: busy 9.7 with two under the limit. By the table's fixed
+    // limits, 12 keeps 94–95 % of the goodput of exponential service
+    // times and 13 keeps 95.5–97 %: the limit is 13 (busy + 2 made it
+    // 12).
+    let (mut state, mut now) = probed_at(13);
+    for _ in 0..8 {
+        let in_flight = state.limit() - 2;
+        now = feed(&mut state, now, 256, 1_030_928, 10 * MS, in_flight);
+    }
+    let busy = state.busy().unwrap();
+    assert!((9.6..9.8).contains(&busy), "busy {busy}");
+    assert_eq!(state.limit(), 13, "busy {busy}");
+}
+
+#[test]
+fn a_climb_adds_a_tenth_of_the_limit_rounded_down() {
+    // Nothing queued (busy 10.5 of 11 in flight) under a limit of 12:
+    // one window climbs to 13, where rounding up went to 14 (and, as a
+    // climb past the knee falls back the next window, alternated 12
+    // and 14 at a knee of 10).
+    // (The first window after the probe opens 20 ms before its first
+    // answer and reads a queue: it holds the limit at 12.)
+    let (mut state, now) = probed_at(12);
+    let now = feed(&mut state, now, 256, 952_381, 10 * MS, 11);
+    assert_eq!(state.limit(), 12, "busy {:?}", state.busy());
+    feed(&mut state, now, 256, 952_381, 10 * MS, 11);
+    assert_eq!(state.limit(), 13, "busy {:?}", state.busy());
+}
+
+#[test]
+fn requests_served_at_once_between_probes_refine_the_mean_service_time() {
+    // The probe read 10 ms (1 and 19: a standard error of 3 %); the
+    // service takes 10.6. Between probes, each ms sees one request
+    // with 20 in flight and one with 2 (served at once, so timed): a
+    // batch of 500 of them agrees with the probe and is averaged in.
+    let mut state = Knee::new().start();
+    let mut now = probe_with(&mut state, 0, 1, 19) + 20 * MS;
+    assert_service(&state, 10.0);
+    let step = |state: &mut KneeState, now: u64, rtt: u64, in_flight: u32| {
+        state.update(Nanos::new(now), Nanos::new(now + 10 * MS), 20, false);
+        state.update(Nanos::new(now), Nanos::new(now + rtt), in_flight, false);
+    };
+    for _ in 0..1_000 {
+        step(&mut state, now, 10_600_000, 2);
+        now += MS;
+    }
+    assert_service(&state, 10.3);
+    // Slower ones started with as many in flight as busy are not timed
+    // (they may have waited), and a batch far from the probes' mean
+    // (30 ms) is left for the next probe to judge, not averaged in.
+    for (rtt, in_flight) in [(50 * MS, 12), (30 * MS, 1)] {
+        for _ in 0..600 {
+            step(&mut state, now, rtt, in_flight);
+            now += MS;
+        }
+        assert_service(&state, 10.3);
+    }
+    assert!(!state.probing());
+}
+
+#[test]
+fn a_full_limit_rounds_the_knee_so_that_busy_a_hair_above_it_queues_one() {
+    // A knee of 5 read 3 % high (busy 5.15): still one queued request
+    // (⌈5.15⌉ + 1 would be 7, two queued, 1.4× the knee).
+    let (mut state, mut now) = probed();
+    for _ in 0..12 {
+        let limit = state.limit();
+        now = feed(&mut state, now, 256, 1_941_748, 10 * MS, limit);
+    }
+    let busy = state.busy().unwrap();
+    assert!((5.1..5.2).contains(&busy), "busy {busy}");
+    assert_eq!(state.limit(), 6);
+}
+
+#[test]
+fn an_unqueued_limit_climbs_even_when_the_probe_read_the_service_low() {
+    // The probe reads 9 ms (1 ms and 17 ms: a standard error of ~3 %);
+    // the service takes 10. 20 in flight answer at 2 per ms: nothing
+    // queues, but busy reads 18, 10 % under the in flight. Within three
+    // standard errors that is "nothing queued": the limit climbs
+    // (a rule of 5 % held it at 20, and a lower reading let it fall).
+    let mut state = Knee::new().start();
+    let mut now = probe_with(&mut state, 0, 1, 17) + 20 * MS;
+    assert_service(&state, 9.0);
+    let first = state.limit();
+    for _ in 0..8 {
+        now = feed(&mut state, now, 256, MS / 2, 10 * MS, first);
+    }
+    assert!(state.limit() >= first + 4, "{first} → {}", state.limit());
+}
+
+#[test]
+fn a_probe_runs_every_interval_and_a_changed_service_replaces_the_mean() {
+    let (mut state, mut now) = probed();
+    let mut before = state.limit();
+    while !state.probing() {
+        before = state.limit();
+        now = feed(&mut state, now, 1, MS / 2, 10 * MS, 20);
+    }
+    assert!(now >= 20_000 * MS, "not before the interval: {now}");
+    assert_eq!(state.limit(), before / 2, "half the limit");
+    // The service is now 20 ms: a mean 3 standard errors away replaces
+    // the old one instead of being averaged with it.
+    probe_with(&mut state, now + 50 * MS, 10, 30);
+    assert_service(&state, 20.0);
+}
+
+#[test]
+fn requests_started_before_the_probe_or_above_its_limit_are_not_timed() {
+    let mut state = Knee::new().probe_samples(64).start();
+    // Started before the probe (at 0, the probe started at 0: same
+    // instant counts) but above its limit of 10: not timed.
+    for i in 0..200 {
+        state.update(Nanos::new(i * MS), Nanos::new(i * MS + 90 * MS), 11, false);
+    }
+    assert!(state.probing());
+    let mut now = 200 * MS;
+    while state.probing() {
+        state.update(Nanos::new(now), Nanos::new(now + 10 * MS), 3, false);
+        now += MS;
+    }
+    assert_service(&state, 10.0);
+}
+
+#[test]
+fn a_drop_lowers_the_smoothed_busy_by_a_tenth_and_bounds_hold() {
+    let (mut state, mut now) = probed();
+    for _ in 0..4 {
+        now = feed(&mut state, now, 256, MS / 2, 10 * MS, 20);
+    }
+    let busy = state.busy().unwrap();
+    now = feed(&mut state, now, 255, MS / 2, 10 * MS, 20);
+    state.update(Nanos::new(now), Nanos::new(now + 10 * MS), 20, true);
+    let after = state.busy().unwrap();
+    assert!((after - busy * 0.9).abs() < 1.0, "{busy} → {after}");
+    let small = Knee::new().initial(5).min(4).max(6).start();
+    assert_eq!(small.limit(), 4, "half of 5 is below min");
+}
