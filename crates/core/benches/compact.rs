@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use governor::clock::DefaultClock;
 use governor::state::keyed::DashMapStateStore;
-use tollgate::keyed::compact::CompactKeyedLimiter;
+use tollgate::keyed::compact::{CompactKeyedLimiter, ShortKey};
 use tollgate::{Gcra, KeyedLimiter, Quota};
 
 /// Keys in a batch call.
@@ -68,6 +68,12 @@ fn gcra() -> Gcra {
 /// The `i`-th key: distinct for distinct `i`, scattered.
 fn key_of(i: u64) -> u64 {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The `u64` key's 8 bytes as a string key (the conversion is in the
+/// timed loop: a few ns, stated beside the row in `BENCHMARKS.md`).
+fn short_of(key: u64) -> ShortKey {
+    ShortKey::from_bytes(&key.to_le_bytes()).expect("8 bytes")
 }
 
 /// Uniform draws among `n` (wyrand, then Lemire's reduction), as keys.
@@ -148,6 +154,10 @@ fn main() {
         .sweep_every(None)
         .build()
         .expect("table");
+    let short: CompactKeyedLimiter<ShortKey> = CompactKeyedLimiter::builder(gcra(), n as usize)
+        .sweep_every(None)
+        .build()
+        .expect("table");
     let keyed: KeyedLimiter<u64> = KeyedLimiter::builder(gcra()).sweep_every(None).build();
     let governor_default = governor::RateLimiter::keyed(governor_quota());
     let governor_foldhash: GovernorFoldhash = governor::RateLimiter::dashmap_with_hasher(
@@ -157,6 +167,7 @@ fn main() {
     let pingora = pingora_limits::rate::Rate::new(Duration::from_secs(60));
     let all: Vec<u64> = (0..n).map(key_of).collect();
     let mut decisions = Vec::with_capacity(BATCH);
+    let mut short_decisions = Vec::with_capacity(BATCH);
     let populate = |name: &str, admitted: usize, began: Instant| {
         assert_eq!(
             admitted as u64, n,
@@ -178,6 +189,14 @@ fn main() {
         }
         populate("compact (batched)", admitted, began);
         assert_eq!(compact.stats().overflowed, 0, "{:?}", compact.stats());
+    }
+    if wanted("short") {
+        let began = Instant::now();
+        let admitted = all
+            .iter()
+            .filter(|&&k| short.check(&short_of(k)).is_allowed())
+            .count();
+        populate("compact short strings", admitted, began);
     }
     if wanted("keyed") {
         let began = Instant::now();
@@ -220,6 +239,18 @@ fn main() {
             keys.iter()
                 .filter(|k| compact.check(*k).is_allowed())
                 .count()
+        }),
+        Contender::new("compact_short_batch", |keys| {
+            let mut admitted = 0;
+            let mut named = Vec::with_capacity(BATCH);
+            for group in keys.chunks(BATCH) {
+                named.clear();
+                named.extend(group.iter().map(|&k| short_of(k)));
+                short_decisions.clear();
+                short.check_batch(&named, &mut short_decisions);
+                admitted += short_decisions.iter().filter(|d| d.is_allowed()).count();
+            }
+            admitted
         }),
         Contender::new("keyed_single", |keys| {
             keys.iter().filter(|k| keyed.check(*k).is_allowed()).count()

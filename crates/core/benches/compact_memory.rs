@@ -1,6 +1,8 @@
 //! Bytes per key of the compact keyed table (`keyed::compact`) against
 //! governor's keyed limiter and tollgate's `KeyedLimiter`, for `u64`,
-//! IPv4, IPv6 and `[u8; 16]` keys, under a counting allocator.
+//! IPv4, IPv6 and `[u8; 16]` keys, and short strings (`user:` and ten
+//! digits, 15 bytes: a [`ShortKey`] in the compact table, a `String` in
+//! the others), under a counting allocator.
 //!
 //! As `benches/memory.rs`: each case runs in a process of its own (this
 //! binary re-runs itself with the case's name), builds its limiter, checks
@@ -29,7 +31,7 @@ use std::num::NonZeroU32;
 use std::process::Command;
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use tollgate::keyed::compact::{CompactKeyedLimiter, FixedKey};
+use tollgate::keyed::compact::{CompactKeyedLimiter, FixedKey, ShortKey};
 use tollgate::{FixedWindow, Gcra, KeyedLimiter, Quota};
 
 #[global_allocator]
@@ -40,7 +42,7 @@ const KEYS: u64 = 10_000_000;
 /// Keys per case under `cargo test --all-targets`.
 const SMOKE_KEYS: u64 = 10_000;
 
-const CASES: [&str; 11] = [
+const CASES: [&str; 14] = [
     "compact_u64",
     "compact_u64_fixed_window",
     "compact_ipv4",
@@ -52,6 +54,9 @@ const CASES: [&str; 11] = [
     "governor_bytes16",
     "keyed_u64",
     "keyed_ipv6",
+    "compact_short_string",
+    "governor_string",
+    "keyed_string",
 ];
 
 fn main() {
@@ -111,6 +116,19 @@ fn bytes16_of(i: u64) -> [u8; 16] {
     u128::from(ipv6_of(i)).to_le_bytes()
 }
 
+fn string_of(i: u64) -> String {
+    format!("user:{i:010}")
+}
+
+/// As [`string_of`], written in place: no `String` is made (and none
+/// counted) on the way to the table.
+fn short_of(i: u64) -> ShortKey {
+    use std::io::Write;
+    let mut text = [0u8; 15];
+    write!(&mut text[..], "user:{i:010}").expect("15 bytes");
+    ShortKey::from_bytes(&text).expect("15 bytes")
+}
+
 fn run_case(case: &str, keys: u64) {
     let rss_before = resident_bytes();
     let region = Region::new(GLOBAL);
@@ -128,6 +146,9 @@ fn run_case(case: &str, keys: u64) {
         "governor_bytes16" => governor(keys, bytes16_of),
         "keyed_u64" => keyed(keys, key_of),
         "keyed_ipv6" => keyed(keys, ipv6_of),
+        "compact_short_string" => compact(keys, Gcra::new(quota()).expect("gcra"), short_of),
+        "governor_string" => governor(keys, string_of),
+        "keyed_string" => keyed(keys, string_of),
         other => panic!("unknown memory case {other:?}; cases: {CASES:?}"),
     }
     .finish(case, keys, &region, rss_before);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use tollgate::keyed::compact::{CompactKeyedLimiter, FixedKey};
+use tollgate::keyed::compact::{CompactKeyedLimiter, FixedKey, ShortKey};
 use tollgate::{Algorithm, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota};
 
 const KEYS: usize = 12;
@@ -63,6 +63,30 @@ fn ipv6_keys() -> Vec<Ipv6Addr> {
     u64_keys()
         .into_iter()
         .map(|k| Ipv6Addr::from(u128::from(k) << 64 | u128::from(!k)))
+        .collect()
+}
+
+/// Strings from 0 to 27 bytes, some differing only in trailing zero bytes
+/// (which the length, not the padding, tells apart) or in the last byte.
+fn short_keys() -> Vec<ShortKey> {
+    let texts = [
+        "",
+        "\0",
+        "\0\0",
+        "a",
+        "a\0",
+        "a\0\0",
+        "b",
+        "user:1",
+        "user:1\0",
+        "tenant-42:user-0000001234",
+        "exactly-twenty-seven-bytes!",
+        "exactly-twenty-seven-bytes?",
+    ];
+    assert_eq!(texts.len(), KEYS);
+    texts
+        .iter()
+        .map(|text| ShortKey::new(text).expect("short"))
         .collect()
 }
 
@@ -167,6 +191,12 @@ proptest! {
     fn fixed_window_ipv4_is_one_limiter_per_key(quota in quota(), start in start(), ops in ops()) {
         let window = FixedWindow::new(quota).expect("representable");
         compact_matches_one_limiter_per_key(window, &ipv4_keys(), start, &ops)?;
+    }
+
+    #[test]
+    fn gcra_short_string_is_one_limiter_per_key(quota in quota(), start in start(), ops in ops()) {
+        let gcra = Gcra::new(quota).expect("representable");
+        compact_matches_one_limiter_per_key(gcra, &short_keys(), start, &ops)?;
     }
 }
 

@@ -1,6 +1,7 @@
 //! [`FixedKey`]: the key types a compact table stores inline, as the 32-bit
-//! words of their value.
+//! words of their value, and [`ShortKey`], a short string as such a key.
 
+use std::fmt;
 use std::hash::Hash;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -10,7 +11,7 @@ mod sealed {
 
 /// A key of a fixed size, stored whole in a
 /// [`CompactKeyedLimiter`](super::CompactKeyedLimiter)'s slot: `u32`, `u64`,
-/// `u128`, [`Ipv4Addr`], [`Ipv6Addr`] and `[u8; 16]`.
+/// `u128`, [`Ipv4Addr`], [`Ipv6Addr`], `[u8; 16]` and [`ShortKey`].
 ///
 /// Sealed: the slot layout (the key's words, then the 8-byte state) is the
 /// table's. An [`IpAddr`](std::net::IpAddr) is not one: its two kinds are
@@ -18,30 +19,35 @@ mod sealed {
 /// byte; a server with both kinds keeps one limiter for each (or maps IPv4
 /// to IPv6 itself, if it means them to be one key).
 pub trait FixedKey: sealed::Sealed + Copy + Eq + Hash + Send + Sync + 'static {
-    /// The 32-bit words the key takes in a slot (1 to 4).
+    /// The 32-bit words the key takes in a slot (1 to 7).
     #[doc(hidden)]
     const WORDS: usize;
 
-    /// The key as words; only the first [`WORDS`](Self::WORDS) are stored.
+    /// `[u32; WORDS]`.
     #[doc(hidden)]
-    fn to_words(&self) -> [u32; 4];
+    type Words: Copy + Default + AsRef<[u32]> + AsMut<[u32]>;
 
-    /// The key whose first [`WORDS`](Self::WORDS) words are `words`.
+    /// The key as the words stored.
     #[doc(hidden)]
-    fn from_words(words: [u32; 4]) -> Self;
+    fn to_words(&self) -> Self::Words;
+
+    /// The key whose words are `words`.
+    #[doc(hidden)]
+    fn from_words(words: Self::Words) -> Self;
 }
 
 impl sealed::Sealed for u32 {}
 impl FixedKey for u32 {
     const WORDS: usize = 1;
+    type Words = [u32; 1];
 
     #[inline(always)]
-    fn to_words(&self) -> [u32; 4] {
-        [*self, 0, 0, 0]
+    fn to_words(&self) -> Self::Words {
+        [*self]
     }
 
     #[inline(always)]
-    fn from_words(words: [u32; 4]) -> u32 {
+    fn from_words(words: Self::Words) -> u32 {
         words[0]
     }
 }
@@ -49,14 +55,15 @@ impl FixedKey for u32 {
 impl sealed::Sealed for u64 {}
 impl FixedKey for u64 {
     const WORDS: usize = 2;
+    type Words = [u32; 2];
 
     #[inline(always)]
-    fn to_words(&self) -> [u32; 4] {
-        [*self as u32, (*self >> 32) as u32, 0, 0]
+    fn to_words(&self) -> Self::Words {
+        [*self as u32, (*self >> 32) as u32]
     }
 
     #[inline(always)]
-    fn from_words(words: [u32; 4]) -> u64 {
+    fn from_words(words: Self::Words) -> u64 {
         u64::from(words[0]) | (u64::from(words[1]) << 32)
     }
 }
@@ -64,9 +71,10 @@ impl FixedKey for u64 {
 impl sealed::Sealed for u128 {}
 impl FixedKey for u128 {
     const WORDS: usize = 4;
+    type Words = [u32; 4];
 
     #[inline(always)]
-    fn to_words(&self) -> [u32; 4] {
+    fn to_words(&self) -> Self::Words {
         [
             *self as u32,
             (*self >> 32) as u32,
@@ -76,7 +84,7 @@ impl FixedKey for u128 {
     }
 
     #[inline(always)]
-    fn from_words(words: [u32; 4]) -> u128 {
+    fn from_words(words: Self::Words) -> u128 {
         words
             .iter()
             .rev()
@@ -87,14 +95,15 @@ impl FixedKey for u128 {
 impl sealed::Sealed for [u8; 16] {}
 impl FixedKey for [u8; 16] {
     const WORDS: usize = 4;
+    type Words = [u32; 4];
 
     #[inline(always)]
-    fn to_words(&self) -> [u32; 4] {
+    fn to_words(&self) -> Self::Words {
         u128::from_le_bytes(*self).to_words()
     }
 
     #[inline(always)]
-    fn from_words(words: [u32; 4]) -> [u8; 16] {
+    fn from_words(words: Self::Words) -> [u8; 16] {
         u128::from_words(words).to_le_bytes()
     }
 }
@@ -102,14 +111,15 @@ impl FixedKey for [u8; 16] {
 impl sealed::Sealed for Ipv4Addr {}
 impl FixedKey for Ipv4Addr {
     const WORDS: usize = 1;
+    type Words = [u32; 1];
 
     #[inline(always)]
-    fn to_words(&self) -> [u32; 4] {
-        u32::from(*self).to_words()
+    fn to_words(&self) -> Self::Words {
+        [u32::from(*self)]
     }
 
     #[inline(always)]
-    fn from_words(words: [u32; 4]) -> Ipv4Addr {
+    fn from_words(words: Self::Words) -> Ipv4Addr {
         Ipv4Addr::from(words[0])
     }
 }
@@ -117,15 +127,122 @@ impl FixedKey for Ipv4Addr {
 impl sealed::Sealed for Ipv6Addr {}
 impl FixedKey for Ipv6Addr {
     const WORDS: usize = 4;
+    type Words = [u32; 4];
 
     #[inline(always)]
-    fn to_words(&self) -> [u32; 4] {
+    fn to_words(&self) -> Self::Words {
         u128::from(*self).to_words()
     }
 
     #[inline(always)]
-    fn from_words(words: [u32; 4]) -> Ipv6Addr {
+    fn from_words(words: Self::Words) -> Ipv6Addr {
         Ipv6Addr::from(u128::from_words(words))
+    }
+}
+
+/// A string (or any bytes) of at most [`ShortKey::CAPACITY`] bytes, as a
+/// [`FixedKey`]: a compact table stores it whole, exactly, in 28 bytes (a
+/// byte of length, then the bytes, zero-padded), so a slot is 36 bytes and
+/// a key about 41 at the table's 7/8 load, where a `String` key in a
+/// `KeyedLimiter` or in governor takes about 90.
+///
+/// 27 bytes is more than a `CompactString` holds inline (24): user and
+/// account ids, API keys of the usual lengths, `tenant:id` pairs. A longer
+/// key is refused with [`KeyTooLong`], never cut or hashed, so that two
+/// keys never share a state; it belongs in a
+/// [`KeyedLimiter`](crate::KeyedLimiter).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShortKey {
+    /// `bytes[0]` is the length; the key follows, then zeros.
+    bytes: [u8; 28],
+}
+
+impl ShortKey {
+    /// The longest key, in bytes.
+    pub const CAPACITY: usize = 27;
+
+    /// `key` as a short key, or [`KeyTooLong`] past
+    /// [`CAPACITY`](Self::CAPACITY) bytes.
+    pub fn new(key: &str) -> Result<ShortKey, KeyTooLong> {
+        ShortKey::from_bytes(key.as_bytes())
+    }
+
+    /// As [`new`](Self::new), for a key of any bytes.
+    pub fn from_bytes(key: &[u8]) -> Result<ShortKey, KeyTooLong> {
+        if key.len() > ShortKey::CAPACITY {
+            return Err(KeyTooLong { len: key.len() });
+        }
+        let mut bytes = [0; 28];
+        bytes[0] = key.len() as u8;
+        bytes[1..=key.len()].copy_from_slice(key);
+        Ok(ShortKey { bytes })
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[1..=usize::from(self.bytes[0])]
+    }
+}
+
+impl TryFrom<&str> for ShortKey {
+    type Error = KeyTooLong;
+
+    fn try_from(key: &str) -> Result<ShortKey, KeyTooLong> {
+        ShortKey::new(key)
+    }
+}
+
+impl fmt::Debug for ShortKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ShortKey({:?})",
+            String::from_utf8_lossy(self.as_bytes())
+        )
+    }
+}
+
+/// A key longer than [`ShortKey::CAPACITY`] bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyTooLong {
+    /// The key's length in bytes.
+    pub len: usize,
+}
+
+impl fmt::Display for KeyTooLong {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a key of {} bytes is longer than a ShortKey's {}: keep it in a KeyedLimiter",
+            self.len,
+            ShortKey::CAPACITY
+        )
+    }
+}
+
+impl std::error::Error for KeyTooLong {}
+
+impl sealed::Sealed for ShortKey {}
+impl FixedKey for ShortKey {
+    const WORDS: usize = 7;
+    type Words = [u32; 7];
+
+    #[inline(always)]
+    fn to_words(&self) -> [u32; 7] {
+        let mut words = [0; 7];
+        for (word, bytes) in words.iter_mut().zip(self.bytes.chunks_exact(4)) {
+            *word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        words
+    }
+
+    #[inline(always)]
+    fn from_words(words: [u32; 7]) -> ShortKey {
+        let mut bytes = [0; 28];
+        for (bytes, word) in bytes.chunks_exact_mut(4).zip(words) {
+            bytes.copy_from_slice(&word.to_le_bytes());
+        }
+        ShortKey { bytes }
     }
 }
 
@@ -135,7 +252,7 @@ mod tests {
 
     fn round_trip<K: FixedKey + std::fmt::Debug>(key: K) {
         let words = key.to_words();
-        assert!(words[K::WORDS..].iter().all(|&w| w == 0), "{key:?}");
+        assert_eq!(words.as_ref().len(), K::WORDS, "{key:?}");
         assert_eq!(K::from_words(words), key);
     }
 
@@ -154,5 +271,38 @@ mod tests {
             round_trip(Ipv4Addr::from(value as u32));
             round_trip(Ipv6Addr::from(value));
         }
+        for key in [
+            "",
+            "a",
+            "a\0",
+            "user:0000001234",
+            "exactly-twenty-seven-bytes!",
+        ] {
+            round_trip(ShortKey::new(key).unwrap());
+            assert_eq!(ShortKey::new(key).unwrap().as_bytes(), key.as_bytes());
+        }
+    }
+
+    #[test]
+    fn a_short_key_is_its_bytes_and_their_length_and_a_long_one_is_refused() {
+        // A trailing zero byte is a different key: the length tells.
+        assert_ne!(ShortKey::new("a").unwrap(), ShortKey::new("a\0").unwrap());
+        assert_ne!(ShortKey::new("").unwrap(), ShortKey::new("\0").unwrap());
+        let long = "twenty-eight bytes, one over";
+        assert_eq!(long.len(), 28);
+        assert_eq!(ShortKey::new(long), Err(KeyTooLong { len: 28 }));
+        assert_eq!(
+            ShortKey::try_from(&long[..27]).unwrap().as_bytes().len(),
+            27
+        );
+        assert!(
+            KeyTooLong { len: 28 }
+                .to_string()
+                .contains("longer than a ShortKey's 27")
+        );
+        assert_eq!(
+            format!("{:?}", ShortKey::new("id:7").unwrap()),
+            "ShortKey(\"id:7\")"
+        );
     }
 }

@@ -178,8 +178,8 @@ impl<K: FixedKey> Locked<'_, K> {
 
     fn key_at(&self, slot: usize) -> K {
         let words = self.slot(slot);
-        let mut key = [0; 4];
-        for (word, stored) in key.iter_mut().zip(&words[..K::WORDS]) {
+        let mut key = K::Words::default();
+        for (word, stored) in key.as_mut().iter_mut().zip(&words[..K::WORDS]) {
             *word = stored.load(Ordering::Relaxed);
         }
         K::from_words(key)
@@ -189,6 +189,7 @@ impl<K: FixedKey> Locked<'_, K> {
     #[inline(always)]
     pub(super) fn find(&self, key: &K, home: usize) -> Probe {
         let want = key.to_words();
+        let want = want.as_ref();
         let mut slot = home;
         loop {
             let words = self.slot(slot);
@@ -220,7 +221,7 @@ impl<K: FixedKey> Locked<'_, K> {
             self.shard.limit
         );
         let words = self.slot(slot);
-        for (stored, word) in words[..K::WORDS].iter().zip(key.to_words()) {
+        for (stored, &word) in words[..K::WORDS].iter().zip(key.to_words().as_ref()) {
             stored.store(word, Ordering::Relaxed);
         }
         self.write_stored(slot, stored);
