@@ -277,34 +277,43 @@ pub(crate) async fn run<C: ConnectionLike>(
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
     let (source, sha) = script.source_and_sha();
-    // Only `gcra.lua` has a short form: its arguments are made once here to
-    // be matched; every other script's are written straight into the call.
+    // Only `gcra.lua` has a short form: its arguments are made once here,
+    // matched, and sent as made (short or full); every other script's are
+    // written straight into the call.
     let mut full = Cmd::new();
-    if matches!(script, Script::Gcra) {
-        args(&mut full);
-    }
-    let words: Vec<&[u8]> = full
-        .args_iter()
-        .filter_map(|arg| match arg {
-            redis::Arg::Simple(arg) => Some(arg),
-            // (Only a `SCAN` has a cursor: never a script's argument.)
-            _ => None,
-        })
-        .collect();
-    let short = short_gcra(&words);
+    // `None` for another script (or an argument that is not plain bytes,
+    // which no script takes: it is then written as `args` writes it).
+    let words: Option<Vec<&[u8]>> = match script {
+        Script::Gcra => {
+            args(&mut full);
+            full.args_iter()
+                .map(|arg| match arg {
+                    redis::Arg::Simple(arg) => Some(arg),
+                    _ => None,
+                })
+                .collect()
+        }
+        _ => None,
+    };
+    let short = words.as_deref().and_then(short_gcra);
     let call = |verb: &str, script: &str| {
         let mut cmd = Cmd::new();
         cmd.arg(verb).arg(script).arg(keys.len());
         for key in keys {
             cmd.arg(key.as_slice());
         }
-        match &short {
-            Some(short) => {
+        match (&short, &words) {
+            (Some(short), _) => {
                 for arg in short {
                     cmd.arg(*arg);
                 }
             }
-            None => args(&mut cmd),
+            (None, Some(words)) => {
+                for word in words {
+                    cmd.arg(*word);
+                }
+            }
+            (None, None) => args(&mut cmd),
         }
         cmd
     };
