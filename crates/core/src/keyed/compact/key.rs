@@ -19,13 +19,14 @@ mod sealed {
 /// byte; a server with both kinds keeps one limiter for each (or maps IPv4
 /// to IPv6 itself, if it means them to be one key).
 pub trait FixedKey: sealed::Sealed + Copy + Eq + Hash + Send + Sync + 'static {
-    /// The 32-bit words the key takes in a slot (1 to 7).
-    #[doc(hidden)]
-    const WORDS: usize;
-
-    /// `[u32; WORDS]`.
+    /// The key's words as stored: `[u32; n]`, `n` from 1 to 7.
     #[doc(hidden)]
     type Words: Copy + Default + AsRef<[u32]> + AsMut<[u32]>;
+
+    /// The 32-bit words the key takes in a slot: those of
+    /// [`Words`](Self::Words).
+    #[doc(hidden)]
+    const WORDS: usize = std::mem::size_of::<Self::Words>() / 4;
 
     /// The key as the words stored.
     #[doc(hidden)]
@@ -38,7 +39,6 @@ pub trait FixedKey: sealed::Sealed + Copy + Eq + Hash + Send + Sync + 'static {
 
 impl sealed::Sealed for u32 {}
 impl FixedKey for u32 {
-    const WORDS: usize = 1;
     type Words = [u32; 1];
 
     #[inline(always)]
@@ -54,7 +54,6 @@ impl FixedKey for u32 {
 
 impl sealed::Sealed for u64 {}
 impl FixedKey for u64 {
-    const WORDS: usize = 2;
     type Words = [u32; 2];
 
     #[inline(always)]
@@ -70,7 +69,6 @@ impl FixedKey for u64 {
 
 impl sealed::Sealed for u128 {}
 impl FixedKey for u128 {
-    const WORDS: usize = 4;
     type Words = [u32; 4];
 
     #[inline(always)]
@@ -94,7 +92,6 @@ impl FixedKey for u128 {
 
 impl sealed::Sealed for [u8; 16] {}
 impl FixedKey for [u8; 16] {
-    const WORDS: usize = 4;
     type Words = [u32; 4];
 
     #[inline(always)]
@@ -110,7 +107,6 @@ impl FixedKey for [u8; 16] {
 
 impl sealed::Sealed for Ipv4Addr {}
 impl FixedKey for Ipv4Addr {
-    const WORDS: usize = 1;
     type Words = [u32; 1];
 
     #[inline(always)]
@@ -126,7 +122,6 @@ impl FixedKey for Ipv4Addr {
 
 impl sealed::Sealed for Ipv6Addr {}
 impl FixedKey for Ipv6Addr {
-    const WORDS: usize = 4;
     type Words = [u32; 4];
 
     #[inline(always)]
@@ -224,7 +219,6 @@ impl std::error::Error for KeyTooLong {}
 
 impl sealed::Sealed for ShortKey {}
 impl FixedKey for ShortKey {
-    const WORDS: usize = 7;
     type Words = [u32; 7];
 
     #[inline(always)]
