@@ -30,7 +30,7 @@
 //! So the memory is bounded by construction:
 //! [`table_bytes`](CompactKeyedLimiter::table_bytes) from the first
 //! request on, whatever the keys do (measured at 10^7 keys, resident and
-//! allocated alike: the figures above; governor 28.5 and 41.9, and 80.4
+//! allocated alike: the figures above; governor 28.5 and 41.9, and 70.4
 //! for a 15-byte `String`,
 //! `benches/compact_memory.rs`). A 16-byte key stored whole cannot take
 //! 20 bytes a key (16 + 8 = 24 bytes a slot before any slack);
