@@ -203,19 +203,8 @@ async fn the_gcra_short_form_decides_as_the_full_form() {
     let mut raw = support::raw(server.url()).await;
     // 1 per hour (ticks of 1 ns), a burst of 3.
     let (interval, capacity) = ("3600000000000", "10800000000000");
-    let full = [
-        "c",
-        "",
-        "1",
-        "10",
-        "0",
-        "g",
-        "1",
-        interval,
-        capacity,
-        "9000000000000",
-        "0",
-    ];
+    let full = support::gcra_check_args(interval, capacity);
+    let full: Vec<&str> = full.iter().map(String::as_str).collect();
     let short = [interval, capacity];
     let second: i64 = 1_000_000_000;
     let mut signs = Vec::new();

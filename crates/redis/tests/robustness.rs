@@ -157,22 +157,7 @@ async fn the_scripts_refuse_bad_arguments() {
     let mut raw = support::raw(server.url()).await;
     // op now cost slack stamp | g scale interval capacity m x: 10/s, burst 5
     // on the server's clock (m = 9e15 / (1000 · 1)).
-    let good: Vec<String> = [
-        "c",
-        "",
-        "1",
-        "10",
-        "0",
-        "g",
-        "1",
-        "100000000",
-        "500000000",
-        "9000000000000",
-        "0",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
+    let good = support::gcra_check_args("100000000", "500000000");
     let mut bad = Vec::new();
     for (index, values) in [
         (0, &["x", "", "cc"][..]),

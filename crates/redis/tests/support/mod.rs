@@ -42,6 +42,28 @@ pub async fn raw(url: impl redis::IntoConnectionInfo) -> redis::aio::Multiplexed
         .expect("connect")
 }
 
+/// `gcra.lua`'s full arguments (`op now cost slack stamp | g scale interval
+/// capacity m x`) for a check of cost 1 on the server's clock with the
+/// client's default slack (10 ms) and scale 1 (so `m` = 9·10^15 / 1000):
+/// the call its short form `interval capacity` stands for.
+pub fn gcra_check_args(interval: &str, capacity: &str) -> Vec<String> {
+    [
+        "c",
+        "",
+        "1",
+        "10",
+        "0",
+        "g",
+        "1",
+        interval,
+        capacity,
+        "9000000000000",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 impl Connect for Cluster {
     async fn connect(&self) -> Redis {
         let urls = self.urls();
