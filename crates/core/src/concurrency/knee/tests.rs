@@ -24,14 +24,26 @@ fn probe_with(state: &mut KneeState, now: u64, short: u64, long: u64) -> u64 {
 
 /// As [`probe_with`], one request every `gap` ns, times in ns; returns
 /// the time after and the answers the probe took.
-fn probe_every(state: &mut KneeState, mut now: u64, gap: u64, short: u64, long: u64) -> (u64, u64) {
+fn probe_every(state: &mut KneeState, now: u64, gap: u64, short: u64, long: u64) -> (u64, u64) {
+    probe_until(state, now, gap, short, long, |state| !state.probing())
+}
+
+/// As [`probe_every`], until `done` says so.
+fn probe_until(
+    state: &mut KneeState,
+    mut now: u64,
+    gap: u64,
+    short: u64,
+    long: u64,
+    done: impl Fn(&KneeState) -> bool,
+) -> (u64, u64) {
     let mut pending: Vec<(u64, u64)> = Vec::new();
     let (mut i, mut answers) = (0, 0);
-    while state.probing() {
+    while !done(state) {
         let rtt = if i % 2 == 0 { short } else { long };
         pending.push((now, now + rtt));
         pending.sort_by_key(|&(_, end)| std::cmp::Reverse(end));
-        while state.probing() && pending.last().is_some_and(|&(_, end)| end <= now) {
+        while !done(state) && pending.last().is_some_and(|&(_, end)| end <= now) {
             let (started, end) = pending.pop().unwrap();
             state.update(Nanos::new(started), Nanos::new(end), 1, false);
             answers += 1;
@@ -277,10 +289,69 @@ fn a_probe_runs_every_interval_and_a_changed_service_replaces_the_mean() {
     }
     assert!(now >= 20_000 * MS, "not before the interval: {now}");
     assert_eq!(state.limit(), before / 2, "half the limit");
-    // The service is now 20 ms: a mean 3 standard errors away replaces
-    // the old one instead of being averaged with it.
-    probe_with(&mut state, now + 50 * MS, 10, 30);
+    // The service is now 20 ms: a mean 3 standard errors away is
+    // confirmed by a second probe at once, and the two replace the old
+    // mean instead of being averaged with it.
+    let (_, answers) = probe_every(&mut state, now + 50 * MS, MS, 10 * MS, 30 * MS);
+    assert!(answers >= 1_000, "two probes of 500: {answers}");
     assert_service(&state, 20.0);
+}
+
+#[test]
+fn one_probe_far_from_the_mean_is_confirmed_before_it_replaces_it() {
+    // The table's outlier: one probe of a 10 ms service read 7.85 ms.
+    // Taken alone, it would have halved the limit until the next probe.
+    let (mut state, mut now) = probed();
+    while !state.probing() {
+        now = feed(&mut state, now, 1, MS / 2, 10 * MS, 20);
+    }
+    let limit = state.limit();
+    now = probe_until(&mut state, now + 50 * MS, MS, 5 * MS, 10_700_000, |state| {
+        state.doubted.is_some()
+    })
+    .0;
+    assert!(state.probing(), "a second probe runs at once");
+    assert_eq!(state.limit(), limit, "under the same limit");
+    assert_service(&state, 10.0);
+    // It reads 10 ms again: the outlier is dropped, not averaged in.
+    probe_with(&mut state, now + 50 * MS, 5, 15);
+    assert_service(&state, 10.0);
+    assert!(state.doubted.is_none());
+}
+
+#[test]
+fn a_first_probe_short_of_its_precision_is_followed_by_one_at_the_learnt_limit() {
+    // The first probe runs at half the initial limit whatever the knee;
+    // 1 and 19 ms over 400 requests leave its mean 4.5 % uncertain.
+    let mut state = Knee::new().probe_samples(100).start();
+    let now = probe_with(&mut state, 0, 1, 19);
+    assert_service(&state, 10.0);
+    // Half the limit (20) is as many as that probe ran (10): a probe now
+    // times at least as many a second, so it runs in 2.5 s, not 20.
+    let (ended, mut at) = (state.last_probe, now + 20 * MS);
+    while !state.probing() {
+        at = feed(&mut state, at, 1, MS / 2, 10 * MS, 20);
+    }
+    let after = at - ended;
+    assert!(
+        (2_480 * MS..2_520 * MS).contains(&after),
+        "{after} ns after"
+    );
+}
+
+#[test]
+fn an_imprecise_probe_is_not_repeated_early_below_its_own_limit() {
+    // The same probe, then a knee of 5 (0.5 answers per ms) brings the
+    // limit under twice the probe's 10: a probe now would time fewer
+    // requests than the first, and waits for the interval.
+    let mut state = Knee::new().probe_samples(100).start();
+    let mut now = probe_with(&mut state, 0, 1, 19) + 20 * MS;
+    while !state.probing() {
+        let limit = state.limit();
+        now = feed(&mut state, now, 256, 2 * MS, 10 * MS, limit);
+        assert!(now < 30_000 * MS);
+    }
+    assert!(now >= 20_000 * MS, "probe at {now}");
 }
 
 #[test]
