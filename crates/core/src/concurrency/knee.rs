@@ -74,21 +74,10 @@
 //! (weight 1/2), so that the noise of a few completions does not move the
 //! limit.
 //!
-//! **The probe** measures `S`: the limit drops to where nothing waits,
-//! and the mean latency of [`Knee::probe_samples`] requests that started under
-//! it is a sample of `S`. Where nothing waits is half the limit (below any
-//! knee the limit passes by less than 2×) or, once `busy` is known and
-//! that is more, the in flight the free probes below use,
-//! `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)`: at a knee of 10 the probe runs at 8,
-//! not 6, and costs a fifth of the throughput for its second instead of
-//! 40 %. A 10 s measure of goodput that holds a probe lost that much:
-//! with runs of 45 s and 90 s, whose measured thirds meet the probes
-//! where the 60 s table's do not, 119 and 79 cells of 240 (8 seeds)
-//! missed at half the limit, 29 and 26 at this one. A `busy` read high by
-//! less than 11 % still leaves the probe unqueued, and a probe that read
-//! `S` high by more reads it nearer the next time: its in flight over the
-//! knee by a share `q` reads `(1 + q) S`, and `q` shrinks with the error.
-//! Not the first that answer: those are the fastest
+//! **The probe** measures `S`: the limit drops to half its value (below the
+//! knee when the limit sits at most 1.25× past it, so nothing waits), and
+//! the mean latency of [`Knee::probe_samples`] requests that started under
+//! it is a sample of `S`. Not the first that answer: those are the fastest
 //! (a mean over them read a lognormal service as 40 % faster than it is,
 //! and the limit fell with each probe). The probe takes the requests that
 //! started at least 20 mean service times before its end (a cohort chosen
@@ -105,15 +94,14 @@
 //! probe read a bimodal service 22 % fast, 39 slow requests of 704 where
 //! 70 ± 8 were due, and halve the limit for 20 s). A probe runs at the
 //! start and every [`Knee::probe_interval`], or an eighth of it after a
-//! probe short of its precision when half the limit now is at least the
-//! limit that probe ran at: the first probe runs at half the initial limit
+//! probe short of its precision when a probe now would run at least as
+//! many requests at once: the first probe runs at half the initial limit
 //! whatever the knee, and at a knee of 400 its ~950 requests, one time in
-//! a few 10 % off, were all the limit had for 20 s (all the table's misses
-//! at K ≥ 40, 8 of its 576 cells over 32 seeds, came from it: a median of
-//! 1.26–1.31 K, or 0.97 K with 93–95 % goodput). There a second probe
-//! times 2,000 requests in a tenth of a second; at a knee of 10, where
-//! the limit is 13 and half of it fewer than the first probe's 10, it is
-//! not asked.
+//! a few 10 % off, were all the limit had for 20 s (the table's misses at
+//! K ≥ 40, 8 of 32 seeds' 576 cells, came from it: a median of 1.26–1.31 K,
+//! or 0.97 K with 93–95 % goodput). There a second probe times 2,000
+//! requests in a tenth of a second; at a knee of 10, where it would run at
+//! 6 instead of 10, it is not asked.
 //!
 //! **Free probes.** Between probes, a request that started with at most
 //! `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` in flight (its own included) found a free
@@ -124,7 +112,7 @@
 //! probe may say the service changed). The margin keeps them served at
 //! once while `busy` reads up to 11 % over the knee. Under arrivals at
 //! 1.5× a knee of 10, one request in 25 qualifies: a batch every ten
-//! seconds or so, where the probes run every 20 s. Over
+//! seconds or so, where the probes run every 20 s at half the limit. Over
 //! the table's 32 seeds they cut the cells that miss from 54 to 34 (at
 //! K = 10, from 36 to 20).
 //!
@@ -158,7 +146,7 @@
 //!   exponential to bimodal services). A probe that reads high puts the
 //!   limit a request or two past the band; one that reads low, under the
 //!   knee until the next probe or batch of free probes. Over 32 seeds of
-//!   the table (960 cells), 24 miss: 22 at K = 10 and 2 at K = 20
+//!   the table (960 cells), 21 miss: 20 at K = 10 and 1 at K = 20
 //!   (goodput 85–95 %, or a median of 1.3 K), none at K ≥ 40; the worst
 //!   is 85 % (K = 10 bimodal, a first probe 10 % low). At K = 10 the
 //!   target is at the edge of its own noise: fixed limits of 13 and 6,
@@ -179,12 +167,12 @@
 //! | free probes | in flight ≤ `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)`, batches of `probe_samples` | chosen: served at once while `busy` reads up to 11 % high; a batch as large as a probe weighs as one |
 //! | `window_samples` | 256 | chosen: the throughput of 256 exponential completions is within ±6 % (one standard error) |
 //! | `probe_samples` | 500 | chosen: the mean of 500 lognormal (σ = 1) service times is within ±6 %; Envoy times 50 (its `request_count`), enough for a median, not a mean |
-//! | probe precision | 3 %, ≤ 4× `probe_samples`, ≤ 1 s more | chosen: one standard error of 3 % keeps `busy` within a request at a knee of 20 most of the time; the caps bound a probe to ≤ 5 % of the interval |
+//! | probe precision | 3 %, ≤ 4× `probe_samples`, ≤ 1 s more | chosen: one standard error of 3 % keeps `busy` within a request at a knee of 20 most of the time; the caps bound a probe at half the limit to ≤ 5 % of the interval |
 //! | "nothing queued" | `busy ≥ (0.95 − 3 σ_S) N`, ≥ 0.85 | chosen on the table's 16 seeds: 0.88 and 0.90 floors miss more cells (37, 43 of 480 against 29); 0.95 alone let a low probe collapse the limit |
-//! | `probe_interval` | 20 s | Envoy's `min_rtt_calc_params.interval` example is 60 s; shorter here because a probe under the knee costs little |
+//! | `probe_interval` | 20 s | Envoy's `min_rtt_calc_params.interval` example is 60 s; shorter here because a probe at half the limit costs little |
 //! | early probe | `probe_interval / 8` (2.5 s) after a probe short of 3 % that ran at most half the limit now | chosen: late enough for the limit to climb to the knee first (7 windows of 10 % from half of it), early enough to leave 7 s before the table's first measure |
 //! | confirming probe | at once, same limit, after one that disagrees | chosen: a lone outlier costs one more probe, not 20 s under half the knee |
-//! | probe limit | half the limit, or `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` when more | Envoy pins 3 (`min_concurrency`); half sits below a knee the limit passes by less than 2× before `busy` is known; then the free probes' margin, which keeps 80–90 % of the throughput (runs of 45 s and 90 s: 29 and 26 misses of 240 cells, against 119 and 79 at half) |
+//! | probe limit | half the limit | Envoy pins 3 (`min_concurrency`); half keeps most of the throughput and still sits below a knee the limit passes by at most 25 % |
 //!
 //! # Decisions
 //!
@@ -193,8 +181,8 @@
 //!   samples and a simulation on a manual clock replays exactly.
 //! - **A dropped request** (overload, timeout) lowers the smoothed `busy`
 //!   by 10 % at once, as a loss does a TCP window.
-//! - **Requests costing more than the probe's limit** are refused during
-//!   a probe, as under any limit below their cost.
+//! - **Requests costing more than half the limit** are refused during a
+//!   probe, as under any limit below their cost.
 
 use crate::clock::Nanos;
 
@@ -281,7 +269,7 @@ impl Knee {
     /// A fresh controller state.
     pub fn start(&self) -> KneeState {
         let limit = self.initial.clamp(self.min.max(1), self.max.max(1));
-        let probe = Probe::new(0, limit, (limit / 2).max(self.min).max(1));
+        let probe = Probe::new(0, limit, self.min);
         KneeState {
             params: *self,
             limit,
@@ -342,10 +330,10 @@ const MORE_SAMPLES: u64 = 4;
 const LONGEST: u64 = 1_000_000_000;
 
 impl Probe {
-    fn new(started: u64, before: u32, limit: u32) -> Probe {
+    fn new(started: u64, before: u32, min: u32) -> Probe {
         Probe {
             started,
-            limit,
+            limit: (before / 2).max(min).max(1),
             before,
             timed: Vec::new(),
         }
@@ -499,15 +487,15 @@ impl KneeState {
                 if probe.timed.len() >= samples as usize && probe.timed.len() % 64 == 0 {
                     let guess = self.service.map(|service| service.mean);
                     if let Some(cohort) = probe.cohort(now, samples, guess) {
-                        let (before, limit) = (probe.before, probe.limit);
-                        self.end_probe(cohort, before, limit, now);
+                        let before = probe.before;
+                        self.end_probe(cohort, before, now);
                     }
                 }
             }
             return self.limit();
         }
         if now.saturating_sub(self.last_probe) >= self.until_next_probe() {
-            self.probe = Some(Probe::new(now, self.limit, self.probe_limit()));
+            self.probe = Some(Probe::new(now, self.limit, self.params.min));
             return self.limit();
         }
         self.time_unqueued(started, rtt, in_flight);
@@ -539,7 +527,7 @@ impl KneeState {
     /// Folds a finished probe into the mean service time: averaged in
     /// when it agrees, a confirming probe at once when it does not, and
     /// the service replaced when two probes in a row agree that it changed.
-    fn end_probe(&mut self, (mean, error, _): (f64, f64, u64), before: u32, limit: u32, now: u64) {
+    fn end_probe(&mut self, (mean, error, _): (f64, f64, u64), before: u32, now: u64) {
         let measure = Service {
             mean,
             error,
@@ -560,12 +548,12 @@ impl KneeState {
             // another at once, under the same limit.
             Some(_) => {
                 self.doubted = Some(measure);
-                self.probe = Some(Probe::new(now, before, limit));
+                self.probe = Some(Probe::new(now, before, self.params.min));
                 return;
             }
         };
         self.limit = before;
-        self.probed_at = limit;
+        self.probed_at = Probe::new(now, before, self.params.min).limit;
         self.probe = None;
         self.last_probe = now;
         self.unqueued = Moments::default();
@@ -575,40 +563,16 @@ impl KneeState {
         };
     }
 
-    /// The limit a probe runs at: half the limit, or the requests in
-    /// flight that are still [served at once](served_at_once) when that is
-    /// more. Half the limit is below any knee the limit passes by less
-    /// than 2×, and needs nothing else known; once `busy` is, the probe
-    /// runs where the free probes do, served at once while `busy` reads
-    /// up to 11 % high, and a probe that read `S` high by less than that
-    /// reads it right the next time (its in flight is then under the
-    /// knee). At a knee of 10 it runs at 8, not 6: it costs a fifth of
-    /// the throughput for a second, where half the limit cost 40 %, which
-    /// a measure of 10 s that held a probe lost (runs of 45 s and 90 s,
-    /// whose measures meet the probes: 119 and 79 cells of 240 missed
-    /// at half the limit, 29 and 26 at this one).
-    fn probe_limit(&self) -> u32 {
-        let half = self.limit / 2;
-        let at_once = self
-            .busy
-            .map_or(0, |busy| served_at_once(busy).max(0.0) as u32);
-        half.max(at_once)
-            .min(self.limit)
-            .max(self.params.min)
-            .max(1)
-    }
-
     /// The time from the last probe to the next: [`Knee::probe_interval`],
     /// or an eighth of it while the mean service time rests on one probe
-    /// short of [`PRECISION`] and half the limit now is at least the limit
-    /// that probe ran at. The first probe runs at half the
+    /// short of [`PRECISION`] and a probe now would run at least as many
+    /// requests at once as that one did. The first probe runs at half the
     /// initial limit, whatever the knee: at a knee of 400 its mean of ~950
     /// requests is all the limit has until the next, and one 11 % low put
     /// the limit under the knee for the whole first measure of the table
-    /// (goodput 94.6 %). A second probe under the learnt limit times
+    /// (goodput 94.6 %). A second probe at half the learnt limit times
     /// 2,000 requests in a tenth of a second there; at a knee of 10, where
-    /// the limit is 13, it is not asked (asked there as well, 26 cells of
-    /// 960 missed instead of 20 at K = 10).
+    /// it would run at 6 rather than 10, it is not asked.
     fn until_next_probe(&self) -> u64 {
         let interval = self.params.probe_interval.as_u64();
         let imprecise = self
@@ -635,7 +599,7 @@ impl KneeState {
         let (Some(busy), Some(service)) = (self.busy, self.service) else {
             return;
         };
-        let at_once = served_at_once(busy);
+        let at_once = (busy.floor() - 1.0).min((0.9 * busy).floor());
         if started < self.last_probe || f64::from(in_flight) > at_once {
             return;
         }
@@ -696,14 +660,6 @@ impl KneeState {
         let (min, max) = (self.params.min.max(1), self.params.max.max(1));
         self.limit = (target.ceil() as u32).clamp(min, max.max(min));
     }
-}
-
-/// The most requests in flight (its own included) at which a request
-/// still finds a free worker when `busy` are in service: `busy` less a
-/// request and less 10 %, so that a `busy` read up to 11 % high still
-/// leaves it unqueued.
-fn served_at_once(busy: f64) -> f64 {
-    (busy.floor() - 1.0).min((0.9 * busy).floor())
 }
 
 #[cfg(all(test, not(loom)))]

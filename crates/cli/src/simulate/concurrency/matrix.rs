@@ -430,36 +430,6 @@ mod tests {
         }
     }
 
-    /// Runs of 90 s put a probe inside two measured thirds (probes at
-    /// about 21 and 84 s; measures over [20, 30) and [80, 90) s). At a
-    /// knee of 10 a probe at half the limit (6) cost those thirds 93 %
-    /// even with constant service times; at the in flight still served
-    /// at once (8) it costs a fifth of the throughput for its second.
-    #[test]
-    fn a_probe_inside_a_measured_third_keeps_its_goodput() {
-        for (shape, knee) in [
-            (Shape::Constant, 10),
-            (Shape::Uniform25, 10),
-            (Shape::Constant, 20),
-        ] {
-            let scenario = Scenario {
-                shape,
-                knee,
-                duration: 90_000_000_000,
-                seed: 1,
-                slow: None,
-            };
-            let outcome = run(&scenario, &mut Knee::new().start());
-            for phase in outcome.phases {
-                assert!(
-                    phase.goodput >= 0.95 && (1.0..=1.25).contains(&phase.median),
-                    "{shape:?} K={knee}: {}",
-                    cell(&outcome)
-                );
-            }
-        }
-    }
-
     #[test]
     fn vegas_collapses_with_exponential_service_times() {
         // The finding, kept as the reason the default changed.
