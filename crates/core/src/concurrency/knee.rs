@@ -101,7 +101,13 @@
 //! K ≥ 40, 8 of 32 seeds' 576 cells, came from it: a median of 1.26–1.31 K,
 //! or 0.97 K with 93–95 % goodput). There a second probe times 2,000
 //! requests in a tenth of a second; at a knee of 10, where it would run at
-//! 6 instead of 10, it is not asked.
+//! 6 instead of 10, it is not asked. A probe also comes an eighth of the
+//! interval early, and lower, after one that ran full at or past the knee:
+//! its requests queued, so it read the service slow, and the first window
+//! after it, measuring `busy` with that time, reads the probe's own limit
+//! rather than the 1.6× of it or more a probe below the knee leaves (the
+//! initial 20 puts the first probe at 10, past a knee of 5). A probe whose
+//! limit was not full held nothing back and says nothing of the knee.
 //!
 //! **Free probes.** Between probes, a request that started with at most
 //! `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` in flight (its own included) found a free
@@ -171,6 +177,7 @@
 //! | "nothing queued" | `busy ≥ (0.95 − 3 σ_S) N`, ≥ 0.85 | chosen on the table's 16 seeds: 0.88 and 0.90 floors miss more cells (37, 43 of 480 against 29); 0.95 alone let a low probe collapse the limit |
 //! | `probe_interval` | 20 s | Envoy's `min_rtt_calc_params.interval` example is 60 s; shorter here because a probe at half the limit costs little |
 //! | early probe | `probe_interval / 8` (2.5 s) after a probe short of 3 % that ran at most half the limit now | chosen: late enough for the limit to climb to the knee first (7 windows of 10 % from half of it), early enough to leave 7 s before the table's first measure |
+//! | past-the-knee probe | `probe_interval / 8` after a full probe whose next window's `busy` is under 1.25× its limit, when a probe now would run lower | chosen: below the knee a probe runs at half a limit ≤ 1.25× the knee, so `busy` is ≥ 1.6× its limit; at or past it, about 1× |
 //! | confirming probe | at once, same limit, after one that disagrees | chosen: a lone outlier costs one more probe, not 20 s under half the knee |
 //! | probe limit | half the limit | Envoy pins 3 (`min_concurrency`); half keeps most of the throughput and still sits below a knee the limit passes by at most 25 % |
 //!
@@ -281,8 +288,21 @@ impl Knee {
             last_probe: 0,
             unqueued: Moments::default(),
             doubted: None,
+            verdict: Verdict::Believed,
         }
     }
+}
+
+/// Where the last probe ran, as the first window after it says (see
+/// [`KneeState::until_next_probe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// A full probe, not yet judged.
+    Pending,
+    /// Below the knee, or not full (it held nothing back).
+    Believed,
+    /// At or past the knee: it read the service slow.
+    PastTheKnee,
 }
 
 /// The samples of the window in progress.
@@ -305,6 +325,8 @@ struct Probe {
     before: u32,
     /// `(started, rtt)` of the requests timed so far, in completion order.
     timed: Vec<(u64, u64)>,
+    /// How many of them took the last free slot of its limit.
+    full: usize,
 }
 
 /// How many mean service times a probe waits for the slowest request of
@@ -323,6 +345,12 @@ const LEAST_QUEUE: f64 = 2.5;
 /// The relative standard error a probe aims at.
 const PRECISION: f64 = 0.03;
 
+/// How many times its limit `busy` is at least after a probe below the
+/// knee: such a probe runs at half a limit at most 1.25× the knee, so
+/// `busy` is then at least 1.6× its limit, and about 1× after one that
+/// ran at or past the knee (see [`KneeState::until_next_probe`]).
+const BELOW_THE_KNEE: f64 = 1.25;
+
 /// How many times `probe_samples` a probe may time to reach `PRECISION`.
 const MORE_SAMPLES: u64 = 4;
 
@@ -336,6 +364,7 @@ impl Probe {
             limit: (before / 2).max(min).max(1),
             before,
             timed: Vec::new(),
+            full: 0,
         }
     }
 
@@ -440,6 +469,8 @@ pub struct KneeState {
     unqueued: Moments,
     /// The limit the last probe ran at.
     probed_at: u32,
+    /// Where the last probe ran, by the first window after it.
+    verdict: Verdict,
     /// A probe's measure that disagreed with the mean service time, until
     /// the next probe confirms it or not.
     doubted: Option<Service>,
@@ -481,6 +512,7 @@ impl KneeState {
             // Only a request admitted under the probe's limit ran below the knee.
             if started >= probe.started && in_flight <= probe.limit {
                 probe.timed.push((started, rtt as u64));
+                probe.full += usize::from(in_flight == probe.limit);
                 let samples = self.params.probe_samples;
                 // The cohort is looked at every 64 answers: linear in the
                 // answers, not quadratic.
@@ -488,6 +520,13 @@ impl KneeState {
                     let guess = self.service.map(|service| service.mean);
                     if let Some(cohort) = probe.cohort(now, samples, guess) {
                         let before = probe.before;
+                        // A probe whose limit was not full held nothing
+                        // back: it says nothing of the knee.
+                        self.verdict = if 2 * probe.full >= probe.timed.len() {
+                            Verdict::Pending
+                        } else {
+                            Verdict::Believed
+                        };
                         self.end_probe(cohort, before, now);
                     }
                 }
@@ -573,12 +612,24 @@ impl KneeState {
     /// (goodput 94.6 %). A second probe at half the learnt limit times
     /// 2,000 requests in a tenth of a second there; at a knee of 10, where
     /// it would run at 6 rather than 10, it is not asked.
+    ///
+    /// Also an eighth of it after a full probe that ran at or past the
+    /// knee, when a probe now would run lower: its requests queued, so it
+    /// read the service slow, and `busy`, measured with that time, reads
+    /// the probe's own limit, not the knee. A probe below the knee runs at
+    /// half a limit at most 1.25× past it, so `busy` is then 1.6× its
+    /// limit or more; under 1.25× it was not below. The fluid model of
+    /// `tests/knee_properties.rs` found it: from the initial 20 at a knee
+    /// of 5, probes at 10 and 7 read 7 ms as 11.1 and 9.8, and the limit
+    /// stayed at 9–10 until the third probe, 40 s in.
     fn until_next_probe(&self) -> u64 {
         let interval = self.params.probe_interval.as_u64();
         let imprecise = self
             .service
             .is_some_and(|s| s.probes == 1 && s.error > PRECISION * s.mean);
-        if imprecise && self.limit / 2 >= self.probed_at {
+        let past_the_knee = self.verdict == Verdict::PastTheKnee;
+        let lower = self.limit / 2 < self.probed_at;
+        if (imprecise && !lower) || (past_the_knee && lower) {
             interval / 8
         } else {
             interval
@@ -628,6 +679,17 @@ impl KneeState {
             smoothed *= 0.9;
         }
         self.busy = Some(smoothed);
+        if self.verdict == Verdict::Pending {
+            // Judged once, on the first window's own `busy` (measured with
+            // the probe's time): later noise in `busy` is not a probe's
+            // fault, and at a knee of 5 it sent probes at 2 into the
+            // table's measures.
+            self.verdict = if busy < BELOW_THE_KNEE * f64::from(self.probed_at) {
+                Verdict::PastTheKnee
+            } else {
+                Verdict::Believed
+            };
+        }
         let limit = f64::from(self.limit);
         // A full limit (demand far past it) refills a freed worker at once:
         // one queued request keeps it fed (see "The estimate"). Its knee is
