@@ -82,6 +82,14 @@ fn a_first_probe_over_a_small_knee_does_not_leave_the_limit_high() {
     assert_eq!(outside_the_band(5, 7, 1.5), Vec::<u32>::new());
 }
 
+#[test]
+fn a_slow_service_at_a_small_knee_settles_before_the_last_quarter() {
+    // Found by the property below: a knee of 5 at 30 ms, 9 callers. Each
+    // probe timed 500 answers, about 4 s at half a limit of 9, and with
+    // the confirmations of two probes the limit settled only at 46 s.
+    assert_eq!(outside_the_band(5, 30, 1.8), Vec::<u32>::new());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 

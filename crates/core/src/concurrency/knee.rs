@@ -86,7 +86,9 @@
 //! that error is 3 % of the mean (up to four times the samples, and for at
 //! most a second past the first `probe_samples`): a long-tailed service
 //! needs more samples for the same precision (lognormal σ = 1: 1,900), and
-//! the second bounds what a small knee pays for them. A probe that agrees
+//! the second bounds what a small knee pays for them. A service of little
+//! spread reaches it sooner, and the probe then ends at a quarter of
+//! `probe_samples` (at a knee of 5 and 30 ms, 500 answers took 4 s). A probe that agrees
 //! with the current `S` (within three standard errors) is averaged into it
 //! (up to four probes). One that does not is asked again at once, under
 //! the same limit: two in a row that agree with each other replace `S`
@@ -173,7 +175,7 @@
 //! | free probes | in flight ≤ `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)`, batches of `probe_samples` | chosen: served at once while `busy` reads up to 11 % high; a batch as large as a probe weighs as one |
 //! | `window_samples` | 256 | chosen: the throughput of 256 exponential completions is within ±6 % (one standard error) |
 //! | `probe_samples` | 500 | chosen: the mean of 500 lognormal (σ = 1) service times is within ±6 %; Envoy times 50 (its `request_count`), enough for a median, not a mean |
-//! | probe precision | 3 %, ≤ 4× `probe_samples`, ≤ 1 s more | chosen: one standard error of 3 % keeps `busy` within a request at a knee of 20 most of the time; the caps bound a probe at half the limit to ≤ 5 % of the interval |
+//! | probe precision | 3 %, ≥ ¼ and ≤ 4× `probe_samples`, ≤ 1 s more | chosen: one standard error of 3 % keeps `busy` within a request at a knee of 20 most of the time; the caps bound a probe at half the limit to ≤ 5 % of the interval; a quarter (125) holds a bimodal 90/10 service's slow tenth all but 2 in 10⁶ times |
 //! | "nothing queued" | `busy ≥ (0.95 − 3 σ_S) N`, ≥ 0.85 | chosen on the table's 16 seeds: 0.88 and 0.90 floors miss more cells (37, 43 of 480 against 29); 0.95 alone let a low probe collapse the limit |
 //! | `probe_interval` | 20 s | Envoy's `min_rtt_calc_params.interval` example is 60 s; shorter here because a probe at half the limit costs little |
 //! | early probe | `probe_interval / 8` (2.5 s) after a probe short of 3 % that ran at most half the limit now | chosen: late enough for the limit to climb to the knee first (7 windows of 10 % from half of it), early enough to leave 7 s before the table's first measure |
@@ -351,6 +353,15 @@ const PRECISION: f64 = 0.03;
 /// ran at or past the knee (see [`KneeState::until_next_probe`]).
 const BELOW_THE_KNEE: f64 = 1.25;
 
+/// The fewest answers a probe ends on, when they already give its mean
+/// within [`PRECISION`]: a quarter of `samples`. A long-tailed service
+/// does not pass with so few (lognormal σ = 1 needs 1,900 answers, bimodal
+/// 90/10 2,200), and 125 answers hold a bimodal 90/10 service's slow tenth
+/// all but 2 in 10⁶ times (0.9¹²⁵).
+fn fewest_samples(samples: u32) -> u64 {
+    (u64::from(samples) / 4).max(1)
+}
+
 /// How many times `probe_samples` a probe may time to reach `PRECISION`.
 const MORE_SAMPLES: u64 = 4;
 
@@ -370,7 +381,8 @@ impl Probe {
 
     /// The cohort's mean, standard error and size, once `samples` requests
     /// that started at least `HORIZON` mean service times ago (by `guess`,
-    /// or the mean so far) have answered; `None` before.
+    /// or the mean so far) have answered, or a quarter of them whose mean
+    /// is already known within `PRECISION`; `None` before.
     fn cohort(&self, now: u64, samples: u32, guess: Option<f64>) -> Option<(f64, f64, u64)> {
         let n = self.timed.len() as f64;
         let so_far = self.timed.iter().map(|&(_, rtt)| rtt as f64).sum::<f64>() / n.max(1.0);
@@ -383,15 +395,23 @@ impl Probe {
             }
         }
         let count = cohort.count;
-        if count < u64::from(samples) {
+        if count < fewest_samples(samples) {
             return None;
         }
         let (mean, error) = cohort.mean_error();
+        let precise = error <= PRECISION * mean;
+        // A service of little spread is known within PRECISION long before
+        // `samples` answers (constant or ±25 %: a few dozen), and a probe
+        // at half a small limit is slow: at a knee of 5 and 30 ms, 500
+        // answers took 4 s, and a probe and its confirmation 8.
+        if count < u64::from(samples) && !precise {
+            return None;
+        }
         // A long-tailed service needs more samples for the same precision:
         // go on until the mean is known within PRECISION (one standard
         // error), for at most MORE_SAMPLES times the samples.
         let longest = self.started + LONGEST;
-        if error > PRECISION * mean && count < MORE_SAMPLES * u64::from(samples) && now < longest {
+        if !precise && count < MORE_SAMPLES * u64::from(samples) && now < longest {
             return None;
         }
         Some((mean, error, count))
@@ -516,7 +536,8 @@ impl KneeState {
                 let samples = self.params.probe_samples;
                 // The cohort is looked at every 64 answers: linear in the
                 // answers, not quadratic.
-                if probe.timed.len() >= samples as usize && probe.timed.len() % 64 == 0 {
+                let enough = usize::try_from(fewest_samples(samples)).unwrap_or(usize::MAX);
+                if probe.timed.len() >= enough && probe.timed.len() % 64 == 0 {
                     let guess = self.service.map(|service| service.mean);
                     if let Some(cohort) = probe.cohort(now, samples, guess) {
                         let before = probe.before;
