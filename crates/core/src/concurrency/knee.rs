@@ -166,7 +166,7 @@
 //!   service, and a 10 s measure that holds one loses 4–6 % (runs of 45,
 //!   75 and 90 s, whose measures hold probes, miss 55–75 of 240 cells,
 //!   against 5 at 60 s; see `BENCHMARKS.md`). Over a whole interval a
-//!   probe costs 1–2 % of the goodput at K = 10;
+//!   probe costs about 2 % of the goodput at K = 10 (40 % of it for ~1.2 s in 20 s);
 //! - the limit is what holds the callers back (a caller who sends fewer
 //!   than the knee never reveals it: the limit stays between 1.1× and 2×
 //!   what is in flight).
@@ -284,7 +284,7 @@ impl Knee {
     /// A fresh controller state.
     pub fn start(&self) -> KneeState {
         let limit = self.initial.clamp(self.min.max(1), self.max.max(1));
-        let probe = Probe::new(0, limit, self.min);
+        let probe = Probe::new(0, limit, halved(limit, self.min));
         KneeState {
             params: *self,
             limit,
@@ -375,10 +375,10 @@ const MORE_SAMPLES: u64 = 4;
 const LONGEST: u64 = 1_000_000_000;
 
 impl Probe {
-    fn new(started: u64, before: u32, min: u32) -> Probe {
+    fn new(started: u64, before: u32, limit: u32) -> Probe {
         Probe {
             started,
-            limit: (before / 2).max(min).max(1),
+            limit,
             before,
             timed: Vec::new(),
             full: 0,
@@ -422,6 +422,11 @@ impl Probe {
         }
         Some((mean, error, count))
     }
+}
+
+/// The limit of a probe at half the limit `before`, at least `min`.
+fn halved(before: u32, min: u32) -> u32 {
+    (before / 2).max(min).max(1)
 }
 
 /// The count, sum and sum of squares of service times.
@@ -546,7 +551,7 @@ impl KneeState {
                 if probe.timed.len() >= enough && probe.timed.len() % 64 == 0 {
                     let guess = self.service.map(|service| service.mean);
                     if let Some(cohort) = probe.cohort(now, samples, guess) {
-                        let before = probe.before;
+                        let (before, limit) = (probe.before, probe.limit);
                         // A probe whose limit was not full held nothing
                         // back: it says nothing of the knee.
                         self.verdict = if 2 * probe.full >= probe.timed.len() {
@@ -554,14 +559,15 @@ impl KneeState {
                         } else {
                             Verdict::Believed
                         };
-                        self.end_probe(cohort, before, now);
+                        self.end_probe(cohort, before, limit, now);
                     }
                 }
             }
             return self.limit();
         }
         if now.saturating_sub(self.last_probe) >= self.until_next_probe() {
-            self.probe = Some(Probe::new(now, self.limit, self.params.min));
+            let half = halved(self.limit, self.params.min);
+            self.probe = Some(Probe::new(now, self.limit, half));
             return self.limit();
         }
         self.time_unqueued(started, rtt, in_flight);
@@ -593,7 +599,7 @@ impl KneeState {
     /// Folds a finished probe into the mean service time: averaged in
     /// when it agrees, a confirming probe at once when it does not, and
     /// the service replaced when two probes in a row agree that it changed.
-    fn end_probe(&mut self, (mean, error, _): (f64, f64, u64), before: u32, now: u64) {
+    fn end_probe(&mut self, (mean, error, _): (f64, f64, u64), before: u32, limit: u32, now: u64) {
         let measure = Service {
             mean,
             error,
@@ -614,12 +620,12 @@ impl KneeState {
             // another at once, under the same limit.
             Some(_) => {
                 self.doubted = Some(measure);
-                self.probe = Some(Probe::new(now, before, self.params.min));
+                self.probe = Some(Probe::new(now, before, limit));
                 return;
             }
         };
         self.limit = before;
-        self.probed_at = Probe::new(now, before, self.params.min).limit;
+        self.probed_at = limit;
         self.probe = None;
         self.last_probe = now;
         self.unqueued = Moments::default();

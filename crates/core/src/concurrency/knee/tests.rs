@@ -389,53 +389,48 @@ fn a_drop_lowers_the_smoothed_busy_by_a_tenth_and_bounds_hold() {
 }
 
 /// Runs a fluid service of `workers` of `service` ns each, `demand`
-/// callers always waiting (as in `tests/knee_properties.rs`), until the
-/// next probe starts; returns when, and its limit.
-fn until_probe(
+/// callers always waiting (as in `tests/knee_properties.rs`), from `now`
+/// until `done`; returns when.
+fn fluid(
     state: &mut KneeState,
     mut now: u64,
-    workers: u32,
-    service: u64,
-    demand: u32,
-) -> (u64, u32) {
-    let start = now;
-    while !state.probing() {
-        let in_flight = demand.min(state.limit()).max(1);
-        let served = in_flight.min(workers);
-        now += service / u64::from(served);
-        let latency = service * u64::from(in_flight) / u64::from(served);
-        state.update(Nanos::new(now - latency), Nanos::new(now), in_flight, false);
-        assert!(now - start < 60_000 * MS, "no probe");
-    }
-    (now, state.limit())
-}
-
-/// Runs the probe in progress on the same fluid service; returns when it ends.
-fn through_probe(
-    state: &mut KneeState,
-    mut now: u64,
-    workers: u32,
-    service: u64,
-    demand: u32,
+    (workers, service, demand): (u32, u64, u32),
+    done: impl Fn(&KneeState) -> bool,
 ) -> u64 {
-    while state.probing() {
+    let start = now;
+    while !done(state) {
         let in_flight = demand.min(state.limit()).max(1);
         let served = in_flight.min(workers);
         now += service / u64::from(served);
         let latency = service * u64::from(in_flight) / u64::from(served);
         state.update(Nanos::new(now - latency), Nanos::new(now), in_flight, false);
+        assert!(now - start < 60_000 * MS, "nothing changed in a minute");
     }
     now
 }
+
+/// As [`fluid`], until the next probe starts; returns when, and its limit.
+fn until_probe(state: &mut KneeState, now: u64, service: (u32, u64, u32)) -> (u64, u32) {
+    let at = fluid(state, now, service, KneeState::probing);
+    (at, state.limit())
+}
+
+/// As [`fluid`], until the probe in progress ends; returns when.
+fn through_probe(state: &mut KneeState, now: u64, service: (u32, u64, u32)) -> u64 {
+    fluid(state, now, service, |state| !state.probing())
+}
+
+/// A knee of 5 at 10 ms, 30 callers.
+const KNEE_5: (u32, u64, u32) = (5, 10 * MS, 30);
 
 #[test]
 fn a_full_probe_past_the_knee_is_followed_early_by_a_lower_one() {
     // A knee of 5 at 10 ms, 30 callers: the first probe runs full at 10,
     // twice the knee, and reads 20 ms; `busy` then reads its own 10.
     let mut state = Knee::new().start();
-    let now = through_probe(&mut state, 0, 5, 10 * MS, 30);
+    let now = through_probe(&mut state, 0, KNEE_5);
     assert_service(&state, 20.0);
-    let (at, limit) = until_probe(&mut state, now, 5, 10 * MS, 30);
+    let (at, limit) = until_probe(&mut state, now, KNEE_5);
     assert!(
         at - now <= 2_600 * MS,
         "the next probe came {} ms later",
@@ -445,19 +440,19 @@ fn a_full_probe_past_the_knee_is_followed_early_by_a_lower_one() {
         limit < 10,
         "the next probe runs at {limit}, not below the first"
     );
-    let now = through_probe(&mut state, at, 5, 10 * MS, 30);
+    let now = through_probe(&mut state, at, KNEE_5);
     assert!(state.service_time().unwrap().as_u64() < 20 * MS);
     // One at the knee (5) cannot be told from one past it either; the
     // first below it is believed, and the next waits for the interval.
     let (mut now, mut limit) = (now, limit);
     while limit >= 5 {
         let at;
-        (at, limit) = until_probe(&mut state, now, 5, 10 * MS, 30);
-        now = through_probe(&mut state, at, 5, 10 * MS, 30);
+        (at, limit) = until_probe(&mut state, now, KNEE_5);
+        now = through_probe(&mut state, at, KNEE_5);
         assert!(at < 60_000 * MS, "no probe below the knee in a minute");
     }
     assert_service(&state, 10.0);
-    let (at, _) = until_probe(&mut state, now, 5, 10 * MS, 30);
+    let (at, _) = until_probe(&mut state, now, KNEE_5);
     assert!(
         at - now >= 20_000 * MS,
         "a probe below the knee, repeated {} ms later",
@@ -469,8 +464,8 @@ fn a_full_probe_past_the_knee_is_followed_early_by_a_lower_one() {
 fn a_probe_that_held_nothing_back_is_not_repeated_early() {
     // 8 callers under the first probe's 10: not full, whatever it read.
     let mut state = Knee::new().start();
-    let now = through_probe(&mut state, 0, 5, 10 * MS, 8);
-    let (at, _) = until_probe(&mut state, now, 5, 10 * MS, 8);
+    let now = through_probe(&mut state, 0, (5, 10 * MS, 8));
+    let (at, _) = until_probe(&mut state, now, (5, 10 * MS, 8));
     assert!(
         at - now >= 20_000 * MS,
         "the next probe came {} ms later",
