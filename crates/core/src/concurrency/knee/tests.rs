@@ -403,7 +403,12 @@ fn fluid(
         let served = in_flight.min(workers);
         now += service / u64::from(served);
         let latency = service * u64::from(in_flight) / u64::from(served);
-        state.update(Nanos::new(now - latency), Nanos::new(now), in_flight, false);
+        state.update(
+            Nanos::new(now.saturating_sub(latency)),
+            Nanos::new(now),
+            in_flight,
+            false,
+        );
         assert!(now - start < 60_000 * MS, "nothing changed in a minute");
     }
     now
@@ -427,8 +432,9 @@ const KNEE_5: (u32, u64, u32) = (5, 10 * MS, 30);
 fn a_full_probe_past_the_knee_is_followed_early_by_a_lower_one() {
     // A knee of 5 at 10 ms, 30 callers: the first probe runs full at 10,
     // twice the knee, and reads 20 ms; `busy` then reads its own 10.
+    // From 1 s: every request then spent the full latency in the service.
     let mut state = Knee::new().start();
-    let now = through_probe(&mut state, 0, KNEE_5);
+    let now = through_probe(&mut state, 1_000 * MS, KNEE_5);
     assert_service(&state, 20.0);
     let (at, limit) = until_probe(&mut state, now, KNEE_5);
     assert!(
@@ -464,7 +470,7 @@ fn a_full_probe_past_the_knee_is_followed_early_by_a_lower_one() {
 fn a_probe_that_held_nothing_back_is_not_repeated_early() {
     // 8 callers under the first probe's 10: not full, whatever it read.
     let mut state = Knee::new().start();
-    let now = through_probe(&mut state, 0, (5, 10 * MS, 8));
+    let now = through_probe(&mut state, 1_000 * MS, (5, 10 * MS, 8));
     let (at, _) = until_probe(&mut state, now, (5, 10 * MS, 8));
     assert!(
         at - now >= 20_000 * MS,
