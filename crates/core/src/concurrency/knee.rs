@@ -83,14 +83,15 @@
 //! started at least 20 mean service times before its end (a cohort chosen
 //! by start, all but a negligible tail of it answered). Its standard error is computed
 //! from the same samples, and a probe goes on past `probe_samples` until
-//! that error is 3 % of the mean (up to four times the samples, and for at
-//! most a second past the first `probe_samples`): a long-tailed service
-//! needs more samples for the same precision (lognormal σ = 1: 1,900), and
-//! the second bounds what a small knee pays for them. A service of little
-//! spread reaches it sooner, and the probe then ends at a quarter of
-//! `probe_samples` (at a knee of 5 and 30 ms, 500 answers took 4 s). A probe that agrees
-//! with the current `S` (within three standard errors) is averaged into it
-//! (up to four probes). One that does not is asked again at once, under
+//! that error is 3 % of the mean (up to four times the samples; a second
+//! after its start, it ends once it has `probe_samples`): a long-tailed
+//! service needs more samples for the same precision (lognormal σ = 1:
+//! 1,900), and the second bounds what a small knee pays for them. A
+//! service of little spread reaches it sooner, and the probe then ends at
+//! a quarter of `probe_samples` (at a knee of 5 and 30 ms, 500 answers
+//! took 4 s). A probe that agrees with the current `S` (within three
+//! standard errors) is averaged into it (up to four probes). One that does
+//! not is asked again at once, under
 //! the same limit: two in a row that agree with each other replace `S`
 //! (the service's speed changed); a lone one is dropped (the table had a
 //! probe read a bimodal service 22 % fast, 39 slow requests of 704 where
@@ -166,7 +167,8 @@
 //!   service, and a 10 s measure that holds one loses 4–6 % (runs of 45,
 //!   75 and 90 s, whose measures hold probes, miss 55–75 of 240 cells,
 //!   against 5 at 60 s; see `BENCHMARKS.md`). Over a whole interval a
-//!   probe costs about 2 % of the goodput at K = 10 (40 % of it for ~1.2 s in 20 s);
+//!   probe costs about 2 % of the goodput at K = 10 (40 % of it for
+//!   ~1.2 s in 20 s);
 //! - the limit is what holds the callers back (a caller who sends fewer
 //!   than the knee never reveals it: the limit stays between 1.1× and 2×
 //!   what is in flight).
@@ -181,7 +183,7 @@
 //! | free probes | in flight ≤ `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)`, batches of `probe_samples` | chosen: served at once while `busy` reads up to 11 % high; a batch as large as a probe weighs as one |
 //! | `window_samples` | 256 | chosen: the throughput of 256 exponential completions is within ±6 % (one standard error) |
 //! | `probe_samples` | 500 | chosen: the mean of 500 lognormal (σ = 1) service times is within ±6 %; Envoy times 50 (its `request_count`), enough for a median, not a mean |
-//! | probe precision | 3 %, ≥ ¼ and ≤ 4× `probe_samples`, ≤ 1 s more | chosen: one standard error of 3 % keeps `busy` within a request at a knee of 20 most of the time; the caps bound a probe at half the limit to ≤ 5 % of the interval; a quarter (125) holds a bimodal 90/10 service's slow tenth all but 2 in 10⁶ times |
+//! | probe precision | 3 %, ≥ ¼ and ≤ 4× `probe_samples`, ≤ 1 s from its start | chosen: one standard error of 3 % keeps `busy` within a request at a knee of 20 most of the time; the caps bound a probe at half the limit to ≤ 5 % of the interval; a quarter (125) holds a bimodal 90/10 service's slow tenth all but 2 in 10⁶ times |
 //! | "nothing queued" | `busy ≥ (0.95 − 3 σ_S) N`, ≥ 0.85 | chosen on the table's 16 seeds: 0.88 and 0.90 floors miss more cells (37, 43 of 480 against 29); 0.95 alone let a low probe collapse the limit |
 //! | `probe_interval` | 20 s | Envoy's `min_rtt_calc_params.interval` example is 60 s; shorter here because a probe at half the limit costs little |
 //! | early probe | `probe_interval / 8` (2.5 s) after a probe short of 3 % that ran at most half the limit now | chosen: late enough for the limit to climb to the knee first (7 windows of 10 % from half of it), early enough to leave 7 s before the table's first measure |
@@ -284,7 +286,7 @@ impl Knee {
     /// A fresh controller state.
     pub fn start(&self) -> KneeState {
         let limit = self.initial.clamp(self.min.max(1), self.max.max(1));
-        let probe = Probe::new(0, limit, halved(limit, self.min));
+        let probe = Probe::new(0, limit, self.min);
         KneeState {
             params: *self,
             limit,
@@ -375,10 +377,10 @@ const MORE_SAMPLES: u64 = 4;
 const LONGEST: u64 = 1_000_000_000;
 
 impl Probe {
-    fn new(started: u64, before: u32, limit: u32) -> Probe {
+    fn new(started: u64, before: u32, min: u32) -> Probe {
         Probe {
             started,
-            limit,
+            limit: (before / 2).max(min).max(1),
             before,
             timed: Vec::new(),
             full: 0,
@@ -422,11 +424,6 @@ impl Probe {
         }
         Some((mean, error, count))
     }
-}
-
-/// The limit of a probe at half the limit `before`, at least `min`.
-fn halved(before: u32, min: u32) -> u32 {
-    (before / 2).max(min).max(1)
 }
 
 /// The count, sum and sum of squares of service times.
@@ -552,22 +549,15 @@ impl KneeState {
                     let guess = self.service.map(|service| service.mean);
                     if let Some(cohort) = probe.cohort(now, samples, guess) {
                         let (before, limit) = (probe.before, probe.limit);
-                        // A probe whose limit was not full held nothing
-                        // back: it says nothing of the knee.
-                        self.verdict = if 2 * probe.full >= probe.timed.len() {
-                            Verdict::Pending
-                        } else {
-                            Verdict::Believed
-                        };
-                        self.end_probe(cohort, before, limit, now);
+                        let full = 2 * probe.full >= probe.timed.len();
+                        self.end_probe(cohort, (before, limit, full), now);
                     }
                 }
             }
             return self.limit();
         }
         if now.saturating_sub(self.last_probe) >= self.until_next_probe() {
-            let half = halved(self.limit, self.params.min);
-            self.probe = Some(Probe::new(now, self.limit, half));
+            self.probe = Some(Probe::new(now, self.limit, self.params.min));
             return self.limit();
         }
         self.time_unqueued(started, rtt, in_flight);
@@ -599,7 +589,10 @@ impl KneeState {
     /// Folds a finished probe into the mean service time: averaged in
     /// when it agrees, a confirming probe at once when it does not, and
     /// the service replaced when two probes in a row agree that it changed.
-    fn end_probe(&mut self, (mean, error, _): (f64, f64, u64), before: u32, limit: u32, now: u64) {
+    /// `ran` is the probe's limit before, its own limit, and whether it
+    /// was full for most of its requests.
+    fn end_probe(&mut self, (mean, error, _): (f64, f64, u64), ran: (u32, u32, bool), now: u64) {
+        let (before, limit, full) = ran;
         let measure = Service {
             mean,
             error,
@@ -620,9 +613,16 @@ impl KneeState {
             // another at once, under the same limit.
             Some(_) => {
                 self.doubted = Some(measure);
-                self.probe = Some(Probe::new(now, before, limit));
+                self.probe = Some(Probe::new(now, before, self.params.min));
                 return;
             }
+        };
+        // A probe whose limit was not full held nothing back: it says
+        // nothing of the knee.
+        self.verdict = if full {
+            Verdict::Pending
+        } else {
+            Verdict::Believed
         };
         self.limit = before;
         self.probed_at = limit;
