@@ -269,8 +269,12 @@ descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
 ";
+    // An unanswered WAIT returns on Redis's cron tick (up to 100 ms at
+    // hz 10): under the default 50 ms response timeout it was counted as
+    // a timeout, not unreplicated, and under load all three checks were
+    // (the test timed out 2 runs in 5 beside two simulations).
     let backend = redis.backend(&format!(
-        "{}  wait: {{replicas: 1, timeout: 10ms}}\n",
+        "{}  response_timeout: 1s\n  wait: {{replicas: 1, timeout: 10ms}}\n",
         support::PATIENT
     ));
     let server = start_with("", &format!("{backend}{rules}")).await;
