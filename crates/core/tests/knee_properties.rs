@@ -6,7 +6,8 @@
 //! `n · S / min(n, c)` in the service (Little's law).
 //!
 //! Checked for any knee, service time and demand: the limit always stays
-//! within its bounds, a probe halves it and gives it back, and outside
+//! within its bounds, a probe halves it (or, once the service time is
+//! trusted, runs below the knee) and gives it back, and outside
 //! the probes the limit settles just past the knee, within
 //! `[c, ⌈max(1.1 c, c + 2)⌉]`, whatever latency the requests report.
 
@@ -45,10 +46,12 @@ fn settle(
         assert_eq!(after, state.limit());
         if probing != state.probing() && state.probing() {
             // A probe starts: at most half the limit (half the in flight
-            // if less), at least the minimum.
+            // if less), at least the minimum; or, once the service time
+            // is trusted, at the margin of requests served at once: under
+            // the limit and not past the knee.
             assert!(
-                after <= (limit / 2).max(min),
-                "the probe halves {limit}: {after}"
+                after <= (limit / 2).max(min) || (after < limit && after <= workers),
+                "the probe halves {limit} or runs below the knee {workers}: {after}"
             );
         }
         if !state.probing() && now >= end / 4 * 3 {

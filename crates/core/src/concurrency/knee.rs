@@ -97,8 +97,8 @@
 //! probe read a bimodal service 22 % fast, 39 slow requests of 704 where
 //! 70 ± 8 were due, and halve the limit for 20 s). A probe runs at the
 //! start and every [`Knee::probe_interval`], or an eighth of it after a
-//! probe short of its precision when a probe now would run at least as
-//! many requests at once: the first probe runs at half the initial limit
+//! probe short of its precision when a probe now would run more
+//! requests at once: the first probe runs at half the initial limit
 //! whatever the knee, and at a knee of 400 its ~950 requests, one time in
 //! a few 10 % off, were all the limit had for 20 s (the table's misses at
 //! K ≥ 40, 8 of 32 seeds' 576 cells, came from it: a median of 1.26–1.31 K,
@@ -108,9 +108,29 @@
 //! interval early, and lower, after one that ran full at or past the knee:
 //! its requests queued, so it read the service slow, and the first window
 //! after it, measuring `busy` with that time, reads the probe's own limit
-//! rather than the 1.6× of it or more a probe below the knee leaves (the
+//! rather than the 1.3–1.6× of it or more a probe below the knee leaves (the
 //! initial 20 puts the first probe at 10, past a knee of 5). A probe whose
-//! limit was not full held nothing back and says nothing of the knee.
+//! limit was not full held nothing back and says nothing of the knee. The
+//! probe after one found past the knee *replaces* the mean instead of being
+//! averaged with it: the mean it would be averaged with read queueing as
+//! service time, and averaged (within three standard errors, as a probe
+//! read 12.4 ms against a later 10.9 at a new knee of 10) it kept the limit
+//! at 1.4× the knee until the next interval.
+//!
+//! **Probes at the margin.** Once the mean rests on two measures that agree
+//! (probes, or batches of free probes), and the last probe was not found
+//! past the knee, a probe runs where the free probes below are timed,
+//! `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` of the lower of the smoothed `busy` and
+//! the last window's own (right after the knee falls the smoothed one is
+//! still high), rather than at half the limit. It is below the knee while
+//! `busy` reads up to 11 % high, and its cost is a fraction of a probe at
+//! half: at a knee of 40 it holds back 10 % of the throughput for its
+//! half-second instead of 45 %, at a knee of 10, 20 % instead of 40 %. A
+//! probe at the margin that disagrees with the mean is asked again at once
+//! at half the limit, where nothing can queue, so that a probe which met a
+//! falling knee cannot, with its own confirmation, replace the mean. It is
+//! not judged against the knee either: `busy` after it is about 1.1× its
+//! limit whether it was below the knee or not.
 //!
 //! **Free probes.** Between probes, a request that started with at most
 //! `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` in flight (its own included) found a free
@@ -138,10 +158,19 @@
 //! - the service times have a finite mean that does not depend on the load
 //!   (a service that slows as load grows has its knee where its throughput
 //!   stops growing, which is what `busy` finds);
-//! - the load between probes is not a different service (a sudden uniform
-//!   slowdown is read as a lower knee until the next probe, at most
-//!   `probe_interval` later, and its confirmation: the limit falls, it
-//!   does not collapse, and climbs back at 10 % a window);
+//! - the load between probes is not a different service. A sudden uniform
+//!   slowdown from `S` to `S'` is read as a lower knee until the next
+//!   probe, at most `probe_interval` later, and its confirmation: `busy`
+//!   reads `S / S'` of the in flight, so a slowdown of a few percent is
+//!   within the "nothing queued" tolerance and the limit keeps climbing,
+//!   but a larger one lowers the limit each window to where the least
+//!   queue meets it, whatever the knee: with the limit full, where
+//!   `round(busy) + 1` does (3–4 requests for a service 1.5× slower; a
+//!   fluid model of a knee of 20 settles there), with gaps, where
+//!   `busy + 2.5` does, `2.5 / (1 − S / S')` (7.5). It sheds most of the
+//!   load until the probe puts it back, and never reaches zero. Telling
+//!   such a slowdown from a queue (a queue's latency falls with the limit,
+//!   a slower service's does not) and probing at once is not done yet;
 //! - no probe falls inside a burst of slow requests (one that does reads
 //!   the slow service as the usual one, and the limit sits above the knee
 //!   until the next probe, `probe_interval` later);
@@ -155,20 +184,22 @@
 //!   exponential to bimodal services). A probe that reads high puts the
 //!   limit a request or two past the band; one that reads low, under the
 //!   knee until the next probe or batch of free probes. Over 32 seeds of
-//!   the table (960 cells), 22 miss: 21 at K = 10 and 1 at K = 20
-//!   (goodput 85–95 %, or a median of 1.3 K), none at K ≥ 40; the worst
-//!   is 85 % (K = 10 bimodal, a first probe 10 % low). At K = 10 the
+//!   the table (960 cells), 26 miss: 25 at K = 10 (14 of them bimodal,
+//!   whose middle third is a knee of 5) and 1 at K = 20, none at K ≥ 40;
+//!   the worst is 85 % (K = 10 bimodal, in the middle third). At K = 10 the
 //!   target is at the edge of its own noise: fixed limits of 13 and 6,
 //!   the best a controller could choose, miss 3–4 of the 32 cells of each
 //!   shape with exponential to bimodal service times (ten seconds of a
 //!   knee of 10 are 10,000 answers, ±1.0–1.4 %; see `BENCHMARKS.md`);
-//! - the goodput is measured over more than a probe: at a knee of 10–20 a
-//!   probe runs at half the limit for up to a second with a long-tailed
-//!   service, and a 10 s measure that holds one loses 4–6 % (runs of 45,
-//!   75 and 90 s, whose measures hold probes, miss 55–75 of 240 cells,
-//!   against 5 at 60 s; see `BENCHMARKS.md`). Over a whole interval a
-//!   probe costs about 2 % of the goodput at K = 10 (40 % of it for
-//!   ~1.2 s in 20 s);
+//! - the goodput is measured over more than a probe at a small knee: at a
+//!   knee of 10 a probe at the margin runs at 8 for up to a second with a
+//!   long-tailed service, and a 10 s measure that holds one loses about
+//!   2 %, which the band at K = 10 has no room for (runs of 45, 75 and
+//!   90 s, whose measures hold probes, miss 23 of their 48 cells at
+//!   K = 10, against 6 at 60 s; K = 20 misses 2–10 of 48, K ≥ 40 none; see
+//!   `BENCHMARKS.md`). At a knee of 5 a probe runs at 2 or 3, where 500
+//!   answers take 2–3 s (ending such a probe at 1 s read the mean so badly
+//!   that one cell fell to 35 %);
 //! - the limit is what holds the callers back (a caller who sends fewer
 //!   than the knee never reveals it: the limit stays between 1.1× and 2×
 //!   what is in flight).
@@ -186,10 +217,10 @@
 //! | probe precision | 3 %, ≥ ¼ and ≤ 4× `probe_samples`, ≤ 1 s from its start | chosen: one standard error of 3 % keeps `busy` within a request at a knee of 20 most of the time; the caps bound a probe at half the limit to ≤ 5 % of the interval; a quarter (125) holds a bimodal 90/10 service's slow tenth all but 2 in 10⁶ times |
 //! | "nothing queued" | `busy ≥ (0.95 − 3 σ_S) N`, ≥ 0.85 | chosen on the table's 16 seeds: 0.88 and 0.90 floors miss more cells (37, 43 of 480 against 29); 0.95 alone let a low probe collapse the limit |
 //! | `probe_interval` | 20 s | Envoy's `min_rtt_calc_params.interval` example is 60 s; shorter here because a probe at half the limit costs little |
-//! | early probe | `probe_interval / 8` (2.5 s) after a probe short of 3 % that ran at most half the limit now | chosen: late enough for the limit to climb to the knee first (7 windows of 10 % from half of it), early enough to leave 7 s before the table's first measure |
-//! | past-the-knee probe | `probe_interval / 8` after a full probe whose next window's `busy` is under 1.25× its limit, when a probe now would run lower | chosen: below the knee a probe runs at half a limit ≤ 1.25× the knee, so `busy` is ≥ 1.6× its limit; at or past it, about 1× |
+//! | early probe | `probe_interval / 8` (2.5 s) after a probe short of 3 % that ran at less than half the limit now | chosen: late enough for the limit to climb to the knee first (7 windows of 10 % from half of it), early enough to leave 7 s before the table's first measure |
+//! | past-the-knee probe | `probe_interval / 8` after a full probe whose next window's `busy` is under 1.1× its limit, when a probe now would run lower | chosen: below the knee a probe runs at half a limit ≤ 1.25× the knee, so `busy` is ≥ 1.6× its limit (1.3× at a knee of 5 whose workers idle a fifth of the time); at or past it, about 1× |
 //! | confirming probe | at once, same limit, after one that disagrees | chosen: a lone outlier costs one more probe, not 20 s under half the knee |
-//! | probe limit | half the limit | Envoy pins 3 (`min_concurrency`); half keeps most of the throughput and still sits below a knee the limit passes by at most 25 % |
+//! | probe limit | half the limit; at the free probes' margin once two measures agree | Envoy pins 3 (`min_concurrency`); half keeps most of the throughput and still sits below a knee the limit passes by at most 25 %; the margin holds back 10–20 % of the throughput instead of 40–45 % (runs of 45–90 s, 8 seeds each: 192 cells of 960 missed at half, 91 with the margin) |
 //!
 //! # Decisions
 //!
@@ -291,6 +322,7 @@ impl Knee {
             params: *self,
             limit,
             busy: None,
+            last_busy: None,
             service: None,
             window: Window::default(),
             probed_at: probe.limit,
@@ -357,9 +389,14 @@ const PRECISION: f64 = 0.03;
 
 /// How many times its limit `busy` is at least after a probe below the
 /// knee: such a probe runs at half a limit at most 1.25× the knee, so
-/// `busy` is then at least 1.6× its limit, and about 1× after one that
-/// ran at or past the knee (see [`KneeState::until_next_probe`]).
-const BELOW_THE_KNEE: f64 = 1.25;
+/// `busy` is then at least 1.6× its limit when the workers are kept busy,
+/// and about 1× after one that ran at or past the knee (see
+/// [`KneeState::until_next_probe`]). Not 1.25: at a knee of 5 under
+/// arrivals at 1.5× its capacity the workers idle a fifth of the time,
+/// `busy` reads 0.8 of the knee, so 1.3× a probe below it, and the noise of
+/// one short window sent good probes to be replaced by slower ones (32
+/// seeds of the table: 30 cells missed with 1.25, 26 with 1.1).
+const BELOW_THE_KNEE: f64 = 1.1;
 
 /// The fewest answers a probe ends on, when they already give its mean
 /// within [`PRECISION`]: a quarter of `samples`. A long-tailed service
@@ -380,7 +417,7 @@ impl Probe {
     fn new(started: u64, before: u32, min: u32) -> Probe {
         Probe {
             started,
-            limit: (before / 2).max(min).max(1),
+            limit: halved(before, min),
             before,
             timed: Vec::new(),
             full: 0,
@@ -424,6 +461,18 @@ impl Probe {
         }
         Some((mean, error, count))
     }
+}
+
+/// The most in flight (its own included) at which a request finds a free
+/// worker, with `busy` read up to 11 % over the knee: `busy` less a
+/// request and less 10 %.
+fn served_at_once(busy: f64) -> f64 {
+    (busy.floor() - 1.0).min((0.9 * busy).floor())
+}
+
+/// Half the limit `before`, at least `min`: a probe's limit.
+fn halved(before: u32, min: u32) -> u32 {
+    (before / 2).max(min).max(1)
 }
 
 /// The count, sum and sum of squares of service times.
@@ -488,6 +537,8 @@ pub struct KneeState {
     limit: u32,
     /// The smoothed requests in service; `None` before the first window.
     busy: Option<f64>,
+    /// The last window's own.
+    last_busy: Option<f64>,
     service: Option<Service>,
     window: Window,
     probe: Option<Probe>,
@@ -557,7 +608,7 @@ impl KneeState {
             return self.limit();
         }
         if now.saturating_sub(self.last_probe) >= self.until_next_probe() {
-            self.probe = Some(Probe::new(now, self.limit, self.params.min));
+            self.probe = Some(self.next_probe(now));
             return self.limit();
         }
         self.time_unqueued(started, rtt, in_flight);
@@ -599,8 +650,10 @@ impl KneeState {
             probes: 1,
         };
         let doubted = self.doubted.take();
+        let halved = limit == halved(before, self.params.min);
         self.service = match self.service {
             None => Some(measure),
+            Some(_) if self.verdict == Verdict::PastTheKnee => Some(measure),
             Some(old) if old.agrees(mean, error) => Some(old.averaged(mean, error)),
             // The same change twice in a row: the service sped up or
             // slowed down; start over from both measures.
@@ -619,7 +672,7 @@ impl KneeState {
         };
         // A probe whose limit was not full held nothing back: it says
         // nothing of the knee.
-        self.verdict = if full {
+        self.verdict = if full && halved {
             Verdict::Pending
         } else {
             Verdict::Believed
@@ -637,8 +690,10 @@ impl KneeState {
 
     /// The time from the last probe to the next: [`Knee::probe_interval`],
     /// or an eighth of it while the mean service time rests on one probe
-    /// short of [`PRECISION`] and a probe now would run at least as many
-    /// requests at once as that one did. The first probe runs at half the
+    /// short of [`PRECISION`] and a probe now would run more requests at
+    /// once than that one did (at as many it would time no more; at a knee
+    /// of 5 probes at 2 repeated each other early, 2.5–3.4 s each, and one
+    /// fell in a measure of the table: goodput 79 %). The first probe runs at half the
     /// initial limit, whatever the knee: at a knee of 400 its mean of ~950
     /// requests is all the limit has until the next, and one 11 % low put
     /// the limit under the knee for the whole first measure of the table
@@ -650,8 +705,8 @@ impl KneeState {
     /// knee, when a probe now would run lower: its requests queued, so it
     /// read the service slow, and `busy`, measured with that time, reads
     /// the probe's own limit, not the knee. A probe below the knee runs at
-    /// half a limit at most 1.25× past it, so `busy` is then 1.6× its
-    /// limit or more; under 1.25× it was not below. The fluid model of
+    /// half a limit at most 1.25× past it, so `busy` is then 1.3–1.6× its
+    /// limit or more; under 1.1× it was not below. The fluid model of
     /// `tests/knee_properties.rs` found it: from the initial 20 at a knee
     /// of 5, probes at 10 and 7 read 7 ms as 11.1 and 9.8, and the limit
     /// stayed at 9–10 until the third probe, 40 s in.
@@ -662,7 +717,8 @@ impl KneeState {
             .is_some_and(|s| s.probes == 1 && s.error > PRECISION * s.mean);
         let past_the_knee = self.verdict == Verdict::PastTheKnee;
         let lower = self.limit / 2 < self.probed_at;
-        if (imprecise && !lower) || (past_the_knee && lower) {
+        let higher = self.limit / 2 > self.probed_at;
+        if (imprecise && higher) || (past_the_knee && lower) {
             interval / 8
         } else {
             interval
@@ -683,8 +739,7 @@ impl KneeState {
         let (Some(busy), Some(service)) = (self.busy, self.service) else {
             return;
         };
-        let at_once = (busy.floor() - 1.0).min((0.9 * busy).floor());
-        if started < self.last_probe || f64::from(in_flight) > at_once {
+        if started < self.last_probe || f64::from(in_flight) > served_at_once(busy) {
             return;
         }
         self.unqueued.add(rtt);
@@ -695,6 +750,24 @@ impl KneeState {
                 self.service = Some(service.averaged(mean, error));
             }
         }
+    }
+
+    /// The next probe: at half the limit, or at the free probes' margin
+    /// when the mean service time is trusted.
+    fn next_probe(&self, now: u64) -> Probe {
+        let mut probe = Probe::new(now, self.limit, self.params.min);
+        let trusted = self.service.is_some_and(|s| s.probes >= 2)
+            && self.verdict == Verdict::Believed
+            && self.doubted.is_none();
+        if let (true, Some(busy), Some(last)) = (trusted, self.busy, self.last_busy) {
+            // The lower of the smoothed and the last window's own: right
+            // after the knee falls, the smoothed one is still high.
+            let margin = served_at_once(busy.min(last));
+            if margin > f64::from(probe.limit) && margin < f64::from(self.limit) {
+                probe.limit = margin as u32;
+            }
+        }
+        probe
     }
 
     /// Sets the limit from a finished window.
@@ -712,6 +785,7 @@ impl KneeState {
             smoothed *= 0.9;
         }
         self.busy = Some(smoothed);
+        self.last_busy = Some(busy);
         if self.verdict == Verdict::Pending {
             // Judged once, on the first window's own `busy` (measured with
             // the probe's time): later noise in `busy` is not a probe's

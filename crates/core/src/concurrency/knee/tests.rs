@@ -357,6 +357,24 @@ fn an_imprecise_probe_is_not_repeated_early_below_its_own_limit() {
 }
 
 #[test]
+fn an_imprecise_probe_is_not_repeated_early_at_its_own_limit() {
+    // A first probe at 2 (half an initial 5) short of its precision, then
+    // a full limit at a knee of 4 that settles at 5: a probe now would run
+    // at 2 again and time no more requests at once. At a knee of 5 the
+    // table had probes at 2 repeat each other early, 2.5–3.4 s each, and
+    // one fell in a measure (goodput 79 %).
+    let mut state = Knee::new().initial(5).probe_samples(100).start();
+    let mut now = probe_with(&mut state, 0, 1, 19) + 20 * MS;
+    while !state.probing() {
+        let limit = state.limit();
+        now = feed(&mut state, now, 256, 2_500_000, 10 * MS, limit);
+        assert!(now < 30_000 * MS);
+    }
+    assert!(now >= 20_000 * MS, "probe at {} ms", now / MS);
+    assert_eq!(state.limit(), 2, "at half of 5");
+}
+
+#[test]
 fn requests_started_before_the_probe_or_above_its_limit_are_not_timed() {
     let mut state = Knee::new().probe_samples(64).start();
     // Started before the probe (at 0, the probe started at 0: same
@@ -476,5 +494,130 @@ fn a_probe_that_held_nothing_back_is_not_repeated_early() {
         at - now >= 20_000 * MS,
         "the next probe came {} ms later",
         (at - now) / MS
+    );
+}
+
+/// A knee of 20 at 10 ms, 60 callers.
+const KNEE_20: (u32, u64, u32) = (20, 10 * MS, 60);
+
+#[test]
+fn once_two_probes_agree_the_next_runs_at_the_margin_below_the_knee() {
+    // The first probe runs at 10 (half the initial 20), the second at
+    // half the learnt limit; the mean then rests on two measures, and the
+    // third runs where requests are still served at once: `busy` (20)
+    // less 10 %, 18. At half the limit (11) it cost a knee of 20 45 % of
+    // its throughput for its duration; at 18, 10 %.
+    let mut state = Knee::new().start();
+    let mut now = through_probe(&mut state, 1_000 * MS, KNEE_20);
+    let mut limits = Vec::new();
+    for _ in 0..2 {
+        let (at, limit) = until_probe(&mut state, now, KNEE_20);
+        limits.push(limit);
+        now = through_probe(&mut state, at, KNEE_20);
+    }
+    assert_eq!(limits[1], 18, "probes at {limits:?}");
+    assert_service(&state, 10.0);
+    let after = fluid(&mut state, now, KNEE_20, |state| {
+        state.busy().is_some_and(|b| b > 19.5)
+    });
+    assert!(
+        after - now < 1_000 * MS,
+        "back at the knee {} ms later",
+        (after - now) / MS
+    );
+    assert!(
+        (20..=23).contains(&state.limit()),
+        "limit {}",
+        state.limit()
+    );
+}
+
+#[test]
+fn a_probe_at_the_margin_that_reads_a_slower_service_is_confirmed_at_half() {
+    // Two probes agree on 10 ms; the service slows to 15 ms (20 workers)
+    // as the third starts. That probe, at the margin (18), reads 15: not
+    // averaged in, but asked again at once, at half the limit, where
+    // nothing can queue; the two agree and replace the mean.
+    let mut state = Knee::new().start();
+    let mut now = through_probe(&mut state, 1_000 * MS, KNEE_20);
+    let (at, _) = until_probe(&mut state, now, KNEE_20);
+    now = through_probe(&mut state, at, KNEE_20);
+    let (at, limit) = until_probe(&mut state, now, KNEE_20);
+    let before = state.limit;
+    assert_eq!(limit, 18, "at the margin, of {before}");
+    let slower = (20, 15 * MS, 60);
+    fluid(&mut state, at, slower, |state| state.doubted.is_some());
+    assert!(state.probing(), "a second probe at once");
+    assert_eq!(state.limit(), before / 2, "at half the limit");
+    through_probe(&mut state, at, slower);
+    assert_service(&state, 15.0);
+}
+
+#[test]
+fn the_probe_after_one_past_the_knee_replaces_its_mean() {
+    // A probe past the knee read its requests' queueing as service time
+    // (20 ms, 10 and 30). The next probe reads 19 ms, which agrees with it
+    // within three standard errors: averaged, the mean would stay at 19.5,
+    // still read slow; it replaces it.
+    let mut state = Knee::new().start();
+    let mut now = probe_with(&mut state, 0, 10, 30);
+    assert_service(&state, 20.0);
+    state.verdict = Verdict::PastTheKnee;
+    while !state.probing() {
+        now = feed(&mut state, now, 1, MS, 20 * MS, 1);
+    }
+    probe_with(&mut state, now, 9, 29);
+    assert_service(&state, 19.0);
+}
+
+#[test]
+fn a_uniform_slowdown_between_probes_lowers_the_limit_to_a_floor_not_to_zero() {
+    // A knee of 20 at 10 ms slows to 15 ms right after a probe: `busy`
+    // reads two thirds of the in flight, and with the limit full each
+    // window lowers it to where `round(busy) + 1` meets it, 3 or 4; the
+    // next probe reads 15 ms (and its confirmation), and the limit climbs
+    // back to the knee.
+    let mut state = Knee::new().start();
+    let now = through_probe(&mut state, 1_000 * MS, KNEE_20);
+    let slower = (20, 15 * MS, 60);
+    let (at, _) = until_probe(&mut state, now, slower);
+    let lowest = state.limit;
+    assert!((3..=4).contains(&lowest), "limit {lowest} before the probe");
+    let read = |state: &KneeState| state.service_time().is_some_and(|s| s.as_u64() > 14 * MS);
+    let now = fluid(&mut state, at, slower, |state| {
+        !state.probing() && read(state)
+    });
+    let back = fluid(&mut state, now, slower, |state| state.limit() >= 20);
+    assert!(
+        back - now < 10_000 * MS,
+        "back at the knee {} ms later",
+        (back - now) / MS
+    );
+}
+
+#[test]
+fn a_full_probe_below_a_knee_whose_workers_idle_is_believed() {
+    // A full probe at 3 (half an initial 6) reads 10 ms; then `busy` reads
+    // 3.6, 1.2× the probe's limit: a knee of 5 whose workers idle a
+    // fifth of the time under arrivals at 1.5× its capacity, read a little
+    // low by one short window. The probe was below the knee: believed,
+    // and the next waits for the interval (judged past the knee under
+    // 1.25×, it was repeated early and replaced).
+    let mut state = Knee::new().initial(6).start();
+    let mut now = 0;
+    while state.probing() {
+        now = feed(&mut state, now, 1, 3_333_333, 10 * MS, 3);
+    }
+    assert_service(&state, 10.0);
+    let ended = now;
+    while !state.probing() {
+        let limit = state.limit();
+        now = feed(&mut state, now, 64, 2_777_778, 10 * MS, limit);
+        assert!(now < 30_000 * MS);
+    }
+    assert!(
+        now - ended >= 20_000 * MS,
+        "the next probe {} ms later",
+        (now - ended) / MS
     );
 }
