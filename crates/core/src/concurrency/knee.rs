@@ -650,7 +650,7 @@ impl KneeState {
             probes: 1,
         };
         let doubted = self.doubted.take();
-        let halved = limit == halved(before, self.params.min);
+        let at_half = limit == halved(before, self.params.min);
         self.service = match self.service {
             None => Some(measure),
             Some(_) if self.verdict == Verdict::PastTheKnee => Some(measure),
@@ -672,7 +672,7 @@ impl KneeState {
         };
         // A probe whose limit was not full held nothing back: it says
         // nothing of the knee.
-        self.verdict = if full && halved {
+        self.verdict = if full && at_half {
             Verdict::Pending
         } else {
             Verdict::Believed
@@ -693,11 +693,11 @@ impl KneeState {
     /// short of [`PRECISION`] and a probe now would run more requests at
     /// once than that one did (at as many it would time no more; at a knee
     /// of 5 probes at 2 repeated each other early, 2.5–3.4 s each, and one
-    /// fell in a measure of the table: goodput 79 %). The first probe runs at half the
-    /// initial limit, whatever the knee: at a knee of 400 its mean of ~950
-    /// requests is all the limit has until the next, and one 11 % low put
-    /// the limit under the knee for the whole first measure of the table
-    /// (goodput 94.6 %). A second probe at half the learnt limit times
+    /// fell in a measure of the table: goodput 79 %). The first probe runs
+    /// at half the initial limit, whatever the knee: at a knee of 400 its
+    /// mean of ~950 requests is all the limit has until the next, and one
+    /// 11 % low put the limit under the knee for the whole first measure of
+    /// the table (goodput 94.6 %). A second probe at half the learnt limit times
     /// 2,000 requests in a tenth of a second there; at a knee of 10, where
     /// it would run at 6 rather than 10, it is not asked.
     ///
@@ -756,9 +756,9 @@ impl KneeState {
     /// when the mean service time is trusted.
     fn next_probe(&self, now: u64) -> Probe {
         let mut probe = Probe::new(now, self.limit, self.params.min);
-        let trusted = self.service.is_some_and(|s| s.probes >= 2)
-            && self.verdict == Verdict::Believed
-            && self.doubted.is_none();
+        // (A confirming probe starts in `end_probe`, at half, not here.)
+        let trusted =
+            self.service.is_some_and(|s| s.probes >= 2) && self.verdict == Verdict::Believed;
         if let (true, Some(busy), Some(last)) = (trusted, self.busy, self.last_busy) {
             // The lower of the smoothed and the last window's own: right
             // after the knee falls, the smoothed one is still high.
