@@ -168,9 +168,12 @@
 //!   `round(busy) + 1` does (3–4 requests for a service 1.5× slower; a
 //!   fluid model of a knee of 20 settles there), with gaps, where
 //!   `busy + 2.5` does, `2.5 / (1 − S / S')` (7.5). It sheds most of the
-//!   load until the probe puts it back, and never reaches zero. Telling
-//!   such a slowdown from a queue (a queue's latency falls with the limit,
-//!   a slower service's does not) and probing at once is not done yet;
+//!   load until the probe puts it back, and never reaches zero. A probe
+//!   is not brought forward when a queue's signature is missing (a queue's
+//!   latency falls with the limit, a slower service's does not): a burst of
+//!   slow requests has the same signature, and a probe inside it reads the
+//!   slow service as the usual one and leaves the limit far past the knee
+//!   when the burst ends. Erring, this errs on shedding;
 //! - no probe falls inside a burst of slow requests (one that does reads
 //!   the slow service as the usual one, and the limit sits above the knee
 //!   until the next probe, `probe_interval` later);
