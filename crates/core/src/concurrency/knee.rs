@@ -201,8 +201,8 @@
 //!   90 s, whose measures hold probes, miss 23 of their 48 cells at
 //!   K = 10, against 6 at 60 s; K = 20 misses 2–10 of 48, K ≥ 40 none; see
 //!   `BENCHMARKS.md`). At a knee of 5 a probe runs at 2 or 3, where 500
-//!   answers take 2–3 s (ending such a probe at 1 s read the mean so badly
-//!   that one cell fell to 35 %);
+//!   answers take 2–3 s (ending a probe at 1 s once it had a quarter of
+//!   its samples missed more cells, one of them at 35 %);
 //! - the limit is what holds the callers back (a caller who sends fewer
 //!   than the knee never reveals it: the limit stays between 1.1× and 2×
 //!   what is in flight).
