@@ -119,16 +119,17 @@
 //!
 //! **Probes at the margin.** Once the mean rests on two measures that agree
 //! (probes, or batches of free probes), and the last probe was not found
-//! past the knee, a probe runs where the free probes below are timed,
-//! `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` of the lower of the smoothed `busy` and
-//! the last window's own (right after the knee falls the smoothed one is
-//! still high), rather than at half the limit. It is below the knee while
-//! `busy` reads up to 11 % high, and its cost is a fraction of a probe at
-//! half: at a knee of 40 it holds back 10 % of the throughput for its
-//! half-second instead of 45 %, at a knee of 10, 20 % instead of 40 %. A
-//! probe at the margin that disagrees with the mean is asked again at once
-//! at half the limit, where nothing can queue, so that a probe which met a
-//! falling knee cannot, with its own confirmation, replace the mean. It is
+//! past the knee, a probe runs at the margin, `min(⌊busy⌋, ⌊0.95 busy⌋)`
+//! of the lower of the smoothed `busy` and the last window's own (right
+//! after the knee falls the smoothed one is still high), rather than at
+//! half the limit. It is below the knee while `busy` reads up to 5 % high
+//! (10 % at a knee of 10), and its cost is a fraction of a probe at half:
+//! at a knee of 40 it holds back 5 % of the throughput for its half-second
+//! instead of 45 %, at a knee of 10, 10 % instead of 40 %. A probe at the
+//! margin that disagrees with the mean (one past the knee reads it slow)
+//! is asked again at once at half the limit, where nothing can queue, so
+//! that a probe which met a falling knee cannot, with its own
+//! confirmation, replace the mean. It is
 //! not judged against the knee either: `busy` after it is about 1.1× its
 //! limit whether it was below the knee or not.
 //!
@@ -195,12 +196,12 @@
 //!   shape with exponential to bimodal service times (ten seconds of a
 //!   knee of 10 are 10,000 answers, ±1.0–1.4 %; see `BENCHMARKS.md`);
 //! - the goodput is measured over more than a probe at a small knee: at a
-//!   knee of 10 a probe at the margin runs at 8 for up to a second with a
+//!   knee of 10 a probe at the margin runs at 9 for up to a second with a
 //!   long-tailed service, and a 10 s measure that holds one loses about
-//!   2 %, which the band at K = 10 has no room for (runs of 45, 75 and
-//!   90 s, whose measures hold probes, miss 23 of their 48 cells at
-//!   K = 10, against 6 at 60 s; K = 20 misses 2–10 of 48, K ≥ 40 none; see
-//!   `BENCHMARKS.md`). At a knee of 5 a probe runs at 2 or 3, where 500
+//!   1 %, which the band at K = 10 has little room for (runs of 45, 75 and
+//!   90 s, whose measures hold probes, miss 19–21 of their 48 cells at
+//!   K = 10, against 5 at 60 s; K = 20 misses 2–8 of 48, K ≥ 40 1 of 576;
+//!   see `BENCHMARKS.md`). At a knee of 5 a probe runs at 2 or 3, where 500
 //!   answers take 2–3 s (ending a probe at 1 s once it had a quarter of
 //!   its samples missed more cells, one of them at 35 %);
 //! - the limit is what holds the callers back (a caller who sends fewer
@@ -223,7 +224,7 @@
 //! | early probe | `probe_interval / 8` (2.5 s) after a probe short of 3 % that ran at less than half the limit now | chosen: late enough for the limit to climb to the knee first (7 windows of 10 % from half of it), early enough to leave 7 s before the table's first measure |
 //! | past-the-knee probe | `probe_interval / 8` after a full probe whose next window's `busy` is under 1.1× its limit, when a probe now would run lower | chosen: below the knee a probe runs at half a limit ≤ 1.25× the knee, so `busy` is ≥ 1.6× its limit (1.3× at a knee of 5 whose workers idle a fifth of the time); at or past it, about 1× |
 //! | confirming probe | at once, same limit, after one that disagrees | chosen: a lone outlier costs one more probe, not 20 s under half the knee |
-//! | probe limit | half the limit; at the free probes' margin once two measures agree | Envoy pins 3 (`min_concurrency`); half keeps most of the throughput and still sits below a knee the limit passes by at most 25 %; the margin holds back 10–20 % of the throughput instead of 40–45 % (runs of 45–90 s, 8 seeds each: 192 cells of 960 missed at half, 91 with the margin) |
+//! | probe limit | half the limit; `min(⌊busy⌋, ⌊0.95 busy⌋)` once two measures agree | Envoy pins 3 (`min_concurrency`); half keeps most of the throughput and still sits below a knee the limit passes by at most 25 %; the margin holds back 5–10 % of the throughput instead of 40–45 % (runs of 45–90 s, 8 seeds each: 192 cells of 960 missed at half, 91 at the free probes' margin, 79 at this one) |
 //!
 //! # Decisions
 //!
@@ -471,6 +472,16 @@ impl Probe {
 /// request and less 10 %.
 fn served_at_once(busy: f64) -> f64 {
     (busy.floor() - 1.0).min((0.9 * busy).floor())
+}
+
+/// The limit of a probe at the margin: `busy` less 5 %, rounded down (at a
+/// knee of 10, 9; of 40, 38). Nearer the knee than the free probes'
+/// margin: a probe there that ran past the knee reads the service slow,
+/// disagrees with the mean, and is confirmed at half, where a free probe
+/// would have no such check. Runs of 45–90 s missed 91 cells of 960 with
+/// the free probes' margin (8 at a knee of 10), 79 with this one.
+fn probe_margin(busy: f64) -> f64 {
+    busy.floor().min((0.95 * busy).floor())
 }
 
 /// Half the limit `before`, at least `min`: a probe's limit.
@@ -755,7 +766,7 @@ impl KneeState {
         }
     }
 
-    /// The next probe: at half the limit, or at the free probes' margin
+    /// The next probe: at half the limit, or at the margin ([`probe_margin`])
     /// when the mean service time is trusted.
     fn next_probe(&self, now: u64) -> Probe {
         let mut probe = Probe::new(now, self.limit, self.params.min);
@@ -765,7 +776,7 @@ impl KneeState {
         if let (true, Some(busy), Some(last)) = (trusted, self.busy, self.last_busy) {
             // The lower of the smoothed and the last window's own: right
             // after the knee falls, the smoothed one is still high.
-            let margin = served_at_once(busy.min(last));
+            let margin = probe_margin(busy.min(last));
             if margin > f64::from(probe.limit) && margin < f64::from(self.limit) {
                 probe.limit = margin as u32;
             }

@@ -504,9 +504,9 @@ const KNEE_20: (u32, u64, u32) = (20, 10 * MS, 60);
 fn once_two_probes_agree_the_next_runs_at_the_margin_below_the_knee() {
     // The first probe runs at 10 (half the initial 20), the second at
     // half the learnt limit; the mean then rests on two measures, and the
-    // third runs where requests are still served at once: `busy` (20)
-    // less 10 %, 18. At half the limit (11) it cost a knee of 20 45 % of
-    // its throughput for its duration; at 18, 10 %.
+    // third runs at the margin: `busy` (20) less 5 %, 19. At half the
+    // limit (11) it cost a knee of 20 45 % of its throughput for its
+    // duration; at 19, 5 %.
     let mut state = Knee::new().start();
     let mut now = through_probe(&mut state, 1_000 * MS, KNEE_20);
     let mut limits = Vec::new();
@@ -515,7 +515,7 @@ fn once_two_probes_agree_the_next_runs_at_the_margin_below_the_knee() {
         limits.push(limit);
         now = through_probe(&mut state, at, KNEE_20);
     }
-    assert_eq!(limits[1], 18, "probes at {limits:?}");
+    assert_eq!(limits[1], 19, "probes at {limits:?}");
     assert_service(&state, 10.0);
     let after = fluid(&mut state, now, KNEE_20, |state| {
         state.busy().is_some_and(|b| b > 19.5)
@@ -535,7 +535,7 @@ fn once_two_probes_agree_the_next_runs_at_the_margin_below_the_knee() {
 #[test]
 fn a_probe_at_the_margin_that_reads_a_slower_service_is_confirmed_at_half() {
     // Two probes agree on 10 ms; the service slows to 15 ms (20 workers)
-    // as the third starts. That probe, at the margin (18), reads 15: not
+    // as the third starts. That probe, at the margin (19), reads 15: not
     // averaged in, but asked again at once, at half the limit, where
     // nothing can queue; the two agree and replace the mean.
     let mut state = Knee::new().start();
@@ -544,7 +544,7 @@ fn a_probe_at_the_margin_that_reads_a_slower_service_is_confirmed_at_half() {
     now = through_probe(&mut state, at, KNEE_20);
     let (at, limit) = until_probe(&mut state, now, KNEE_20);
     let before = state.limit;
-    assert_eq!(limit, 18, "at the margin, of {before}");
+    assert_eq!(limit, 19, "at the margin, of {before}");
     let slower = (20, 15 * MS, 60);
     fluid(&mut state, at, slower, |state| state.doubted.is_some());
     assert!(state.probing(), "a second probe at once");
