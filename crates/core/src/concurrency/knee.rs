@@ -730,8 +730,11 @@ impl KneeState {
             .service
             .is_some_and(|s| s.probes == 1 && s.error > PRECISION * s.mean);
         let past_the_knee = self.verdict == Verdict::PastTheKnee;
-        let lower = self.limit / 2 < self.probed_at;
-        let higher = self.limit / 2 > self.probed_at;
+        // The limit a probe now would run at (the margin needs two measures
+        // that agree, which neither case below has).
+        let next = halved(self.limit, self.params.min);
+        let lower = next < self.probed_at;
+        let higher = next > self.probed_at;
         if (imprecise && higher) || (past_the_knee && lower) {
             interval / 8
         } else {
