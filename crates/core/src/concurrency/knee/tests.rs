@@ -238,16 +238,87 @@ fn requests_served_at_once_between_probes_refine_the_mean_service_time() {
     }
     assert_service(&state, 10.3);
     // Slower ones started with as many in flight as busy are not timed
-    // (they may have waited), and a batch far from the probes' mean
-    // (30 ms) is left for the next probe to judge, not averaged in.
-    for (rtt, in_flight) in [(50 * MS, 12), (30 * MS, 1)] {
-        for _ in 0..600 {
-            step(&mut state, now, rtt, in_flight);
-            now += MS;
-        }
-        assert_service(&state, 10.3);
+    // (they may have waited).
+    for _ in 0..600 {
+        step(&mut state, now, 50 * MS, 20);
+        now += MS;
     }
+    assert_service(&state, 10.3);
     assert!(!state.probing());
+}
+
+/// Feeds each ms one request with 20 in flight (10 ms) and one served
+/// at once (`rtt`, 2 in flight), from `now` until `done`; returns when.
+fn with_free_probes(
+    state: &mut KneeState,
+    mut now: u64,
+    rtt: u64,
+    done: impl Fn(&KneeState) -> bool,
+) -> u64 {
+    while !done(state) {
+        state.update(Nanos::new(now), Nanos::new(now + 10 * MS), 20, false);
+        state.update(Nanos::new(now), Nanos::new(now + rtt), 2, false);
+        now += MS;
+        assert!(now < 200_000 * MS, "never");
+    }
+    now
+}
+
+/// The first probe, reading 10 ms; returns when it ended.
+fn first_probe(state: &mut KneeState) -> u64 {
+    let ended = probe_with(state, 0, 1, 19);
+    assert_service(state, 10.0);
+    ended
+}
+
+#[test]
+fn a_batch_of_free_probes_far_from_the_mean_brings_the_next_probe_forward() {
+    // A batch of 500 at 30 ms is not averaged in (only a probe may say
+    // the service changed), but the probe that may say so comes at once
+    // rather than up to an interval later.
+    let mut state = Knee::new().start();
+    let ended = first_probe(&mut state);
+    let at = with_free_probes(&mut state, ended + 20 * MS, 30 * MS, KneeState::probing);
+    assert_service(&state, 10.0);
+    assert!(
+        at - ended < 1_000 * MS,
+        "the probe came {} ms after the last",
+        (at - ended) / MS
+    );
+}
+
+#[test]
+fn batches_of_free_probes_that_agree_stand_in_for_two_probes_in_a_row() {
+    // One batch of 500 every 500 ms agrees with the probed 10 ms: the
+    // probes due 20 and 40 s after the first are not run (each would hold
+    // back throughput to measure what the batches measured), the one due
+    // at 60 s is.
+    let mut state = Knee::new().start();
+    let ended = first_probe(&mut state);
+    let at = with_free_probes(&mut state, ended + 20 * MS, 10 * MS, KneeState::probing);
+    assert!(
+        (59_900 * MS..60_100 * MS).contains(&(at - ended)),
+        "the next probe came {} ms after the first",
+        (at - ended) / MS
+    );
+}
+
+#[test]
+fn batches_of_free_probes_do_not_stand_in_after_a_probe_past_the_knee() {
+    // A probe found past the knee read the service slow, and so `busy`
+    // high: the batches' margin may then let queued requests in. Its
+    // early successor (an eighth of the interval) runs.
+    let mut state = Knee::new().start();
+    let ended = first_probe(&mut state);
+    let agreed = |state: &KneeState| state.service.is_some_and(|s| s.probes >= 2);
+    let now = with_free_probes(&mut state, ended + 20 * MS, 10 * MS, agreed);
+    state.verdict = Verdict::PastTheKnee;
+    let at = with_free_probes(&mut state, now, 10 * MS, KneeState::probing);
+    assert!(
+        at - ended < 3_000 * MS,
+        "the next probe came {} ms after the first",
+        (at - ended) / MS
+    );
 }
 
 #[test]
