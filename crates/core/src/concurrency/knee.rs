@@ -47,10 +47,14 @@
 //! exponential service times, 13 keeps 95.5–97 % with the median in flight
 //! at 12. As `busy` reads about 0.3 under the knee at that load, 2.5 makes
 //! 13 the middle of what its noise gives (2 made it 12). With a full limit
-//! the knee is `busy` *rounded* (plus one): the workers are then busy all
-//! but ~1 % of the time, so `busy` sits a hair under the knee and its
-//! noise falls on either side; `⌈busy⌉ + 1` queued a second request (1.4×
-//! a knee of 5) whenever it read a hair above.
+//! the knee is `busy` rounded up from 0.3 past a whole number (plus one):
+//! with one queued request the workers are busy all but a few percent of
+//! the time, so `busy` sits a hair under the knee and its noise falls on
+//! either side; `⌈busy⌉ + 1` queued a second request (1.4× a knee of 5)
+//! whenever it read a hair above. Not from 0.5: a limit *at* the knee
+//! idles its workers more (92 % busy at a knee of 5 under 3× its
+//! capacity, Erlang's loss formula), and `busy` rounded down from there
+//! held the limit at the knee.
 //!
 //! When nothing queued while at least half the limit was in use, the limit
 //! also climbs 10 % from itself (rounded down, at least one request: a
@@ -183,8 +187,8 @@
 //!   within the "nothing queued" tolerance and the limit keeps climbing,
 //!   but a larger one lowers the limit each window to where the least
 //!   queue meets it, whatever the knee: with the limit full, where
-//!   `round(busy) + 1` does (3–4 requests for a service 1.5× slower; a
-//!   fluid model of a knee of 20 settles there), with gaps, where
+//!   `busy` rounded up (plus one) does (4–5 requests for a service 1.5×
+//!   slower; a fluid model of a knee of 20 settles there), with gaps, where
 //!   `busy + 2.5` does, `2.5 / (1 − S / S')` (7.5). It sheds most of the
 //!   load until the probe puts it back, and never reaches zero. A probe
 //!   is not brought forward when a queue's signature is missing (a queue's
@@ -207,8 +211,8 @@
 //!   exponential to bimodal services). A probe that reads high puts the
 //!   limit a request or two past the band; one that reads low, under the
 //!   knee until the next probe or batch of free probes. Over 32 seeds of
-//!   the table (960 cells), 23 miss: 21 at K = 10 (12 of them bimodal,
-//!   8 lognormal) and 2 at K = 20, none at K ≥ 40; the worst is 85 %
+//!   the table (960 cells), 22 miss: 20 at K = 10 (11 of them bimodal,
+//!   8 lognormal) and 2 at K = 20, none at K ≥ 40; the worst is 84 %
 //!   (K = 10 bimodal, in the first third). At K = 10 the
 //!   target is at the edge of its own noise: fixed limits of 13 and 6,
 //!   the best a controller could choose, miss 3–4 of the 32 cells of each
@@ -220,10 +224,10 @@
 //!   worker is seldom free, and a probe at 3 or 4 runs 1.5–2.3 s at
 //!   51–83 % of capacity (ending a probe at 1 s once it had a quarter of
 //!   its samples missed more cells, one of them at 35 %). Runs of 45, 60,
-//!   75 and 90 s (8 seeds each) miss 3–11 of their 48 cells at K = 10,
+//!   75 and 90 s (8 seeds each) miss 3–9 of their 48 cells at K = 10,
 //!   0–4 at K = 20, 1 of 576 at K ≥ 40; runs of 105 s, whose middle
-//!   measure holds the real probe of every third interval, 19 at K = 10,
-//!   all in the middle third (see `BENCHMARKS.md`);
+//!   measure holds the real probe of every third interval, 11 at K = 10
+//!   (see `BENCHMARKS.md`);
 //! - the limit is what holds the callers back (a caller who sends fewer
 //!   than the knee never reveals it: the limit stays between 1.1× and 2×
 //!   what is in flight).
@@ -235,6 +239,7 @@
 //! | `initial` | 20 | Netflix's `initialLimit` |
 //! | `min` / `max` | 1 / 1,000 | Netflix's Vegas bounds; Envoy's `max_concurrency_limit` 1,000 |
 //! | `headroom` | 10 %, at least 2.5 (1 when the limit is full) | chosen: the least queue that keeps goodput ≥ 95 % at a knee of 10 with arrivals at 1.5× (a gap between arrivals leaves a worker idle): 13 by the table's fixed limits, which `busy` + 2.5 gives; one request when demand is far past the limit (98.6 % at 3×, M/M/c/N) |
+//! | full limit's knee | `busy` rounded up from 0.3 past a whole number | chosen: a limit at the knee keeps its workers 92 % busy at a knee of 5 under 3× its capacity (Erlang's loss formula), `busy` then reads 4.6 and rounding from 0.5 held it there; K = 10 cells of runs of 45–105 s, 8 seeds each: 43 of 240 missed from 0.5, 46 from 0.4, 33 from 0.3, 37 from 0.2 |
 //! | free probes | in flight ≤ `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)`, batches of `probe_samples` | chosen: served at once while `busy` reads up to 11 % high; a batch as large as a probe weighs as one |
 //! | stand-in | batches that agree stand in for at most 2 probes in a row; one that disagrees brings the probe at once | chosen: a real probe every 60 s, Envoy's example `interval`; runs of 45–90 s, 8 seeds each: 79 cells of 960 missed without, 31 with 2, 35 with 3 (105 s: 20, 12) |
 //! | `window_samples` | 256 | chosen: the throughput of 256 exponential completions is within ±6 % (one standard error) |
@@ -261,7 +266,9 @@ use crate::clock::Nanos;
 
 mod probe;
 
-use probe::{Moments, PRECISION, Probe, Service, fewest_samples, halved, probe_margin};
+use probe::{
+    Moments, PRECISION, Probe, Service, fewest_samples, halved, probe_margin, served_at_once,
+};
 
 /// The parameters of the [knee-finding controller](self), the default
 /// adaptive limit.
@@ -409,6 +416,18 @@ struct Window {
 /// knee: 2.5 puts 13 in the middle of what the noise of `busy` gives.
 const LEAST_QUEUE: f64 = 2.5;
 
+/// Where a full limit's `busy` is rounded up to the next whole knee: 0.3
+/// past a whole number, not 0.5. A limit at the knee idles its workers
+/// whenever a request leaves before the next arrives: at a knee of 5 under
+/// arrivals at 3× its capacity they are busy 92 % of the time (Erlang's
+/// loss formula), so `busy` reads 4.6, or 4.46 with a mean service time
+/// read 3 % low, which rounded held the limit at 5 until the noise of
+/// `busy` lifted it: the limit at the knee kept `busy` under the rounding
+/// point (the table's K = 10 middle third sat at 5 a fifth of its time,
+/// medians of 1.0 K and goodput of 86–94 %). A knee read up to 0.3 high
+/// still gets one queued request, not two.
+const ROUNDED_UP_PAST: f64 = 0.3;
+
 /// How many times its limit `busy` is at least after a probe below the
 /// knee: such a probe runs at half a limit at most 1.25× the knee, so
 /// `busy` is then at least 1.6× its limit when the workers are kept busy,
@@ -429,13 +448,6 @@ const BELOW_THE_KNEE: f64 = 1.1;
 /// too, and agree. A real probe, confirmed at half the limit when it
 /// disagrees, cannot confirm itself that way.
 const STAND_IN_AT_MOST: u32 = 2;
-
-/// The most in flight (its own included) at which a request finds a free
-/// worker, with `busy` read up to 11 % over the knee: `busy` less a
-/// request and less 10 %.
-fn served_at_once(busy: f64) -> f64 {
-    (busy.floor() - 1.0).min((0.9 * busy).floor())
-}
 
 /// A [`Knee`] controller's state: the pure transition the limiter stores
 /// behind a mutex, public so that a simulation can drive it directly.
@@ -753,12 +765,11 @@ impl KneeState {
         let limit = f64::from(self.limit);
         // A full limit (demand far past it) refills a freed worker at once:
         // one queued request keeps it fed (see "The estimate"). Its knee is
-        // then `busy` rounded: the workers are busy all but ~1 % of the
-        // time, so `busy` sits just under the knee and its noise is as
-        // likely above it as below, where `⌈busy⌉ + 1` would add a second
-        // queued request whenever it read a hair above.
+        // then `busy` rounded up from ROUNDED_UP_PAST: `busy` sits just
+        // under the knee, and `⌈busy⌉ + 1` would add a second queued
+        // request whenever it read a hair above.
         let least = if limit - in_flight < 0.6 {
-            smoothed.round() + 1.0
+            (smoothed + 1.0 - ROUNDED_UP_PAST).floor() + 1.0
         } else {
             smoothed + LEAST_QUEUE
         };

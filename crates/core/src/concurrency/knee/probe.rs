@@ -1,6 +1,8 @@
-//! A probe of the mean service time, and what it measures: the cohort a
-//! probe times, its mean and standard error, and the mean service time
-//! the [controller](super) learns from probes and batches of free probes.
+//! A probe of the mean service time, and what it measures: the limit it
+//! runs at (half the limit, or the margin below the knee), the cohort it
+//! times, its mean and standard error, the margin under which a request
+//! is a free probe, and the mean service time the [controller](super)
+//! learns from probes and batches of free probes.
 
 /// A probe of the mean service time in progress.
 #[derive(Clone, Debug)]
@@ -92,6 +94,13 @@ impl Probe {
         }
         Some((mean, error, count))
     }
+}
+
+/// The most in flight (its own included) at which a request finds a free
+/// worker, with `busy` read up to 11 % over the knee: `busy` less a
+/// request and less 10 %.
+pub(super) fn served_at_once(busy: f64) -> f64 {
+    (busy.floor() - 1.0).min((0.9 * busy).floor())
 }
 
 /// The limit of a probe at the margin: `busy` less 5 %, rounded down (at a
