@@ -271,20 +271,23 @@ fn first_probe(state: &mut KneeState) -> u64 {
     ended
 }
 
+/// The first probe, then free probes of `rtt` (see [`with_free_probes`])
+/// until the next probe; returns the state and the ms between the two.
+fn next_probe_among_free_probes(rtt: u64) -> (KneeState, u64) {
+    let mut state = Knee::new().start();
+    let ended = first_probe(&mut state);
+    let at = with_free_probes(&mut state, ended + 20 * MS, rtt, KneeState::probing);
+    (state, (at - ended) / MS)
+}
+
 #[test]
 fn a_batch_of_free_probes_far_from_the_mean_brings_the_next_probe_forward() {
     // A batch of 500 at 30 ms is not averaged in (only a probe may say
     // the service changed), but the probe that may say so comes at once
     // rather than up to an interval later.
-    let mut state = Knee::new().start();
-    let ended = first_probe(&mut state);
-    let at = with_free_probes(&mut state, ended + 20 * MS, 30 * MS, KneeState::probing);
+    let (state, after) = next_probe_among_free_probes(30 * MS);
     assert_service(&state, 10.0);
-    assert!(
-        at - ended < 1_000 * MS,
-        "the probe came {} ms after the last",
-        (at - ended) / MS
-    );
+    assert!(after < 1_000, "the probe came {after} ms after the last");
 }
 
 #[test]
@@ -293,13 +296,10 @@ fn batches_of_free_probes_that_agree_stand_in_for_two_probes_in_a_row() {
     // probes due 20 and 40 s after the first are not run (each would hold
     // back throughput to measure what the batches measured), the one due
     // at 60 s is.
-    let mut state = Knee::new().start();
-    let ended = first_probe(&mut state);
-    let at = with_free_probes(&mut state, ended + 20 * MS, 10 * MS, KneeState::probing);
+    let (_, after) = next_probe_among_free_probes(10 * MS);
     assert!(
-        (59_900 * MS..60_100 * MS).contains(&(at - ended)),
-        "the next probe came {} ms after the first",
-        (at - ended) / MS
+        (59_900..60_100).contains(&after),
+        "the next probe came {after} ms after the first"
     );
 }
 
@@ -321,16 +321,22 @@ fn batches_of_free_probes_do_not_stand_in_after_a_probe_past_the_knee() {
     );
 }
 
+/// Feeds 12 windows of 256 requests of 10 ms, one every `gap` ns, with
+/// the limit full; returns `busy` after.
+fn full_windows(state: &mut KneeState, mut now: u64, gap: u64) -> f64 {
+    for _ in 0..12 {
+        let limit = state.limit();
+        now = feed(state, now, 256, gap, 10 * MS, limit);
+    }
+    state.busy().unwrap()
+}
+
 #[test]
 fn a_full_limit_rounds_the_knee_so_that_busy_a_hair_above_it_queues_one() {
     // A knee of 5 read 3 % high (busy 5.15): still one queued request
     // (⌈5.15⌉ + 1 would be 7, two queued, 1.4× the knee).
-    let (mut state, mut now) = probed();
-    for _ in 0..12 {
-        let limit = state.limit();
-        now = feed(&mut state, now, 256, 1_941_748, 10 * MS, limit);
-    }
-    let busy = state.busy().unwrap();
+    let (mut state, now) = probed();
+    let busy = full_windows(&mut state, now, 1_941_748);
     assert!((5.1..5.2).contains(&busy), "busy {busy}");
     assert_eq!(state.limit(), 6);
 }
@@ -344,13 +350,9 @@ fn a_full_limit_at_a_knee_whose_workers_idle_is_not_held_there() {
     // (A probe of little spread, so that 4.35 of 5 is not "nothing
     // queued".)
     let mut state = Knee::new().start();
-    let mut now = probe_with(&mut state, 0, 9, 11) + 20 * MS;
+    let now = probe_with(&mut state, 0, 9, 11) + 20 * MS;
     assert_service(&state, 10.0);
-    for _ in 0..12 {
-        let limit = state.limit();
-        now = feed(&mut state, now, 256, 2_298_851, 10 * MS, limit);
-    }
-    let busy = state.busy().unwrap();
+    let busy = full_windows(&mut state, now, 2_298_851);
     assert!((4.3..4.4).contains(&busy), "busy {busy}");
     assert_eq!(state.limit(), 6);
 }
