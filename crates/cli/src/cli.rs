@@ -119,7 +119,9 @@ pub struct SimulateArgs {
     pub service_time: Duration,
     /// With --concurrency: instead of one run, the table of every adaptive
     /// controller (the library's and models of its peers') for six shapes
-    /// of service time and knees of 10 to 400 (--duration, --seed).
+    /// of service time and knees of 10 to 400 (--duration, --seed), and of
+    /// limits set by hand knowing the knee, the bound of the default's
+    /// policy.
     #[arg(long, requires = "concurrency")]
     pub table: bool,
 }

@@ -23,6 +23,9 @@
 //!   `[20 s, 22 s)` taking 10× its time, and reports the goodput of the
 //!   last 10 s of the run (a controller that collapsed under the burst
 //!   shows it there) and the lowest limit.
+//! - **The bound**: after the controllers, the same grid under limits set
+//!   by hand for each third, knowing the knee (`Hindsight`): what is left
+//!   of a miss there is the target's own noise, not an estimate's.
 //!
 //! Each controller is a pure state updated by the simulation after every
 //! answer; the limiter's limit is then set to the controller's. For the
@@ -322,29 +325,13 @@ pub fn table(duration: u64, seed: u64) -> String {
         duration / 1_000_000_000
     );
     for name in Name::ALL {
-        let _ = writeln!(out, "### {}\n", name.title());
-        let _ = write!(out, "| service time |");
-        for knee in KNEES {
-            let _ = write!(out, " K={knee} |");
-        }
-        let _ = writeln!(out, "\n|---|{}", "---|".repeat(KNEES.len()));
-        for shape in Shape::ALL {
-            let _ = write!(out, "| {} |", shape.name());
-            for knee in KNEES {
-                let scenario = Scenario {
-                    shape,
-                    knee,
-                    duration,
-                    seed,
-                    slow: None,
-                };
-                let outcome = run(&scenario, name.start().as_mut());
-                let _ = write!(out, " {} |", cell(&outcome));
-            }
-            let _ = writeln!(out);
-        }
-        let _ = writeln!(out);
+        grid(&mut out, name.title(), duration, seed, |scenario| {
+            run(scenario, name.start().as_mut())
+        });
     }
+    grid(&mut out, Hindsight::TITLE, duration, seed, |scenario| {
+        run(scenario, &mut Hindsight::new(*scenario))
+    });
     let _ = writeln!(
         out,
         "### A burst of slow requests (exponential, K=40: every request started in [20 s, 22 s) takes 10x)\n\n| controller | goodput, last 10 s | median in flight / K, last 10 s | lowest limit |\n|---|---|---|---|"
@@ -362,6 +349,78 @@ pub fn table(duration: u64, seed: u64) -> String {
         );
     }
     out
+}
+
+/// One controller's grid: a row per shape, a cell per knee.
+fn grid(
+    out: &mut String,
+    title: &str,
+    duration: u64,
+    seed: u64,
+    outcome: impl Fn(&Scenario) -> Outcome,
+) {
+    let _ = writeln!(out, "### {title}\n");
+    let _ = write!(out, "| service time |");
+    for knee in KNEES {
+        let _ = write!(out, " K={knee} |");
+    }
+    let _ = writeln!(out, "\n|---|{}", "---|".repeat(KNEES.len()));
+    for shape in Shape::ALL {
+        let _ = write!(out, "| {} |", shape.name());
+        for knee in KNEES {
+            let scenario = Scenario {
+                shape,
+                knee,
+                duration,
+                seed,
+                slow: None,
+            };
+            let _ = write!(out, " {} |", cell(&outcome(&scenario)));
+        }
+        let _ = writeln!(out);
+    }
+    let _ = writeln!(out);
+}
+
+/// Not a controller: limits set by hand for each third, knowing the knee
+/// and the load, as [`Knee`] sets them from the knee it finds. Where the
+/// knee is known, what is left of a miss is the target's own noise (ten
+/// seconds of a knee of 10 are 10,000 answers, ±1–1.4 % for the long-tailed
+/// shapes) and the policy's, not the controller's estimate. At a knee of
+/// 10 under arrivals at 1.5× its capacity, 13 (10 + 2.5, rounded up) is
+/// the best fixed limit: 12 keeps less goodput, 14 puts the median in
+/// flight at 1.3 K; over the middle third, a knee of 5 under 3× its
+/// capacity, 6 (one queued request).
+struct Hindsight {
+    scenario: Scenario,
+    now: u64,
+}
+
+impl Hindsight {
+    const TITLE: &'static str = "Limits set by hand for each third, knowing the knee (not a controller: the bound of Knee's policy)";
+
+    fn new(scenario: Scenario) -> Hindsight {
+        Hindsight { scenario, now: 0 }
+    }
+}
+
+impl Control for Hindsight {
+    fn limit(&self) -> u32 {
+        let knee = self.scenario.knee_at(self.now);
+        if knee < self.scenario.knee {
+            // Demand at 3× the halved knee: the limit is full, one queued
+            // request keeps the workers fed.
+            knee + 1
+        } else {
+            // At 1.5×: Knee's least queue (2.5) or headroom (10 %).
+            let knee = f64::from(knee);
+            (knee * 1.1).max(knee + 2.5).ceil() as u32
+        }
+    }
+
+    fn update(&mut self, _started: u64, now: u64, _in_flight: u32, _dropped: bool) {
+        self.now = now;
+    }
 }
 
 /// The slow-burst scenario: exponential at K = 40, 10× slower in [20, 22) s.
@@ -428,6 +487,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_hand_set_limits_are_knees_targets_for_each_third() {
+        let at = |knee: u32, instant: u64| {
+            let scenario = Scenario {
+                shape: Shape::Exponential,
+                knee,
+                duration: 60_000_000_000,
+                seed: 1,
+                slow: None,
+            };
+            let mut hindsight = Hindsight::new(scenario);
+            hindsight.update(0, instant, 1, false);
+            hindsight.limit()
+        };
+        // The best fixed limits at a knee of 10: 13, and 6 over its
+        // middle third (a knee of 5 under 3× its capacity).
+        assert_eq!(
+            [at(10, 0), at(10, 30_000_000_000), at(10, 50_000_000_000)],
+            [13, 6, 13]
+        );
+        assert_eq!([at(40, 0), at(40, 30_000_000_000)], [44, 21]);
     }
 
     #[test]
