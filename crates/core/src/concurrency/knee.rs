@@ -708,9 +708,9 @@ impl KneeState {
             self.unqueued = Moments::default();
             if service.agrees(mean, error) {
                 self.service = Some(service.averaged(mean, error));
-                if self.free_batch == FreeBatch::None {
-                    self.free_batch = FreeBatch::Agreed;
-                }
+                // (After one that disagreed, the next answer starts a probe
+                // before another batch can end: Agreed never hides it.)
+                self.free_batch = FreeBatch::Agreed;
             } else {
                 self.free_batch = FreeBatch::Disagreed;
             }
