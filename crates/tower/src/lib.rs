@@ -235,6 +235,7 @@ pub mod ip;
 pub mod key;
 mod layer;
 pub mod observe;
+pub mod path;
 #[cfg(feature = "redis")]
 mod redis;
 pub mod response;
