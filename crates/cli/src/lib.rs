@@ -12,6 +12,7 @@
 
 pub mod cli;
 mod loadgen;
+mod logrus;
 pub mod messages;
 pub mod noop;
 pub mod schedule;

@@ -17,7 +17,11 @@
 //! environment when any of its variables is set (see
 //! `tollgate_server::config::lyft_env`: `HOST`, `PORT`, `LOG_LEVEL` and
 //! `LOG_FORMAT` alone do not count, being common in containers), with its
-//! `LOG_LEVEL` and `LOG_FORMAT`; with none set, `serve` asks for
+//! `LOG_LEVEL` and `LOG_FORMAT`: JSON lines are then shaped as its
+//! logrus writes them (`@timestamp`, `@message`, `level`: see
+//! [`crate::logrus`]), and its `debug` keeps the HTTP/2 and gRPC
+//! libraries at `info` (their frame logs would flood it) unless `RUST_LOG`
+//! asks otherwise. With none set, `serve` asks for
 //! `--config` as it always did. A refused variable is named, and exits 1
 //! before anything is bound.
 
@@ -50,7 +54,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     // A subscriber set earlier (tests calling `run` twice) is kept.
-    let _ = if json {
+    let _ = if json && lyft.is_some() {
+        logs.with_ansi(false)
+            .event_format(crate::logrus::Logrus)
+            .try_init()
+    } else if json {
         logs.json()
             .with_ansi(false)
             .with_current_span(true)

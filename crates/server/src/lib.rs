@@ -45,6 +45,7 @@ pub mod concurrency_http;
 pub mod config;
 pub mod forward_auth;
 pub mod grpc;
+pub mod health;
 pub mod http;
 pub mod listen;
 pub mod lyft_http;

@@ -15,8 +15,9 @@
 //!   refuses, as envoyproxy/ratelimit answers. An unknown field is a `400`
 //!   (protobuf's JSON reader refuses it too). A bearer token, when the
 //!   server has one, is required as on `/v1/check`.
-//! - `GET /healthcheck` answers `200 OK` while the server takes traffic,
-//!   and `500` from the first moment of shutdown; with
+//! - `GET /healthcheck` answers `200 OK` while the server is healthy
+//!   ([`crate::health`], the state gRPC's `ratelimit` health answers
+//!   too), and `500` from the first moment of shutdown; with
 //!   `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` also while no rule is
 //!   loaded (a server forced to start without its config).
 //! - `/rlconfig` prints one line per rule as envoyproxy/ratelimit dumps
@@ -27,7 +28,6 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -46,35 +46,22 @@ use crate::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code
 use crate::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 use crate::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService as _;
 use crate::grpc::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::health::Health;
 use crate::service::Service;
 
 #[derive(Clone)]
 struct LyftState {
     rls: RlsService,
-    service: Arc<Service>,
     token: Option<Arc<str>>,
-    ready: Arc<AtomicBool>,
-    healthy_only_with_rules: bool,
+    health: Health,
 }
 
 /// `POST /json` and `GET /healthcheck` (see the module docs).
-pub fn routes(
-    rls: RlsService,
-    service: Arc<Service>,
-    token: Option<Arc<str>>,
-    ready: Arc<AtomicBool>,
-    healthy_only_with_rules: bool,
-) -> Router {
+pub fn routes(rls: RlsService, token: Option<Arc<str>>, health: Health) -> Router {
     Router::new()
         .route("/json", post(json_check))
         .route("/healthcheck", get(healthcheck))
-        .with_state(LyftState {
-            rls,
-            service,
-            token,
-            ready,
-            healthy_only_with_rules,
-        })
+        .with_state(LyftState { rls, token, health })
 }
 
 /// The debug listener's routes (see the module docs).
@@ -92,10 +79,8 @@ pub fn debug_routes(service: Arc<Service>) -> Router {
 }
 
 async fn healthcheck(State(state): State<LyftState>) -> Response {
-    // Relaxed: a flag read on its own; no other memory depends on it.
-    let serving = state.ready.load(Ordering::Relaxed);
-    let loaded = !state.healthy_only_with_rules || !state.service.rules().rules().is_empty();
-    if serving && loaded {
+    // The state gRPC's `ratelimit` health answers too (crate::health).
+    if state.health.check().is_ok() {
         (StatusCode::OK, "OK").into_response()
     } else {
         StatusCode::INTERNAL_SERVER_ERROR.into_response()

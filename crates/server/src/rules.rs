@@ -75,6 +75,9 @@ pub struct Rule {
     pub metric_values: Vec<bool>,
     /// The rule's concurrency limit, if any (see [`crate::concurrency`]).
     pub concurrency: Option<ConcurrencyConfig>,
+    /// envoyproxy/ratelimit's `metadata` of the rule's node, sent in the
+    /// RLS answer's dynamic metadata when that is on ([`crate::grpc`]).
+    pub metadata: Option<serde_yaml_ng::Value>,
 }
 
 impl Rule {
@@ -353,6 +356,7 @@ fn insert(
                 .map(|&(by_value, shared)| (by_value || descriptor.detailed_metric) && !shared)
                 .collect(),
             concurrency: descriptor.concurrency,
+            metadata: descriptor.metadata.clone(),
         });
         rules.push(Arc::clone(&rule));
         node.rule = Some(rule);

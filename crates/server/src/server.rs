@@ -7,9 +7,12 @@
 //! flight finish, and returns. [`Server::run`] does both.
 //!
 //! The gRPC listener also serves `grpc.health.v1.Health` (no token
-//! needed, as `/healthz`): `SERVING` for `""` and
-//! `envoy.service.ratelimit.v3.RateLimitService` while the server takes
-//! traffic, `NOT_SERVING` from the first moment of shutdown.
+//! needed, as `/healthz`): `SERVING` for `""` until shutdown, and for
+//! `ratelimit` (envoyproxy/ratelimit's name) and
+//! `envoy.service.ratelimit.v3.RateLimitService` while the server is
+//! healthy, the state `/healthcheck` answers ([`crate::health`],
+//! [`crate::grpc::health`]); `NOT_SERVING` from the first moment of
+//! shutdown.
 //!
 //! On shutdown `/readyz` answers 503 from the first moment (to requests on
 //! connections still open while the others drain), both listeners stop
@@ -546,18 +549,25 @@ impl BoundServer {
             grpc = grpc.max_connection_age(age);
         }
         let rls = RlsService::new(Arc::clone(&self.service), self.settings.response_headers)
-            .with_header_names(self.settings.response_header_names.clone());
+            .with_header_names(self.settings.response_header_names.clone())
+            .with_dynamic_metadata(self.settings.response_dynamic_metadata);
         if let Some(identity) = &self.grpc_tls {
             grpc = grpc
                 .tls_config(identity.tonic_config())
                 .map_err(ServeError::Grpc)?;
         }
-        // grpc.health.v1 (Kubernetes' and Envoy's gRPC health checks): the
-        // server ("") and the rate limit service serve until shutdown.
-        let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<RlsService>>()
-            .await;
+        // grpc.health.v1 (Kubernetes' and Envoy's gRPC health checks) and
+        // /healthcheck answer from one state.
+        let health = crate::health::Health::new(
+            Arc::clone(&self.ready),
+            Arc::clone(&self.service),
+            self.settings.healthy_only_with_rules,
+        );
+        // Redis, when the settings ask the checks to follow it
+        // (`health_check`, REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+        let backend = Arc::clone(self.service.backend());
+        health.add("redis", move || backend.health().health_check());
+        let health_service = grpc::health::server(health.clone());
         let grpc = grpc
             .add_service(health_service)
             .add_service(grpc::server(
@@ -575,13 +585,7 @@ impl BoundServer {
             Arc::clone(&self.ready),
             self.settings.max_request_bytes,
         );
-        let router = router.merge(crate::lyft_http::routes(
-            rls,
-            Arc::clone(&self.service),
-            self.token.clone(),
-            Arc::clone(&self.ready),
-            self.settings.healthy_only_with_rules,
-        ));
+        let router = router.merge(crate::lyft_http::routes(rls, self.token.clone(), health));
         let router = match &self.admin {
             Some(token) => router.merge(crate::admin::router(
                 Arc::clone(&self.service),
@@ -678,11 +682,6 @@ impl BoundServer {
             shutdown.await;
             // Relaxed: the flag is read on its own by /readyz.
             ready.store(false, Ordering::Relaxed);
-            for service in ["", RLS_SERVICE] {
-                health
-                    .set_service_status(service, tonic_health::ServingStatus::NotServing)
-                    .await;
-            }
             tracing::info!("shutting down: draining requests in flight");
             let _ = stop_tx.send(true);
         });

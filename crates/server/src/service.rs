@@ -38,7 +38,11 @@
 //! - a cost above what the rule can ever admit (its capacity: the burst
 //!   for GCRA, the limit for windows), unless the rule is in
 //!   `shadow_mode` (which never denies: answered OK, counted as a shadow
-//!   denial);
+//!   denial). Its bucket is looked at (cost 0, nothing written), and the
+//!   denial is counted under the rule from the count found, as
+//!   envoyproxy/ratelimit counts a `hits_addend` above the limit
+//!   (`total_hits` by the cost, `over_limit` by the hits past the limit,
+//!   `near_limit` by those between the near threshold and the limit);
 //! - a `limit` override with `requests_per_unit: 0` (a limit of nothing,
 //!   as in envoyproxy/ratelimit) or an `UNKNOWN` unit.
 //!
@@ -120,6 +124,17 @@ enum Plan {
         quota: Option<QuotaConfig>,
         reason: String,
     },
+    /// A cost above the rule's capacity: OVER_LIMIT, its bucket only
+    /// looked at (cost 0), so that the denial is counted under the rule
+    /// from the window's count as envoyproxy/ratelimit counts it.
+    Oversized {
+        rule: Arc<Rule>,
+        key: String,
+        cost: u64,
+        metric: Option<Vec<String>>,
+        quota: Option<QuotaConfig>,
+        reason: String,
+    },
     /// A rule that admits nothing (`requests_per_unit: 0`): OVER_LIMIT,
     /// its denial counted under the rule.
     Blocked {
@@ -135,9 +150,10 @@ impl Plan {
     fn rule(&self) -> Option<&Arc<Rule>> {
         match self {
             Plan::NoRule => None,
-            Plan::Unlimited(rule) | Plan::Limited { rule, .. } | Plan::Blocked { rule, .. } => {
-                Some(rule)
-            }
+            Plan::Unlimited(rule)
+            | Plan::Limited { rule, .. }
+            | Plan::Oversized { rule, .. }
+            | Plan::Blocked { rule, .. } => Some(rule),
             Plan::Refused { rule, .. } => rule.as_ref(),
         }
     }
@@ -398,7 +414,7 @@ impl Service {
             .enumerate()
             .map(|(i, descriptor)| {
                 let plan = self.plan(&rules, &request.domain, request.cost, descriptor);
-                if let Plan::Refused { reason, .. } = &plan {
+                if let Plan::Refused { reason, .. } | Plan::Oversized { reason, .. } = &plan {
                     self.metrics.refused(api, Refusal::InvalidDescriptor);
                     tracing::debug!(?api, domain = %request.domain, "descriptors[{i}]: {reason}: OVER_LIMIT");
                 }
@@ -429,6 +445,7 @@ impl Service {
                         .map(|(rule, key)| Hit { rule, key, cost: 0 });
                     [Some(decided), looked]
                 }
+                Plan::Oversized { rule, key, .. } => [Some(Hit { rule, key, cost: 0 }), None],
                 _ => [None, None],
             })
             .flatten()
@@ -465,6 +482,34 @@ impl Service {
                     quota,
                     reason,
                 },
+                Plan::Oversized {
+                    rule,
+                    cost,
+                    metric,
+                    quota,
+                    reason,
+                    ..
+                } => {
+                    let Some(looked) = decisions.next() else {
+                        return Err(CheckError::Backend(BackendError::new("too few decisions")));
+                    };
+                    // The hits over the limit, from the count the look
+                    // found (envoyproxy/ratelimit's base_limiter: 4 on an
+                    // empty 3/min counts 4 hits, 1 over, 1 near).
+                    let denial = Decision::from_parts(
+                        false,
+                        looked.limit(),
+                        looked.remaining(),
+                        looked.retry_after(),
+                        looked.reset_after(),
+                    );
+                    self.count(&counters, &rule, cost, &denial, metric);
+                    Status::Refused {
+                        rule: Some(rule),
+                        quota,
+                        reason,
+                    }
+                }
                 Plan::Blocked {
                     rule,
                     quota,
@@ -568,6 +613,11 @@ impl Service {
                 quota,
                 reason,
             };
+        if !rules.has_domain(domain) {
+            // envoyproxy/ratelimit's GetLimit counts each descriptor of a
+            // domain it has no configuration for.
+            self.metrics.domain_not_found(domain);
+        }
         if let Err(reason) = self.validate_entries(descriptor) {
             return refused(None, None, reason);
         }
@@ -620,7 +670,14 @@ impl Service {
                 "a cost of {cost} can never be admitted under rule {} (at most {capacity} at once)",
                 rule.id
             );
-            return refused(Some(rule), limits.quotas.first().copied(), reason);
+            return Plan::Oversized {
+                metric: metric(),
+                rule: Arc::clone(rule),
+                key,
+                cost,
+                quota: limits.quotas.first().copied(),
+                reason,
+            };
         }
         Plan::Limited {
             metric: metric(),
@@ -736,6 +793,7 @@ fn dynamic_rule(
         // The file rule's concurrency limit still applies (see
         // `crate::concurrency`).
         concurrency: None,
+        metadata: None,
     }))
 }
 

@@ -8,7 +8,12 @@
 //! `domain`, `key1` (a two-part key) or `domain`, `key1`, `key2` (three
 //! parts or more: the first two entries), `ratelimit_service_config_load_
 //! {success,error}`, `ratelimit_service_should_rate_limit_error{err_type}`
-//! and `ratelimit_service_total_requests{grpc_method}`. A stat no mapping
+//! and `ratelimit_service_total_requests{grpc_method}`, and its timer
+//! `ratelimit_server.ShouldRateLimit.response_time` (milliseconds) as the
+//! histogram `ratelimit_service_response_time_seconds{grpc_method}`
+//! (scale 0.001: seconds; `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`
+//! drops the scale, as envoyproxy/ratelimit does, and the name stays). A
+//! stat no mapping
 //! matches keeps its name, escaped (every character outside
 //! `[a-zA-Z0-9_]` becomes `_`), as statsd_exporter does.
 //!
@@ -19,16 +24,20 @@
 //! # Decisions
 //!
 //! - The subset of statsd_exporter's mapping language that names
-//!   counters is supported: `mappings:` of `match`, `match_type` (`glob`,
-//!   the default, or `regex`), `name`, `labels`, `action` (`map` or
-//!   `drop`), `match_metric_type` (a mapping for `gauge` or `observer`
-//!   matches nothing here: every stat is a counter), and `defaults:
-//!   match_type`. Keys that only shape timers or gauges (`timer_type`,
-//!   `observer_type`, `buckets`, `quantiles`, `histogram_options`,
-//!   `summary_options`, `scale`, `ttl`, `help`) are accepted and have no
-//!   effect on counters. Any other key (`honor_labels`, `glob_disable_
-//!   ordering`…) is refused with its name: a mapping this module would
-//!   apply differently than statsd_exporter is never applied silently.
+//!   counters and histogram timers is supported: `mappings:` of `match`,
+//!   `match_type` (`glob`, the default, or `regex`), `name`, `labels`,
+//!   `action` (`map` or `drop`), `match_metric_type` (`counter` matches
+//!   the counters, `observer` the timer, none both; `gauge` matches
+//!   nothing: there are no gauges), `scale`, `buckets` (also under
+//!   `histogram_options`), and `defaults:` `match_type` and `buckets`.
+//!   A timer is always a histogram (`timer_type`/`observer_type`
+//!   `histogram`, or unset), with Prometheus' default buckets unless the
+//!   file gives them; `summary` is refused, as is any key this module
+//!   does not apply (`honor_labels`, `glob_disable_ordering`…), with its
+//!   name: a mapping this module would apply differently than
+//!   statsd_exporter is never applied silently. `quantiles`,
+//!   `summary_options`, `ttl` and `help` are accepted without effect (they
+//!   shape summaries, expiry and help text only).
 //! - Globs are matched as statsd_exporter's: `*` is one dot-free segment
 //!   (possibly empty), the whole name must match, globs are tried before
 //!   regular expressions, each kind in file order. Regular expressions
@@ -55,6 +64,8 @@ pub struct Series {
 pub struct Mapping {
     /// Glob rules first, then regular expression rules, each in file order.
     rules: Vec<Rule>,
+    /// `defaults: buckets`, else Prometheus' default buckets.
+    buckets: Vec<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -63,8 +74,31 @@ struct Rule {
     name: String,
     labels: Vec<(String, String)>,
     drop: bool,
-    /// `match_metric_type` other than `counter`: never matches a counter.
+    /// `match_metric_type` unset or `counter`.
     counters: bool,
+    /// `match_metric_type` unset or `observer`.
+    observers: bool,
+    /// `scale`: each observed value is multiplied by it.
+    scale: Option<f64>,
+    /// `buckets`: the histogram's upper bounds.
+    buckets: Option<Vec<f64>>,
+}
+
+/// Prometheus' default histogram buckets (`prometheus.DefBuckets`), which
+/// statsd_exporter uses when a mapping names none.
+pub const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A timer's series and how its values are observed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimerSeries {
+    /// The histogram's name and labels.
+    pub series: Series,
+    /// What each value is multiplied by (`scale`, else 1).
+    pub scale: f64,
+    /// The buckets' upper bounds, ascending (`+Inf` implied).
+    pub buckets: Vec<f64>,
 }
 
 /// Why a mapping file cannot be used.
@@ -85,17 +119,13 @@ struct RawFile {
 #[serde(deny_unknown_fields)]
 struct RawDefaults {
     match_type: Option<String>,
-    // Shape timers and gauges only (see the module docs).
-    #[serde(default, rename = "timer_type")]
-    _timer_type: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "observer_type")]
-    _observer_type: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "buckets")]
-    _buckets: Option<serde_yaml_ng::Value>,
+    timer_type: Option<String>,
+    observer_type: Option<String>,
+    buckets: Option<Vec<f64>>,
+    histogram_options: Option<RawHistogramOptions>,
+    // Shape summaries, expiry and help only (see the module docs).
     #[serde(default, rename = "quantiles")]
     _quantiles: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "histogram_options")]
-    _histogram_options: Option<serde_yaml_ng::Value>,
     #[serde(default, rename = "summary_options")]
     _summary_options: Option<serde_yaml_ng::Value>,
     #[serde(default, rename = "ttl")]
@@ -114,25 +144,61 @@ struct RawRule {
     labels: BTreeMap<String, String>,
     action: Option<String>,
     match_metric_type: Option<String>,
-    // Shape timers and gauges only (see the module docs).
-    #[serde(default, rename = "timer_type")]
-    _timer_type: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "observer_type")]
-    _observer_type: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "buckets")]
-    _buckets: Option<serde_yaml_ng::Value>,
+    timer_type: Option<String>,
+    observer_type: Option<String>,
+    buckets: Option<Vec<f64>>,
+    histogram_options: Option<RawHistogramOptions>,
+    scale: Option<f64>,
+    // Shape summaries, expiry and help only (see the module docs).
     #[serde(default, rename = "quantiles")]
     _quantiles: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "histogram_options")]
-    _histogram_options: Option<serde_yaml_ng::Value>,
     #[serde(default, rename = "summary_options")]
     _summary_options: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "scale")]
-    _scale: Option<serde_yaml_ng::Value>,
     #[serde(default, rename = "ttl")]
     _ttl: Option<serde_yaml_ng::Value>,
     #[serde(default, rename = "help")]
     _help: Option<serde_yaml_ng::Value>,
+}
+
+/// `histogram_options`: only its classic `buckets` shape a histogram here.
+#[derive(Deserialize, Default)]
+struct RawHistogramOptions {
+    buckets: Option<Vec<f64>>,
+    // Native histograms' settings: tollgate exports classic buckets only.
+    #[serde(flatten)]
+    _native: BTreeMap<String, serde_yaml_ng::Value>,
+}
+
+/// A timer's type: a histogram (the only kind kept), or refused.
+fn histogram_only(
+    timer_type: Option<&str>,
+    observer_type: Option<&str>,
+) -> Result<(), MappingError> {
+    for (key, kind) in [("timer_type", timer_type), ("observer_type", observer_type)] {
+        match kind {
+            None | Some("" | "histogram") => {}
+            Some(other) => {
+                return Err(MappingError(format!(
+                    "{key} {other:?}: only histogram timers are supported"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checked bucket bounds: finite and ascending.
+fn checked_buckets(buckets: Option<Vec<f64>>) -> Result<Option<Vec<f64>>, MappingError> {
+    if let Some(bounds) = &buckets
+        && (bounds.is_empty()
+            || bounds.iter().any(|b| !b.is_finite())
+            || bounds.windows(2).any(|w| w[0] >= w[1]))
+    {
+        return Err(MappingError(format!(
+            "buckets {bounds:?}: expected finite bounds in ascending order"
+        )));
+    }
+    Ok(buckets)
 }
 
 /// One rule of the default mapping: `(match, is a regex, name, labels)`.
@@ -234,7 +300,16 @@ const DEFAULT_RULES: &[DefaultRule] = &[
 impl Default for Mapping {
     /// envoyproxy/ratelimit's default mapping.
     fn default() -> Mapping {
-        let rules = DEFAULT_RULES
+        Mapping::lyft_default(false)
+    }
+}
+
+impl Mapping {
+    /// envoyproxy/ratelimit's default mapping; `response_time_in_ms`
+    /// (`PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`) drops the response
+    /// time's `scale: 0.001`, as its `mapperConfig` does.
+    pub fn lyft_default(response_time_in_ms: bool) -> Mapping {
+        let mut rules: Vec<Rule> = DEFAULT_RULES
             .iter()
             .map(|&(pattern, is_regex, name, labels)| Rule {
                 // Constant patterns: they compile (a unit test builds them).
@@ -251,9 +326,26 @@ impl Default for Mapping {
                     .collect(),
                 drop: false,
                 counters: true,
+                observers: true,
+                scale: None,
+                buckets: None,
             })
             .collect();
-        Mapping::ordered(rules, DEFAULT_RULES.iter().map(|rule| rule.1).collect())
+        let mut kinds: Vec<bool> = DEFAULT_RULES.iter().map(|rule| rule.1).collect();
+        // `ratelimit_server.*.response_time`: a histogram in seconds.
+        rules.push(Rule {
+            regex: glob_regex("ratelimit_server.*.response_time")
+                .unwrap_or_else(|error| unreachable!("{error}")),
+            name: "ratelimit_service_response_time_seconds".to_owned(),
+            labels: vec![("grpc_method".to_owned(), "$1".to_owned())],
+            drop: false,
+            counters: true,
+            observers: true,
+            scale: (!response_time_in_ms).then_some(0.001),
+            buckets: None,
+        });
+        kinds.push(false);
+        Mapping::ordered(rules, kinds, DEFAULT_BUCKETS.to_vec())
     }
 }
 
@@ -269,7 +361,7 @@ fn glob_regex(glob: &str) -> Result<Regex, regex::Error> {
 
 impl Mapping {
     /// Globs before regular expressions, each kind in file order.
-    fn ordered(rules: Vec<Rule>, is_regex: Vec<bool>) -> Mapping {
+    fn ordered(rules: Vec<Rule>, is_regex: Vec<bool>, buckets: Vec<f64>) -> Mapping {
         let (mut globs, mut regexes) = (Vec::new(), Vec::new());
         for (rule, is_regex) in rules.into_iter().zip(is_regex) {
             if is_regex {
@@ -279,7 +371,10 @@ impl Mapping {
             }
         }
         globs.extend(regexes);
-        Mapping { rules: globs }
+        Mapping {
+            rules: globs,
+            buckets,
+        }
     }
 
     /// Reads a statsd_exporter mapping file's text.
@@ -300,6 +395,18 @@ impl Mapping {
                 )));
             }
         };
+        histogram_only(
+            raw.defaults.timer_type.as_deref(),
+            raw.defaults.observer_type.as_deref(),
+        )
+        .map_err(|e| MappingError(format!("defaults: {e}")))?;
+        let buckets = checked_buckets(raw.defaults.buckets.or_else(|| {
+            raw.defaults
+                .histogram_options
+                .and_then(|options| options.buckets)
+        }))
+        .map_err(|e| MappingError(format!("defaults: {e}")))?
+        .unwrap_or_else(|| DEFAULT_BUCKETS.to_vec());
         let mut rules = Vec::with_capacity(raw.mappings.len());
         let mut kinds = Vec::with_capacity(raw.mappings.len());
         for (i, rule) in raw.mappings.into_iter().enumerate() {
@@ -319,15 +426,27 @@ impl Mapping {
                 Some("drop") => true,
                 Some(other) => return Err(at(format!("action {other:?}: expected map or drop"))),
             };
-            let counters = match rule.match_metric_type.as_deref() {
-                None | Some("") | Some("counter") => true,
-                Some("gauge" | "observer") => false,
+            let (counters, observers) = match rule.match_metric_type.as_deref() {
+                None | Some("") => (true, true),
+                Some("counter") => (true, false),
+                Some("observer") => (false, true),
+                Some("gauge") => (false, false),
                 Some(other) => {
                     return Err(at(format!(
                         "match_metric_type {other:?}: expected counter, gauge or observer"
                     )));
                 }
             };
+            histogram_only(rule.timer_type.as_deref(), rule.observer_type.as_deref())
+                .map_err(|e| at(e.to_string()))?;
+            let rule_buckets = checked_buckets(
+                rule.buckets
+                    .or_else(|| rule.histogram_options.and_then(|options| options.buckets)),
+            )
+            .map_err(|e| at(e.to_string()))?;
+            if rule.scale.is_some_and(|scale| !scale.is_finite()) {
+                return Err(at("scale: expected a finite number".to_owned()));
+            }
             if rule.name.is_empty() && !drop {
                 return Err(at("a mapping needs a name".to_owned()));
             }
@@ -343,15 +462,37 @@ impl Mapping {
                 labels: rule.labels.into_iter().collect(),
                 drop,
                 counters,
+                observers,
+                scale: rule.scale,
+                buckets: rule_buckets,
             });
             kinds.push(is_regex);
         }
-        Ok(Mapping::ordered(rules, kinds))
+        Ok(Mapping::ordered(rules, kinds, buckets))
+    }
+
+    /// The histogram of the timer `stat`, or `None` if a rule drops it.
+    pub fn map_timer(&self, stat: &str) -> Option<TimerSeries> {
+        let (series, rule) = self.apply(stat, |rule| rule.observers)?;
+        Some(TimerSeries {
+            series,
+            scale: rule.and_then(|rule| rule.scale).unwrap_or(1.0),
+            buckets: rule
+                .and_then(|rule| rule.buckets.clone())
+                .unwrap_or_else(|| self.buckets.clone()),
+        })
     }
 
     /// The series of the counter `stat`, or `None` if a rule drops it.
     pub fn map(&self, stat: &str) -> Option<Series> {
-        for rule in self.rules.iter().filter(|rule| rule.counters) {
+        self.apply(stat, |rule| rule.counters)
+            .map(|(series, _)| series)
+    }
+
+    /// The first rule of `kind` matching `stat` applied (`None` if it
+    /// drops it), with the rule (none: the escaped name).
+    fn apply(&self, stat: &str, kind: impl Fn(&Rule) -> bool) -> Option<(Series, Option<&Rule>)> {
+        for rule in self.rules.iter().filter(|rule| kind(rule)) {
             let Some(caps) = rule.regex.captures(stat) else {
                 continue;
             };
@@ -363,19 +504,21 @@ impl Mapping {
                 caps.expand(template, &mut out);
                 out
             };
-            return Some(Series {
+            let series = Series {
                 name: escape_name(&expand(&rule.name)),
                 labels: rule
                     .labels
                     .iter()
                     .map(|(name, value)| (name.clone(), expand(value)))
                     .collect(),
-            });
+            };
+            return Some((series, Some(rule)));
         }
-        Some(Series {
+        let series = Series {
             name: escape_name(stat),
             labels: BTreeMap::new(),
-        })
+        };
+        Some((series, None))
     }
 }
 

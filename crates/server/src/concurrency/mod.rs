@@ -602,6 +602,7 @@ mod tests {
             replaces: Vec::new(),
             metric_values: Vec::new(),
             concurrency: None,
+            metadata: None,
         }
     }
 

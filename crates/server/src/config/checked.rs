@@ -38,8 +38,9 @@ pub struct DescriptorConfig {
     pub shadow_mode: bool,
     /// envoyproxy/ratelimit's `quota_mode` (see [`crate::rules::Rule`]).
     pub quota_mode: bool,
-    /// envoyproxy/ratelimit's `metadata`, as written: kept, not sent (the
-    /// server sends no dynamic metadata; no decision depends on it).
+    /// envoyproxy/ratelimit's `metadata`, as written: sent in the RLS
+    /// answer's dynamic metadata when that is on ([`crate::grpc`]); no
+    /// decision depends on it.
     pub metadata: Option<serde_yaml_ng::Value>,
     /// The names of the limits this node's limit replaces
     /// (envoyproxy/ratelimit's `replaces`): when both match descriptors of

@@ -385,6 +385,10 @@ pub struct ServerSettings {
     /// Add `x-ratelimit-limit`, `-remaining` and `-reset` to gRPC responses
     /// (`response_headers_to_add`). By default, off.
     pub response_headers: bool,
+    /// Send envoyproxy/ratelimit's dynamic metadata in RLS answers
+    /// (`{domain, descriptors, hitsAddend, metadata}`, see [`crate::grpc`];
+    /// its `RESPONSE_DYNAMIC_METADATA`). By default, off.
+    pub response_dynamic_metadata: bool,
     /// How often the file is read for changes, in milliseconds; 0 turns
     /// hot reload off. By default, 1,000.
     pub reload_interval_ms: u64,
@@ -454,6 +458,7 @@ impl Default for ServerSettings {
             max_key_bytes: 1024,
             max_concurrent_requests: 1024,
             response_headers: false,
+            response_dynamic_metadata: false,
             reload_interval_ms: 1000,
             idle_timeout_ms: 30_000,
             grpc_tls: None,

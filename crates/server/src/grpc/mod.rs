@@ -39,9 +39,18 @@
 //!   decodes, and undecodable protobuf is refused by [`codec`]. The token is
 //!   checked before the framing. A `grpc-encoding` the server does not
 //!   support is `UNIMPLEMENTED`, as gRPC's protocol requires.
+//! - With dynamic metadata on, the answer carries envoyproxy/ratelimit's
+//!   `dynamic_metadata` ([`dynamic_metadata`]).
+//! - Every call reaching the handler is counted and timed as
+//!   envoyproxy/ratelimit's interceptor does
+//!   (`ratelimit_server.ShouldRateLimit.total_requests`, `.response_time`).
+//! - `grpc.health.v1.Health` answers from the server's health
+//!   ([`health`]).
 
 pub mod codec;
+pub mod dynamic_metadata;
 pub mod framing;
+pub mod health;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,6 +127,7 @@ pub struct RlsService {
     service: Arc<Service>,
     response_headers: bool,
     header_names: Arc<ResponseHeaderNames>,
+    dynamic_metadata: bool,
 }
 
 impl RlsService {
@@ -127,7 +137,16 @@ impl RlsService {
             service,
             response_headers,
             header_names: Arc::default(),
+            dynamic_metadata: false,
         }
+    }
+
+    /// Whether answers carry envoyproxy/ratelimit's dynamic metadata
+    /// ([`dynamic_metadata`]). By default, off.
+    #[must_use]
+    pub fn with_dynamic_metadata(mut self, on: bool) -> RlsService {
+        self.dynamic_metadata = on;
+        self
     }
 
     /// The names of the `response_headers`. By default,
@@ -188,14 +207,32 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        // envoyproxy/ratelimit counts every call (its gRPC interceptor).
+        // envoyproxy/ratelimit counts and times every call (its gRPC
+        // interceptor), whatever the answer.
         self.service.metrics().should_rate_limit_call();
+        let started = std::time::Instant::now();
+        let answer = self.answer(request).await;
+        self.service
+            .metrics()
+            .should_rate_limit_time(started.elapsed());
+        answer
+    }
+}
+
+impl RlsService {
+    async fn answer(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
         let Some(_slot) = self.service.admit(Api::Grpc) else {
             return Err(Status::resource_exhausted(
                 "too many requests in flight; retry later",
             ));
         };
         let request = request.into_inner();
+        let asked = self.dynamic_metadata.then(|| {
+            dynamic_metadata::Asked::new(&request.domain, &request.descriptors, request.hits_addend)
+        });
         let check = CheckRequest {
             domain: request.domain,
             cost: u64::from(request.hits_addend.max(1)),
@@ -234,6 +271,22 @@ impl RateLimitService for RlsService {
         } else {
             Vec::new()
         };
+        // The rules of the descriptors not answered OVER_LIMIT.
+        let dynamic_metadata = asked.map(|asked| {
+            let passed = outcome
+                .statuses
+                .iter()
+                .zip(&statuses)
+                .filter(|(_, status)| status.code != Code::OverLimit as i32)
+                .filter_map(|(outcome, _)| match outcome {
+                    DescriptorOutcome::Decided { rule, .. }
+                    | DescriptorOutcome::Refused {
+                        rule: Some(rule), ..
+                    } => rule.metadata.as_ref(),
+                    _ => None,
+                });
+            asked.answer(passed)
+        });
         Ok(Response::new(RateLimitResponse {
             overall_code: if outcome.is_over_limit() {
                 Code::OverLimit
@@ -242,6 +295,7 @@ impl RateLimitService for RlsService {
             } as i32,
             statuses,
             response_headers_to_add,
+            dynamic_metadata,
             ..RateLimitResponse::default()
         }))
     }

@@ -15,6 +15,9 @@
 //! | `….<key>.shadow_mode` | the part over the limit of a rule in shadow mode |
 //! | `ratelimit.service.config_load_success`, `_error` | configuration loads |
 //! | `ratelimit_server.ShouldRateLimit.total_requests` | gRPC `ShouldRateLimit` calls |
+//! | `ratelimit.service.call.should_rate_limit.redis_error` | calls failed because Redis did not decide |
+//! | `ratelimit_server.ShouldRateLimit.response_time` | their time, a timer ([`super::response_time`]) |
+//! | `ratelimit.service.rate_limit.<domain>.domain_not_found` | descriptors of a domain no configuration names |
 //!
 //! `<key>` is the rule's key as its config loader builds it: the domain,
 //! then per entry of the rule's path `key_value` (or `key` for a value-less
@@ -54,9 +57,13 @@
 //!   stat unless the file says so, so that clients cannot grow the stats
 //!   without bound.
 //! - `ratelimit_server.ShouldRateLimit.total_requests` counts every call
-//!   that reaches the RLS handler (after the token check); its timer
-//!   `response_time` is not kept (tollgate's
-//!   `tollgate_decision_duration_seconds` has the latencies).
+//!   that reaches the RLS handler (after the token check), and its timer
+//!   `response_time` times it.
+//! - `domain_not_found` is counted per descriptor (its `GetLimit` runs
+//!   per descriptor), under the domain sanitized; at most
+//!   [`MAX_DOMAINS_NOT_FOUND`] domains get their own counter, later ones
+//!   count under `_other`, so that callers naming ever new domains cannot
+//!   grow the stats without bound.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -73,6 +80,9 @@ pub const RULE_STATS: [&str; 5] = [
     "within_limit",
     "shadow_mode",
 ];
+
+/// The most domains counted apart in `domain_not_found`.
+pub const MAX_DOMAINS_NOT_FOUND: usize = 100;
 
 /// The scope of the per-rule stats.
 const RULE_SCOPE: &str = "ratelimit.service.rate_limit.";
@@ -161,6 +171,10 @@ pub struct LyftStats {
     config_load_success: Counter,
     config_load_error: Counter,
     should_rate_limit_calls: Counter,
+    /// Calls that failed because the store (Redis) did not decide.
+    redis_errors: Counter,
+    /// `domain_not_found` per sanitized domain.
+    domains_not_found: Mutex<HashMap<Arc<str>, Counter>>,
 }
 
 impl LyftStats {
@@ -190,6 +204,28 @@ impl LyftStats {
         self.should_rate_limit_calls.inc();
     }
 
+    /// Counts a call that failed because the store (Redis) did not decide
+    /// (`ratelimit.service.call.should_rate_limit.redis_error`).
+    pub fn redis_error(&self) {
+        self.redis_errors.inc();
+    }
+
+    /// Counts a descriptor of the unknown `domain`.
+    pub fn domain_not_found(&self, domain: &str) {
+        let domain = sanitize(domain);
+        let mut domains = self
+            .domains_not_found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key: Arc<str> =
+            if domains.contains_key(domain.as_str()) || domains.len() < MAX_DOMAINS_NOT_FOUND {
+                domain.into()
+            } else {
+                "_other".into()
+            };
+        domains.entry(key).or_default().inc();
+    }
+
     /// Every stat's name (without tags) and value, in name order.
     pub fn snapshot(&self) -> Vec<(String, u64)> {
         let mut all = vec![
@@ -205,6 +241,10 @@ impl LyftStats {
                 "ratelimit_server.ShouldRateLimit.total_requests".to_owned(),
                 self.should_rate_limit_calls.get(),
             ),
+            (
+                "ratelimit.service.call.should_rate_limit.redis_error".to_owned(),
+                self.redis_errors.get(),
+            ),
         ];
         let rules = self
             .rules
@@ -216,6 +256,17 @@ impl LyftStats {
             }
         }
         drop(rules);
+        let domains = self
+            .domains_not_found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (domain, counter) in domains.iter() {
+            all.push((
+                format!("{RULE_SCOPE}{domain}.domain_not_found"),
+                counter.get(),
+            ));
+        }
+        drop(domains);
         all.sort();
         all
     }

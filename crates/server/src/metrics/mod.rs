@@ -43,16 +43,18 @@
 //! the status page reads too ([`ConcurrencyStats`]).
 //!
 //! `tollgate_backend_errors` counts requests answered 503 / `UNAVAILABLE`
-//! because the backend returned an error instead of decisions. Neither
-//! built-in backend does so for an outage: the in-memory backend cannot
-//! fail, and the Redis backend's failure policy decides whenever Redis does
+//! because the backend returned an error instead of decisions (so does
+//! envoyproxy/ratelimit's `ratelimit.service.call.should_rate_limit.redis_error`):
+//! the Redis backend with `failure_policy: error` (envoyproxy/ratelimit's
+//! behaviour, the default from its environment) when Redis did not decide,
+//! a backend given through
+//! [`Server::with_backend`](crate::Server::with_backend), and the server's
+//! own consistency check (a backend answering the wrong number of
+//! decisions). The in-memory backend cannot fail, and under any other
+//! failure policy the Redis backend's policy decides whenever Redis does
 //! not; those decisions are counted, by fault, in
 //! `tollgate_redis_policy_faults_total` (see [`crate::redis_backend`]), not
 //! here, so that an alert on this counter means "requests got no decision".
-//! It counts the failures of a backend given through
-//! [`Server::with_backend`](crate::Server::with_backend) and the server's
-//! own consistency check (a backend answering the wrong number of
-//! decisions).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -61,6 +63,7 @@ use std::time::Duration;
 use std::fmt::Write as _;
 
 pub mod lyft;
+pub mod response_time;
 pub mod statsd;
 pub mod text;
 
@@ -238,6 +241,8 @@ pub struct Metrics {
     lyft: LyftStats,
     /// How they are named for Prometheus.
     mapping: Mapping,
+    /// envoyproxy/ratelimit's `response_time` timer, named by `mapping`.
+    response_time: response_time::ResponseTime,
     /// `NEAR_LIMIT_RATIO`.
     near_limit_ratio: f32,
     /// Per rule id, the detailed keys given so far (bounded by
@@ -353,6 +358,7 @@ impl Metrics {
             concurrency,
             registry,
             lyft: LyftStats::default(),
+            response_time: response_time::ResponseTime::new(&Mapping::default()),
             mapping: Mapping::default(),
             near_limit_ratio: lyft::DEFAULT_NEAR_LIMIT_RATIO,
             detailed: Mutex::new(HashMap::new()),
@@ -469,9 +475,28 @@ impl Metrics {
         self.lyft.should_rate_limit_call();
     }
 
+    /// Times a gRPC `ShouldRateLimit` call, whatever its answer
+    /// (envoyproxy/ratelimit's `ratelimit_server.ShouldRateLimit.response_time`).
+    pub fn should_rate_limit_time(&self, elapsed: Duration) {
+        self.response_time.observe(elapsed);
+    }
+
+    /// The `response_time` values (milliseconds) not yet sent to StatsD.
+    pub fn take_response_times(&self) -> Vec<u64> {
+        self.response_time.take_pending()
+    }
+
+    /// Counts a descriptor of a domain no configuration names
+    /// (envoyproxy/ratelimit's `ratelimit.service.rate_limit.<domain>.domain_not_found`).
+    pub fn domain_not_found(&self, domain: &str) {
+        self.lyft.domain_not_found(domain);
+    }
+
     /// Counts a backend error.
     pub fn backend_error(&self) {
         self.backend_errors.inc();
+        // envoyproxy/ratelimit's name for the same: its only store is Redis.
+        self.lyft.redis_error();
     }
 
     /// Counts `near_limit` above `floor(limit × ratio)` permits in use
@@ -487,6 +512,7 @@ impl Metrics {
     /// (`PROMETHEUS_MAPPER_YAML`). By default, its built-in mapping.
     #[must_use]
     pub fn with_mapping(mut self, mapping: Mapping) -> Metrics {
+        self.response_time = response_time::ResponseTime::new(&mapping);
         self.mapping = mapping;
         self
     }
@@ -514,6 +540,7 @@ impl Metrics {
         match format {
             Format::OpenMetrics => {
                 text::encode_lyft(&lyft, format, &mut ours);
+                self.response_time.encode(&mut ours);
                 ours.push_str("# EOF\n");
                 ours
             }
@@ -521,6 +548,7 @@ impl Metrics {
                 let mut out = String::with_capacity(ours.len());
                 text::openmetrics_to_text(&ours, &mut out);
                 text::encode_lyft(&lyft, format, &mut out);
+                self.response_time.encode(&mut out);
                 out
             }
         }

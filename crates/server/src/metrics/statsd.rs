@@ -4,6 +4,9 @@
 //! flush, `name:delta|c`, as its `gostats` store does (a counter that did
 //! not move is not sent).
 //!
+//! - The timer `ratelimit_server.ShouldRateLimit.response_time` is sent
+//!   as one `name:ms|ms` line per call since the last flush
+//!   ([`super::response_time`]).
 //! - `USE_STATSD`: over TCP to `STATSD_HOST:STATSD_PORT`, as `gostats`'
 //!   TCP sink, `EXTRA_TAGS` serialized into the name as `gostats` does
 //!   (`ratelimit.service.rate_limit.d.k.total_hits.__app=rl:1|c`, tags by
@@ -72,7 +75,20 @@ impl Flusher {
         lines
     }
 
+    /// The lines of the timer `name`'s values (milliseconds), one each,
+    /// as `gostats` sends a timer: `name:3|ms`.
+    pub fn timer_lines(&self, name: &str, values: &[u64]) -> Vec<String> {
+        values
+            .iter()
+            .map(|value| self.typed_line(name, *value, "ms"))
+            .collect()
+    }
+
     fn line(&self, name: &str, delta: u64) -> String {
+        self.typed_line(name, delta, "c")
+    }
+
+    fn typed_line(&self, name: &str, value: u64, kind: &str) -> String {
         let tags = &self.settings.extra_tags;
         match self.settings.flavor {
             StatsdFlavor::Statsd => {
@@ -80,13 +96,13 @@ impl Flusher {
                 for (tag, value) in tags {
                     line.push_str(&format!(".__{tag}={value}"));
                 }
-                line.push_str(&format!(":{delta}|c\n"));
+                line.push_str(&format!(":{value}|{kind}\n"));
                 line
             }
-            StatsdFlavor::DogStatsd if tags.is_empty() => format!("{name}:{delta}|c\n"),
+            StatsdFlavor::DogStatsd if tags.is_empty() => format!("{name}:{value}|{kind}\n"),
             StatsdFlavor::DogStatsd => {
                 let tags: Vec<String> = tags.iter().map(|(t, v)| format!("{t}:{v}")).collect();
-                format!("{name}:{delta}|c|#{}\n", tags.join(","))
+                format!("{name}:{value}|{kind}|#{}\n", tags.join(","))
             }
         }
     }
@@ -161,7 +177,10 @@ pub async fn run(
             // An error means the sender is gone: stop too.
             _ = stop.wait_for(|stop| *stop) => true,
         };
-        let lines = flusher.lines(metrics.lyft_snapshot());
+        let mut lines = flusher.lines(metrics.lyft_snapshot());
+        lines.extend(
+            flusher.timer_lines(super::response_time::STAT, &metrics.take_response_times()),
+        );
         if !lines.is_empty() {
             match connection.send(&settings, &lines).await {
                 Ok(()) => failing = false,

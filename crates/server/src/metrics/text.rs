@@ -195,7 +195,7 @@ pub fn encode_lyft(series: &[(Series, u64)], format: Format, out: &mut String) {
 type Labels = BTreeMap<String, String>;
 
 /// A label value's escapes, the same in both formats.
-fn escape_label_value(value: &str) -> String {
+pub(crate) fn escape_label_value(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

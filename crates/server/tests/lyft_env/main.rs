@@ -2,6 +2,7 @@
 //! config directory, as its own `docker-compose.yml` and a Kubernetes
 //! ConfigMap lay them out, against real clients on 127.0.0.1 (issue 26).
 
+mod answers;
 mod configmap;
 mod endpoints;
 mod replay;

@@ -51,7 +51,10 @@
 //!   to older connections; `0` turns it off. `_GRACE` is accepted: an aged
 //!   connection's requests in flight are always answered.
 //! - `LOG_LEVEL` (`WARN` by default, as there; logrus' names) and
-//!   `LOG_FORMAT=json` set the logs; `RUST_LOG`, when set, wins.
+//!   `LOG_FORMAT=json` set the logs; `RUST_LOG`, when set, wins. At
+//!   `debug` and `trace` the HTTP/2, gRPC and TLS libraries stay at
+//!   `info` ([`QUIET_LIBRARIES`]): their per-frame logs would flood the
+//!   server's own.
 //! - `CONFIG_TYPE=GRPC_XDS_SOTW` is read by the xDS module; this module
 //!   only says which source was asked for ([`ConfigType`]).
 
@@ -290,6 +293,7 @@ fn server_settings(env: &Env) -> Result<ServerSettings, EnvError> {
         debug_listen: Some(address(env, "DEBUG_HOST", "DEBUG_PORT", 6070)?),
         healthy_only_with_rules: env.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
         response_headers: env.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
+        response_dynamic_metadata: env.bool("RESPONSE_DYNAMIC_METADATA", false)?,
         response_header_names: ResponseHeaderNames {
             limit: env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
             remaining: env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
@@ -350,10 +354,16 @@ fn runtime_dir(env: &Env, redis: bool) -> Result<RuntimeDir, EnvError> {
     })
 }
 
+/// The libraries kept at `info` under `LOG_LEVEL=debug` or `trace`.
+pub const QUIET_LIBRARIES: &str = "h2=info,hyper=info,hyper_util=info,tonic=info,tower=info,rustls=info,tokio_rustls=info,opentelemetry=info,opentelemetry_sdk=info,reqwest=info";
+
 fn log_settings(env: &Env) -> Result<LogSettings, EnvError> {
     let level = env.string("LOG_LEVEL", "WARN").to_ascii_lowercase();
     let filter = match level.as_str() {
-        "trace" | "debug" | "info" | "error" => level,
+        // Lyft's debug shows its own decisions; the HTTP/2 and gRPC
+        // libraries' frame logs would drown them.
+        "trace" | "debug" => format!("{level},{QUIET_LIBRARIES}"),
+        "info" | "error" => level,
         "warn" | "warning" => "warn".to_owned(),
         "panic" | "fatal" => "error".to_owned(),
         other => {

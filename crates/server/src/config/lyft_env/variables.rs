@@ -588,9 +588,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "RESPONSE_DYNAMIC_METADATA",
         default: "false",
-        handling: Handling::NoOp(
-            "no dynamic metadata is sent: no decision depends on it (the rule keys `quota_mode` and `metadata` are refused)",
-        ),
+        handling: Handling::Read,
     },
     Variable {
         name: "MERGE_DOMAIN_CONFIG",
