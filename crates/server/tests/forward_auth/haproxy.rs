@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use reqwest::StatusCode;
 
 use crate::checks;
+use crate::hostile::{self, Copies, Target};
 use crate::support::{Proxy, haproxy, shared};
 
 fn proxy() -> &'static Proxy {
@@ -85,4 +86,74 @@ async fn haproxy_answers_503_when_tollgate_is_down() {
     let down = crate::support::haproxy(shared().down, shared().upstream);
     let status = checks::status_when_tollgate_is_down(&down.url(""), [127, 0, 0, 15]).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+fn target() -> Target {
+    Target {
+        name: "haproxy",
+        addr: proxy().addr,
+    }
+}
+
+#[tokio::test]
+async fn haproxy_believes_no_forwarded_header_a_client_writes() {
+    hostile::forwarded_headers_are_not_believed(target(), [127, 0, 0, 30]).await;
+}
+
+#[tokio::test]
+async fn haproxy_counts_path_spellings_against_the_rule_served() {
+    hostile::path_spellings_count_against_the_rule_served(target(), [127, 0, 0, 31]).await;
+}
+
+#[tokio::test]
+async fn haproxy_leaves_query_strings_to_the_client() {
+    hostile::query_strings_are_the_clients(target(), [127, 0, 0, 32]).await;
+}
+
+#[tokio::test]
+async fn haproxy_survives_many_headers() {
+    hostile::many_headers(target(), [127, 0, 0, 33], [200, 400, 400]).await;
+}
+
+#[tokio::test]
+async fn haproxy_passes_a_large_body_once() {
+    hostile::large_body(target(), [127, 0, 0, 34]).await;
+}
+
+#[tokio::test]
+async fn haproxy_counts_concurrent_clients_exactly() {
+    hostile::concurrent_clients_are_counted_exactly(target()).await;
+}
+
+#[tokio::test]
+async fn haproxy_answers_503_within_its_timeout_when_tollgate_hangs() {
+    let hung = crate::support::haproxy(shared().hung, shared().upstream);
+    let target = Target {
+        name: "haproxy",
+        addr: hung.addr,
+    };
+    hostile::answers_in_time_when_tollgate_hangs(target, [127, 0, 0, 35], 503).await;
+}
+
+#[tokio::test]
+async fn haproxy_copies_every_ratelimit_item() {
+    hostile::every_ratelimit_item_is_copied(target(), [127, 0, 0, 36], Copies::ToResponse).await;
+}
+
+#[tokio::test]
+async fn haproxy_keys_by_api_key_across_clients() {
+    hostile::keys_are_shared_across_clients(target(), [[127, 0, 0, 37], [127, 0, 0, 38]]).await;
+}
+
+#[tokio::test]
+async fn haproxy_sends_tollgate_only_its_own_view_of_the_request() {
+    let recorder = crate::support::Recorder::start();
+    let twin = crate::support::haproxy(recorder.addr, shared().upstream);
+    hostile::auth_call_carries_only_the_proxys_view(
+        twin.addr,
+        &recorder,
+        "haproxy",
+        [127, 0, 0, 39],
+    )
+    .await;
 }

@@ -12,6 +12,8 @@ fn readme_shows_every_proxy_file_the_tests_run() {
         "Caddyfile",
         "haproxy.cfg",
         "tollgate.lua",
+        "traefik-static.yml",
+        "traefik-dynamic.yml",
     ] {
         let text = read_proxy_file(file);
         assert!(

