@@ -12,7 +12,9 @@
 //!   [`PeerIp`], [`ClientIp`] (behind trusted proxies), [`HeaderKey`] (an API
 //!   key), `MethodRoute` (method and axum's matched route, with the `axum`
 //!   feature), [`KeyFn`] (a closure), and [`Or`] to fall back from one to
-//!   another.
+//!   another. A key made from the request's path should be made from
+//!   [`path::normalize`]'s form, so that `/x/../api` and `/%61pi` count as
+//!   `/api` (the server's forward-auth matches paths the same way).
 //! - **backend** ([`Backend`]): who decides "this key, this cost":
 //!   a [`tollgate::KeyedLimiter`] (per-key quotas with `override_key` /
 //!   `override_with`, several limits with [`tollgate::AllOf`]) or a

@@ -9,6 +9,8 @@
 //!     forward_auth:
 //!       trusted_proxies: [10.0.0.0/8]      # the proxies that call tollgate
 //!       client_address_header: x_forwarded_for
+//!       forwarded_headers: x_forwarded     # which headers the proxy writes
+//!       path: normalize                    # or refuse a path not normal
 //!       rate_limits:                       # Envoy's list, unchanged
 //!         - actions:
 //!             - remote_address: {}
@@ -23,7 +25,8 @@
 //! ```
 //!
 //! What each action produces is in [`crate::forward_auth`]; this module only
-//! reads and checks the section.
+//! reads and checks the section. `forwarded_headers:` and `path:` are in
+//! [`super::forwarded_request`].
 //!
 //! # Decisions
 //!
@@ -52,6 +55,8 @@ use serde::Deserialize;
 use tollgate_tower::ClientIp;
 pub use tollgate_tower::ProxyHeader;
 
+pub use super::forwarded_request::{ForwardedHeaders, PathPolicy, TargetHeader};
+use super::forwarded_request::{ForwardedHeadersYaml, path_policy};
 use crate::yaml::checked_mapping;
 
 /// A domain's `forward_auth:` section, validated.
@@ -63,6 +68,10 @@ pub struct ForwardAuthConfig {
     pub client_address_header: ProxyHeader,
     /// The tower layer's trusted-proxy walk over those two.
     pub client_ip: ClientIp,
+    /// Which headers describe the forwarded request.
+    pub forwarded_headers: ForwardedHeaders,
+    /// What a path that is not normal gets.
+    pub path: PathPolicy,
     /// Envoy's `rate_limits` entries: each produces at most one descriptor.
     pub rate_limits: Vec<RateLimitEntry>,
 }
@@ -260,6 +269,10 @@ struct ForwardAuthYaml {
     trusted_proxies: Vec<String>,
     #[serde(default)]
     client_address_header: Option<String>,
+    #[serde(default)]
+    forwarded_headers: Option<ForwardedHeadersYaml>,
+    #[serde(default)]
+    path: Option<String>,
     rate_limits: Vec<RateLimitYaml>,
 }
 
@@ -291,6 +304,11 @@ impl TryFrom<ForwardAuthYaml> for ForwardAuthSection {
                 ));
             }
         };
+        let forwarded_headers = yaml.forwarded_headers.map_or_else(
+            || Ok(ForwardedHeaders::default()),
+            ForwardedHeadersYaml::validate,
+        )?;
+        let path = path_policy(yaml.path.as_deref())?;
         if yaml.rate_limits.is_empty() {
             return Err("rate_limits: needs at least one entry".into());
         }
@@ -315,6 +333,8 @@ impl TryFrom<ForwardAuthYaml> for ForwardAuthSection {
             client_ip,
             trusted_proxies,
             client_address_header,
+            forwarded_headers,
+            path,
             rate_limits,
         }))
     }

@@ -127,6 +127,7 @@ mod admin;
 mod backend;
 pub mod checked;
 pub mod concurrency;
+pub mod forwarded_request;
 pub mod go_syntax;
 mod limits;
 pub mod lyft_env;

@@ -8,9 +8,15 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tollgate_tower::response::{append_ratelimit_headers, retry_after_secs};
 
-use crate::request::{Outcome, Status};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-/// The status a refusal is answered with (the URL's `deny_status`).
+use super::forwarded::Unreadable;
+use crate::metrics::{Api, Refusal};
+use crate::request::{Outcome, Status};
+use crate::service::Service;
+
+/// The status a refusal is answered with (the URL's `;deny_status=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DenyStatus {
     /// `429 Too Many Requests`: Caddy, Traefik, HAProxy, Envoy's
@@ -22,7 +28,7 @@ pub enum DenyStatus {
 }
 
 impl DenyStatus {
-    /// `429` or `403`, from the URL's `deny_status`.
+    /// `429` or `403`, from the URL's `;deny_status=`.
     pub fn parse(code: u16) -> Option<DenyStatus> {
         match code {
             429 => Some(DenyStatus::TooManyRequests),
@@ -60,6 +66,8 @@ pub fn answer(outcome: &Outcome, deny: DenyStatus) -> Response {
             }
         }
     }
+    fold(&mut headers, RATELIMIT);
+    fold(&mut headers, RATELIMIT_POLICY);
     if !outcome.is_over_limit() {
         return (StatusCode::OK, headers).into_response();
     }
@@ -93,6 +101,64 @@ pub fn unavailable(deny: DenyStatus, message: &str) -> Response {
         format!("rate limiter unavailable: {message}\n"),
     )
         .into_response()
+}
+
+const RATELIMIT: &str = "ratelimit";
+const RATELIMIT_POLICY: &str = "ratelimit-policy";
+
+/// Folds every `name` line into one, its items joined by `, ` (both are
+/// structured-field lists, where that is the same value): nginx's
+/// `$upstream_http_*` and HAProxy's Lua read only a header's first line,
+/// so one line per limit would reach the client as its first limit alone.
+fn fold(headers: &mut HeaderMap, name: &'static str) {
+    if headers.get_all(name).iter().nth(1).is_none() {
+        return;
+    }
+    let items: Vec<&[u8]> = headers
+        .get_all(name)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    let folded = items.join(&b", "[..]);
+    let folded = HeaderValue::from_bytes(&folded).expect("header values joined by ', '");
+    headers.insert(name, folded);
+}
+
+/// The answer to a forwarded request that cannot be read
+/// ([`Unreadable`]): the proxy's misconfiguration is a `400` whatever
+/// `deny_status` (nginx shows it as its 500: an error the operator must
+/// see); a client's path that cannot be matched safely is a `400`, or a
+/// `403` in the nginx mode (refused as a limit is, without `Retry-After`).
+/// Never a pass.
+pub fn unreadable(service: &Service, deny: DenyStatus, unreadable: &Unreadable) -> Response {
+    service.metrics().refused(Api::Http, Refusal::Invalid);
+    let status = match deny {
+        DenyStatus::Forbidden if !unreadable.is_configuration() => StatusCode::FORBIDDEN,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    if unreadable.is_configuration() {
+        warn_of_misconfiguration(unreadable);
+    }
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    (status, headers, format!("forward-auth: {unreadable}\n")).into_response()
+}
+
+/// At most one WARN line a minute for a misconfigured proxy: every call
+/// fails the same way.
+fn warn_of_misconfiguration(unreadable: &Unreadable) {
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    let now = Instant::now();
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if last.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60)) {
+        *last = Some(now);
+        tracing::warn!("forward-auth: {unreadable}");
+    }
 }
 
 fn refusal(deny: DenyStatus, mut headers: HeaderMap, body: String) -> Response {

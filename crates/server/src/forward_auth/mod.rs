@@ -8,8 +8,11 @@
 //! # The call
 //!
 //! `ANY /v1/forward-auth/{domain}` on the HTTP listener (behind the bearer
-//! token when one is set, like every API route), with these optional URL
-//! parameters, all written in the proxy's configuration, never by a client:
+//! token when one is set, like every API route), with optional matrix
+//! parameters in the same path segment
+//! (`/v1/forward-auth/api;deny_status=403`), written in the proxy's
+//! configuration, never by a client ([`params`]: the query string is never
+//! read, since Caddy carries the client's query into the auth call):
 //!
 //! | parameter | meaning |
 //! |---|---|
@@ -26,22 +29,25 @@
 //!   tower layer's [`ClientIp`](tollgate_tower::ClientIp): an entry is
 //!   believed only where every hop to its right is a trusted proxy, so a
 //!   client's own `X-Forwarded-For` is never taken past the trusted hop;
-//! - `:method` from `X-Forwarded-Method`, else `X-Original-Method`;
-//! - `:authority` (and `host`) from `X-Forwarded-Host`, else
-//!   `X-Original-Host`, else the host of `X-Original-URL`;
-//! - `:path` from `X-Forwarded-Uri`, else `X-Original-URI`, else the path
-//!   of `X-Original-URL` (ingress-nginx), after `X-Forwarded-Prefix` when
-//!   the proxy sends one (a prefix stripped before the URI was taken);
-//!   query parameters from its query string;
-//! - `:scheme` from `X-Forwarded-Proto`;
+//! - `:method`, `:path` (with the query), `:authority` (and `host`) and
+//!   `:scheme` from the one header each that the domain's
+//!   `forwarded_headers:` names ([`crate::config::forwarded_request`]):
+//!   `X-Forwarded-Method`, `-Uri`, `-Host`, `-Proto` by default,
+//!   ingress-nginx's `X-Original-Method` and `X-Original-URL` with
+//!   `x_original`. No fallback to another header and no
+//!   `X-Forwarded-Prefix` unless named: a proxy passes the client's other
+//!   headers on, so any header the recipe does not set is the client's;
+//! - `:path` in normal form ([`tollgate_tower::path`]: dot segments,
+//!   unreserved percent-encodings, repeated slashes), so `/x/../api` and
+//!   `/%61pi` match a rule on `/api` as the upstream serves them;
 //! - any other header as the proxy passes it on (nginx, Caddy and Traefik
 //!   pass the client's headers to the auth call).
 //!
 //! What each proxy sends: nginx `auth_request` what its `proxy_set_header`
-//! lines say (the README's snippet sets them all); ingress-nginx
-//! `X-Original-URL`, `X-Original-Method`, `X-Forwarded-For`; Caddy
-//! `forward_auth` `X-Forwarded-Method`, `-Uri`, `-Host`, `-Proto`, `-For`;
-//! Traefik `ForwardAuth` the same five; HAProxy what the Lua action sends
+//! lines say (the README's recipe sets the four and clears the others);
+//! ingress-nginx `X-Original-URL`, `X-Original-Method`, `X-Forwarded-For`;
+//! Caddy `forward_auth` and Traefik `ForwardAuth` `X-Forwarded-Method`,
+//! `-Uri`, `-Host`, `-Proto`, `-For`; HAProxy what the Lua action sends
 //! (the same five).
 //!
 //! # The answer
@@ -57,8 +63,13 @@
 //!   passes, fail closed refuses with 429 and the breaker's wait, local
 //!   decides on this server's share), see [`crate::redis_backend`].
 //! - Overloaded (`max_concurrent_requests`): `503`, `Retry-After: 1`.
-//! - A domain without `forward_auth:`: `404`; a bad URL parameter: `400`.
-//!   Both are configuration errors, which every proxy turns into a refusal.
+//! - A domain without `forward_auth:`: `404`; a bad URL parameter, or a
+//!   believed header missing or sent twice: `400`, whatever `deny_status`.
+//!   All are configuration errors, which every proxy turns into a refusal;
+//!   the headers' are logged at WARN (at most once a minute).
+//! - A path that cannot be matched safely (ambiguous, a control character,
+//!   a broken percent-encoding; or not normal under `path: refuse`):
+//!   `400`, or `403` with `deny_status=403`. A refusal, never a pass.
 //!
 //! What each proxy does with them:
 //!
@@ -71,10 +82,13 @@
 //!
 //! # Decisions
 //!
-//! - **The domain is in the path** (`/v1/forward-auth/api`): every proxy
-//!   sets a fixed auth URL per site or location, so each can name its own
-//!   domain, and the path keeps the query string free for the parameters
-//!   above.
+//! - **The domain and the parameters are in the path**
+//!   (`/v1/forward-auth/api;deny_status=403`): every proxy sets a fixed auth
+//!   URL per site or location, which it writes whole, while the query may
+//!   be the client's.
+//! - **`RateLimit` and `RateLimit-Policy` are one line each**, every limit's
+//!   item folded into it: nginx's `$upstream_http_ratelimit` and HAProxy's
+//!   Lua read only a header's first line.
 //! - **Concurrency rules** take a lease that only its `lease_ttl` ends, as
 //!   over the RLS ([`crate::concurrency`]): a forward-auth call is made
 //!   before the proxied request and no proxy says when that request ended,
@@ -91,51 +105,27 @@
 pub mod actions;
 pub mod answer;
 pub mod forwarded;
+pub mod params;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, Path, Query, Request};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use serde::Deserialize;
 
 use crate::metrics::{Api, Refusal};
 use crate::service::{CheckError, CheckRequest, Service};
-use answer::DenyStatus;
 use forwarded::Forwarded;
+use params::Params;
 
-/// The URL parameters (see the module docs).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Params {
-    #[serde(default)]
-    deny_status: Option<u16>,
-    #[serde(default)]
-    destination_cluster: Option<String>,
-    #[serde(default)]
-    source_cluster: Option<String>,
-}
-
-/// `ANY /v1/forward-auth/{domain}`.
+/// `ANY /v1/forward-auth/{domain}[;name=value...]`.
 pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<Service>) -> Router<S> {
     Router::new().route(
         "/v1/forward-auth/{domain}",
-        any(
-            move |Path(domain): Path<String>,
-                  params: Result<Query<Params>, QueryRejection>,
-                  request: Request| {
-                check(
-                    Arc::clone(&service),
-                    domain,
-                    params.ok().map(|q| q.0),
-                    request,
-                )
-            },
-        ),
+        any(move |request: Request| check(Arc::clone(&service), request)),
     )
 }
 
@@ -144,32 +134,20 @@ fn bad(service: &Service, status: StatusCode, message: String) -> Response {
     (status, message + "\n").into_response()
 }
 
-async fn check(
-    service: Arc<Service>,
-    domain: String,
-    params: Option<Params>,
-    request: Request,
-) -> Response {
-    let Some(params) = params else {
-        return bad(
-            &service,
-            StatusCode::BAD_REQUEST,
-            "forward-auth: the URL's parameters are deny_status, destination_cluster, source_cluster".into(),
-        );
+async fn check(service: Arc<Service>, request: Request) -> Response {
+    params::warn_of_query_parameters(request.uri().query());
+    let params = match Params::from_path(request.uri().path()) {
+        Ok(params) => params,
+        Err(message) => {
+            return bad(
+                &service,
+                StatusCode::BAD_REQUEST,
+                format!("forward-auth: {message}"),
+            );
+        }
     };
-    let deny = match params.deny_status {
-        None => DenyStatus::TooManyRequests,
-        Some(code) => match DenyStatus::parse(code) {
-            Some(deny) => deny,
-            None => {
-                return bad(
-                    &service,
-                    StatusCode::BAD_REQUEST,
-                    format!("forward-auth: deny_status={code}: 429 or 403"),
-                );
-            }
-        },
-    };
+    let deny = params.deny_status;
+    let domain = params.domain;
     let Some(_slot) = service.admit(Api::Http) else {
         return answer::unavailable(deny, "too many requests in flight");
     };
@@ -189,13 +167,16 @@ async fn check(
         // The server inserts it on every connection (crate::http::serve).
         return answer::unavailable(deny, "no peer address");
     };
-    let forwarded = Forwarded::new(
+    let forwarded = match Forwarded::new(
         config,
         peer,
         request.headers(),
         params.source_cluster.as_deref(),
         params.destination_cluster.as_deref(),
-    );
+    ) {
+        Ok(forwarded) => forwarded,
+        Err(unreadable) => return answer::unreadable(&service, deny, &unreadable),
+    };
     let descriptors = actions::descriptors(config, &forwarded);
     if descriptors.is_empty() {
         return StatusCode::OK.into_response();
