@@ -278,6 +278,30 @@ impl Redis {
         matches!(&*self.inner, Inner::Cluster(_))
     }
 
+    /// `PING`, answered `PONG` (on a cluster, by the node the client picks):
+    /// whether Redis serves this client now. A connection can open and
+    /// still be refused every command (`NOAUTH` from a server that wants a
+    /// password the client lacks): this is how to find out.
+    ///
+    /// # Errors
+    ///
+    /// Redis answers an error (the error says which), anything but `PONG`,
+    /// or does not answer within the response timeout.
+    pub async fn ping(&self) -> Result<(), RedisError> {
+        let pong: String = redis::cmd("PING")
+            .query_async(&mut self.connection())
+            .await?;
+        if pong == "PONG" {
+            Ok(())
+        } else {
+            Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "unexpected PING reply",
+                pong,
+            )))
+        }
+    }
+
     /// A handle for one call: cheap (reference counts).
     pub(crate) fn connection(&self) -> Connection {
         match &*self.inner {

@@ -34,11 +34,15 @@
 //!   and Lyft admits a hit only when its `INCRBY` result is ≤ limit. Every
 //!   admitted hit of either fleet is in the count before the next decision
 //!   of either, so the admitted total of one key never exceeds its limit.
-//! - **A refusal writes nothing** (tollgate's rule): unlike Lyft, whose
-//!   pods `INCRBY` even when the result is over the limit. Both agree on
-//!   every decision of cost 1; with larger costs tollgate may admit a
-//!   small request after refusing a large one where Lyft would not (the
-//!   refused hits are not in the count). Never more than the limit.
+//! - **A refusal writes nothing** with [`CountOp::Check`] (tollgate's
+//!   rule): unlike Lyft, whose pods `INCRBY` even when the result is over
+//!   the limit. Both agree on every decision of cost 1; with larger costs
+//!   tollgate may admit a small request after refusing a large one where
+//!   Lyft would not (the refused hits are not in the count). Never more
+//!   than the limit. [`CountOp::Increment`] counts as Lyft counts instead
+//!   (its own `INCRBY` + `EXPIRE`, see [`increment`]), for a process that
+//!   must answer exactly as Lyft's pods beside it: then every hit is in
+//!   the count, refused or not, and the answers are Lyft's.
 //! - **The key's value must be a count**: anything else is an error (as
 //!   Lyft's `INCRBY` answers), for the caller's failure policy.
 //! - **Time comes from the caller** (UNIX seconds): the key names the
@@ -108,6 +112,10 @@ pub enum CountOp {
     Check,
     /// Only says whether they fit; writes nothing.
     Peek,
+    /// Counts them whether or not they fit, as Lyft's pods do: `INCRBY`
+    /// then `EXPIRE`, pipelined, not a script (see [`increment`]); they
+    /// fit when the count after is at most the limit.
+    Increment,
 }
 
 /// Decides `hits` against `limit` at `key`, atomically (see the module
@@ -125,13 +133,15 @@ pub async fn count(
     limit: u64,
     expire_secs: u64,
 ) -> RedisResult<Counted> {
+    let code = match op {
+        CountOp::Check => "c",
+        CountOp::Peek => "p",
+        CountOp::Increment => return increment(redis, key, hits, limit, expire_secs).await,
+    };
     let mut invocation = SCRIPT.prepare_invoke();
     invocation
         .key(key)
-        .arg(match op {
-            CountOp::Check => "c",
-            CountOp::Peek => "p",
-        })
+        .arg(code)
         .arg(hits)
         .arg(limit)
         .arg(expire_secs.max(1));
@@ -140,6 +150,39 @@ pub async fn count(
     Ok(Counted {
         admitted: admitted == 1,
         count: u64::try_from(count).unwrap_or(0),
+    })
+}
+
+/// Lyft's own two commands for `hits` at `key`, exactly as its
+/// `fixed_cache_impl.go` sends them: `INCRBY key hits` then `EXPIRE key
+/// expire_secs` (at least 1), in one pipeline (not a transaction, as
+/// there); the hits fit when the count after is at most `limit`. Every hit
+/// is counted, over the limit too, and `hits` of 0 still sends both.
+///
+/// # Errors
+///
+/// Redis fails or the key holds something other than a count.
+pub async fn increment(
+    redis: &Redis,
+    key: &str,
+    hits: u64,
+    limit: u64,
+    expire_secs: u64,
+) -> RedisResult<Counted> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("INCRBY")
+        .arg(key)
+        .arg(hits)
+        .cmd("EXPIRE")
+        .arg(key)
+        .arg(expire_secs.max(1))
+        .ignore();
+    let mut connection = redis.connection();
+    let (count,): (i64,) = pipe.query_async(&mut connection).await?;
+    let count = u64::try_from(count).unwrap_or(0);
+    Ok(Counted {
+        admitted: count <= limit,
+        count,
     })
 }
 
@@ -203,7 +246,8 @@ impl RedisLimiter {
     ) -> Outcome {
         let s = self.shared();
         let bounded = BoundedKey::new(window.key.as_bytes());
-        if let (Some(cache), CountOp::Check) = (&s.deny_cache, op) {
+        let counts = matches!(op, CountOp::Check | CountOp::Increment);
+        if let (Some(cache), true) = (&s.deny_cache, counts) {
             if let Some(decision) = cache.get(&bounded, hits, self.now()) {
                 return self.counted(decision, Source::DenyCache);
             }
@@ -212,7 +256,7 @@ impl RedisLimiter {
         match self.ask_lyft(redis, window, op, hits).await {
             Ok(counted) => {
                 let decision = window.decision(counted, hits, now);
-                if let (Some(cache), CountOp::Check) = (&s.deny_cache, op) {
+                if let (Some(cache), true) = (&s.deny_cache, counts) {
                     if decision.is_denied() {
                         cache.put(&bounded, hits, sent, &decision);
                     }

@@ -122,8 +122,9 @@ function renderTop(top, table, none) {
 
 function renderBackend(backend) {
   const pill = document.getElementById("backend-pill");
-  pill.textContent = `${backend.kind} backend` + (backend.breaker === "n/a" ? "" : ` · breaker ${backend.breaker}`);
-  pill.className = `pill ${backend.breaker}`;
+  const state = backend.state === "n/a" ? backend.breaker : backend.state;
+  pill.textContent = `${backend.kind} backend` + (state === "n/a" ? "" : ` · ${state}`);
+  pill.className = `pill ${state === "down" ? "open" : state}`;
   const last = backend.last;
   document.getElementById("latency").textContent = `${last.latency_mean_us} / ${last.latency_max_us} µs`;
   const rows = [
@@ -132,6 +133,15 @@ function renderBackend(backend) {
     ["latency mean / max", `${last.latency_mean_us} / ${last.latency_max_us} µs`],
     ["breaker", backend.breaker],
   ];
+  if (backend.store) {
+    const st = backend.store;
+    rows.push(
+      ["state", backend.state + (st.up ? "" : ` for ${st.down_seconds ?? 0} s`)],
+      ["last error", st.last_error ?? "none"],
+      ["decisions the store did not take since start", st.faults],
+      ["health checks fail while it is down", st.health_check ? "yes" : "no"],
+    );
+  }
   if (backend.policy) {
     const p = last.policy;
     rows.push(

@@ -163,14 +163,65 @@ impl std::error::Error for ControlError {}
 /// What [`Backend::control`] returns.
 pub type ControlFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ControlError>> + Send + 'a>>;
 
-/// A backend's health, for the status page ([`Backend::health`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A backend's health, for the status page and the health checks
+/// ([`Backend::health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendHealth {
     /// `memory`, `redis`, or `custom`.
     pub kind: &'static str,
     /// Decisions so far by who took them, for a backend with a failure
     /// policy (Redis); `None` for one that cannot fail (memory).
     pub policy: Option<PolicyTotals>,
+    /// Whether its store answers, for a backend with one (Redis); `None`
+    /// for one without (memory).
+    pub store: Option<StoreHealth>,
+}
+
+impl BackendHealth {
+    /// Whether the health checks (`/healthcheck`, `/readyz`) must fail:
+    /// the store does not answer and the settings ask the checks to say so
+    /// (`health_check: true`, envoyproxy/ratelimit's
+    /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
+    pub fn fails_health_check(&self) -> bool {
+        self.store
+            .as_ref()
+            .is_some_and(|store| store.health_check && !store.up)
+    }
+
+    /// [`fails_health_check`](Self::fails_health_check) as a health
+    /// component's check: `Err` says why.
+    ///
+    /// # Errors
+    ///
+    /// The store does not answer and the checks must say so.
+    pub fn health_check(&self) -> Result<(), String> {
+        match &self.store {
+            Some(store) if self.fails_health_check() => Err(format!(
+                "{} does not answer: {}",
+                self.kind,
+                store.last_error.as_deref().unwrap_or("it failed")
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether a backend's store (Redis) answers ([`BackendHealth::store`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoreHealth {
+    /// It answers: the last probe got its answer, and no decision failed
+    /// since.
+    pub up: bool,
+    /// Why it does not, the last error seen (`NOAUTH Authentication
+    /// required.`).
+    pub last_error: Option<String>,
+    /// For how long it has not, in whole seconds.
+    pub down_seconds: Option<u64>,
+    /// Whether the health checks fail while it does not.
+    pub health_check: bool,
+    /// Decisions it did not take since the start (whoever answered them
+    /// instead: the failure policy, or an error for the call).
+    pub faults: u64,
 }
 
 /// Decisions of a backend with a failure policy, cumulative (as
@@ -239,6 +290,7 @@ pub trait Backend: Send + Sync + 'static {
         BackendHealth {
             kind: "custom",
             policy: None,
+            store: None,
         }
     }
 
@@ -571,6 +623,7 @@ impl Backend for MemoryBackend {
         BackendHealth {
             kind: "memory",
             policy: None,
+            store: None,
         }
     }
 

@@ -7,7 +7,7 @@
 //! | `POST /v1/acquire`, `POST /v1/release` | a concurrency rule's lease ([`crate::concurrency_http`]) |
 //! | `ANY /v1/forward-auth/{domain}` | a reverse proxy's "may this request pass?" ([`crate::forward_auth`]) |
 //! | `GET /healthz` | 200 while the process serves |
-//! | `GET /readyz` | 200 while it takes traffic, 503 once shutting down |
+//! | `GET /readyz` | 200 while it takes traffic, 503 once shutting down (and, with the backend's `health_check: true`, while Redis does not answer) |
 //! | `GET /metrics` | Prometheus text 0.0.4, or OpenMetrics 1.0.0 when `Accept` asks for it ([`crate::metrics::text`]) |
 //! | `GET /status` | the status page ([`crate::status`]; the page without a token, its data behind it) |
 //! | `GET /status.json` | the status page's numbers |
@@ -128,10 +128,12 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
 
 async fn readyz(State(state): State<AppState>) -> Response {
     // Relaxed: a flag read on its own; no other memory depends on it.
-    if state.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    if !state.ready.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    match state.service.backend().health().health_check() {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
     }
 }
 

@@ -29,20 +29,31 @@
 //!   their edge, where tollgate's default GCRA admits at most burst + rate
 //!   · t in any interval. That is Lyft's semantics, kept for the count to
 //!   be shared.
-//! - **What a refusal counts**: nothing (tollgate's rule). Lyft's pods
-//!   count their refused hits too (`INCRBY` first, decide after), so a key
+//! - **What a refusal counts, with `count_over_limit`** (from Lyft's
+//!   environment): every hit, as Lyft's pods count — its own `INCRBY` then
+//!   `EXPIRE`, pipelined (`tollgate_redis::lyft::increment`), a hit of 0
+//!   included, decided on the count after (OVER_LIMIT above the limit,
+//!   `limit_remaining` 0). A mixed fleet and Lyft's `token-quota.sh` flow
+//!   (hits 0 on the request, 1 on stream done) then answer as an all-Lyft
+//!   fleet. The deny cache (`LOCAL_CACHE_SIZE_IN_BYTES`) answers a key it
+//!   holds without counting, as Lyft's local cache.
+//! - **What a refusal counts, without it** (the YAML's default): nothing
+//!   (tollgate's rule). Lyft's pods count their refused hits, so a key
 //!   they refused reads above its limit; tollgate reads such a count as
 //!   full. With hits of 1 both decide alike; with a larger `hits_addend`
 //!   tollgate may admit a small request after a large one was refused
 //!   where Lyft would not. Neither ever admits above the limit.
 //! - **`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`** (`stop_increment_when_over_limit`):
 //!   when on and a request has two or more descriptors counting in Lyft's
-//!   keys, each is first looked at (a read, in parallel); if one would go
-//!   over, none is counted: the refused ones are refused and the others
-//!   answered by their look (OK, nothing counted), as Lyft. Otherwise each
-//!   is checked and counted atomically on its own. A race between the look
-//!   and the count can count the others of a request refused after all, as
-//!   in Lyft. Off (Lyft's default), each descriptor is counted on its own.
+//!   keys, each is first looked at (a read, in parallel). With
+//!   `count_over_limit`, as Lyft's `getHitsAddend`: if any would go over,
+//!   only those count their hits (the others `INCRBY 0`); else all count.
+//!   Without it: if one would go over, none is counted: the refused ones
+//!   are refused and the others answered by their look (OK, nothing
+//!   counted), as Lyft answers them. Otherwise each is checked and counted
+//!   atomically on its own. A race between the look and the count can
+//!   count the others of a request refused after all, as in Lyft. Off
+//!   (Lyft's default), each descriptor is counted on its own.
 //! - **Redis Cluster and all-or-nothing**: Lyft's keys have no hash tag,
 //!   so each descriptor's key is in its own slot; one call decides one key
 //!   atomically and no call spans two, so a request's descriptors are
@@ -73,7 +84,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tollgate::{Clock, ClockSource, Decision};
 use tollgate_redis::lyft::{CountOp, Window, cache_key};
-use tollgate_redis::{Redis, RedisLimiter};
+use tollgate_redis::{Redis, RedisLimiter, Source};
 
 use crate::backend::Hit;
 use crate::config::{BuiltAlgorithm, LyftLayout, Unit};
@@ -118,10 +129,20 @@ pub(super) struct Lyft {
     clock: ClockSource,
 }
 
+/// One hit's answer: the decision, who took it, and which Redis it went
+/// to (0 the backend's, 1 the per-second one).
+pub(super) struct LyftDecided {
+    pub(super) decision: Decision,
+    pub(super) source: Source,
+    pub(super) redis: usize,
+}
+
 /// A hit made ready: its key, Redis and TTL.
 struct Planned<'a> {
     key: String,
     redis: &'a Redis,
+    /// 0 the backend's Redis, 1 the per-second one.
+    which: usize,
     rule: LyftRule,
     expire: u64,
     cost: u64,
@@ -170,7 +191,7 @@ impl Lyft {
     /// Decides `hits` (see the module docs), in order. A hit whose bucket
     /// does not read back as entries (never, for the server's buckets) is
     /// refused, never let through.
-    pub(super) async fn decide(&self, main: &Redis, hits: &[LyftHit<'_>]) -> Vec<Decision> {
+    pub(super) async fn decide(&self, main: &Redis, hits: &[LyftHit<'_>]) -> Vec<LyftDecided> {
         let now = self.clock.now();
         let seconds = now.as_u64() / 1_000_000_000;
         let planned: Vec<Option<Planned<'_>>> = hits
@@ -185,13 +206,14 @@ impl Lyft {
                     divider,
                     seconds,
                 );
-                let redis = match (&self.per_second, h.rule.unit) {
-                    (Some(per_second), Unit::Second) => per_second,
-                    _ => main,
+                let (redis, which) = match (&self.per_second, h.rule.unit) {
+                    (Some(per_second), Unit::Second) => (per_second, 1),
+                    _ => (main, 0),
                 };
                 Some(Planned {
                     key,
                     redis,
+                    which,
                     rule: h.rule,
                     expire: self.expire(divider),
                     cost: h.hit.cost,
@@ -199,7 +221,18 @@ impl Lyft {
                 })
             })
             .collect();
+        let refused_hit = |h: &LyftHit<'_>| LyftDecided {
+            decision: refused(h.rule.limit),
+            source: Source::Redis,
+            redis: 0,
+        };
         let counting = planned.iter().flatten().filter(|p| p.cost > 0).count();
+        // With `count_over_limit`, the hits each key counts (Lyft's
+        // `getHitsAddend`); by default, its cost.
+        let mut costs: Vec<u64> = planned
+            .iter()
+            .map(|p| p.as_ref().map_or(0, |p| p.cost))
+            .collect();
         if self.layout.stop_increment_when_over_limit && counting > 1 {
             let looks = join_all(planned.iter().map(|p| async move {
                 let p = p.as_ref()?;
@@ -207,32 +240,64 @@ impl Lyft {
                     .limiter
                     .check_lyft(p.redis, &p.window(), CountOp::Peek, p.cost, now)
                     .await;
-                Some(outcome.decision)
+                Some(LyftDecided {
+                    decision: outcome.decision,
+                    source: outcome.source,
+                    redis: p.which,
+                })
             }))
             .await;
-            if looks.iter().flatten().any(Decision::is_denied) {
-                return looks
-                    .into_iter()
-                    .zip(hits)
-                    .map(|(look, h)| look.unwrap_or_else(|| refused(h.rule.limit)))
-                    .collect();
+            let over: Vec<bool> = looks
+                .iter()
+                .map(|look| look.as_ref().is_some_and(|l| l.decision.is_denied()))
+                .collect();
+            let failed = looks
+                .iter()
+                .flatten()
+                .any(|l| matches!(l.source, Source::Policy(_)));
+            if over.iter().any(|&over| over) {
+                if !self.layout.count_over_limit || failed {
+                    return looks
+                        .into_iter()
+                        .zip(hits)
+                        .map(|(look, h)| look.unwrap_or_else(|| refused_hit(h)))
+                        .collect();
+                }
+                for (cost, over) in costs.iter_mut().zip(over) {
+                    if !over {
+                        *cost = 0;
+                    }
+                }
             }
         }
-        join_all(planned.iter().zip(hits).map(|(p, h)| async move {
-            let Some(p) = p else {
-                return refused(h.rule.limit);
-            };
-            let op = if p.cost == 0 {
-                CountOp::Peek
-            } else {
-                CountOp::Check
-            };
-            let outcome = p
-                .limiter
-                .check_lyft(p.redis, &p.window(), op, p.cost, now)
-                .await;
-            outcome.decision
-        }))
+        let count_all = self.layout.count_over_limit;
+        join_all(
+            planned
+                .iter()
+                .zip(hits)
+                .zip(costs)
+                .map(|((p, h), cost)| async move {
+                    let Some(p) = p else {
+                        return refused_hit(h);
+                    };
+                    let op = match (count_all, p.cost) {
+                        (true, _) => CountOp::Increment,
+                        (false, 0) => CountOp::Peek,
+                        (false, _) => CountOp::Check,
+                    };
+                    let outcome = p
+                        .limiter
+                        .check_lyft(p.redis, &p.window(), op, cost, now)
+                        .await;
+                    // A key counting 0 of its hits (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`)
+                    // is answered on the count after, as Lyft answers it.
+                    LyftDecided {
+                        decision: outcome.decision,
+                        source: outcome.source,
+                        redis: p.which,
+                    }
+                }),
+        )
         .await
     }
 }

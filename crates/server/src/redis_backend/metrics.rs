@@ -1,6 +1,7 @@
 //! The Redis backend's metrics (see the [`redis_backend`](super) module
 //! docs): every limiter's [`Stats`], read at each scrape, summed per rule
-//! over the limiters it has had.
+//! over the limiters it has had; and `tollgate_redis_up`, 1 while each
+//! Redis answers and 0 while it fails (see [`super::watch`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -11,9 +12,11 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use tollgate_redis::Stats;
 
 use super::Installed;
+use super::watch::Watch;
 
 /// A limiter's [`Stats`], summed over the limiters a rule has had.
 #[derive(Clone, Copy, Debug, Default)]
@@ -25,6 +28,7 @@ pub(super) struct Totals {
     pub(super) error: u64,
     pub(super) breaker_open: u64,
     pub(super) overloaded: u64,
+    pub(super) script: u64,
     pub(super) unreplicated: u64,
     pub(super) allowed: u64,
     pub(super) denied: u64,
@@ -39,6 +43,7 @@ impl Totals {
         self.error += other.error;
         self.breaker_open += other.breaker_open;
         self.overloaded += other.overloaded;
+        self.script += other.script;
         self.unreplicated += other.unreplicated;
         self.allowed += other.allowed;
         self.denied += other.denied;
@@ -52,6 +57,7 @@ impl Totals {
         self.error += stats.policy_error;
         self.breaker_open += stats.policy_breaker_open;
         self.overloaded += stats.policy_overloaded;
+        self.script += stats.policy_script;
         self.unreplicated += stats.policy_unreplicated;
         self.allowed += stats.policy_allowed;
         self.denied += stats.policy_denied;
@@ -71,6 +77,11 @@ struct FaultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RedisLabel {
+    redis: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     rule: String,
     result: &'static str,
@@ -80,6 +91,8 @@ struct ResultLabel {
 pub(super) struct RedisMetrics {
     pub(super) limiters: Arc<ArcSwap<HashMap<Arc<str>, Arc<Installed>>>>,
     pub(super) retired: Arc<Mutex<HashMap<Arc<str>, Totals>>>,
+    /// The backend's Redis, then its per-second Redis.
+    pub(super) watches: Vec<Watch>,
 }
 
 impl fmt::Debug for RedisMetrics {
@@ -124,6 +137,7 @@ impl Collector for RedisMetrics {
                 ("error", t.error),
                 ("breaker_open", t.breaker_open),
                 ("overloaded", t.overloaded),
+                ("script", t.script),
                 ("unreplicated", t.unreplicated),
             ] {
                 faults
@@ -150,7 +164,7 @@ impl Collector for RedisMetrics {
             ),
             (
                 "redis_policy_faults",
-                "Decisions the failure policy took, by why Redis did not decide",
+                "Decisions Redis did not take, by why (answered by the failure policy, or failing the call with failure_policy: error)",
                 &faults,
             ),
             (
@@ -162,6 +176,19 @@ impl Collector for RedisMetrics {
             let metric = encoder.encode_descriptor(name, help, None, family.metric_type())?;
             family.encode(metric)?;
         }
+        let up = Family::<RedisLabel, Gauge>::default();
+        for (i, watch) in self.watches.iter().enumerate() {
+            let redis = if i == 0 { "main" } else { "per_second" };
+            up.get_or_create(&RedisLabel { redis })
+                .set(i64::from(watch.is_up()));
+        }
+        let metric = encoder.encode_descriptor(
+            "redis_up",
+            "1 while Redis answers this server, 0 while it fails or refuses it",
+            None,
+            up.metric_type(),
+        )?;
+        up.encode(metric)?;
         Ok(())
     }
 }

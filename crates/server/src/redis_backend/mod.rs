@@ -25,12 +25,27 @@
 //!   Redis does; a decision taken by the policy is a decision like any
 //!   other for the APIs (a fail-closed denial is `OVER_LIMIT` with the
 //!   time until Redis is tried again as `retry_after`), and is counted
-//!   under the metrics below. The backend therefore never answers an
-//!   error: a Redis outage is visible in the metrics, not as 503s.
-//! - **Redis must answer at start**: a wrong URL, refused credentials or
-//!   TLS handshake, no sentinel naming the master, a module required but
-//!   absent, or a Redis down when the server starts is an error at start
-//!   (better found then than as a policy decision on every request); once
+//!   under the metrics below. With `failure_policy: error` (from
+//!   envoyproxy/ratelimit's environment, its behaviour) a request one of
+//!   whose decisions Redis did not take fails instead ([`BackendError`]:
+//!   gRPC `UNAVAILABLE`, HTTP 503), and the caller's own setting (Envoy's
+//!   `failure_mode_deny`) decides.
+//! - **Never silent** ([`watch`]): whatever the policy, a Redis that fails
+//!   (refuses the server's credentials, stops, times out, errors) is
+//!   logged at WARN (its first failure at once with the error's text, then
+//!   at most a line per ten seconds, and a line when it answers again),
+//!   counted (`tollgate_redis_policy_faults_total`, `tollgate_redis_up`,
+//!   and per call envoyproxy/ratelimit's `redis_error` when the call
+//!   fails), shown on the status page (`down`, the last error), and with
+//!   `health_check: true` fails `/healthcheck`, `/readyz` and gRPC's
+//!   health. A probe `PING`s each Redis every second, so that a failure
+//!   and a recovery are seen without traffic.
+//! - **Redis must answer `PING` at start** (see the `connect` submodule):
+//!   a wrong URL, refused credentials (a `requirepass` the settings lack)
+//!   or TLS handshake, no sentinel naming the master, a module required
+//!   but absent, or a Redis down when the server starts is an error at
+//!   start (better found then than as a policy decision on every request),
+//!   or with `startup_retry` waited out with a WARN line per try; once
 //!   started, outages and restarts are the policy's and the breaker's
 //!   (reconnection included; behind Sentinel, the master is asked for
 //!   again each time the breaker opens, so that the server follows a
@@ -99,14 +114,19 @@
 //!
 //! - `tollgate_redis_decisions_total{rule, source}`: decisions by who took
 //!   them, `source` = `redis`, `deny_cache`, `lease` or `policy`;
-//! - `tollgate_redis_policy_faults_total{rule, fault}`: why the policy
-//!   decided, `fault` = `timeout`, `error`, `breaker_open`, `overloaded`,
-//!   `unreplicated` (the backend errors: Redis not answering in time,
+//! - `tollgate_redis_policy_faults_total{rule, fault}`: decisions Redis did
+//!   not take, by why, `fault` = `timeout`, `error`, `breaker_open`,
+//!   `overloaded`, `script`, `unreplicated` (Redis not answering in time,
 //!   answering an error, not asked while the breaker is open, not asked
-//!   because too many calls were waiting, an admission too few replicas
-//!   acknowledged with `wait:`);
+//!   because too many calls were waiting, the script refusing the call, an
+//!   admission too few replicas acknowledged with `wait:`), whether the
+//!   policy answered them or the call failed (`failure_policy: error`);
 //! - `tollgate_redis_policy_decisions_total{rule, result}`: the policy's
-//!   answers, `result` = `allowed` or `denied`.
+//!   answers, `result` = `allowed` or `denied` (with `failure_policy:
+//!   error`, the limiters' fail-closed answers, never sent: the call
+//!   failed);
+//! - `tollgate_redis_up{redis}`: 1 while Redis answers, 0 while it fails,
+//!   `redis` = `main` or `per_second` (Lyft's layout's second Redis).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -120,19 +140,22 @@ use futures_util::future::join_all;
 use prometheus_client::registry::Registry;
 use tollgate::{Carry, ClockSource, Decision};
 use tollgate_redis::{
-    Batcher, Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Target,
+    Batcher, Limit, Options, Redis, RedisConfig, RedisLimiter, RedisLimiterBuilder, Source, Target,
 };
 
 mod carry;
+mod connect;
 mod lyft;
 mod metrics;
+pub mod watch;
 
 use carry::{BRIDGE_SLACK, carried, carry_pairs, limits_of};
 use metrics::{RedisMetrics, Totals};
+use watch::{ProbeTask, Watch};
 
 use crate::backend::{
     Backend, BackendError, BackendHealth, Control, ControlError, ControlFuture, DecideFuture, Hit,
-    PolicyTotals,
+    PolicyTotals, StoreHealth,
 };
 use crate::config::{
     BuiltAlgorithm, KeyLayout, LyftLayout, RedisSettings, RedisTarget, RedisTls, redact_url,
@@ -164,6 +187,11 @@ pub struct RedisBackend {
     retired: Arc<Mutex<HashMap<Arc<str>, Totals>>>,
     /// `key_layout: lyft`: where and how its rules count.
     lyft: Option<lyft::Lyft>,
+    /// Redis as seen from here: the main one, then the per-second one of
+    /// Lyft's layout if any (see [`watch`]).
+    watches: Vec<Watch>,
+    /// Their probes, stopped with the backend.
+    _probes: Vec<ProbeTask>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -176,20 +204,19 @@ impl fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
-    /// Connects to the Redis or the cluster of `settings`.
+    /// Connects to the Redis or the cluster of `settings`, and checks that
+    /// it answers `PING`; with `startup_retry`, waits for it (see the
+    /// `connect` submodule).
     ///
     /// # Errors
     ///
-    /// Redis does not answer within the connection timeout, or refuses.
+    /// Redis does not answer within the connection timeout, or refuses
+    /// (with `startup_retry`, once its `give_up_after` has passed).
     pub async fn connect(settings: &RedisSettings) -> Result<RedisBackend, BackendError> {
-        let redis = Redis::open(&redis_config(settings))
-            .await
-            .map_err(|error| {
-                BackendError::new(format!(
-                    "cannot connect to {}: {error}",
-                    target_name(settings)
-                ))
-            })?;
+        for notice in &settings.notices {
+            tracing::warn!("{notice}");
+        }
+        let redis = connect::open(settings, "").await?;
         let mut backend = RedisBackend::with_redis(redis, settings.clone());
         if let KeyLayout::Lyft(layout) = &settings.key_layout {
             if let Some(per_second) = &layout.per_second {
@@ -200,13 +227,8 @@ impl RedisBackend {
                     tls: per_second.tls.clone(),
                     ..settings.clone()
                 };
-                let redis = Redis::open(&redis_config(&second)).await.map_err(|error| {
-                    BackendError::new(format!(
-                        "cannot connect to {} (per-second limits): {error}",
-                        target_name(&second)
-                    ))
-                })?;
-                backend = backend.with_per_second_redis(redis);
+                let redis = connect::open(&second, " (per-second limits)").await?;
+                backend = backend.with_per_second_redis_named(redis, target_name(&second));
             }
         }
         Ok(backend)
@@ -217,8 +239,17 @@ impl RedisBackend {
     /// settings' `per_second` Redis; a backend made
     /// [`with_redis`](Self::with_redis) counts them on its one Redis
     /// unless given one here. Without Lyft's layout, nothing.
-    pub fn with_per_second_redis(mut self, redis: Redis) -> RedisBackend {
+    pub fn with_per_second_redis(self, redis: Redis) -> RedisBackend {
+        self.with_per_second_redis_named(redis, "the per-second Redis".to_owned())
+    }
+
+    fn with_per_second_redis_named(mut self, redis: Redis, name: String) -> RedisBackend {
         if let Some(lyft) = &mut self.lyft {
+            let watch = Watch::new(name, meanwhile(&self.settings));
+            if let Some(probe) = watch.start_probe(redis.clone(), self.settings.response_timeout) {
+                self._probes.push(probe);
+            }
+            self.watches.push(watch);
             lyft.set_per_second(redis);
         }
         self
@@ -235,9 +266,17 @@ impl RedisBackend {
         self
     }
 
-    /// A backend on an existing connection.
+    /// A backend on an existing connection; on a tokio runtime, its probe
+    /// starts (see [`watch`]).
     pub fn with_redis(redis: Redis, settings: RedisSettings) -> RedisBackend {
+        let watch = Watch::new(target_name(&settings), meanwhile(&settings));
+        let probes = watch
+            .start_probe(redis.clone(), settings.response_timeout)
+            .into_iter()
+            .collect();
         RedisBackend {
+            watches: vec![watch],
+            _probes: probes,
             batcher: Batcher::new(&redis),
             redis,
             limiters: Arc::new(ArcSwap::from_pointee(HashMap::new())),
@@ -410,18 +449,43 @@ pub(crate) fn target_name(settings: &RedisSettings) -> String {
     }
 }
 
+/// What the log lines say becomes of a decision Redis does not take.
+fn meanwhile(settings: &RedisSettings) -> &'static str {
+    if settings.fail_calls {
+        return "calls whose decisions need it fail (failure_policy: error)";
+    }
+    match settings.failure_policy {
+        tollgate_redis::FailurePolicy::FailOpen => {
+            "its decisions admit (failure_policy: fail_open)"
+        }
+        tollgate_redis::FailurePolicy::FailClosed => {
+            "its decisions deny (failure_policy: fail_closed)"
+        }
+        _ => "its decisions take a local share of each quota (failure_policy: local)",
+    }
+}
+
 /// One decision, batched with the concurrent ones (see the module docs).
-async fn decide_one(batcher: &Batcher, limiter: &RedisLimiter, key: &str, cost: u64) -> Decision {
-    let decision = if cost == 0 {
-        batcher.peek_n(limiter, key, 0).await
+async fn decide_one(
+    batcher: &Batcher,
+    limiter: &RedisLimiter,
+    key: &str,
+    cost: u64,
+) -> (Decision, Source) {
+    let outcome = if cost == 0 {
+        batcher.peek_outcome(limiter, key, 0).await
     } else {
-        batcher.check_n(limiter, key, cost).await
+        batcher.check_outcome(limiter, key, cost).await
     };
-    // The server checks costs first; only a reload that lowered the
-    // capacity in between lands here: a denial, never to fit.
-    decision.unwrap_or_else(|error| {
-        Decision::from_parts(false, error.capacity, 0, Duration::MAX, Duration::ZERO)
-    })
+    match outcome {
+        Ok(outcome) => (outcome.decision, outcome.source),
+        // The server checks costs first; only a reload that lowered the
+        // capacity in between lands here: a denial, never to fit.
+        Err(error) => (
+            Decision::from_parts(false, error.capacity, 0, Duration::MAX, Duration::ZERO),
+            Source::Redis,
+        ),
+    }
 }
 
 impl Backend for RedisBackend {
@@ -563,33 +627,64 @@ impl Backend for RedisBackend {
                                     decide_one(&self.batcher, &limiter, hit.key, hit.cost).await
                                 }
                                 // Never "no limit" for a limit Redis cannot hold.
-                                Err(_) => Decision::from_parts(
-                                    false,
-                                    limits.algorithm.capacity(),
-                                    0,
-                                    Duration::MAX,
-                                    Duration::ZERO,
+                                Err(_) => (
+                                    Decision::from_parts(
+                                        false,
+                                        limits.algorithm.capacity(),
+                                        0,
+                                        Duration::MAX,
+                                        Duration::ZERO,
+                                    ),
+                                    Source::Redis,
                                 ),
                             }
                         }
                         // Unlimited rules never reach a backend.
-                        (None, None) => unlimited(),
+                        (None, None) => (unlimited(), Source::Redis),
                     })
                 }
             }));
             let (in_lyft, in_tollgate) = futures_util::future::join(in_lyft, in_tollgate).await;
             let mut in_lyft = in_lyft.into_iter();
-            Ok(slots
-                .into_iter()
-                .zip(in_tollgate)
-                .map(|(slot, tollgate)| match slot {
-                    Slot::Tollgate => tollgate,
-                    Slot::Lyft => in_lyft.next(),
-                    Slot::Refused(decision) => Some(decision),
-                })
-                // Every slot holds its decision; a missing one is refused.
-                .map(|decision| decision.unwrap_or_else(|| lyft::refused(0)))
-                .collect())
+            let mut failed = None;
+            let mut decisions = Vec::with_capacity(hits.len());
+            for (slot, tollgate) in slots.into_iter().zip(in_tollgate) {
+                let (decision, source, watch) = match slot {
+                    Slot::Tollgate => match tollgate {
+                        Some((decision, source)) => (decision, source, 0),
+                        None => (lyft::refused(0), Source::Redis, 0),
+                    },
+                    Slot::Lyft => match in_lyft.next() {
+                        Some(decided) => (decided.decision, decided.source, decided.redis),
+                        // Every slot holds its decision; a missing one is refused.
+                        None => (lyft::refused(0), Source::Redis, 0),
+                    },
+                    Slot::Refused(decision) => (decision, Source::Redis, 0),
+                };
+                if let Some(watch) = self.watches.get(watch).or(self.watches.first()) {
+                    watch.outcome(source);
+                }
+                if let Source::Policy(fault) = source {
+                    failed.get_or_insert((fault, watch));
+                }
+                decisions.push(decision);
+            }
+            match failed {
+                // Lyft's behaviour: the call fails, the caller's setting
+                // (Envoy's `failure_mode_deny`) decides.
+                Some((fault, watch)) if self.settings.fail_calls => {
+                    let state = self.watches.get(watch).map(Watch::state);
+                    let last = state
+                        .and_then(|state| state.last_error)
+                        .map(|error| format!(" (last error: {error})"))
+                        .unwrap_or_default();
+                    Err(BackendError::new(format!(
+                        "Redis did not decide ({}){last}",
+                        watch::FAULTS[watch::fault_index(fault)]
+                    )))
+                }
+                _ => Ok(decisions),
+            }
         })
     }
 
@@ -597,6 +692,7 @@ impl Backend for RedisBackend {
         registry.register_collector(Box::new(RedisMetrics {
             limiters: Arc::clone(&self.limiters),
             retired: Arc::clone(&self.retired),
+            watches: self.watches.clone(),
         }));
     }
 
@@ -646,8 +742,18 @@ impl Backend for RedisBackend {
         for installed in self.limiters.load().values() {
             t.add(&installed.limiter.stats());
         }
+        let states: Vec<watch::StoreState> = self.watches.iter().map(Watch::state).collect();
+        let down = states.iter().find(|state| !state.up);
+        let store = StoreHealth {
+            up: down.is_none(),
+            last_error: down.and_then(|state| state.last_error.clone()),
+            down_seconds: down.and_then(|state| state.down_for).map(|d| d.as_secs()),
+            health_check: self.settings.health_check,
+            faults: states.iter().flat_map(|state| state.faults).sum(),
+        };
         BackendHealth {
             kind: "redis",
+            store: Some(store),
             policy: Some(PolicyTotals {
                 store: t.redis + t.deny_cache + t.lease,
                 timeout: t.timeout,

@@ -40,7 +40,13 @@
 //!   the breaker as seen from them: `open` when the policy answered calls
 //!   because the breaker was open in the last second, `degraded` when it
 //!   answered for another fault, `ok` otherwise (the breaker's own state is
-//!   not exposed by `tollgate-redis`).
+//!   not exposed by `tollgate-redis`). Its `state`: `down` while Redis
+//!   does not answer or refuses the server (with the last error, and since
+//!   when: see `crate::redis_backend::watch`), `degraded` while it
+//!   answers but some decisions of the last second were not its, `ok`
+//!   otherwise (`n/a` for a backend without a store). A backend the
+//!   failure policy covers for is never shown `ok`, whatever the health
+//!   checks answer (they fail only with the backend's `health_check`).
 //!
 //! # Access (decision)
 //!
@@ -65,7 +71,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::backend::{Backend, PolicyTotals};
+use crate::backend::{Backend, PolicyTotals, StoreHealth};
 use crate::metrics::Metrics;
 use crate::rules::{Rule, RuleSet};
 use series::{Series, Totals};
@@ -257,6 +263,26 @@ impl StatusBoard {
             .copied()
             .collect();
         let last = points.last().copied().unwrap_or_default();
+        let breaker = match health.policy {
+            None => "n/a",
+            Some(_) if last.policy.breaker_open > 0 => "open",
+            Some(_)
+                if last.policy.timeout
+                    + last.policy.error
+                    + last.policy.overloaded
+                    + last.policy.unreplicated
+                    > 0 =>
+            {
+                "degraded"
+            }
+            Some(_) => "ok",
+        };
+        let state = match &health.store {
+            None => "n/a",
+            Some(store) if !store.up => "down",
+            Some(_) if breaker != "ok" && breaker != "n/a" => "degraded",
+            Some(_) => "ok",
+        };
         Snapshot {
             sample_seconds: SAMPLE_EVERY.as_secs(),
             chart_points: series::POINTS,
@@ -265,20 +291,9 @@ impl StatusBoard {
             top_shadow: top_of(&self.top_shadow),
             backend: BackendStatus {
                 kind: health.kind,
-                breaker: match health.policy {
-                    None => "n/a",
-                    Some(_) if last.policy.breaker_open > 0 => "open",
-                    Some(_)
-                        if last.policy.timeout
-                            + last.policy.error
-                            + last.policy.overloaded
-                            + last.policy.unreplicated
-                            > 0 =>
-                    {
-                        "degraded"
-                    }
-                    Some(_) => "ok",
-                },
+                breaker,
+                state,
+                store: health.store,
                 policy: health.policy,
                 last,
                 points,
@@ -495,6 +510,10 @@ pub struct BackendStatus {
     pub kind: &'static str,
     /// `open`, `degraded`, `ok`, or `n/a` without a failure policy.
     pub breaker: &'static str,
+    /// `down`, `degraded`, `ok`, or `n/a` without a store (module docs).
+    pub state: &'static str,
+    /// Whether its store answers, and why not.
+    pub store: Option<StoreHealth>,
     /// Its decisions so far by who took them, when it has a policy.
     pub policy: Option<PolicyTotals>,
     /// The last second.

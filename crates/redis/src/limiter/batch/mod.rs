@@ -262,14 +262,28 @@ impl Batcher {
         key: impl AsRef<[u8]>,
         cost: u64,
     ) -> Result<Decision, CostError> {
+        Ok(self.peek_outcome(limiter, key, cost).await?.decision)
+    }
+
+    /// [`peek_n`](Self::peek_n), saying where the answer came from (a
+    /// look Redis did not answer is the failure policy's, with its fault).
+    ///
+    /// # Errors
+    ///
+    /// [`CostError`] if `cost` is above a limit's capacity.
+    pub async fn peek_outcome(
+        &self,
+        limiter: &RedisLimiter,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Outcome, CostError> {
         limiter.check_cost(cost)?;
         let key = &BoundedKey::new(key.as_ref());
-        let outcome = if self.batchable(limiter) {
+        Ok(if self.batchable(limiter) {
             self.decide(limiter, key, cost, Op::Peek).await
         } else {
             limiter.decide(key, cost, Op::Peek).await
-        };
-        Ok(outcome.decision)
+        })
     }
 
     /// Counters since the batcher was made.

@@ -11,6 +11,7 @@
 //!     key_prefix: "ratelimit:"            # CACHE_KEY_PREFIX; by default ""
 //!     expiration_jitter_max: 300s         # EXPIRATION_JITTER_MAX_SECONDS; by default 300s
 //!     stop_increment_when_over_limit: false  # by default false
+//!     count_over_limit: false             # by default false; from Lyft's environment true
 //!     per_second: {redis: redis://10.0.0.2:6379}  # REDIS_PERSECOND_*: redis, cluster
 //!                                         # or sentinel, username, password..., tls
 //! ```
@@ -27,9 +28,18 @@
 //!   the others; `true`, a request with a descriptor over its limit counts
 //!   none of its descriptors (Lyft: a look at every key first, then the
 //!   increments; here too, so a race between the two steps can count the
-//!   others, as in Lyft). The refused descriptor itself is never counted,
-//!   whatever the value (tollgate's rule: a refusal writes nothing), where
-//!   Lyft counts it: see the backend's module docs for what that changes.
+//!   others, as in Lyft). Without `count_over_limit` the refused
+//!   descriptor itself is never counted, whatever the value (tollgate's
+//!   rule: a refusal writes nothing), where Lyft counts it: see the
+//!   backend's module docs for what that changes.
+//! - **`count_over_limit`** (true from Lyft's environment, false by
+//!   default in the YAML): every hit is counted, over the limit too, with
+//!   Lyft's own `INCRBY` + `EXPIRE`, so that the answers are Lyft's
+//!   whichever pod answers (a mixed fleet, Lyft's `token-quota.sh` flow of
+//!   hits 0 then 1); with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` a
+//!   request whose descriptors would go over counts only those (Lyft's
+//!   `getHitsAddend`). Off, tollgate's rule holds: a refusal writes
+//!   nothing.
 //! - **`EXPIRATION_JITTER_MAX_SECONDS`**: each write's TTL is the unit's
 //!   length plus a uniform random `[0, max)` seconds, as Lyft; 0 or less
 //!   (Lyft's test is `> 0`) is no jitter.
@@ -80,6 +90,9 @@ pub struct LyftLayout {
     /// descriptors (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`). By default,
     /// false.
     pub stop_increment_when_over_limit: bool,
+    /// Every hit counts, over the limit too, as Lyft's pods count
+    /// (module docs). By default, false (from Lyft's environment, true).
+    pub count_over_limit: bool,
     /// Where limits of unit `second` count (`REDIS_PERSECOND*`). By
     /// default, on the backend's Redis with the others.
     pub per_second: Option<PerSecondRedis>,
@@ -91,6 +104,7 @@ impl Default for LyftLayout {
             key_prefix: String::new(),
             expiration_jitter_max: Duration::from_secs(DEFAULT_JITTER_SECS),
             stop_increment_when_over_limit: false,
+            count_over_limit: false,
             per_second: None,
         }
     }
@@ -187,6 +201,7 @@ impl LyftLayout {
             key_prefix,
             expiration_jitter_max: Duration::from_secs(jitter),
             stop_increment_when_over_limit: stop,
+            count_over_limit: true,
             per_second,
         })
     }
@@ -352,6 +367,8 @@ pub(super) struct LyftYaml {
     #[serde(default)]
     stop_increment_when_over_limit: Option<bool>,
     #[serde(default)]
+    count_over_limit: Option<bool>,
+    #[serde(default)]
     per_second: Option<PerSecondSection>,
 }
 
@@ -434,6 +451,9 @@ pub(super) fn layout(
                         jitter
                     }
                 };
+            }
+            if let Some(count) = yaml.count_over_limit {
+                layout.count_over_limit = count;
             }
             if let Some(stop) = yaml.stop_increment_when_over_limit {
                 layout.stop_increment_when_over_limit = stop;

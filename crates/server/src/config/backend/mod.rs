@@ -14,10 +14,12 @@ use crate::yaml::checked_mapping;
 
 mod connection;
 mod lyft;
+mod startup;
 
 use connection::{ModuleYaml, PasswordYaml, SentinelSection, TlsSection};
 pub use connection::{RedisTarget, RedisTls, SentinelSettings, redact_url};
 pub use lyft::{KeyLayout, LYFT_LAYOUT_VARIABLES, LyftEnvError, LyftLayout, PerSecondRedis};
+pub use startup::StartupRetry;
 
 /// Where the counts live.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -41,7 +43,7 @@ pub enum BackendSettings {
 ///   password_file: /run/secrets/redis  # or password: ..., or password_env: REDIS_PASSWORD
 ///   tls: {ca_file: ca.pem, cert_file: client.pem, key_file: client.key}  # each optional
 ///   module: detect                 # detect (the default), never or require
-///   failure_policy: local          # fail_open, fail_closed or local (the default)
+///   failure_policy: local          # fail_open, fail_closed, local (the default) or error
 ///   local_share: 0.25              # local only: the share of each quota decided here
 ///   deadline: 5ms                  # per decision, whatever Redis does
 ///   response_timeout: 50ms         # the client's, per reply
@@ -54,7 +56,15 @@ pub enum BackendSettings {
 ///   wait: {replicas: 1, timeout: 2ms}  # WAIT after each check; absent: off
 ///   key_layout: tollgate           # or lyft: envoyproxy/ratelimit's keys (see `KeyLayout`)
 ///   lyft: {key_prefix: '', expiration_jitter_max: 300s}  # key_layout: lyft only
+///   health_check: false            # true: /healthcheck 500, /readyz 503 while Redis fails
+///   startup_retry: {initial: 1s, max: 30s, give_up_after: 10m}  # absent: Redis must answer at once
 /// ```
+///
+/// `failure_policy: error` answers a call whose decision Redis did not
+/// take with an error (gRPC `UNAVAILABLE`, HTTP 503), as
+/// envoyproxy/ratelimit does: the caller's own setting (Envoy's
+/// `failure_mode_deny`) decides. Whatever the policy, a Redis that fails
+/// is logged, counted and shown (see [`crate::redis_backend`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisSettings {
     /// The server, the cluster or the sentinels.
@@ -70,7 +80,27 @@ pub struct RedisSettings {
     /// Whether to use the native module. By default, detected.
     pub module: ModuleUse,
     /// What to answer when Redis does not. By default, a local share of 1/4.
+    /// With [`fail_calls`](Self::fail_calls) the limiters fail closed
+    /// (never answered: the call fails first).
     pub failure_policy: tollgate_redis::FailurePolicy,
+    /// `failure_policy: error`: a call one of whose decisions Redis did not
+    /// take fails as a whole, as envoyproxy/ratelimit's does. By default,
+    /// false.
+    pub fail_calls: bool,
+    /// Health checks (`/healthcheck`, `/readyz`) fail while Redis does not
+    /// answer or refuses this server (`health_check: true`;
+    /// envoyproxy/ratelimit's `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`). By
+    /// default, false: they answer 200 and the status page shows the
+    /// backend degraded.
+    pub health_check: bool,
+    /// How the start waits for Redis; `None`: Redis must answer at once.
+    /// By default, `None` (from envoyproxy/ratelimit's environment, its
+    /// `REDIS_STARTUP_*`).
+    pub startup_retry: Option<StartupRetry>,
+    /// Lines logged once when the backend starts: settings accepted
+    /// without effect (from envoyproxy/ratelimit's environment). By
+    /// default, none.
+    pub notices: Vec<String>,
     /// The longest a decision waits for Redis. By default, 5 ms.
     pub deadline: Duration,
     /// How long the client waits for one reply. By default, 50 ms.
@@ -141,6 +171,10 @@ struct BackendYaml {
     lyft: Option<lyft::LyftYaml>,
     #[serde(default)]
     wait: Option<WaitYaml>,
+    #[serde(default)]
+    health_check: Option<bool>,
+    #[serde(default)]
+    startup_retry: Option<startup::StartupYaml>,
 }
 
 #[derive(Deserialize)]
@@ -156,6 +190,7 @@ enum PolicyYaml {
     FailOpen,
     FailClosed,
     Local,
+    Error,
 }
 
 #[derive(Deserialize)]
@@ -222,8 +257,16 @@ impl TryFrom<BackendYaml> for BackendSection {
                 return Err("local_share: only the local failure policy has a share".into());
             }
             (PolicyYaml::FailOpen, None) => tollgate_redis::FailurePolicy::FailOpen,
-            (PolicyYaml::FailClosed, None) => tollgate_redis::FailurePolicy::FailClosed,
+            // `error`: the call fails before the policy's answer is used.
+            (PolicyYaml::FailClosed | PolicyYaml::Error, None) => {
+                tollgate_redis::FailurePolicy::FailClosed
+            }
         };
+        let fail_calls = policy == PolicyYaml::Error;
+        let startup_retry = yaml
+            .startup_retry
+            .map(startup::StartupYaml::read)
+            .transpose()?;
         let options = tollgate_redis::Options::default();
         let mut breaker = tollgate_redis::BreakerConfig::default();
         if let Some(b) = &yaml.breaker {
@@ -288,6 +331,10 @@ impl TryFrom<BackendYaml> for BackendSection {
                 tls: yaml.tls.map(|TlsSection(tls)| tls),
                 module: yaml.module.map_or(ModuleUse::Detect, ModuleUse::from),
                 failure_policy,
+                fail_calls,
+                health_check: yaml.health_check.unwrap_or(false),
+                startup_retry,
+                notices: Vec::new(),
                 deadline,
                 response_timeout: duration_of(
                     "response_timeout",

@@ -14,13 +14,31 @@
 //!   `:`); `REDIS_SENTINEL_AUTH` is the sentinels' password.
 //! - `REDIS_TLS=true` is TLS with the system's roots; `REDIS_TLS_CACERT`,
 //!   `REDIS_TLS_CLIENT_CERT` and `REDIS_TLS_CLIENT_KEY` add a CA and a
-//!   client identity. `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true` is
-//!   refused (tollgate always verifies the server's name).
+//!   client identity. With `REDIS_TLS` unset those three are accepted and
+//!   have no effect, as there (a Deployment may mount certificates with
+//!   TLS off); the backend logs once at start that they are ignored.
+//!   `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true` is refused (tollgate
+//!   always verifies the server's name).
 //! - `REDIS_TIMEOUT` (10 s by default, as there) bounds each decision
 //!   (tollgate's deadline), each reply and each connection: a drop-in
-//!   waits for Redis as envoyproxy/ratelimit waits. A decision past it goes
-//!   to tollgate's failure policy (by default a local share of the quota),
-//!   where envoyproxy/ratelimit would answer an error.
+//!   waits for Redis as envoyproxy/ratelimit waits.
+//! - **A Redis that fails is an error for the call**, as
+//!   envoyproxy/ratelimit makes it (`failure_policy: error`): a decision
+//!   Redis did not take (an error, a refusal such as `NOAUTH`, a timeout,
+//!   the breaker open) fails the whole call (gRPC `UNAVAILABLE`), counted
+//!   in `ratelimit.service.call.should_rate_limit.redis_error`, and
+//!   Envoy's `failure_mode_deny` decides. tollgate's own variable
+//!   `TOLLGATE_REDIS_FAILURE_POLICY` (`error`, `fail_open`, `fail_closed`,
+//!   `local` or `local:<share>`) chooses another policy explicitly.
+//! - `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true` makes `/healthcheck`
+//!   answer 500 while Redis does not answer or refuses this server
+//!   (`health_check: true`); unset, it answers 200 as there, and the status
+//!   page shows the backend degraded.
+//! - `REDIS_STARTUP_INITIAL_INTERVAL` (1 s), `REDIS_STARTUP_MAX_INTERVAL`
+//!   (30 s) and `REDIS_STARTUP_MAX_ELAPSED_TIME` (0: forever) are the
+//!   start's wait for Redis (`startup_retry:`): it `PING`s, and retries
+//!   with a WARN line per try until `PONG`; the listeners are bound once
+//!   Redis answered, as envoyproxy/ratelimit binds them.
 //! - `LOCAL_CACHE_SIZE_IN_BYTES` (envoyproxy/ratelimit's cache of keys over
 //!   their limit, in bytes) sizes the deny cache at one key per 128 bytes
 //!   (at least one key when the size is above 0).
@@ -30,11 +48,13 @@
 //!   `REDIS_POOL_ON_EMPTY_BEHAVIOR` other than `WAIT` is refused, as
 //!   envoyproxy/ratelimit refuses it.
 
+use std::time::Duration;
+
 use serde_yaml_ng::{Mapping, Value};
 
 use super::{Env, EnvError};
 use crate::config::BackendSettings;
-use crate::config::backend::BackendSection;
+use crate::config::backend::{BackendSection, StartupRetry};
 
 /// Bytes of `LOCAL_CACHE_SIZE_IN_BYTES` per deny-cache key.
 const BYTES_PER_CACHED_KEY: usize = 128;
@@ -121,10 +141,14 @@ pub(super) fn backend(env: &Env) -> Result<BackendSettings, EnvError> {
         ("REDIS_TLS_CLIENT_KEY", "key_file"),
     ];
     let mut tls_section = Mapping::new();
+    let mut notices = Vec::new();
     for (variable, key) in files {
         if let Some(path) = env.get(variable) {
             if !tls {
-                return Err(EnvError::new(variable, "needs REDIS_TLS=true"));
+                notices.push(format!(
+                    "{variable} is set but REDIS_TLS is not: ignored, Redis is reached without TLS (as envoyproxy/ratelimit does)"
+                ));
+                continue;
             }
             insert(&mut tls_section, key, path.to_owned());
         }
@@ -157,9 +181,81 @@ pub(super) fn backend(env: &Env) -> Result<BackendSettings, EnvError> {
     let _ = env.duration("REDIS_PIPELINE_WINDOW", std::time::Duration::ZERO)?;
     let _: usize = env.number("REDIS_PIPELINE_LIMIT", 0)?;
     let _: usize = env.number("REDIS_CLUSTER_PIPELINE_PARALLELISM", 1)?;
+    let (policy, share) = failure_policy(env)?;
+    insert(&mut yaml, "failure_policy", policy.to_owned());
+    if let Some(share) = share {
+        yaml.insert("local_share".into(), Value::Number(share.into()));
+    }
     let section: BackendSection = serde_yaml_ng::from_value(Value::Mapping(yaml))
         .map_err(|error| EnvError::new("REDIS_URL", format!("the Redis variables: {error}")))?;
-    Ok(section.0)
+    let mut backend = section.0;
+    if let BackendSettings::Redis(redis) = &mut backend {
+        redis.health_check = env.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?;
+        redis.startup_retry = Some(startup_retry(env)?);
+        redis.notices = notices;
+    }
+    Ok(backend)
+}
+
+/// tollgate's `TOLLGATE_REDIS_FAILURE_POLICY`, else envoyproxy/ratelimit's
+/// behaviour (`error`): the YAML's `failure_policy` and `local_share`.
+fn failure_policy(env: &Env) -> Result<(&'static str, Option<f64>), EnvError> {
+    const VARIABLE: &str = "TOLLGATE_REDIS_FAILURE_POLICY";
+    let text = env.string(VARIABLE, "error").to_ascii_lowercase();
+    let (name, share) = match text.split_once(':') {
+        Some((name, share)) => (name.trim().to_owned(), Some(share.trim().to_owned())),
+        None => (text.trim().to_owned(), None),
+    };
+    let policy = match name.as_str() {
+        "error" => "error",
+        "fail_open" => "fail_open",
+        "fail_closed" => "fail_closed",
+        "local" => "local",
+        other => {
+            return Err(EnvError::new(
+                VARIABLE,
+                format!(
+                    "'{other}' is not a policy (error, fail_open, fail_closed, local or local:<share>)"
+                ),
+            ));
+        }
+    };
+    let share = match share {
+        None => None,
+        Some(_) if policy != "local" => {
+            return Err(EnvError::new(
+                VARIABLE,
+                "only local takes a share (local:0.25)",
+            ));
+        }
+        Some(share) => Some(share.parse::<f64>().map_err(|_| {
+            EnvError::new(
+                VARIABLE,
+                format!("'{share}' is not a share (above 0, at most 1)"),
+            )
+        })?),
+    };
+    Ok((policy, share))
+}
+
+/// envoyproxy/ratelimit's `REDIS_STARTUP_*`: 0 (or less) for the elapsed
+/// time is forever, as there.
+fn startup_retry(env: &Env) -> Result<StartupRetry, EnvError> {
+    let defaults = StartupRetry::default();
+    let initial = env.duration("REDIS_STARTUP_INITIAL_INTERVAL", defaults.initial)?;
+    let max = env.duration("REDIS_STARTUP_MAX_INTERVAL", defaults.max)?;
+    let elapsed = env.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
+    if initial.is_zero() {
+        return Err(EnvError::new(
+            "REDIS_STARTUP_INITIAL_INTERVAL",
+            "must be above 0",
+        ));
+    }
+    Ok(StartupRetry {
+        initial,
+        max: max.max(initial),
+        give_up_after: (!elapsed.is_zero()).then_some(elapsed),
+    })
 }
 
 fn insert(map: &mut Mapping, key: &str, value: String) {

@@ -104,7 +104,14 @@ fn unsupported_values_are_refused_naming_the_variable() {
             ],
             "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
         ),
-        (&[("REDIS_TLS_CACERT", "/ca.pem")], "REDIS_TLS_CACERT"),
+        (
+            &[("TOLLGATE_REDIS_FAILURE_POLICY", "shrug")],
+            "TOLLGATE_REDIS_FAILURE_POLICY",
+        ),
+        (
+            &[("REDIS_STARTUP_INITIAL_INTERVAL", "soon")],
+            "REDIS_STARTUP_INITIAL_INTERVAL",
+        ),
         (
             &[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_TYPE", "ring")],
             "REDIS_TYPE",
@@ -442,4 +449,59 @@ fn the_other_areas_variables_reach_their_settings() {
         let error = LyftSettings::read(&env(&pairs)).expect_err(variable);
         assert_eq!(error.variable(), variable, "{error}");
     }
+}
+
+/// A Deployment that mounts Redis certificates with TLS off starts, as
+/// envoyproxy/ratelimit's does: the files are ignored and said so once.
+#[test]
+fn redis_tls_files_without_redis_tls_are_ignored_with_a_notice() {
+    let settings = LyftSettings::read(&env(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "127.0.0.1:6379"),
+        ("REDIS_TLS_CACERT", "/certs/ca.pem"),
+        ("REDIS_TLS_CLIENT_CERT", "/certs/client.pem"),
+    ]))
+    .expect("accepted");
+    let redis = redis(&settings);
+    assert_eq!(redis.tls, None);
+    assert_eq!(redis.notices.len(), 2, "{:?}", redis.notices);
+    assert!(redis.notices[0].starts_with("REDIS_TLS_CACERT is set but REDIS_TLS is not"));
+}
+
+/// From Lyft's environment a Redis that fails is an error for the call,
+/// the start waits for Redis (forever by default), and the health check
+/// follows `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`; tollgate's own variable
+/// picks another policy.
+#[test]
+fn redis_failures_are_lyfts_unless_a_policy_is_chosen() {
+    let base = [("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "127.0.0.1:6379")];
+    let settings = LyftSettings::read(&env(&base)).expect("read");
+    let first = redis(&settings);
+    assert!(first.fail_calls);
+    assert!(!first.health_check);
+    let retry = first.startup_retry.expect("waits");
+    assert_eq!(retry.initial, std::time::Duration::from_secs(1));
+    assert_eq!(retry.max, std::time::Duration::from_secs(30));
+    assert_eq!(retry.give_up_after, None);
+
+    let mut vars = base.to_vec();
+    vars.extend([
+        ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true"),
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+        ("REDIS_STARTUP_MAX_INTERVAL", "200ms"),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "2s"),
+        ("TOLLGATE_REDIS_FAILURE_POLICY", "local:0.5"),
+    ]);
+    let settings = LyftSettings::read(&env(&vars)).expect("read");
+    let redis = redis(&settings);
+    assert!(!redis.fail_calls);
+    assert!(redis.health_check);
+    assert_eq!(
+        redis.failure_policy,
+        tollgate_redis::FailurePolicy::Local { share: 0.5 }
+    );
+    let retry = redis.startup_retry.expect("waits");
+    assert_eq!(retry.initial, std::time::Duration::from_millis(50));
+    assert_eq!(retry.max, std::time::Duration::from_millis(200));
+    assert_eq!(retry.give_up_after, Some(std::time::Duration::from_secs(2)));
 }
