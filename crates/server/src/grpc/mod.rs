@@ -14,7 +14,9 @@
 //! - `current_limit` is the binding quota: `requests_per_unit` (saturated
 //!   to `u32`), its `unit` when the period is exactly one (`UNKNOWN` for a
 //!   `period:` such as `10s`), and `name` (the rule's name, else `""` as envoyproxy/ratelimit answers).
-//! - `limit_remaining` saturates to `u32::MAX`; an `unlimited` rule answers
+//! - `limit_remaining` is 0 on every denial (`OVER_LIMIT`, or OK in
+//!   shadow mode), as envoyproxy/ratelimit answers, even where a smaller
+//!   request would still fit; it saturates to `u32::MAX`; an `unlimited` rule answers
 //!   `u32::MAX` and no `current_limit`; no rule answers OK with neither.
 //! - `duration_until_reset`: for an admission, the time until the bucket is
 //!   full again; for a denial, the time until the same request would be
@@ -391,7 +393,14 @@ fn descriptor_status(outcome: &DescriptorOutcome) -> DescriptorStatus {
                     requests_per_unit: saturate(quota.requests_per_unit),
                     unit: proto_unit(quota.unit) as i32,
                 }),
-                limit_remaining: saturate(decision.remaining()),
+                // 0 on every denial, as envoyproxy/ratelimit answers (Envoy
+                // sends it as `x-ratelimit-remaining` on a 429), whatever
+                // a smaller request could still take.
+                limit_remaining: if decision.is_denied() {
+                    0
+                } else {
+                    saturate(decision.remaining())
+                },
                 duration_until_reset: Some(proto_duration(until)),
             }
         }
