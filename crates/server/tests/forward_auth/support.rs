@@ -285,12 +285,16 @@ pub fn client(source: [u8; 4]) -> reqwest::Client {
         .expect("client")
 }
 
+/// An auth call as a [`Recorder`] got it: request target and headers
+/// (names in lower case).
+pub type AuthCall = (String, Vec<(String, String)>);
+
 /// A stand-in for tollgate that passes everything (200) and keeps each
 /// auth call it gets (its request target and headers): what a proxy's
 /// recipe sends, seen from tollgate's side.
 pub struct Recorder {
     pub addr: SocketAddr,
-    calls: std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<(String, String)>)>>>,
+    calls: std::sync::Arc<std::sync::Mutex<Vec<AuthCall>>>,
 }
 
 impl Recorder {
@@ -327,7 +331,7 @@ impl Recorder {
     }
 
     /// The auth calls so far: request target and headers (lower case).
-    pub fn calls(&self) -> Vec<(String, Vec<(String, String)>)> {
+    pub fn calls(&self) -> Vec<AuthCall> {
         self.calls.lock().expect("calls").clone()
     }
 }
