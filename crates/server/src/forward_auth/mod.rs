@@ -198,7 +198,9 @@ async fn check(service: Arc<Service>, request: Request) -> Response {
             )
         }
         Err(CheckError::Backend(failure)) => {
-            tracing::warn!(error = %failure, "forward-auth: backend failed");
+            // Debug: the backend logs its store's failures itself,
+            // rate-limited (never a line per request).
+            tracing::debug!(error = %failure, "forward-auth: backend failed");
             answer::unavailable(deny, &failure.to_string())
         }
     }

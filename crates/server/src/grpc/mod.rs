@@ -262,7 +262,9 @@ impl RlsService {
                 return Err(Status::invalid_argument(message));
             }
             Err(CheckError::Backend(error)) => {
-                tracing::warn!(%error, "grpc: backend failed");
+                // Debug: the backend logs its store's failures itself,
+                // rate-limited (never a line per request).
+                tracing::debug!(%error, "grpc: backend failed");
                 return Err(Status::unavailable(error.to_string()));
             }
         };

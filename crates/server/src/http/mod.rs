@@ -414,7 +414,9 @@ async fn check(State(state): State<AppState>, body: Bytes) -> Response {
         .into_response(),
         Err(CheckError::Invalid(message)) => error(StatusCode::BAD_REQUEST, message),
         Err(CheckError::Backend(failure)) => {
-            tracing::warn!(error = %failure, "http: backend failed");
+            // Debug: the backend logs its store's failures itself,
+            // rate-limited (never a line per request).
+            tracing::debug!(error = %failure, "http: backend failed");
             error(StatusCode::SERVICE_UNAVAILABLE, failure.to_string())
         }
     }

@@ -5,5 +5,6 @@
 mod answers;
 mod configmap;
 mod endpoints;
+mod redis_failures;
 mod replay;
 mod support;

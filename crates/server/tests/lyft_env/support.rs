@@ -55,6 +55,8 @@ pub enum Counts<'a> {
     Memory,
     /// On this Redis (`REDIS_URL=127.0.0.1:PORT`).
     Redis(&'a RedisServer),
+    /// On a Redis expected on this loopback port, not started yet.
+    Absent(u16),
 }
 
 pub struct LyftServer {
@@ -86,6 +88,16 @@ pub async fn start(
     extra: &[(&str, &str)],
     layout: impl FnOnce(&Path),
 ) -> LyftServer {
+    try_start(counts, extra, layout).await.expect("bind")
+}
+
+/// [`start`], saying why the server did not start (Redis refused, or not
+/// there within `REDIS_STARTUP_MAX_ELAPSED_TIME`) instead of failing.
+pub async fn try_start(
+    counts: Counts<'_>,
+    extra: &[(&str, &str)],
+    layout: impl FnOnce(&Path),
+) -> Result<LyftServer, ServeError> {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path().join("data");
     std::fs::create_dir_all(&root).expect("root");
@@ -112,6 +124,7 @@ pub async fn start(
             let url = redis.url();
             set("REDIS_URL", url.trim_start_matches("redis://"));
         }
+        Counts::Absent(port) => set("REDIS_URL", &format!("127.0.0.1:{port}")),
     }
     for (k, v) in extra {
         set(k, v);
@@ -124,7 +137,7 @@ pub async fn start(
     if matches!(counts, Counts::Memory) {
         server = server.with_clock(clock.clone());
     }
-    let bound = server.bind().await.expect("bind");
+    let bound = server.bind().await?;
     let (tx, rx) = oneshot::channel::<()>();
     let grpc = bound.grpc_addr();
     let http = bound.http_addr();
@@ -134,7 +147,7 @@ pub async fn start(
     let task = tokio::spawn(bound.run(async move {
         let _ = rx.await;
     }));
-    LyftServer {
+    Ok(LyftServer {
         grpc,
         http,
         debug,
@@ -145,7 +158,7 @@ pub async fn start(
         _tmp: tmp,
         shutdown: Some(tx),
         task: Some(task),
-    }
+    })
 }
 
 impl LyftServer {
