@@ -220,9 +220,20 @@ const LIMITED_SPELLINGS: &[&str] = &[
     "/limited?x=1",
 ];
 
-/// Paths tollgate refuses whatever the rules: an encoded `/` or `\`, an
-/// encoded NUL, a bad percent-encoding. None reaches the upstream.
-const REFUSED_PATHS: &[&str] = &["/free%2Fx", "/free%5Cx", "/free%00", "/free%zz", "/free%2"];
+/// Paths tollgate refuses whatever the rules: ones an upstream may resolve
+/// two ways (a dot segment next to an encoded `/` or `\`, Tomcat's
+/// `..;`), an encoded control character, a bad percent-encoding. None
+/// reaches the upstream.
+const REFUSED_PATHS: &[&str] = &[
+    "/x/..%2Ffree",
+    "/x/..%2ffree",
+    "/x/..%5Cfree",
+    "/x/..;/free",
+    "/free%00",
+    "/free%1F",
+    "/free%zz",
+    "/free%2",
+];
 
 /// Dot-segments, percent-encodings and repeated slashes are counted
 /// against the rule the upstream serves: `/x/../limited/y` is `/limited`,
