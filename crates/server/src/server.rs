@@ -202,6 +202,11 @@ impl Server {
     ///
     /// As [`from_lyft_env`](Server::from_lyft_env).
     pub fn from_lyft_settings(settings: &LyftSettings) -> Result<Server, ServeError> {
+        // Once, at start: no variable is ignored without a word (the Redis
+        // settings' own notices are logged when Redis is connected).
+        for notice in &settings.notices {
+            tracing::warn!("{notice}");
+        }
         if let Some(xds) = &settings.xds {
             // The rules come from the control plane; the directory is not read.
             return Ok(Server::from_xds(settings.config.clone(), xds.clone())

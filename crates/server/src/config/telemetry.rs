@@ -13,7 +13,7 @@
 //! | `USE_PROMETHEUS` | `false` | a Prometheus listener of its own |
 //! | `PROMETHEUS_ADDR`, `PROMETHEUS_PATH` | `:9090`, `/metrics` | where it listens |
 //! | `PROMETHEUS_MAPPER_YAML` | the built-in mapping | a statsd_exporter mapping file ([`crate::statsd_mapping`]) |
-//! | `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` | `false` | checked, no effect (tollgate exports no `response_time`) |
+//! | `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` | `false` | `true`: the built-in mapping's `ratelimit_service_response_time_seconds` observes milliseconds (its scale 0.001 dropped, the name kept, as envoyproxy/ratelimit); no effect with `PROMETHEUS_MAPPER_YAML` |
 //! | `NEAR_LIMIT_RATIO` | `0.8` | the `near_limit` threshold, a fraction of the limit |
 //! | `TRACING_ENABLED` | `false` | OTLP traces: a span per decision ([`crate::traces`]) |
 //! | `TRACING_EXPORTER_PROTOCOL` | `http` | `http` (protobuf, `…/v1/traces`) or `grpc` |
@@ -178,7 +178,7 @@ impl TelemetrySettings {
                 reason: "DogStatsD mogrifiers are not supported by tollgate; unset it".to_owned(),
             });
         }
-        bool_var("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?;
+        let response_time_in_ms = bool_var("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?;
         let disabled = bool_var("DISABLE_STATS", false)?;
         let use_statsd = bool_var("USE_STATSD", true)?;
         let use_dog = bool_var("USE_DOG_STATSD", false)?;
@@ -211,7 +211,9 @@ impl TelemetrySettings {
             },
         };
         let mapping = match get("PROMETHEUS_MAPPER_YAML") {
-            None => Mapping::default(),
+            // As envoyproxy/ratelimit, the flag edits its built-in mapping
+            // only; a mapping file says its own scale.
+            None => Mapping::lyft_default(response_time_in_ms),
             Some(path) => {
                 let error = |reason: String| TelemetryError {
                     variable: "PROMETHEUS_MAPPER_YAML",

@@ -8,3 +8,4 @@ mod endpoints;
 mod redis_failures;
 mod replay;
 mod support;
+mod variables;

@@ -41,7 +41,9 @@
 //!   `memcache` is refused; `memory` (tollgate's own value, which
 //!   envoyproxy/ratelimit does not have) keeps the counts in the process.
 //! - `SHADOW_MODE=true` puts every rule in shadow mode (decided and
-//!   counted, answered OK).
+//!   counted, answered OK); `QUOTA_MODE=true` every rule in quota mode.
+//! - `RESPONSE_DYNAMIC_METADATA=true` sends envoyproxy/ratelimit's dynamic
+//!   metadata in RLS answers ([`crate::grpc::dynamic_metadata`]).
 //! - `GRPC_SERVER_USE_TLS=true` serves gRPC over TLS with
 //!   `GRPC_SERVER_TLS_CERT`/`_KEY`; client certificates
 //!   (`GRPC_CLIENT_TLS_CACERT`, `GRPC_CLIENT_TLS_SAN`) are refused: tollgate
@@ -78,7 +80,7 @@ pub mod variables;
 
 pub use runtime::{RuntimeDir, Snapshot};
 pub use values::Env;
-pub use variables::{Handling, VARIABLES, Variable, is_lyft_environment};
+pub use variables::{Handling, VARIABLES, Variable, is_lyft_environment, without_effect};
 
 /// A variable refused at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +149,9 @@ pub struct LyftSettings {
     /// The control plane, with `CONFIG_TYPE=GRPC_XDS_SOTW`
     /// ([`crate::config::xds`]).
     pub xds: Option<XdsSettings>,
+    /// One line per variable set without effect, logged once at start
+    /// ([`variables::without_effect`]).
+    pub notices: Vec<String>,
 }
 
 impl LyftSettings {
@@ -223,7 +228,18 @@ impl LyftSettings {
             log: log_settings(env)?,
             telemetry,
             xds,
+            notices: variables::without_effect(env),
         })
+    }
+
+    /// Every line logged at start about variables set without effect:
+    /// [`notices`](LyftSettings::notices), then the Redis settings'.
+    pub fn all_notices(&self) -> Vec<String> {
+        let mut all = self.notices.clone();
+        if let BackendSettings::Redis(redis) = &self.config.backend {
+            all.extend(redis.notices.iter().cloned());
+        }
+        all
     }
 
     /// The configuration with the config directory's rules, and the
@@ -261,7 +277,6 @@ fn refuse_unsupported(env: &Env) -> Result<(), EnvError> {
         if let Handling::Refused(why) = variable.handling {
             let refused = match variable.name {
                 "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION" => false, // checked with Redis
-                "QUOTA_MODE" => env.bool(variable.name, false)?,
                 _ => env.is_set(variable.name),
             };
             if refused {
@@ -343,13 +358,14 @@ fn runtime_dir(env: &Env, redis: bool) -> Result<RuntimeDir, EnvError> {
         dir.push(sub);
     }
     dir.push(env.string("RUNTIME_APPDIRECTORY", "config"));
-    // Which directory goruntime watches; the files read are the same.
+    // Checked only (a NoOp of the table): the files read are the same.
     let _watch_root = env.bool("RUNTIME_WATCH_ROOT", true)?;
     Ok(RuntimeDir {
         dir,
         ignore_dot_files: env.bool("RUNTIME_IGNOREDOTFILES", false)?,
         merge_domains: env.bool("MERGE_DOMAIN_CONFIG", false)?,
         shadow_mode: env.bool("SHADOW_MODE", false)?,
+        quota_mode: env.bool("QUOTA_MODE", false)?,
         redis,
     })
 }

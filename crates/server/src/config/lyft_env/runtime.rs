@@ -29,7 +29,10 @@
 //!   nothing (envoyproxy/ratelimit would load an empty config).
 //!   `FORCE_START_WITHOUT_INITIAL_CONFIG=true` starts anyway, with no
 //!   rules, and the first good snapshot is loaded by the reloader.
-//! - `SHADOW_MODE=true` puts every rule in shadow mode as it is loaded.
+//! - `SHADOW_MODE=true` puts every rule in shadow mode as it is loaded,
+//!   and `QUOTA_MODE=true` every rule in quota mode (envoyproxy/ratelimit's
+//!   global quota mode: a request is over the limit only when every one of
+//!   its limited descriptors is).
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +49,8 @@ pub struct RuntimeDir {
     pub merge_domains: bool,
     /// `SHADOW_MODE`: every rule in shadow mode.
     pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every rule in quota mode.
+    pub quota_mode: bool,
     /// Whether the rules run on Redis (which refuses `sliding_log`).
     pub redis: bool,
 }
@@ -132,10 +137,8 @@ impl RuntimeDir {
                 }
             }
         }
-        if self.shadow_mode {
-            for domain in &mut domains {
-                shadow(&mut domain.descriptors);
-            }
+        for domain in &mut domains {
+            mark(&mut domain.descriptors, self.shadow_mode, self.quota_mode);
         }
         Ok(domains)
     }
@@ -167,9 +170,11 @@ fn merge(into: &mut DomainConfig, more: DomainConfig) -> Result<(), String> {
     Ok(())
 }
 
-fn shadow(descriptors: &mut [DescriptorConfig]) {
+/// Puts every rule in shadow mode and / or quota mode.
+fn mark(descriptors: &mut [DescriptorConfig], shadow: bool, quota: bool) {
     for descriptor in descriptors {
-        descriptor.shadow_mode = true;
-        shadow(&mut descriptor.descriptors);
+        descriptor.shadow_mode |= shadow;
+        descriptor.quota_mode |= quota;
+        mark(&mut descriptor.descriptors, shadow, quota);
     }
 }

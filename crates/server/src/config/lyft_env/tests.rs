@@ -68,7 +68,17 @@ fn the_docker_compose_environment_is_read_as_envoyproxy_ratelimit_reads_it() {
         redis(&settings).target,
         RedisTarget::Single("redis://redis:6379".into())
     );
-    assert_eq!(settings.log.filter, "debug");
+    // Lyft's debug, without the HTTP/2 and gRPC libraries' frame logs.
+    assert_eq!(
+        settings.log.filter,
+        format!("debug,{}", super::QUIET_LIBRARIES)
+    );
+    assert!(settings.log.filter.contains("h2=info"));
+    // Its memcached address has no effect with Redis: said once at start.
+    assert_eq!(
+        settings.notices,
+        ["MEMCACHE_HOST_PORT is set but has no effect: read only with BACKEND_TYPE=memcache, which is refused"]
+    );
 }
 
 #[test]
@@ -94,7 +104,7 @@ fn unsupported_values_are_refused_naming_the_variable() {
         ),
         (&[("GRPC_CLIENT_TLS_SAN", "client")], "GRPC_CLIENT_TLS_SAN"),
         (&[("GRPC_UDS", "/tmp/rl.sock")], "GRPC_UDS"),
-        (&[("QUOTA_MODE", "true")], "QUOTA_MODE"),
+        (&[("QUOTA_MODE", "maybe")], "QUOTA_MODE"),
         (&[("GRPC_SERVER_USE_TLS", "true")], "GRPC_SERVER_TLS_CERT"),
         (
             &[
@@ -244,6 +254,7 @@ fn dir_of(root: &Path) -> RuntimeDir {
         ignore_dot_files: false,
         merge_domains: false,
         shadow_mode: false,
+        quota_mode: false,
         redis: false,
     }
 }

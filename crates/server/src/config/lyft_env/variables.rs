@@ -1,6 +1,15 @@
 //! Every variable of envoyproxy/ratelimit's `src/settings/settings.go`,
 //! with its default there and what tollgate does with it: the table the
 //! README prints, and the names that say "this is Lyft's environment".
+//!
+//! No variable is silently ignored: a variable set is read with its
+//! meaning, refused at start with its name, or logged once at start (at
+//! `WARN`, [`without_effect`]) as having no effect: always for the
+//! [`Handling::NoOp`] ones, and for the others where the environment
+//! turns their feature off (`GRPC_SERVER_TLS_CERT` without
+//! `GRPC_SERVER_USE_TLS=true`, `REDIS_*` with `BACKEND_TYPE=memory`, the
+//! xDS variables without `CONFIG_TYPE=GRPC_XDS_SOTW`…), where
+//! envoyproxy/ratelimit ignores them without a word.
 
 /// What tollgate does with one variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +48,94 @@ pub fn is_lyft_environment(env: &super::Env) -> bool {
     VARIABLES
         .iter()
         .any(|v| !GENERIC.contains(&v.name) && env.is_set(v.name))
+}
+
+/// One line per variable set in `env` that has no effect there (see the
+/// module docs): `NAME is set but has no effect: why`. The Redis TLS
+/// files without `REDIS_TLS` are reported by the Redis settings instead
+/// ([`crate::config::RedisSettings::notices`]).
+pub fn without_effect(env: &super::Env) -> Vec<String> {
+    VARIABLES
+        .iter()
+        .filter(|variable| env.is_set(variable.name))
+        .filter_map(|variable| {
+            let why = match variable.handling {
+                Handling::NoOp(why) => Some(why.to_owned()),
+                _ => switched_off(env, variable.name),
+            }?;
+            Some(format!("{} is set but has no effect: {why}", variable.name))
+        })
+        .collect()
+}
+
+/// Why `name` has no effect in `env`, for a variable whose feature
+/// another variable turns off.
+fn switched_off(env: &super::Env, name: &str) -> Option<String> {
+    let on = |switch: &str, default: bool| env.bool(switch, default).unwrap_or(default);
+    let is = |switch: &str, default: &str, value: &str| {
+        env.string(switch, default).eq_ignore_ascii_case(value)
+    };
+    let unless = |holds: bool, why: &str| (!holds).then(|| why.to_owned());
+    let xds = is("CONFIG_TYPE", "FILE", "GRPC_XDS_SOTW");
+    let redis = is("BACKEND_TYPE", "redis", "redis");
+    match name {
+        "GRPC_SERVER_TLS_CERT" | "GRPC_SERVER_TLS_KEY" => unless(
+            on("GRPC_SERVER_USE_TLS", false),
+            "GRPC_SERVER_USE_TLS is not true",
+        ),
+        _ if name.starts_with("CONFIG_GRPC_XDS_") || name.starts_with("XDS_CLIENT_") => {
+            unless(xds, "CONFIG_TYPE is not GRPC_XDS_SOTW")
+        }
+        _ if name.starts_with("RUNTIME_") || name == "MERGE_DOMAIN_CONFIG" => unless(
+            !xds,
+            "CONFIG_TYPE=GRPC_XDS_SOTW: the rules come from the control plane, not the config directory",
+        ),
+        "LIMIT_LIMIT_HEADER" | "LIMIT_REMAINING_HEADER" | "LIMIT_RESET_HEADER" => unless(
+            on("LIMIT_RESPONSE_HEADERS_ENABLED", false),
+            "LIMIT_RESPONSE_HEADERS_ENABLED is not true",
+        ),
+        "REDIS_TLS_CACERT" | "REDIS_TLS_CLIENT_CERT" | "REDIS_TLS_CLIENT_KEY" if redis => None,
+        _ if !redis
+            && (name.starts_with("REDIS_")
+                || matches!(
+                    name,
+                    "CACHE_KEY_PREFIX"
+                        | "EXPIRATION_JITTER_MAX_SECONDS"
+                        | "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"
+                        | "LOCAL_CACHE_SIZE_IN_BYTES"
+                )) =>
+        {
+            Some("BACKEND_TYPE is not redis".to_owned())
+        }
+        "REDIS_SENTINEL_AUTH" => unless(
+            is("REDIS_TYPE", "SINGLE", "SENTINEL"),
+            "REDIS_TYPE is not SENTINEL",
+        ),
+        "REDIS_PERSECOND_SENTINEL_AUTH" if on("REDIS_PERSECOND", false) => unless(
+            is("REDIS_PERSECOND_TYPE", "SINGLE", "SENTINEL"),
+            "REDIS_PERSECOND_TYPE is not SENTINEL",
+        ),
+        _ if name.starts_with("REDIS_PERSECOND_") => {
+            unless(on("REDIS_PERSECOND", false), "REDIS_PERSECOND is not true")
+        }
+        _ if name.starts_with("TRACING_") && name != "TRACING_ENABLED" => {
+            unless(on("TRACING_ENABLED", false), "TRACING_ENABLED is not true")
+        }
+        "STATSD_HOST" | "STATSD_PORT" | "STATS_FLUSH_INTERVAL" | "EXTRA_TAGS" => unless(
+            !on("DISABLE_STATS", false)
+                && (on("USE_STATSD", true) || on("USE_DOG_STATSD", false)),
+            "no StatsD sink (USE_STATSD and USE_DOG_STATSD are false, or DISABLE_STATS is true)",
+        ),
+        "PROMETHEUS_ADDR" | "PROMETHEUS_PATH" => unless(
+            !on("DISABLE_STATS", false) && on("USE_PROMETHEUS", false),
+            "USE_PROMETHEUS is not true (tollgate's /metrics on the HTTP listener is always served)",
+        ),
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS" => unless(
+            !env.is_set("PROMETHEUS_MAPPER_YAML"),
+            "PROMETHEUS_MAPPER_YAML gives the mapping (its own scale)",
+        ),
+        _ => None,
+    }
 }
 
 /// The table, in settings.go's order.
@@ -300,7 +397,9 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "RUNTIME_WATCH_ROOT",
         default: "true",
-        handling: Handling::Read,
+        handling: Handling::NoOp(
+            "which directory goruntime watches; tollgate reads the same files, every file under the directory, reloaded on any change",
+        ),
     },
     Variable {
         name: "EXPIRATION_JITTER_MAX_SECONDS",
@@ -445,7 +544,9 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "REDIS_PERSECOND_POOL_SIZE",
         default: "10",
-        handling: Handling::Area("see Redis key layout"),
+        handling: Handling::NoOp(
+            "checked only: the per-second Redis shares the first's connections' multiplexing, timeouts and deadline",
+        ),
     },
     Variable {
         name: "REDIS_PERSECOND_AUTH",
@@ -470,24 +571,28 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "REDIS_PERSECOND_PIPELINE_WINDOW",
         default: "0",
-        handling: Handling::Area("see Redis key layout"),
+        handling: Handling::NoOp(
+            "checked only: the per-second Redis shares the first's connections' multiplexing, timeouts and deadline",
+        ),
     },
     Variable {
         name: "REDIS_PERSECOND_PIPELINE_LIMIT",
         default: "0",
-        handling: Handling::Area("see Redis key layout"),
+        handling: Handling::NoOp(
+            "checked only: the per-second Redis shares the first's connections' multiplexing, timeouts and deadline",
+        ),
     },
     Variable {
         name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
         default: "1",
-        handling: Handling::Area("see Redis key layout"),
+        handling: Handling::NoOp(
+            "checked only: the per-second Redis shares the first's connections' multiplexing, timeouts and deadline",
+        ),
     },
     Variable {
         name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         default: "false",
-        handling: Handling::NoOp(
-            "a Redis outage is answered by the failure policy, not by the health check",
-        ),
+        handling: Handling::Read,
     },
     Variable {
         name: "REDIS_TIMEOUT",
@@ -497,7 +602,9 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "REDIS_PERSECOND_TIMEOUT",
         default: "10s",
-        handling: Handling::Area("see Redis key layout"),
+        handling: Handling::NoOp(
+            "checked only: the per-second Redis shares the first's connections' multiplexing, timeouts and deadline",
+        ),
     },
     Variable {
         name: "REDIS_POOL_ON_EMPTY_BEHAVIOR",
@@ -507,28 +614,24 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
         default: "WAIT",
-        handling: Handling::Area("see Redis key layout"),
+        handling: Handling::NoOp(
+            "checked only: the per-second Redis shares the first's connections' multiplexing, timeouts and deadline",
+        ),
     },
     Variable {
         name: "REDIS_STARTUP_INITIAL_INTERVAL",
         default: "1s",
-        handling: Handling::NoOp(
-            "Redis is connected at start; an unreachable Redis stops the start (the orchestrator restarts it)",
-        ),
+        handling: Handling::Read,
     },
     Variable {
         name: "REDIS_STARTUP_MAX_INTERVAL",
         default: "30s",
-        handling: Handling::NoOp(
-            "Redis is connected at start; an unreachable Redis stops the start (the orchestrator restarts it)",
-        ),
+        handling: Handling::Read,
     },
     Variable {
         name: "REDIS_STARTUP_MAX_ELAPSED_TIME",
         default: "0",
-        handling: Handling::NoOp(
-            "Redis is connected at start; an unreachable Redis stops the start (the orchestrator restarts it)",
-        ),
+        handling: Handling::Read,
     },
     Variable {
         name: "MEMCACHE_HOST_PORT",
@@ -583,7 +686,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "QUOTA_MODE",
         default: "false",
-        handling: Handling::Refused("true: quota mode is not supported"),
+        handling: Handling::Read,
     },
     Variable {
         name: "RESPONSE_DYNAMIC_METADATA",
