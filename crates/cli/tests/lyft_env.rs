@@ -170,3 +170,121 @@ fn a_refused_variable_is_named_and_no_environment_asks_for_config() {
     assert!(stderr.contains("--config"), "{stderr}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// `count` gRPC health checks over one HTTP/2 connection to `grpc`.
+fn grpc_health_checks(grpc: SocketAddr, count: usize) {
+    use http_body_util::{BodyExt, Full};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let stream = tokio::net::TcpStream::connect(grpc)
+            .await
+            .expect("connects");
+        let (mut sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .expect("h2 handshake");
+        tokio::spawn(connection);
+        for _ in 0..count {
+            // grpc.health.v1.Health/Check with an empty request (service "").
+            let request = http::Request::post(format!("http://{grpc}/grpc.health.v1.Health/Check"))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(Full::new(bytes::Bytes::from_static(&[0, 0, 0, 0, 0])))
+                .expect("request");
+            let response =
+                tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+                    .await
+                    .expect("in time")
+                    .expect("answered");
+            assert_eq!(response.status(), 200);
+            let _ = response.into_body().collect().await.expect("body");
+        }
+    });
+}
+
+#[test]
+fn log_format_json_writes_logrus_lines_and_debug_is_not_flooded_by_frames() {
+    let root = temp_root("logrus");
+    let mut child = lyft_command(&root)
+        .env("LOG_FORMAT", "json")
+        .env("LOG_LEVEL", "debug")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("tollgate starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (lines, received) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let grpc: SocketAddr = loop {
+        let line = received
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the server says where it listens");
+        seen.push(line.clone());
+        let object: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+        if let Some(grpc) = object["grpc"].as_str() {
+            break grpc.parse().expect("an address");
+        }
+    };
+    let before = seen.len();
+    grpc_health_checks(grpc, 20);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM sent");
+    let status = child.wait().expect("waitable");
+    assert!(status.success(), "{status:?}");
+    reader.join().expect("the stderr reader");
+    seen.extend(received.try_iter());
+    let _ = std::fs::remove_dir_all(&root);
+
+    // Every line is logrus' JSONFormatter with envoyproxy/ratelimit's
+    // field map: @timestamp (RFC 3339, UTC), @message, level.
+    for line in &seen {
+        let object: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let stamp = object["@timestamp"].as_str().unwrap_or_default();
+        assert!(stamp.ends_with('Z') && stamp.contains('T'), "{line}");
+        assert!(object["@message"].is_string(), "{line}");
+        assert!(
+            ["trace", "debug", "info", "warning", "error"]
+                .contains(&object["level"].as_str().unwrap_or_default()),
+            "{line}"
+        );
+        assert!(
+            object.get("fields").is_none() && object.get("timestamp").is_none(),
+            "{line}"
+        );
+    }
+    // The docker-compose memcached address has no effect: said once, at WARN.
+    let notices: Vec<&String> = seen
+        .iter()
+        .filter(|line| line.contains("MEMCACHE_HOST_PORT is set but has no effect"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{seen:#?}");
+    assert!(
+        notices[0].contains(r#""level":"warning""#),
+        "{}",
+        notices[0]
+    );
+    // 20 calls over HTTP/2 at debug: h2 logs each frame sent and received
+    // at debug (more than 80 lines); kept at info, at most a few remain.
+    let debug_after = seen[before..]
+        .iter()
+        .filter(|line| line.contains(r#""level":"debug""#))
+        .count();
+    assert!(
+        debug_after < 20,
+        "{debug_after} debug lines:\n{:#?}",
+        &seen[before..]
+    );
+}
