@@ -265,6 +265,16 @@ pub trait Backend: Send + Sync + 'static {
     /// envoyproxy/ratelimit does.
     fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a>;
 
+    /// Whether a hit of `rule` is counted even when it is refused (a
+    /// refusal writes, as envoyproxy/ratelimit's `INCRBY` does): then the
+    /// server sends a hit above the rule's capacity with its cost, to be
+    /// counted and refused, instead of a look. By default, false
+    /// (tollgate's rule: a refusal writes nothing).
+    fn counts_refused(&self, rule: &Rule) -> bool {
+        let _ = rule;
+        false
+    }
+
     /// Drops idle state; called every second by the server.
     fn sweep(&self) {}
 

@@ -126,7 +126,9 @@ enum Plan {
     },
     /// A cost above the rule's capacity: OVER_LIMIT, its bucket only
     /// looked at (cost 0), so that the denial is counted under the rule
-    /// from the window's count as envoyproxy/ratelimit counts it.
+    /// from the window's count as envoyproxy/ratelimit counts it; where
+    /// the backend counts refused hits ([`Backend::counts_refused`]),
+    /// counted with its cost, as envoyproxy/ratelimit's `INCRBY`.
     Oversized {
         rule: Arc<Rule>,
         key: String,
@@ -445,7 +447,18 @@ impl Service {
                         .map(|(rule, key)| Hit { rule, key, cost: 0 });
                     [Some(decided), looked]
                 }
-                Plan::Oversized { rule, key, .. } => [Some(Hit { rule, key, cost: 0 }), None],
+                // Looked at (cost 0), or counted where the backend counts
+                // refused hits as envoyproxy/ratelimit does.
+                Plan::Oversized {
+                    rule, key, cost, ..
+                } => {
+                    let cost = if self.backend.counts_refused(rule) {
+                        *cost
+                    } else {
+                        0
+                    };
+                    [Some(Hit { rule, key, cost }), None]
+                }
                 _ => [None, None],
             })
             .flatten()

@@ -169,6 +169,11 @@ impl Lyft {
         }
     }
 
+    /// Whether every hit counts, refused or not (`count_over_limit`).
+    pub(super) fn counts_refused(&self) -> bool {
+        self.layout.count_over_limit
+    }
+
     pub(super) fn set_per_second(&mut self, redis: Redis) {
         self.per_second = Some(redis);
     }

@@ -688,6 +688,11 @@ impl Backend for RedisBackend {
         })
     }
 
+    fn counts_refused(&self, rule: &Rule) -> bool {
+        self.lyft.as_ref().is_some_and(lyft::Lyft::counts_refused)
+            && lyft::lyft_rule(rule).is_some()
+    }
+
     fn register_metrics(&self, registry: &mut Registry) {
         registry.register_collector(Box::new(RedisMetrics {
             limiters: Arc::clone(&self.limiters),

@@ -5,6 +5,7 @@
 mod answers;
 mod configmap;
 mod endpoints;
+mod lyft_counts;
 mod redis_failures;
 mod replay;
 mod support;
