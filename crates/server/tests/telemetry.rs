@@ -229,11 +229,16 @@ fn lyft_series() -> Vec<String> {
     lines
 }
 
-/// The lines of `text` that are envoyproxy/ratelimit's series.
+/// The histogram of envoyproxy/ratelimit's `response_time` timer.
+const RESPONSE_TIME: &str = "ratelimit_service_response_time_seconds";
+
+/// The lines of `text` that are envoyproxy/ratelimit's counter series
+/// (its `response_time` histogram is checked apart: its buckets depend on
+/// timing).
 fn lyft_lines(text: &str) -> Vec<String> {
     let mut lines: Vec<String> = text
         .lines()
-        .filter(|line| line.starts_with("ratelimit_"))
+        .filter(|line| line.starts_with("ratelimit_") && !line.starts_with(RESPONSE_TIME))
         .map(str::to_owned)
         .collect();
     lines.sort();
@@ -243,6 +248,43 @@ fn lyft_lines(text: &str) -> Vec<String> {
 fn sorted(mut lines: Vec<String>) -> Vec<String> {
     lines.sort();
     lines
+}
+
+/// The `response_time` histogram of [`replay`]'s 11 calls: declared a
+/// histogram, 11 observations, buckets cumulative up to `+Inf`.
+fn response_time_histogram(text: &str) {
+    assert!(
+        text.contains(&format!("# TYPE {RESPONSE_TIME} histogram\n")),
+        "{text}"
+    );
+    let labels = "grpc_method=\"ShouldRateLimit\"";
+    assert_eq!(
+        metric(text, &format!("{RESPONSE_TIME}_count{{{labels}}}")),
+        11.0
+    );
+    let buckets: Vec<f64> = text
+        .lines()
+        .filter(|line| line.starts_with(&format!("{RESPONSE_TIME}_bucket{{")))
+        .map(|line| {
+            line.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect(line)
+        })
+        .collect();
+    assert_eq!(
+        buckets.len(),
+        12,
+        "Prometheus' 11 default buckets and +Inf: {text}"
+    );
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{text}");
+    assert_eq!(
+        metric(
+            text,
+            &format!("{RESPONSE_TIME}_bucket{{{labels},le=\"+Inf\"}}")
+        ),
+        11.0
+    );
 }
 
 /// `promtool check metrics` on `text`: no parse error (exit 1), and no
@@ -343,6 +385,7 @@ async fn metrics_formats_keep_envoyproxy_ratelimit_names() {
             "{text}"
         );
         assert_eq!(lyft_lines(&text), sorted(lyft_series()), "{text}");
+        response_time_histogram(&text);
         assert_eq!(
             metric(&text, "tollgate_rule_total_hits_total{rule=\"rl.user\"}"),
             6.0
@@ -367,6 +410,7 @@ async fn metrics_formats_keep_envoyproxy_ratelimit_names() {
         "{text}"
     );
     assert_eq!(lyft_lines(&text), sorted(lyft_series()), "{text}");
+    response_time_histogram(&text);
     assert_eq!(
         metric(&text, "tollgate_rule_total_hits_total{rule=\"rl.user\"}"),
         6.0
@@ -457,16 +501,38 @@ async fn use_prometheus_serves_its_listener_and_near_limit_ratio() {
     server.stop().await;
 }
 
-/// Sums `name:delta|c…` lines per name, checking each line's shape.
+/// The StatsD name of envoyproxy/ratelimit's `response_time` timer.
+const RESPONSE_TIME_STAT: &str = "ratelimit_server.ShouldRateLimit.response_time";
+
+/// Sums `name:delta|c…` lines per name, checking each line's shape (the
+/// `response_time` timer's lines are [`timer_lines`]').
 fn sum_lines(text: &str, suffix: &str) -> BTreeMap<String, u64> {
     let mut totals = BTreeMap::new();
-    for line in text.lines().filter(|line| !line.is_empty()) {
+    for line in text
+        .lines()
+        .filter(|line| !line.is_empty() && !line.starts_with(RESPONSE_TIME_STAT))
+    {
         let (name, rest) = line.split_once(':').unwrap_or_else(|| panic!("{line}"));
         let (delta, kind) = rest.split_once('|').unwrap_or_else(|| panic!("{line}"));
         assert_eq!(kind, suffix, "{line}");
         *totals.entry(name.to_owned()).or_default() += delta.parse::<u64>().expect(line);
     }
     totals
+}
+
+/// The `response_time` lines of `text`, each `name…:ms|ms…` with `suffix`
+/// after the `|ms`: their count.
+fn timer_lines(text: &str, name: &str, suffix: &str) -> usize {
+    text.lines()
+        .filter(|line| line.starts_with(RESPONSE_TIME_STAT))
+        .map(|line| {
+            let (stat, rest) = line.split_once(':').unwrap_or_else(|| panic!("{line}"));
+            assert_eq!(stat, name, "{line}");
+            let (ms, kind) = rest.split_once('|').unwrap_or_else(|| panic!("{line}"));
+            ms.parse::<u64>().expect(line);
+            assert_eq!(kind, format!("ms{suffix}"), "{line}");
+        })
+        .count()
 }
 
 /// `USE_STATSD` (envoyproxy/ratelimit's default sink): its StatsD lines
@@ -502,8 +568,11 @@ async fn use_statsd_sends_envoyproxy_ratelimit_lines_over_tcp() {
         .map(|(name, total)| (format!("{name}.__app=rl.__pod=rl-1_a"), total))
         .collect();
     assert_eq!(sum_lines(&text, "c"), expected, "{text}");
+    // One line per call of the timer, as gostats sends it.
+    let timer = format!("{RESPONSE_TIME_STAT}.__app=rl.__pod=rl-1_a");
+    assert_eq!(timer_lines(&text, &timer, ""), 11, "{text}");
     // One line per stat: the whole count in one flush.
-    assert_eq!(text.lines().count(), expected.len(), "{text}");
+    assert_eq!(text.lines().count(), expected.len() + 11, "{text}");
 }
 
 /// `USE_DOG_STATSD`: DogStatsD lines over UDP, tags after `|#`, the deltas
@@ -532,7 +601,9 @@ async fn use_dog_statsd_sends_deltas_over_udp() {
     let expected = lyft_stats();
     let mut text = String::new();
     let mut buf = vec![0; 65536];
-    while sum_lines(&text, "c|#app:rl") != expected {
+    while sum_lines(&text, "c|#app:rl") != expected
+        || timer_lines(&text, RESPONSE_TIME_STAT, "|#app:rl") < 11
+    {
         let n = within(receiver.recv(&mut buf)).await.expect("datagram");
         assert!(n <= 1432, "datagram of {n} bytes");
         text.push_str(std::str::from_utf8(&buf[..n]).expect("utf-8"));
