@@ -386,6 +386,7 @@ pub async fn concurrent_clients_are_counted_exactly(target: Target) {
 pub async fn answers_in_time_when_tollgate_hangs(target: Target, source: [u8; 4], expected: u16) {
     let test = target.test("hung");
     let answer = send(target.addr, source, &test, &Raw::get("/limited")).await;
+    eprintln!("{test}: {} after {:?}", answer.status, answer.elapsed);
     assert_eq!(answer.status, expected, "{test}: {answer:?}");
     assert!(
         answer.elapsed >= Duration::from_millis(900)
