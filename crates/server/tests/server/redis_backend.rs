@@ -291,7 +291,23 @@ async fn redis_down_local_policy_holds_its_share_of_the_quota() {
         }
     }
     assert_eq!(admitted, 50);
+    // Degrading to the local share is never invisible: the status page
+    // shows Redis down with its error, `tollgate_redis_up` reads 0; the
+    // health checks stay 200 (no `health_check: true`: the share limits).
+    let status = status_json(&server).await;
+    assert_eq!(status["backend"]["state"], "down", "{status}");
+    assert_eq!(status["backend"]["store"]["up"], false, "{status}");
+    assert!(
+        status["backend"]["store"]["last_error"].as_str().is_some(),
+        "{status}"
+    );
+    assert_eq!(readyz(&server).await, 200);
     let text = server.metrics().await;
+    assert_eq!(
+        metric(&text, r#"tollgate_redis_up{redis="main"}"#),
+        0.0,
+        "{text}"
+    );
     assert_eq!(
         metric(
             &text,
@@ -308,6 +324,54 @@ async fn redis_down_local_policy_holds_its_share_of_the_quota() {
         10.0,
         "{text}"
     );
+    server.stop().await;
+}
+
+async fn status_json(server: &TestServer) -> Value {
+    within(http_client().get(server.url("/status.json")).send())
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("json")
+}
+
+async fn readyz(server: &TestServer) -> u16 {
+    within(http_client().get(server.url("/readyz")).send())
+        .await
+        .expect("readyz")
+        .status()
+        .as_u16()
+}
+
+/// `health_check: true`: `/readyz` answers 503 while Redis is away (the
+/// probe sees it without traffic), 200 once it is back; the status page
+/// says `ok` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_follows_redis_when_asked() {
+    let mut redis = RedisServer::start();
+    let backend = redis.backend(&format!(
+        "  health_check: true
+  deadline: {DEADLINE_MS}ms
+  response_timeout: {REDIS_WAIT}
+  connection_timeout: {REDIS_WAIT}
+"
+    ));
+    let server = start_with("", &format!("{backend}{RULES}")).await;
+    assert_eq!(readyz(&server).await, 200);
+    redis.kill();
+    let end = Instant::now() + Duration::from_secs(10);
+    while readyz(&server).await != 503 {
+        assert!(Instant::now() < end, "/readyz never 503 with Redis away");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status_json(&server).await["backend"]["state"], "down");
+    redis.restart();
+    let end = Instant::now() + Duration::from_secs(10);
+    while readyz(&server).await != 200 {
+        assert!(Instant::now() < end, "/readyz never 200 with Redis back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     server.stop().await;
 }
 
