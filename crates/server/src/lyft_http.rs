@@ -320,6 +320,12 @@ fn response_json(response: &RateLimitResponse) -> Value {
     if !headers.is_empty() {
         top.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
+    if let Some(metadata) = &response.dynamic_metadata {
+        top.insert(
+            "dynamicMetadata".into(),
+            crate::grpc::dynamic_metadata::to_json(metadata),
+        );
+    }
     Value::Object(top)
 }
 

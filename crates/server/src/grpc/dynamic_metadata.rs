@@ -81,6 +81,29 @@ impl Asked {
     }
 }
 
+/// `s` in protobuf's JSON mapping (a `Struct` is the JSON object it
+/// holds), for `POST /json`'s `dynamicMetadata`.
+pub fn to_json(s: &Struct) -> serde_json::Value {
+    serde_json::Value::Object(
+        s.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value_json(v)))
+            .collect(),
+    )
+}
+
+fn value_json(value: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => J::Null,
+        Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n).map_or(J::Null, J::Number),
+        Some(Kind::StringValue(s)) => J::String(s.clone()),
+        Some(Kind::BoolValue(b)) => J::Bool(*b),
+        Some(Kind::StructValue(s)) => to_json(s),
+        Some(Kind::ListValue(list)) => J::Array(list.values.iter().map(value_json).collect()),
+    }
+}
+
 fn kind(kind: Kind) -> Value {
     Value { kind: Some(kind) }
 }

@@ -328,6 +328,27 @@ async fn response_dynamic_metadata_carries_lyfts_fields() {
         !route.fields.contains_key("zone"),
         "bar is over its limit: {route:?}"
     );
+    // POST /json carries it too, in protobuf's JSON mapping.
+    let answer: serde_json::Value = within(async {
+        http_client()
+            .post(format!("http://{}/json", server.http))
+            .body(r#"{"domain":"rl","descriptors":[{"entries":[{"key":"foo","value":"x"}]}]}"#)
+            .send()
+            .await
+            .expect("/json")
+            .json()
+            .await
+            .expect("json")
+    })
+    .await;
+    assert_eq!(
+        answer["dynamicMetadata"]["descriptors"][0]["entries"][0], "foo=x",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["dynamicMetadata"]["metadata"]["team"], "payments",
+        "{answer}"
+    );
     server.stop().await;
     // Off by default: no dynamic metadata.
     let server = start(Counts::Memory, &[], rules).await;
