@@ -11,6 +11,7 @@
 //!       client_address_header: x_forwarded_for
 //!       forwarded_headers: x_forwarded     # which headers the proxy writes
 //!       path: normalize                    # or refuse a path not normal
+//!       deny_status: 429                   # where the auth URL names none
 //!       rate_limits:                       # Envoy's list, unchanged
 //!         - actions:
 //!             - remote_address: {}
@@ -72,6 +73,8 @@ pub struct ForwardAuthConfig {
     pub forwarded_headers: ForwardedHeaders,
     /// What a path that is not normal gets.
     pub path: PathPolicy,
+    /// The refusal's status (403 or 429) where the auth URL names none.
+    pub deny_status: Option<u16>,
     /// Envoy's `rate_limits` entries: each produces at most one descriptor.
     pub rate_limits: Vec<RateLimitEntry>,
 }
@@ -273,6 +276,8 @@ struct ForwardAuthYaml {
     forwarded_headers: Option<ForwardedHeadersYaml>,
     #[serde(default)]
     path: Option<String>,
+    #[serde(default)]
+    deny_status: Option<u16>,
     rate_limits: Vec<RateLimitYaml>,
 }
 
@@ -309,6 +314,9 @@ impl TryFrom<ForwardAuthYaml> for ForwardAuthSection {
             ForwardedHeadersYaml::validate,
         )?;
         let path = path_policy(yaml.path.as_deref())?;
+        if let Some(code) = yaml.deny_status.filter(|code| !matches!(code, 403 | 429)) {
+            return Err(format!("deny_status: {code}: 429 or 403"));
+        }
         if yaml.rate_limits.is_empty() {
             return Err("rate_limits: needs at least one entry".into());
         }
@@ -335,6 +343,7 @@ impl TryFrom<ForwardAuthYaml> for ForwardAuthSection {
             client_address_header,
             forwarded_headers,
             path,
+            deny_status: yaml.deny_status,
             rate_limits,
         }))
     }

@@ -16,7 +16,7 @@
 //!
 //! | parameter | meaning |
 //! |---|---|
-//! | `deny_status=403` | refuse with 403 instead of 429 (nginx `auth_request`) |
+//! | `deny_status=403` | refuse with 403 instead of 429 (nginx `auth_request`); the domain's `forward_auth: {deny_status: 403}` sets a default where a proxy cannot write the parameter |
 //! | `destination_cluster=NAME` | the value of Envoy's `destination_cluster` action |
 //! | `source_cluster=NAME` | the value of Envoy's `source_cluster` action |
 //!
@@ -118,6 +118,7 @@ use axum::routing::any;
 
 use crate::metrics::{Api, Refusal};
 use crate::service::{CheckError, CheckRequest, Service};
+use answer::DenyStatus;
 use forwarded::Forwarded;
 use params::Params;
 
@@ -146,11 +147,7 @@ async fn check(service: Arc<Service>, request: Request) -> Response {
             );
         }
     };
-    let deny = params.deny_status;
     let domain = params.domain;
-    let Some(_slot) = service.admit(Api::Http) else {
-        return answer::unavailable(deny, "too many requests in flight");
-    };
     let rules = service.rules();
     let Some(config) = rules.forward_auth(&domain) else {
         return bad(
@@ -158,6 +155,14 @@ async fn check(service: Arc<Service>, request: Request) -> Response {
             StatusCode::NOT_FOUND,
             format!("forward-auth: domain '{domain}' has no forward_auth section"),
         );
+    };
+    // The URL's parameter, else the domain's default, else 429.
+    let deny = params
+        .deny_status
+        .or_else(|| config.deny_status.and_then(DenyStatus::parse))
+        .unwrap_or(DenyStatus::TooManyRequests);
+    let Some(_slot) = service.admit(Api::Http) else {
+        return answer::unavailable(deny, "too many requests in flight");
     };
     let Some(peer) = request
         .extensions()

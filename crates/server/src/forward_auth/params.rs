@@ -33,9 +33,8 @@ const NAMES: &str = "deny_status, destination_cluster, source_cluster";
 pub struct Params {
     /// The domain whose rules decide.
     pub domain: String,
-    /// The status a refusal is answered with (`deny_status`; 429 by
-    /// default).
-    pub deny_status: DenyStatus,
+    /// The status a refusal is answered with (`deny_status`), when given.
+    pub deny_status: Option<DenyStatus>,
     /// The value of Envoy's `destination_cluster` action.
     pub destination_cluster: Option<String>,
     /// The value of Envoy's `source_cluster` action.
@@ -67,7 +66,7 @@ impl Params {
         }
         let mut params = Params {
             domain,
-            deny_status: DenyStatus::TooManyRequests,
+            deny_status: None,
             destination_cluster: None,
             source_cluster: None,
         };
@@ -83,11 +82,13 @@ impl Params {
             let value = decoded(value, name)?;
             match name {
                 "deny_status" => {
-                    params.deny_status = value
-                        .parse()
-                        .ok()
-                        .and_then(DenyStatus::parse)
-                        .ok_or_else(|| format!("deny_status={value}: 429 or 403"))?;
+                    params.deny_status = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .and_then(DenyStatus::parse)
+                            .ok_or_else(|| format!("deny_status={value}: 429 or 403"))?,
+                    );
                 }
                 "destination_cluster" => params.destination_cluster = Some(value),
                 "source_cluster" => params.source_cluster = Some(value),
@@ -134,7 +135,7 @@ mod tests {
             Params::from_path("/v1/forward-auth/api").unwrap(),
             Params {
                 domain: "api".into(),
-                deny_status: DenyStatus::TooManyRequests,
+                deny_status: None,
                 destination_cluster: None,
                 source_cluster: None,
             }
@@ -143,7 +144,7 @@ mod tests {
             Params::from_path("/v1/forward-auth/a%3Bb;deny_status=403;destination_cluster=web%20one;source_cluster=edge").unwrap(),
             Params {
                 domain: "a;b".into(),
-                deny_status: DenyStatus::Forbidden,
+                deny_status: Some(DenyStatus::Forbidden),
                 destination_cluster: Some("web one".into()),
                 source_cluster: Some("edge".into()),
             }

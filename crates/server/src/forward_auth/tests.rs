@@ -722,3 +722,38 @@ fn request_headers_are_checked_at_load() {
         error.message()
     );
 }
+
+/// ingress-nginx writes the auth URL into its configuration unquoted,
+/// where a `;` would end the directive: the domain's `deny_status` is the
+/// default, and the URL's parameter still wins.
+#[tokio::test]
+async fn the_domains_deny_status_is_the_default() {
+    let router = router(&TWO_PER_MINUTE.replace(
+        "  trusted_proxies: [127.0.0.1]\n",
+        "  trusted_proxies: [127.0.0.1]\n  deny_status: 403\n",
+    ));
+    let client = [("x-forwarded-for", "198.51.100.7")];
+    for _ in 0..2 {
+        call(&router, "/v1/forward-auth/d", "127.0.0.1", &client).await;
+    }
+    let refused = call(&router, "/v1/forward-auth/d", "127.0.0.1", &client).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let overridden = call(
+        &router,
+        "/v1/forward-auth/d;deny_status=429",
+        "127.0.0.1",
+        &client,
+    )
+    .await;
+    assert_eq!(overridden.status(), StatusCode::TOO_MANY_REQUESTS);
+    let yaml = TWO_PER_MINUTE.replace(
+        "  trusted_proxies: [127.0.0.1]\n",
+        "  trusted_proxies: [127.0.0.1]\n  deny_status: 500\n",
+    );
+    let error = Config::from_yaml(Path::new("t.yaml"), &yaml).expect_err("500");
+    assert!(
+        error.message().contains("429 or 403"),
+        "{}",
+        error.message()
+    );
+}
