@@ -31,8 +31,11 @@
 //!   nothing: there are no gauges), `scale`, `buckets` (also under
 //!   `histogram_options`), and `defaults:` `match_type` and `buckets`.
 //!   A timer is always a histogram (`timer_type`/`observer_type`
-//!   `histogram`, or unset), with Prometheus' default buckets unless the
-//!   file gives them; `summary` is refused, as is any key this module
+//!   `histogram`, or unset, also when no rule maps it), with Prometheus'
+//!   default buckets unless the file gives them (decision:
+//!   statsd_exporter makes an untyped timer a summary, but
+//!   envoyproxy/ratelimit's own mapping asks for a histogram, which is
+//!   what its dashboards read, and summaries cannot be aggregated); `summary` is refused, as is any key this module
 //!   does not apply (`honor_labels`, `glob_disable_ordering`…), with its
 //!   name: a mapping this module would apply differently than
 //!   statsd_exporter is never applied silently. `quantiles`,
@@ -614,6 +617,81 @@ mappings:
         assert!(error.to_string().contains("honor_labels"), "{error}");
         let error = Mapping::from_yaml("mappings:\n  - match: a.*\n").expect_err("no name");
         assert!(error.to_string().contains("name"), "{error}");
+    }
+
+    #[test]
+    fn timers_map_to_histograms_with_scale_and_buckets() {
+        let stat = "ratelimit_server.ShouldRateLimit.response_time";
+        let lyft = Mapping::default().map_timer(stat).expect("mapped");
+        assert_eq!(lyft.series.name, "ratelimit_service_response_time_seconds");
+        assert_eq!(lyft.scale, 0.001);
+        assert_eq!(lyft.buckets, DEFAULT_BUCKETS.to_vec());
+        assert_eq!(
+            Mapping::lyft_default(true)
+                .map_timer(stat)
+                .expect("mapped")
+                .scale,
+            1.0
+        );
+        let file = Mapping::from_yaml(
+            r#"
+defaults: {buckets: [1, 2]}
+mappings:
+  - match: "ratelimit_server.*.total_requests"
+    name: "calls"
+    match_metric_type: counter
+  - match: "ratelimit_server.*.response_time"
+    name: "rt_ms"
+    match_metric_type: observer
+    observer_type: histogram
+    histogram_options: {buckets: [5, 50, 500]}
+    labels: {method: "$1"}
+"#,
+        )
+        .expect("a mapping");
+        let timer = file.map_timer(stat).expect("mapped");
+        assert_eq!(
+            timer.series,
+            series("rt_ms", &[("method", "ShouldRateLimit")]).expect("s")
+        );
+        assert_eq!((timer.scale, timer.buckets), (1.0, vec![5.0, 50.0, 500.0]));
+        // A counter rule does not name the timer, nor an observer rule a counter.
+        assert_eq!(
+            file.map("ratelimit_server.ShouldRateLimit.response_time"),
+            series("ratelimit_server_ShouldRateLimit_response_time", &[])
+        );
+        // Unmapped: the escaped name, the file's default buckets.
+        let bare = Mapping::from_yaml("defaults: {buckets: [1, 2]}\nmappings: []\n").expect("bare");
+        let timer = bare.map_timer(stat).expect("kept");
+        assert_eq!(
+            timer.series.name,
+            "ratelimit_server_ShouldRateLimit_response_time"
+        );
+        assert_eq!(timer.buckets, vec![1.0, 2.0]);
+        // A dropped timer is not exported.
+        let drop = Mapping::from_yaml(
+            "mappings:\n  - match: ratelimit_server.*.response_time\n    action: drop\n",
+        )
+        .expect("drop");
+        assert_eq!(drop.map_timer(stat), None);
+        // What this module would export differently is refused, named.
+        for (yaml, named) in [
+            (
+                "mappings:\n  - match: a.*\n    name: x\n    timer_type: summary\n",
+                "timer_type",
+            ),
+            (
+                "defaults: {observer_type: summary}\nmappings: []\n",
+                "observer_type",
+            ),
+            (
+                "mappings:\n  - match: a.*\n    name: x\n    buckets: [2, 1]\n",
+                "buckets",
+            ),
+        ] {
+            let error = Mapping::from_yaml(yaml).expect_err(yaml);
+            assert!(error.to_string().contains(named), "{error}");
+        }
     }
 
     #[test]
