@@ -141,7 +141,7 @@ pub use admin::AdminSettings;
 use backend::BackendSection;
 pub use backend::{
     BackendSettings, KeyLayout, LYFT_LAYOUT_VARIABLES, LyftEnvError, LyftLayout, PerSecondRedis,
-    RedisSettings, RedisTarget, RedisTls, SentinelSettings, redact_url,
+    RedisSettings, RedisTarget, RedisTls, SentinelSettings, StartupRetry, redact_url,
 };
 pub use checked::{
     AlgorithmKind, BuiltAlgorithm, DescriptorConfig, DomainConfig, LimitConfig, Limits,

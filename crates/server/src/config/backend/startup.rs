@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// How the start waits for Redis (see the [module docs](self)).
+/// How the start waits for Redis: the first try at once, then waits from
+/// `initial` doubling up to `max`, until `PONG` or `give_up_after`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StartupRetry {
     /// The first wait. By default, 1 s.

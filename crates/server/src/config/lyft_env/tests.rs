@@ -485,7 +485,10 @@ fn redis_tls_files_without_redis_tls_are_ignored_with_a_notice() {
 /// picks another policy.
 #[test]
 fn redis_failures_are_lyfts_unless_a_policy_is_chosen() {
-    let base = [("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "127.0.0.1:6379")];
+    let base = [
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "127.0.0.1:6379"),
+    ];
     let settings = LyftSettings::read(&env(&base)).expect("read");
     let first = redis(&settings);
     assert!(first.fail_calls);
