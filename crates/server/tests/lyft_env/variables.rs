@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use tollgate_server::config::BackendSettings;
-use tollgate_server::config::lyft_env::{Env, LyftSettings, VARIABLES};
+use tollgate_server::config::lyft_env::{Env, Handling, LyftSettings, VARIABLES};
 
 const NAMES: &str = include_str!("settings_go_variables.txt");
 
@@ -51,6 +51,8 @@ fn trial(name: &str, default: &str, dir: &Path) -> (String, Vec<(&'static str, S
         "LOG_FORMAT" => "json".to_owned(),
         "CONFIG_TYPE" => "GRPC_XDS_SOTW".to_owned(),
         "CONFIG_GRPC_XDS_NODE_METADATA" => "k=v".to_owned(),
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT" | "CONFIG_GRPC_XDS_SERVER_TLS_CACERT" => file("cert.pem"),
+        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY" => file("key.pem"),
         "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS" => "k:v".to_owned(),
         "USE_DOG_STATSD" | "USE_PROMETHEUS" => {
             return ("true".to_owned(), vec![("USE_STATSD", "false".to_owned())]);
@@ -152,9 +154,18 @@ fn classify(name: &str, dir: &Path) -> Result<Class, String> {
         .map(|v| v.default)
         .ok_or_else(|| format!("{name}: not in tollgate's table"))?;
     let (value, context) = trial(name, default, dir);
-    let baseline = LyftSettings::read(&env(&context));
-    let mut with = context.clone();
-    with.push((name_static(name), value.clone()));
+    classify_in(name, &value, &context)
+}
+
+/// As [`classify`], `name=value` set over `context`.
+fn classify_in(
+    name: &str,
+    value: &str,
+    context: &[(&'static str, String)],
+) -> Result<Class, String> {
+    let baseline = LyftSettings::read(&env(context));
+    let mut with = context.to_vec();
+    with.push((name_static(name), value.to_owned()));
     match LyftSettings::read(&env(&with)) {
         Err(error) if error.variable() == name => {
             println!("refused: {error}");
@@ -182,6 +193,104 @@ fn classify(name: &str, dir: &Path) -> Result<Class, String> {
                 ))
             }
         }
+    }
+}
+
+/// The variables that turn on the feature `name` belongs to (and what it
+/// needs beside them), for a variable logged as without effect alone;
+/// `None` for the others.
+fn switched_on(name: &str, dir: &Path) -> Option<Vec<(&'static str, String)>> {
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let on = |pairs: &[(&'static str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (*k, (*v).to_owned()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let redis_tls = [
+        ("REDIS_TLS", "true"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "localhost:6379"),
+    ];
+    match name {
+        "GRPC_SERVER_TLS_CERT" => Some(vec![
+            ("GRPC_SERVER_USE_TLS", "true".to_owned()),
+            ("GRPC_SERVER_TLS_KEY", file("key.pem")),
+        ]),
+        "GRPC_SERVER_TLS_KEY" => Some(vec![
+            ("GRPC_SERVER_USE_TLS", "true".to_owned()),
+            ("GRPC_SERVER_TLS_CERT", file("cert.pem")),
+        ]),
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT" => Some(vec![
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_owned()),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".to_owned()),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", file("key.pem")),
+        ]),
+        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY" => Some(vec![
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_owned()),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".to_owned()),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", file("cert.pem")),
+        ]),
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT" | "CONFIG_GRPC_XDS_SERVER_TLS_SAN" => on(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ]),
+        _ if name.starts_with("CONFIG_GRPC_XDS_") || name.starts_with("XDS_CLIENT_") => {
+            on(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")])
+        }
+        "PROMETHEUS_ADDR" | "PROMETHEUS_PATH" => {
+            on(&[("USE_PROMETHEUS", "true"), ("USE_STATSD", "false")])
+        }
+        "LIMIT_LIMIT_HEADER" | "LIMIT_REMAINING_HEADER" | "LIMIT_RESET_HEADER" => {
+            on(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")])
+        }
+        "REDIS_TLS_CACERT" => on(&redis_tls),
+        "REDIS_TLS_CLIENT_CERT" => {
+            let mut pairs = on(&redis_tls)?;
+            pairs.push(("REDIS_TLS_CLIENT_KEY", file("key.pem")));
+            Some(pairs)
+        }
+        "REDIS_TLS_CLIENT_KEY" => {
+            let mut pairs = on(&redis_tls)?;
+            pairs.push(("REDIS_TLS_CLIENT_CERT", file("cert.pem")));
+            Some(pairs)
+        }
+        "REDIS_SENTINEL_AUTH" => on(&[
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "mymaster,localhost:26379"),
+        ]),
+        "REDIS_PERSECOND_SENTINEL_AUTH" | "REDIS_PERSECOND_TYPE" => on(&[
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_TYPE", "sentinel"),
+            ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+            ("REDIS_PERSECOND_URL", "mymaster,localhost:26379"),
+        ])
+        .map(|mut pairs| {
+            // The type itself is tried against a single server.
+            if name == "REDIS_PERSECOND_TYPE" {
+                pairs.retain(|(k, _)| *k != "REDIS_PERSECOND_TYPE");
+            }
+            pairs
+        }),
+        "REDIS_PERSECOND_SOCKET_TYPE" | "REDIS_PERSECOND_TLS" => on(&[
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+            ("REDIS_PERSECOND_URL", "localhost:6380"),
+        ])
+        .map(|mut pairs| {
+            if name == "REDIS_PERSECOND_SOCKET_TYPE" {
+                pairs.retain(|(k, _)| *k != "REDIS_PERSECOND_SOCKET_TYPE");
+            }
+            pairs
+        }),
+        _ if name.starts_with("REDIS_PERSECOND_") => on(&[("REDIS_PERSECOND", "true")]),
+        _ if name.starts_with("TRACING_") && name != "TRACING_ENABLED" => {
+            on(&[("TRACING_ENABLED", "true")])
+        }
+        _ => None,
     }
 }
 
@@ -230,4 +339,39 @@ fn every_variable_of_settings_go_is_supported_refused_or_logged() {
         println!("{class:?}: {}", names.join(" "));
     }
     assert!(silent.is_empty(), "{}", silent.join("\n"));
+}
+
+/// A variable logged as without effect alone takes effect (or is refused,
+/// named) once its feature is on, unless it is one of the table's
+/// accepted no-ops: the lines at start never hide a variable that is
+/// simply not read.
+#[test]
+fn a_variable_logged_alone_takes_effect_when_its_feature_is_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    files(dir.path());
+    let mut totals: BTreeMap<Class, Vec<&str>> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for variable in VARIABLES {
+        let no_op = matches!(variable.handling, Handling::NoOp(_));
+        let Some(context) = switched_on(variable.name, dir.path()) else {
+            continue;
+        };
+        let (value, _) = trial(variable.name, variable.default, dir.path());
+        let class = classify_in(variable.name, &value, &context);
+        match (&class, no_op) {
+            (Ok(Class::Logged), true) | (Ok(Class::Supported | Class::Refused), false) => {
+                totals
+                    .entry(*class.as_ref().unwrap_or(&Class::Logged))
+                    .or_default()
+                    .push(variable.name);
+            }
+            _ => wrong.push(format!("{} (no-op: {no_op}): {class:?}", variable.name)),
+        }
+    }
+    let counts: Vec<(Class, usize)> = totals.iter().map(|(c, n)| (*c, n.len())).collect();
+    println!("with their feature on: {counts:?}");
+    for (class, names) in &totals {
+        println!("{class:?}: {}", names.join(" "));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
