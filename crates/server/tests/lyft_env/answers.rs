@@ -60,34 +60,40 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn hits_above_the_limit_are_counted_as_envoyproxy_ratelimit_counts_them() {
-    let server = start(Counts::Memory, &[], rules).await;
-    let mut client = server.grpc_client().await;
-    let mut call = request("rl", vec![descriptor(&[("foo", "x")])]);
-    call.hits_addend = 4;
-    let response = within(client.should_rate_limit(call))
-        .await
-        .expect("call")
-        .into_inner();
-    assert_eq!(response.overall_code(), Code::OverLimit, "{response:?}");
-    let text = scrape(&server).await;
-    // envoyproxy/ratelimit: 4 hits on 3/min count 4, 1 over, 1 near.
-    for (stat, want) in [
-        ("total_hits", 4.0),
-        ("over_limit", 1.0),
-        ("near_limit", 1.0),
-    ] {
-        let series = format!("ratelimit_service_rate_limit_{stat}{{domain=\"rl\",key1=\"foo_x\"}}");
-        assert_eq!(sample(&text, &series), Some(want), "{series} in\n{text}");
+    let redis = RedisServer::start();
+    // In memory, and on Redis in Lyft's layout (where the 4 are written,
+    // as its INCRBY writes them): the same stats.
+    for counts in [Counts::Memory, Counts::Redis(&redis)] {
+        let server = start(counts, &[], rules).await;
+        let mut client = server.grpc_client().await;
+        let mut call = request("rl", vec![descriptor(&[("foo", "x")])]);
+        call.hits_addend = 4;
+        let response = within(client.should_rate_limit(call))
+            .await
+            .expect("call")
+            .into_inner();
+        assert_eq!(response.overall_code(), Code::OverLimit, "{response:?}");
+        let text = scrape(&server).await;
+        // envoyproxy/ratelimit: 4 hits on 3/min count 4, 1 over, 1 near.
+        for (stat, want) in [
+            ("total_hits", 4.0),
+            ("over_limit", 1.0),
+            ("near_limit", 1.0),
+        ] {
+            let series =
+                format!("ratelimit_service_rate_limit_{stat}{{domain=\"rl\",key1=\"foo_x\"}}");
+            assert_eq!(sample(&text, &series), Some(want), "{series} in\n{text}");
+        }
+        assert_eq!(
+            sample(
+                &text,
+                "ratelimit_service_rate_limit_within_limit{domain=\"rl\",key1=\"foo_x\"}"
+            ),
+            None,
+            "nothing admitted:\n{text}"
+        );
+        server.stop().await;
     }
-    assert_eq!(
-        sample(
-            &text,
-            "ratelimit_service_rate_limit_within_limit{domain=\"rl\",key1=\"foo_x\"}"
-        ),
-        None,
-        "nothing admitted:\n{text}"
-    );
-    server.stop().await;
 }
 
 #[tokio::test]
