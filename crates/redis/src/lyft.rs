@@ -201,6 +201,22 @@ pub struct Window<'a> {
 }
 
 impl Window<'_> {
+    /// The decision of `counted` for `hits` counted whether or not they
+    /// fit ([`CountOp::Increment`]) at `now`: as [`decision`](Self::decision),
+    /// but a refusal reports what remained before its hits (the count
+    /// less them), as a refusal that wrote nothing does, so that a caller
+    /// can split the hits at the limit as Lyft's stats do.
+    pub fn decision_counted(&self, counted: Counted, hits: u64, now: Nanos) -> Decision {
+        if counted.admitted {
+            return self.decision(counted, hits, now);
+        }
+        let before = Counted {
+            admitted: false,
+            count: counted.count.saturating_sub(hits),
+        };
+        self.decision(before, hits, now)
+    }
+
     /// The decision of `counted` for `hits` at `now` (UNIX time): the
     /// window ends at the next multiple of the divider.
     pub fn decision(&self, counted: Counted, hits: u64, now: Nanos) -> Decision {
@@ -255,7 +271,11 @@ impl RedisLimiter {
         let sent = self.now();
         match self.ask_lyft(redis, window, op, hits).await {
             Ok(counted) => {
-                let decision = window.decision(counted, hits, now);
+                let decision = if op == CountOp::Increment {
+                    window.decision_counted(counted, hits, now)
+                } else {
+                    window.decision(counted, hits, now)
+                };
                 if let (Some(cache), true) = (&s.deny_cache, counts) {
                     if decision.is_denied() {
                         cache.put(&bounded, hits, sent, &decision);

@@ -11,6 +11,12 @@
 //! rule, keyed by bucket. [`RedisBackend`](crate::redis_backend::RedisBackend)
 //! runs one `tollgate_redis::RedisLimiter` per rule behind the same trait.
 //!
+//! Run from envoyproxy/ratelimit's environment
+//! ([`MemoryBackend::with_lyft_counts`]), the in-memory backend counts its
+//! fixed-window rules as Lyft does, refused hits too (see
+//! [`lyft_counts`]); admin controls are refused on those rules (their
+//! counts are not the keyed limiters').
+//!
 //! A backend may refuse a rule set ([`Backend::install`] fails, naming the
 //! rule): the server then does not start, or a reload keeps the old rules.
 //! It may export metrics of its own ([`Backend::register_metrics`]) and is
@@ -65,6 +71,8 @@ use tollgate::{Algorithm, AllOf, Carry, ClockSource, Decision, KeyedLimiter};
 
 use crate::config::BuiltAlgorithm;
 use crate::rules::{Rule, RuleSet};
+
+pub(crate) mod lyft_counts;
 
 /// One bucket to decide.
 #[derive(Debug, Clone, Copy)]
@@ -558,6 +566,9 @@ pub struct MemoryBackend {
     /// The limiters of `limit` overrides, by rule path (see the module
     /// docs).
     dynamic: std::sync::Mutex<HashMap<Arc<str>, RuleLimiter>>,
+    /// Lyft's counts of its fixed-window rules, when asked
+    /// ([`with_lyft_counts`](Self::with_lyft_counts)).
+    lyft: Option<lyft_counts::LyftCounts>,
 }
 
 /// The most override rules (distinct keys and limits) held at once by the
@@ -577,7 +588,23 @@ impl MemoryBackend {
             limiters: ArcSwap::from_pointee(HashMap::new()),
             retired: std::sync::Mutex::new(HashMap::new()),
             dynamic: std::sync::Mutex::new(HashMap::new()),
+            lyft: None,
         }
+    }
+
+    /// Counts fixed-window rules of Lyft's units as envoyproxy/ratelimit
+    /// does, every hit, refused ones too (see [`lyft_counts`]), on the
+    /// wall clock (or the manual clock given). By default, tollgate's
+    /// rule: a refusal writes nothing.
+    #[must_use]
+    pub fn with_lyft_counts(mut self, on: bool) -> MemoryBackend {
+        self.lyft = on.then(lyft_counts::LyftCounts::default);
+        self
+    }
+
+    /// Lyft's counts and `rule`'s window, where they decide `rule`.
+    fn lyft_of(&self, rule: &Rule) -> Option<(&lyft_counts::LyftCounts, lyft_counts::LyftRule)> {
+        Some((self.lyft.as_ref()?, lyft_counts::lyft_rule(rule)?))
     }
 }
 
@@ -618,7 +645,17 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
+    fn counts_refused(&self, rule: &Rule) -> bool {
+        self.lyft_of(rule).is_some()
+    }
+
     fn control<'a>(&'a self, rule: &'a Rule, key: &'a str, control: Control) -> ControlFuture<'a> {
+        if self.lyft_of(rule).is_some() {
+            // Lyft's counts hold a bare count (see `lyft_counts`).
+            return Box::pin(std::future::ready(Err(ControlError::Unsupported(
+                control.name(),
+            ))));
+        }
         let result = match self.limiters.load().get(&rule.id) {
             Some(installed) => installed.control(key, control),
             None => Err(ControlError::Backend(BackendError::new(format!(
@@ -693,9 +730,14 @@ impl Backend for MemoryBackend {
 
     fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a> {
         let limiters = self.limiters.load();
+        let now = || tollgate::Clock::now(&wall_clock(&self.clock));
         let decisions =
             hits.iter()
                 .map(|hit| {
+                    if let Some((counts, rule)) = self.lyft_of(hit.rule) {
+                        let bucket = format!("{}|{}", hit.rule.id, hit.key);
+                        return counts.decide(&bucket, rule, hit.cost, now());
+                    }
                     let decision = match (limiters.get(&hit.rule.id), &hit.rule.limits) {
                         (_, Some(limits)) if hit.rule.dynamic => self.decide_dynamic(hit, limits),
                         (Some(installed), _) => installed.decide(hit.key, hit.cost),
@@ -720,6 +762,9 @@ impl Backend for MemoryBackend {
     }
 
     fn sweep(&self) {
+        if let Some(counts) = &self.lyft {
+            counts.sweep(tollgate::Clock::now(&wall_clock(&self.clock)));
+        }
         for installed in self.limiters.load().values() {
             installed.sweep();
         }

@@ -132,6 +132,9 @@ pub struct Server {
     /// Rules from a control plane instead of the file.
     xds: Option<crate::xds::XdsSettings>,
     telemetry: TelemetrySettings,
+    /// In memory, count as envoyproxy/ratelimit counts (refused hits
+    /// too): run from its environment.
+    lyft_counts: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -160,6 +163,7 @@ impl Server {
             backend: None,
             xds: None,
             telemetry: TelemetrySettings::default(),
+            lyft_counts: false,
         })
     }
 
@@ -178,13 +182,15 @@ impl Server {
             xds: Some(xds),
             telemetry: TelemetrySettings::default(),
             directory: None,
+            lyft_counts: false,
         }
     }
 
     /// Reads envoyproxy/ratelimit's environment and config directory
     /// ([`crate::config::lyft_env`]). In memory, windows are counted on the
     /// wall clock (UNIX time), so that a fixed window is aligned to its
-    /// unit as envoyproxy/ratelimit aligns it.
+    /// unit as envoyproxy/ratelimit aligns it, and refused hits are counted
+    /// as it counts them ([`MemoryBackend::with_lyft_counts`]).
     ///
     /// # Errors
     ///
@@ -209,9 +215,12 @@ impl Server {
         }
         if let Some(xds) = &settings.xds {
             // The rules come from the control plane; the directory is not read.
-            return Ok(Server::from_xds(settings.config.clone(), xds.clone())
-                .with_clock(tollgate::SystemClock::new())
-                .with_telemetry(settings.telemetry.clone()));
+            return Ok(Server {
+                lyft_counts: true,
+                ..Server::from_xds(settings.config.clone(), xds.clone())
+                    .with_clock(tollgate::SystemClock::new())
+                    .with_telemetry(settings.telemetry.clone())
+            });
         }
         let (config, snapshot) = settings.load()?;
         Ok(Server {
@@ -222,6 +231,7 @@ impl Server {
             backend: None,
             xds: None,
             telemetry: settings.telemetry.clone(),
+            lyft_counts: true,
         })
     }
 
@@ -296,7 +306,9 @@ impl Server {
 
         let backend: Arc<dyn Backend> = match (self.backend, &self.config.backend) {
             (Some(backend), _) => backend,
-            (None, BackendSettings::Memory) => Arc::new(MemoryBackend::new(self.clock.clone())),
+            (None, BackendSettings::Memory) => {
+                Arc::new(MemoryBackend::new(self.clock.clone()).with_lyft_counts(self.lyft_counts))
+            }
             (None, BackendSettings::Redis(redis)) => Arc::new(
                 RedisBackend::connect(redis)
                     .await

@@ -87,31 +87,13 @@ use tollgate_redis::lyft::{CountOp, Window, cache_key};
 use tollgate_redis::{Redis, RedisLimiter, Source};
 
 use crate::backend::Hit;
-use crate::config::{BuiltAlgorithm, LyftLayout, Unit};
-use crate::rules::{Rule, bucket_entries};
+use crate::config::{LyftLayout, Unit};
+use crate::rules::bucket_entries;
 
-/// A rule's one window, when it counts in Lyft's layout (module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct LyftRule {
-    limit: u64,
-    unit: Unit,
-}
-
-/// Whether `rule` counts in Lyft's keys, and its window (module docs).
-pub(super) fn lyft_rule(rule: &Rule) -> Option<LyftRule> {
-    let limits = rule.limits.as_ref()?;
-    if !matches!(limits.algorithm, BuiltAlgorithm::FixedWindow(_)) {
-        return None;
-    }
-    let [quota] = limits.quotas.as_slice() else {
-        return None;
-    };
-    let unit = quota.unit?;
-    (quota.period == unit.period()).then_some(LyftRule {
-        limit: quota.requests_per_unit,
-        unit,
-    })
-}
+/// A rule's one window, and whether a rule counts in Lyft's layout: the
+/// rules envoyproxy/ratelimit has (module docs), as the in-memory backend
+/// picks them.
+pub(super) use crate::backend::lyft_counts::{LyftRule, lyft_rule};
 
 /// One hit to decide in Lyft's layout, with what decides it.
 pub(super) struct LyftHit<'a> {
@@ -310,10 +292,4 @@ impl Lyft {
 /// A denial for a hit whose rule has no limiter (one Redis cannot hold).
 pub(super) fn refused(limit: u64) -> Decision {
     Decision::from_parts(false, limit, 0, Duration::MAX, Duration::ZERO)
-}
-
-impl LyftRule {
-    pub(super) fn limit(self) -> u64 {
-        self.limit
-    }
 }

@@ -175,35 +175,37 @@ async fn a_mixed_fleet_answers_and_counts_as_an_all_lyft_fleet() {
 /// envoyproxy/ratelimit's `token-quota.sh`: on `service_2` (2 a minute;
 /// an hour here, for no window edge inside the test), each request is
 /// checked with `hits_addend` 0 on its way in and charged 1 on stream
-/// done; requests 1 to 3 pass, the 4th is refused. Before: the third
-/// charge (3 > 2) was refused without counting, so the 4th passed.
+/// done; requests 1 to 3 pass, the 4th is refused — on Redis and in
+/// memory. Before: the third charge (3 > 2) was refused without counting,
+/// so the 4th passed.
 #[tokio::test]
 async fn the_token_quota_flow_answers_as_lyft() {
     let redis = RedisServer::start();
-    let server = start(Counts::Redis(&redis), &[], |root| {
-        write(
-            &config_dir(root).join("quota.yaml"),
-            "domain: rl\ndescriptors:\n  - key: service\n    value: service_2\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
-        );
-    })
-    .await;
-    let service = [("service", "service_2")];
-    let mut on_request = Vec::new();
-    for request in 1..=4 {
-        let answer = tollgate(&server, "rl", &service, Hits::Descriptor(0)).await;
-        on_request.push(answer.0);
-        if answer.0 == Code::Ok {
-            // Stream done: Envoy's apply_on_stream_done, hits_addend 1.
-            tollgate(&server, "rl", &service, Hits::Descriptor(1)).await;
+    for counts in [Counts::Redis(&redis), Counts::Memory] {
+        let server = start(counts, &[], |root| {
+            write(
+                &config_dir(root).join("quota.yaml"),
+                "domain: rl\ndescriptors:\n  - key: service\n    value: service_2\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+            );
+        })
+        .await;
+        let service = [("service", "service_2")];
+        let mut on_request = Vec::new();
+        for _request in 1..=4 {
+            let answer = tollgate(&server, "rl", &service, Hits::Descriptor(0)).await;
+            on_request.push(answer.0);
+            if answer.0 == Code::Ok {
+                // Stream done: Envoy's apply_on_stream_done, hits_addend 1.
+                tollgate(&server, "rl", &service, Hits::Descriptor(1)).await;
+            }
         }
-        let _ = request;
+        assert_eq!(
+            on_request,
+            [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit],
+            "token-quota.sh: only the 4th request is refused"
+        );
+        server.stop().await;
     }
-    assert_eq!(
-        on_request,
-        [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit],
-        "token-quota.sh: only the 4th request is refused"
-    );
-    server.stop().await;
 }
 
 /// `limit_remaining` is 0 on every OVER_LIMIT, as Lyft answers (Envoy

@@ -481,7 +481,14 @@ mod tests {
 
     #[test]
     fn lyfts_defaults() {
-        assert_eq!(env(&[]).unwrap(), LyftLayout::default());
+        // The YAML's defaults, but that Lyft's environment counts refusals.
+        assert_eq!(
+            env(&[]).unwrap(),
+            LyftLayout {
+                count_over_limit: true,
+                ..LyftLayout::default()
+            }
+        );
         assert_eq!(
             LyftLayout::default().expiration_jitter_max,
             Duration::from_secs(300)
