@@ -14,7 +14,7 @@
 //! Run from envoyproxy/ratelimit's environment
 //! ([`MemoryBackend::with_lyft_counts`]), the in-memory backend counts its
 //! fixed-window rules as Lyft does, refused hits too (see
-//! [`lyft_counts`]); admin controls are refused on those rules (their
+//! `backend/lyft_counts.rs`); admin controls are refused on those rules (their
 //! counts are not the keyed limiters').
 //!
 //! A backend may refuse a rule set ([`Backend::install`] fails, naming the
@@ -593,7 +593,7 @@ impl MemoryBackend {
     }
 
     /// Counts fixed-window rules of Lyft's units as envoyproxy/ratelimit
-    /// does, every hit, refused ones too (see [`lyft_counts`]), on the
+    /// does, every hit, refused ones too (see `backend/lyft_counts.rs`), on the
     /// wall clock (or the manual clock given). By default, tollgate's
     /// rule: a refusal writes nothing.
     #[must_use]
