@@ -69,6 +69,7 @@ pub mod cluster;
 pub mod concurrency;
 pub mod config;
 mod connect;
+mod dedicated;
 pub mod controls;
 pub mod deny_cache;
 pub mod durability;

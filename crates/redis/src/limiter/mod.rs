@@ -59,7 +59,7 @@ use tokio::sync::Semaphore;
 use tollgate::{Clock, ClockSource, Decision, ManualClock, Nanos};
 
 use crate::backend::Redis;
-use crate::breaker::Breaker;
+use crate::breaker::Breakers;
 use crate::deny_cache::DenyCache;
 use crate::key::{BoundedKey, KeyCodec};
 use crate::limit::Limit;
@@ -73,7 +73,7 @@ mod leases;
 mod observed;
 mod round_trip;
 
-pub use builder::RedisLimiterBuilder;
+pub use builder::{CLUSTER_DEADLINE, DEADLINE, RedisLimiterBuilder};
 use leases::Leases;
 pub(crate) use round_trip::Reply;
 
@@ -160,7 +160,8 @@ pub(crate) struct Shared {
     pub(crate) capacity: u64,
     pub(crate) slack_ms: u64,
     pub(crate) deadline: Duration,
-    pub(crate) breaker: Breaker,
+    /// One breaker per node (see [`breaker`](crate::breaker)).
+    pub(crate) breakers: Breakers,
     pub(crate) open_for: Duration,
     pub(crate) in_flight: Arc<Semaphore>,
     pub(crate) policy: Policy,

@@ -59,6 +59,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+pub(crate) mod router;
+pub(crate) mod slots;
+
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 /// The first pause before a call refused by a changing cluster is sent
