@@ -20,6 +20,13 @@
 //! them to the new owner's breaker at the next refresh of the slot map.
 //! The map of breakers holds one entry per address that ever owned a slot
 //! this limiter called (a few per cluster node).
+//!
+//! The rest of a limiter's state needs no such split: the deny cache and
+//! the leases are per key (a key lives on one node), the local fallback is
+//! per key, and the in-flight bound (`max_in_flight`) is shared on purpose
+//! — a node at fault holds at most the calls of `threshold` failures plus
+//! those already sent, each for at most the deadline, before its breaker
+//! answers for it without taking a slot.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -14,10 +14,12 @@
 //! background**, at most once per 100 ms: after a `MOVED`, after any call
 //! that got no answer, and while a node's breaker is open (so that its
 //! slots follow a promoted replica). No call ever waits for a refresh, a
-//! reconnection or another node: the redis crate's own cluster client
-//! stops every call while it refreshes its map, and refreshes by asking
-//! every node in turn — a stopped node held every other node's calls for
-//! its response timeout, twice per refresh.
+//! reconnection or another node. (The redis crate's own cluster client,
+//! which this replaces, runs every call through one task that stops
+//! dispatching while it refreshes its map, and refreshes while holding
+//! the lock every call needs, pinging each node in turn: read in its
+//! source, redis 1.8, a node that accepts and never answers holds every
+//! other node's calls there for its response timeout.)
 //!
 //! A decision whose call was refused **before it ran** — `MOVED`, `ASK`,
 //! `TRYAGAIN` or `CLUSTERDOWN`, which Redis answers without running the

@@ -177,7 +177,8 @@ impl Router {
             .masters
             .iter()
             .zip(owning)
-            .filter_map(|(m, owns)| owns.then(|| m.clone()))
+            .filter(|&(_, owns)| owns)
+            .map(|(m, _)| m.clone())
             .collect()
     }
 

@@ -19,7 +19,7 @@ pub(crate) fn key_slot(key: &[u8]) -> u16 {
             (close > 0).then(|| &rest[..close])
         })
         .unwrap_or(key);
-    (crc16(tagged) % SLOTS as u16) as u16
+    crc16(tagged) % SLOTS as u16
 }
 
 /// CRC16/XMODEM (polynomial 0x1021, initial 0), bit by bit: a key is
