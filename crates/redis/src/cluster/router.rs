@@ -330,11 +330,27 @@ impl Router {
         .collect()
     }
 
-    /// Sends `request` to the owner of its key's slot (any master for a
-    /// request without a key), following `MOVED` (the map updated at once,
+    /// Sends `request` to the owner of its key's slot (`SCRIPT` and
+    /// `FUNCTION` to every master, any other request without a key to one), following `MOVED` (the map updated at once,
     /// a refresh scheduled) and `ASK` (`ASKING` first, on the target), on
     /// the node's shared connection or, when `dedicated`, on one of its own.
     async fn send(&self, request: Request<'_>, dedicated: bool) -> RedisResult<Reply> {
+        if let Request::One(cmd) = request {
+            if slots::for_every_master(cmd) {
+                // Every master's reply, or the first error.
+                let mut replies = self.on_masters(cmd).await.into_iter();
+                let first = replies.next().unwrap_or_else(|| {
+                    Err(RedisError::from((
+                        ErrorKind::Io,
+                        "tollgate: no cluster master",
+                    )))
+                });
+                return replies
+                    .find(Result::is_err)
+                    .unwrap_or(first)
+                    .map(Reply::One);
+            }
+        }
         let slot = request.key().map(slots::key_slot);
         let mut target = match slot.and_then(|s| self.owner(s)) {
             Some(owner) => owner,

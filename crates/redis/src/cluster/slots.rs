@@ -62,6 +62,16 @@ pub(crate) fn command_key(cmd: &Cmd) -> Option<&[u8]> {
     }
 }
 
+/// Whether `cmd` is meant for every master (`SCRIPT …`, `FUNCTION …`:
+/// a script loaded on one node only would still be missing where its keys
+/// live), as the redis crate's cluster client routes them.
+pub(crate) fn for_every_master(cmd: &Cmd) -> bool {
+    matches!(
+        cmd.args_iter().next(),
+        Some(Arg::Simple(name)) if name.eq_ignore_ascii_case(b"SCRIPT") || name.eq_ignore_ascii_case(b"FUNCTION")
+    )
+}
+
 /// One range of slots and its master's address (`host:port`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Range {
@@ -150,6 +160,8 @@ mod tests {
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg("return 1");
         assert_eq!(command_key(&load), None);
+        assert!(for_every_master(&load));
+        assert!(!for_every_master(&incr));
     }
 
     #[test]
