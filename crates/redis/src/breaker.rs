@@ -10,7 +10,7 @@
 //!
 //! # One breaker per node
 //!
-//! A limiter keeps one breaker per node it calls ([`Breakers`]): on a
+//! A limiter keeps one breaker per node it calls (`Breakers`): on a
 //! single server one, on a cluster one per master, found by the master
 //! that owns the key's slot as the cluster was last read (see
 //! [`cluster`](crate::cluster)). A dead, stopped or replica-less master
