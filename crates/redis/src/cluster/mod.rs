@@ -3,8 +3,9 @@
 //!
 //! # The router
 //!
-//! tollgate routes cluster calls itself (`cluster/router.rs`), on the redis crate's
-//! single-server connections: **one multiplexed connection per node**, a
+//! tollgate routes cluster calls itself (`cluster/router.rs`), on the
+//! redis crate's single-server connections: **one multiplexed connection
+//! per node**, a
 //! **slot map** (slot → master) read with `CLUSTER SLOTS` from the masters
 //! (the owner most of them name wins, so one stale view does not), and each
 //! call sent to the master of its key's hash slot (every key of one user
