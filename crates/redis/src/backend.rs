@@ -6,9 +6,12 @@
 //!   every task: concurrent calls are written back to back and their replies
 //!   read in order (pipelining without batching in the caller). On a single
 //!   server this is the redis crate's `ConnectionManager` (a
-//!   `MultiplexedConnection` that reconnects on I/O errors); on a cluster its
-//!   async `ClusterConnection` (one multiplexed connection per node, MOVED
-//!   and ASK followed, slots refreshed).
+//!   `MultiplexedConnection` that reconnects on I/O errors); on a cluster one
+//!   such connection per node, routed by tollgate's own router (MOVED and
+//!   ASK followed, the slot map refreshed in the background: see
+//!   [`cluster`](crate::cluster), "Faults stay with their node").
+//! - **A dedicated connection for a call that blocks** (`WAIT`): see
+//!   `dedicated`.
 //! - **Short client timeouts**: the redis crate waits 500 ms per response and
 //!   retries several times by default; a rate limiter must answer in
 //!   milliseconds, so [`Options`] defaults to 50 ms for responses and
@@ -37,14 +40,15 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
+use crate::cluster::router::{NodeId, Routed, Router};
+use crate::cluster::slots;
 pub use crate::config::Options;
 use crate::config::{RedisConfig, Target};
 use crate::connect;
+use crate::dedicated::{Dedicated, Pool};
 use crate::module::{self, ModuleUse};
 use crate::script::Script;
 
@@ -64,13 +68,16 @@ pub struct Redis {
 
 enum Inner {
     Single(Box<Single>),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Router>),
 }
 
 struct Single {
     /// The server's client and its managed connection, replaced together
     /// when Sentinel names another master.
     current: RwLock<(redis::Client, ConnectionManager)>,
+    /// Dedicated connections to the same server (see `dedicated`).
+    dedicated: RwLock<Arc<Pool>>,
+    connection_timeout: Duration,
     config: ConnectionManagerConfig,
     /// Behind Sentinel: who to ask for the master; the lock also keeps to
     /// one the lookups under way.
@@ -146,9 +153,8 @@ impl Redis {
         let (client, sentinel) = match &config.target {
             Target::Single(url) => (connect::single(url, config)?, None),
             Target::Cluster(nodes) => {
-                let client = connect::cluster(nodes, config)?;
-                let connection = client.get_async_connection().await?;
-                return Redis::ready(Inner::Cluster(connection), config.module).await;
+                let router = Router::connect(nodes, config, manager_config.clone()).await?;
+                return Redis::ready(Inner::Cluster(router), config.module).await;
             }
             Target::Sentinel(sentinel) => {
                 let mut sentinel = connect::sentinel(sentinel, config)?;
@@ -158,8 +164,11 @@ impl Redis {
         };
         let manager =
             ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
+        let pool = Pool::new(client.clone(), o.connection_timeout);
         let single = Single {
             current: RwLock::new((client, manager)),
+            dedicated: RwLock::new(Arc::new(pool)),
+            connection_timeout: o.connection_timeout,
             config: manager_config,
             sentinel,
             lookup_timeout,
@@ -201,7 +210,7 @@ impl Redis {
         }
         let found = match &*self.inner {
             Inner::Single(_) => module::detect(&mut self.connection()).await,
-            Inner::Cluster(c) => module::detect_cluster(&mut c.clone()).await,
+            Inner::Cluster(router) => module::detect_cluster(router).await,
         };
         self.module.store(found.to_u8(), Ordering::Relaxed);
         found != module::Found::None
@@ -227,16 +236,9 @@ impl Redis {
                 let _loaded: redis::RedisResult<()> =
                     pipe.query_async(&mut self.connection()).await;
             }
-            Inner::Cluster(c) => {
-                let every_primary = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::AllSucceeded),
-                ));
+            Inner::Cluster(router) => {
                 for script in Script::ALL {
-                    let _loaded = c
-                        .clone()
-                        .route_command(script.load(), every_primary.clone())
-                        .await;
+                    let _loaded = router.on_masters(&script.load()).await;
                 }
             }
         }
@@ -306,7 +308,54 @@ impl Redis {
     pub(crate) fn connection(&self) -> Connection {
         match &*self.inner {
             Inner::Single(single) => Connection::Single(single.read().1.clone()),
-            Inner::Cluster(c) => Connection::Cluster(c.clone()),
+            Inner::Cluster(router) => Connection::Cluster(Routed {
+                router: Arc::clone(router),
+                dedicated: false,
+            }),
+        }
+    }
+
+    /// A handle for one call that may block its connection (`WAIT`): each
+    /// request on a connection of its own (see `dedicated`).
+    pub(crate) fn dedicated(&self) -> Connection {
+        match &*self.inner {
+            Inner::Single(single) => Connection::Dedicated(Dedicated(Arc::clone(
+                &single.dedicated.read().unwrap_or_else(|e| e.into_inner()),
+            ))),
+            Inner::Cluster(router) => Connection::Cluster(Routed {
+                router: Arc::clone(router),
+                dedicated: true,
+            }),
+        }
+    }
+
+    /// The node that serves `key` as last learned: on a cluster the master
+    /// of its slot, `None` on a single server (one node). Failure state is
+    /// kept per node (see [`cluster`](crate::cluster)).
+    pub(crate) fn node_of(&self, key: &[u8]) -> Option<NodeId> {
+        match &*self.inner {
+            Inner::Single(_) => None,
+            Inner::Cluster(router) => router.owner(slots::key_slot(key)),
+        }
+    }
+
+    /// What a failing `node` (from [`node_of`](Self::node_of)) calls for:
+    /// on a single server [`reconnect`](Self::reconnect); on a cluster a
+    /// fresh connection to that node and a refresh of the slot map in the
+    /// background (it may have been replaced).
+    pub(crate) fn node_failing(&self, node: Option<&str>) {
+        match (&*self.inner, node) {
+            (Inner::Cluster(router), Some(node)) => router.reconnect(node),
+            (Inner::Cluster(router), None) => router.refresh_soon(),
+            (Inner::Single(_), _) => self.reconnect(),
+        }
+    }
+
+    /// On a cluster, schedules a refresh of the slot map (at most one per
+    /// 100 ms, in the background); else nothing.
+    pub(crate) fn refresh_topology(&self) {
+        if let Inner::Cluster(router) = &*self.inner {
+            router.refresh_soon();
         }
     }
 
@@ -367,7 +416,9 @@ fn replace(single: &Single, client: redis::Client) {
     if let Ok(fresh) =
         ConnectionManager::new_lazy_with_config(client.clone(), single.config.clone())
     {
+        let pool = Pool::new(client.clone(), single.connection_timeout);
         *single.current.write().unwrap_or_else(|e| e.into_inner()) = (client, fresh);
+        *single.dedicated.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(pool);
     }
 }
 
@@ -375,7 +426,8 @@ fn replace(single: &Single, client: redis::Client) {
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Routed),
+    Dedicated(Dedicated),
 }
 
 impl ConnectionLike for Connection {
@@ -383,6 +435,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(c) => c.req_packed_command(cmd),
             Connection::Cluster(c) => c.req_packed_command(cmd),
+            Connection::Dedicated(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -395,6 +448,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Dedicated(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -402,6 +456,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(c) => c.get_db(),
             Connection::Cluster(c) => c.get_db(),
+            Connection::Dedicated(c) => c.get_db(),
         }
     }
 }

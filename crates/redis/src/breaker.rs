@@ -7,8 +7,29 @@
 //! again. A probe that neither succeeds nor fails (its caller dropped it) is
 //! replaced after `open_for`. A small mutex holds the state: it is taken once
 //! per call, for a few instructions, never across an await.
+//!
+//! # One breaker per node
+//!
+//! A limiter keeps one breaker per node it calls (`Breakers`): on a
+//! single server one, on a cluster one per master, found by the master
+//! that owns the key's slot as the cluster was last read (see
+//! [`cluster`](crate::cluster)). A dead, stopped or replica-less master
+//! opens its own breaker and sends its own slots to the failure policy;
+//! the keys of every other master are still decided by Redis. When the
+//! slots move (a failover, a migration, a node added), their keys follow
+//! them to the new owner's breaker at the next refresh of the slot map.
+//! The map of breakers holds one entry per address that ever owned a slot
+//! this limiter called (a few per cluster node).
+//!
+//! The rest of a limiter's state needs no such split: the deny cache and
+//! the leases are per key (a key lives on one node), the local fallback is
+//! per key, and the in-flight bound (`max_in_flight`) is shared on purpose
+//! — a node at fault holds at most the calls of `threshold` failures plus
+//! those already sent, each for at most the deadline, before its breaker
+//! answers for it without taking a slot.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -109,6 +130,39 @@ impl Breaker {
     }
 }
 
+/// A limiter's breakers, one per node (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct Breakers {
+    config: BreakerConfig,
+    /// The breaker of a single server (and of calls with no node known).
+    single: Arc<Breaker>,
+    by_node: Mutex<HashMap<Arc<str>, Arc<Breaker>>>,
+}
+
+impl Breakers {
+    pub(crate) fn new(config: BreakerConfig) -> Breakers {
+        Breakers {
+            config,
+            single: Arc::new(Breaker::new(config)),
+            by_node: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The breaker of `node` (`None`: the single server's).
+    pub(crate) fn of(&self, node: Option<&Arc<str>>) -> Arc<Breaker> {
+        let Some(node) = node else {
+            return Arc::clone(&self.single);
+        };
+        // Plain values: valid even if a holder panicked.
+        let mut by_node = self.by_node.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            by_node
+                .entry(Arc::clone(node))
+                .or_insert_with(|| Arc::new(Breaker::new(self.config))),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +182,19 @@ mod tests {
         assert!(matches!(b.pass(), Pass::Refuse(_)));
         b.success();
         assert_eq!(b.pass(), Pass::Go);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_node_has_its_own_breaker() {
+        let breakers = Breakers::new(BreakerConfig {
+            threshold: 1,
+            open_for: Duration::from_millis(10),
+        });
+        let (a, b): (Arc<str>, Arc<str>) = ("10.0.0.1:7000".into(), "10.0.0.2:7000".into());
+        assert!(breakers.of(Some(&a)).failure());
+        assert!(matches!(breakers.of(Some(&a)).pass(), Pass::Refuse(_)));
+        assert_eq!(breakers.of(Some(&b)).pass(), Pass::Go);
+        assert_eq!(breakers.of(None).pass(), Pass::Go);
     }
 
     #[tokio::test(start_paused = true)]

@@ -62,7 +62,7 @@ use tollgate::concurrency::{KeyedConcurrencyLimiter, Permit, Shares};
 use tollgate::{Clock, ManualClock};
 
 use crate::backend::Redis;
-use crate::breaker::{Breaker, BreakerConfig, Pass};
+use crate::breaker::{BreakerConfig, Breakers, Pass};
 use crate::key::KeyCodec;
 use crate::limit::ConfigError;
 use crate::policy::{FailurePolicy, Fault};
@@ -136,7 +136,7 @@ struct Shared {
     limit: u32,
     ttl: Duration,
     deadline: Duration,
-    breaker: Breaker,
+    breakers: Breakers,
     open_for: Duration,
     policy: FailurePolicy,
     local: Option<KeyedConcurrencyLimiter<Vec<u8>>>,
@@ -289,7 +289,7 @@ impl RedisConcurrencyBuilder {
                 ttl: self.ttl,
                 deadline: self.deadline,
                 open_for: self.breaker.open_for,
-                breaker: Breaker::new(self.breaker),
+                breakers: Breakers::new(self.breaker),
                 policy: self.policy,
                 local,
                 time: self.time,
@@ -399,20 +399,26 @@ impl RedisConcurrencyLimiter {
         cost: u32,
     ) -> Result<[i64; 3], (Fault, Duration)> {
         let s = &self.shared;
-        if let Pass::Refuse(retry) = s.breaker.pass() {
+        // The breaker of the node that holds the key (see `breaker`).
+        let node = s.codec.keys(key).first().and_then(|k| s.redis.node_of(k));
+        let breaker = s.breakers.of(node.as_ref());
+        if let Pass::Refuse(retry) = breaker.pass() {
+            s.redis.refresh_topology();
             return Err((Fault::BreakerOpen, retry));
         }
         let outcome = tokio::time::timeout(s.deadline, call(s, op, key, id, cost)).await;
         let fault = match outcome {
             Ok(Ok(reply)) => {
-                s.breaker.success();
+                breaker.success();
                 return Ok(reply);
             }
             Ok(Err(_)) => Fault::Error,
             Err(_) => Fault::Timeout,
         };
-        if s.breaker.failure() {
-            s.redis.reconnect();
+        if breaker.failure() {
+            s.redis.node_failing(node.as_deref());
+        } else {
+            s.redis.refresh_topology();
         }
         Err((fault, s.open_for))
     }

@@ -38,8 +38,9 @@ pub struct Options {
     pub response_timeout: Duration,
     /// How long the client waits to connect. By default, 50 ms.
     pub connection_timeout: Duration,
-    /// Reconnection attempts after a broken connection (single server), or
-    /// retries of a redirected or failed command (cluster). By default, 2.
+    /// Reconnection attempts after a broken connection (of the server, or
+    /// of each cluster node; a cluster's redirections are followed by
+    /// tollgate's router, see [`cluster`](crate::cluster)). By default, 2.
     pub retries: u32,
 }
 

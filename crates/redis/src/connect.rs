@@ -2,7 +2,6 @@
 //! and sentinels turned into the redis crate's clients (see
 //! [`config`](crate::config) for the decisions).
 
-use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     ClientTlsConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, RedisResult,
@@ -75,31 +74,6 @@ pub(crate) fn single(url: &str, config: &RedisConfig) -> RedisResult<redis::Clie
             redis::Client::open(info)
         }
     }
-}
-
-/// A cluster client through `nodes`.
-pub(crate) fn cluster(nodes: &[String], config: &RedisConfig) -> RedisResult<ClusterClient> {
-    let o = &config.options;
-    let mut builder = ClusterClientBuilder::new(nodes.to_vec())
-        .response_timeout(o.response_timeout)
-        .connection_timeout(o.connection_timeout)
-        .retries(o.retries)
-        .min_retry_wait(5)
-        .max_retry_wait(50);
-    if let Some(user) = &config.username {
-        builder = builder.username(user);
-    }
-    if let Some(password) = &config.password {
-        builder = builder.password(password.expose());
-    }
-    let rediss = nodes.iter().any(|n| n.starts_with("rediss://"));
-    if let Some(tls) = &config.tls {
-        crypto_provider();
-        builder = builder.tls(TlsMode::Secure).certs(certificates(tls)?);
-    } else if rediss {
-        crypto_provider();
-    }
-    builder.build()
 }
 
 /// A sentinel client asking for the master of `sentinel`.

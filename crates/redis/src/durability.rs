@@ -16,9 +16,9 @@
 //! whole `burst`, plus the rate over the lag, for GCRA).
 //!
 //! With [`Durability::Replicas`], every check sends `WAIT replicas timeout`
-//! in the same pipeline as its decision, on the same connection, so that
-//! Redis answers it once `replicas` replicas hold every write made on that
-//! connection so far — the decision's among them. An **admission** that
+//! in the same pipeline as its decision, on a connection of its own (see
+//! `dedicated`), so that Redis answers it once `replicas` replicas hold
+//! every write made on that connection so far — the decision's. An **admission** that
 //! fewer replicas acknowledged within `timeout` is not answered as Redis's:
 //! it goes to the failure policy as [`Fault::Unreplicated`](crate::Fault::Unreplicated) (fail closed
 //! refuses it, fail open admits it, a local share decides it), and counts
@@ -42,10 +42,20 @@
 //! # Decisions
 //!
 //! - **A pipelined `WAIT`, not one inside the script**: Redis refuses
-//!   `WAIT` in scripts. Pipelined after the decision on the same
-//!   connection, it adds no round trip; it adds the replica's
-//!   acknowledgement (one more network hop, on the replica's side) to each
-//!   check's latency. Measured in `BENCHMARKS.md`, "Cluster under change".
+//!   `WAIT` in scripts. Pipelined after the decision, it adds no round
+//!   trip; it adds the replica's acknowledgement (one more network hop, on
+//!   the replica's side) to each check's latency. Measured in
+//!   `BENCHMARKS.md`, "Cluster under change".
+//! - **On a dedicated connection**: a blocked `WAIT` blocks its
+//!   connection, and Redis answers a connection in order. On the shared
+//!   one, every call pipelined behind it — other keys, other limiters,
+//!   other durable checks — waited for it: on a master left without a
+//!   replica, 252–295 durable admissions ended as timeouts queued behind
+//!   one another, 4–6 as `Unreplicated`. Each durable check now takes a
+//!   connection of its own for its exchange (kept idle for the next, up to
+//!   16 per node; one more connection per concurrent durable check):
+//!   measured, every refusal on that master `Unreplicated`, and the calls
+//!   without `WAIT` on it decided by Redis throughout.
 //! - **Checks and leases wait; peeks and refunds do not**: a peek writes
 //!   nothing, and a refund lost in a failover leaves fewer permits, never
 //!   more. Controls (reset, refund, penalty, lists) do not wait either.
@@ -58,14 +68,13 @@
 //!   checks a blocked client's timeout on its cron tick (`hz 10` by
 //!   default: every 100 ms), so `WAIT 1 10` with no replica to answer
 //!   returns after up to 100 ms (measured: 100 ms with `redis-cli` on
-//!   7.0.15). With the connection's `response_timeout` (50 ms by default)
-//!   or the deadline shorter than the timeout plus a tick, such an
-//!   admission reaches the failure policy as a timeout, not as
-//!   [`Fault::Unreplicated`](crate::Fault::Unreplicated): the same
-//!   decision, counted under another reason. Give both at least the
-//!   timeout plus 100 ms (or raise Redis's `hz`) where the reason matters;
-//!   the check below does not know the connection's options and does not
-//!   refuse it.
+//!   7.0.15). The dedicated connection has no response timeout of its own
+//!   (the deadline bounds the call): with a deadline shorter than the
+//!   timeout plus a tick, such an admission reaches the failure policy as
+//!   a timeout, not as [`Fault::Unreplicated`](crate::Fault::Unreplicated):
+//!   the same decision, counted under another reason. Give the deadline at
+//!   least the timeout plus 100 ms (or raise Redis's `hz`) where the
+//!   reason matters; the check below does not refuse a shorter one.
 //! - **Validated when the limiter is built**: at least one replica, a
 //!   timeout of at least a millisecond (`WAIT … 0` would block forever) and
 //!   shorter than the limiter's deadline (else every unreplicated admission

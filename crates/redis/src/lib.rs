@@ -16,9 +16,10 @@
 //!   ([`key`]).
 //! - **failure policy**: fail open, fail closed or a local share, with a
 //!   deadline, a circuit breaker and counters ([`policy`], [`breaker`]).
-//! - **cluster changes**: what holds while slots migrate, a master fails
-//!   over or a node joins, and the bound on over-admission when a master is
-//!   lost ([`cluster`], "Guarantees").
+//! - **cluster changes**: tollgate's router (a connection and a breaker per
+//!   node, so that one node's fault stays that node's), what holds while
+//!   slots migrate, a master fails over, stops or joins, and the bound on
+//!   over-admission when a master is lost ([`cluster`], "Guarantees").
 //! - **durability**: an admission answered once the master applied it (the
 //!   default) or once replicas acknowledged it, `WAIT` ([`durability`]).
 //! - **deny cache**: standing denials answered locally ([`deny_cache`]).
@@ -70,6 +71,7 @@ pub mod concurrency;
 pub mod config;
 mod connect;
 pub mod controls;
+mod dedicated;
 pub mod deny_cache;
 pub mod durability;
 pub mod key;

@@ -297,7 +297,11 @@ impl RedisLimiter {
         hits: u64,
     ) -> Result<Counted, (Fault, Duration)> {
         let s = self.shared();
-        if let Pass::Refuse(retry) = s.breaker.pass() {
+        // The breaker of the node that holds the key (see `breaker`).
+        let node = redis.node_of(window.key.as_bytes());
+        let breaker = s.breakers.of(node.as_ref());
+        if let Pass::Refuse(retry) = breaker.pass() {
+            redis.refresh_topology();
             return Err((Fault::BreakerOpen, retry));
         }
         let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
@@ -309,19 +313,21 @@ impl RedisLimiter {
         });
         let fault = match tokio::time::timeout(s.deadline(), call).await {
             Ok(Ok(counted)) => {
-                s.breaker.success();
+                breaker.success();
                 return Ok(counted);
             }
             // The key's value is not a count: Redis is up, the key is bad.
             Ok(Err(e)) if script::is_call_error(&e) => {
-                s.breaker.success();
+                breaker.success();
                 return Err((Fault::Script, Duration::ZERO));
             }
             Ok(Err(_)) => Fault::Error,
             Err(_) => Fault::Timeout,
         };
-        if s.breaker.failure() {
-            redis.reconnect();
+        if breaker.failure() {
+            redis.node_failing(node.as_deref());
+        } else {
+            redis.refresh_topology();
         }
         Err((fault, s.open_for))
     }

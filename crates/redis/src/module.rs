@@ -29,7 +29,6 @@
 //! the module is absent.
 
 use redis::aio::ConnectionLike;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{Arg, Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use crate::script::{self, Script};
@@ -101,18 +100,17 @@ pub(crate) async fn detect<C: ConnectionLike>(connection: &mut C) -> Found {
     }
 }
 
-/// The cluster's version of [`detect`]: every primary is asked.
-pub(crate) async fn detect_cluster(
-    connection: &mut redis::cluster_async::ClusterConnection,
-) -> Found {
-    let routing = RoutingInfo::MultiNode((
-        MultipleNodeRoutingInfo::AllMasters,
-        Some(ResponsePolicy::CombineArrays),
-    ));
-    match connection.route_command(command_info(), routing).await {
-        Ok(reply) => found(&reply),
-        Err(_) => Found::default(),
+/// The cluster's version of [`detect`]: every primary is asked; a node
+/// that does not answer leaves the module unused.
+pub(crate) async fn detect_cluster(router: &crate::cluster::router::Router) -> Found {
+    let mut all = Vec::new();
+    for reply in router.on_masters(&command_info()).await {
+        match reply {
+            Ok(Value::Array(items)) => all.extend(items),
+            _ => return Found::default(),
+        }
     }
+    found(&Value::Array(all))
 }
 
 /// Each node's two command descriptions, in order (nil for a command it

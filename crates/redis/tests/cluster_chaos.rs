@@ -13,6 +13,8 @@
 
 #[path = "cluster_chaos/admissions.rs"]
 mod admissions;
+#[path = "cluster_chaos/isolation.rs"]
+mod isolation;
 #[path = "cluster_chaos/load.rs"]
 mod load;
 

@@ -21,7 +21,7 @@ use tollgate::{Clock, ClockSource, ManualClock, MonotonicClock};
 use super::carry_controls;
 use super::leases::{self, Leases};
 use crate::backend::Redis;
-use crate::breaker::{Breaker, BreakerConfig};
+use crate::breaker::{BreakerConfig, Breakers};
 use crate::deny_cache::DenyCache;
 use crate::durability::Durability;
 use crate::key::KeyCodec;
@@ -30,6 +30,18 @@ use crate::limit::{ConfigError, Limit, Unit};
 use crate::limiter::{RedisLimiter, Shared, Time};
 use crate::observe::RedisObserver;
 use crate::policy::{Counters, FailurePolicy, Policy};
+
+/// The default deadline of a decision on a single server.
+pub const DEADLINE: Duration = Duration::from_millis(5);
+
+/// The default deadline of a decision on a cluster: the single server's,
+/// plus what a slot migration adds to a call — an `ASK` or `MOVED`
+/// redirection (one more round trip, to another node), a `TRYAGAIN` pause
+/// (1, 2, 4 ms…) — with room for a loaded host. Measured during a reshard
+/// under load on a shared 2-core machine (`BENCHMARKS.md`, "Cluster under
+/// change"): calls outside the moving slots took up to 8 ms and went to
+/// the policy at 5 ms; at 20 ms none did.
+pub const CLUSTER_DEADLINE: Duration = Duration::from_millis(20);
 
 impl RedisLimiter {
     /// A builder for limiter `name` (which, with the key, names the Redis
@@ -41,7 +53,7 @@ impl RedisLimiter {
             prefix: "tollgate".into(),
             limits: Vec::new(),
             policy: FailurePolicy::default(),
-            deadline: Duration::from_millis(5),
+            deadline: None,
             breaker: BreakerConfig::default(),
             max_in_flight: 4_096,
             deny_cache: None,
@@ -65,7 +77,8 @@ pub struct RedisLimiterBuilder {
     prefix: String,
     limits: Vec<Limit>,
     policy: FailurePolicy,
-    deadline: Duration,
+    /// `None`: [`DEADLINE`], or [`CLUSTER_DEADLINE`] on a cluster.
+    deadline: Option<Duration>,
     breaker: BreakerConfig,
     max_in_flight: usize,
     deny_cache: Option<usize>,
@@ -100,9 +113,12 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// The longest a decision waits for Redis. By default, 5 ms.
+    /// The longest a decision waits for Redis. By default, 5 ms on a
+    /// single server ([`DEADLINE`]) and 20 ms on a cluster
+    /// ([`CLUSTER_DEADLINE`]: a call there may follow a redirection or two
+    /// while slots move; see [`cluster`](crate::cluster)).
     pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline;
+        self.deadline = Some(deadline);
         self
     }
 
@@ -212,12 +228,17 @@ impl RedisLimiterBuilder {
         if self.limits.is_empty() {
             return Err(ConfigError::NoLimits);
         }
-        if self.deadline.is_zero() || self.max_in_flight == 0 || self.breaker.threshold == 0 {
+        let deadline = self.deadline.unwrap_or(if self.redis.is_cluster() {
+            CLUSTER_DEADLINE
+        } else {
+            DEADLINE
+        });
+        if deadline.is_zero() || self.max_in_flight == 0 || self.breaker.threshold == 0 {
             return Err(ConfigError::Invalid(
                 "the deadline, max_in_flight and breaker threshold must be above 0",
             ));
         }
-        self.durability.check(self.deadline)?;
+        self.durability.check(deadline)?;
         let (time, unit, clock) = match self.manual {
             Some(clock) => (
                 Time::Manual(clock.clone()),
@@ -278,8 +299,8 @@ impl RedisLimiterBuilder {
                 clock,
                 capacity,
                 slack_ms: u64::try_from(slack.as_millis()).unwrap_or(u64::MAX),
-                deadline: self.deadline,
-                breaker: Breaker::new(self.breaker),
+                deadline,
+                breakers: Breakers::new(self.breaker),
                 open_for: self.breaker.open_for,
                 in_flight: Arc::new(Semaphore::new(self.max_in_flight)),
                 policy,

@@ -14,14 +14,18 @@
 //!
 //! 1. The deny cache, if enabled, answers a standing denial.
 //! 2. A held lease, if leases are enabled, answers from local permits.
-//! 3. The circuit breaker, if open, sends the call to the failure policy.
+//! 3. The circuit breaker of the key's node (on a cluster, the master of its
+//!    slot: see [`breaker`](crate::breaker)), if open, sends the call to
+//!    the failure policy.
 //! 4. A slot among `max_in_flight` is taken *without waiting*; none free
 //!    sends the call to the policy (no unbounded queue of pending calls).
 //! 5. The script runs on the shared multiplexed connection, bounded by the
-//!    deadline (default 5 ms); a timeout or an error goes to the policy and
-//!    counts towards opening the breaker — except an error the script itself
+//!    deadline (default 5 ms, 20 ms on a cluster); a timeout or an error
+//!    goes to the policy and counts towards opening the node's breaker —
+//!    except a timeout while a changing cluster refused the call (see
+//!    [`cluster`](crate::cluster)), and an error the script itself
 //!    answered for this call ([`Fault::Script`]: Redis is up, the problem is
-//!    the key's), which goes to the policy without touching the breaker.
+//!    the key's), which go to the policy without touching the breaker.
 //!    A value at a key that is not a state of its limit (another type,
 //!    garbage) is no error at all: the script repairs it (see
 //!    [`script`](crate::script), "Foreign values").
@@ -59,7 +63,7 @@ use tokio::sync::Semaphore;
 use tollgate::{Clock, ClockSource, Decision, ManualClock, Nanos};
 
 use crate::backend::Redis;
-use crate::breaker::Breaker;
+use crate::breaker::Breakers;
 use crate::deny_cache::DenyCache;
 use crate::key::{BoundedKey, KeyCodec};
 use crate::limit::Limit;
@@ -73,7 +77,7 @@ mod leases;
 mod observed;
 mod round_trip;
 
-pub use builder::RedisLimiterBuilder;
+pub use builder::{CLUSTER_DEADLINE, DEADLINE, RedisLimiterBuilder};
 use leases::Leases;
 pub(crate) use round_trip::Reply;
 
@@ -160,7 +164,8 @@ pub(crate) struct Shared {
     pub(crate) capacity: u64,
     pub(crate) slack_ms: u64,
     pub(crate) deadline: Duration,
-    pub(crate) breaker: Breaker,
+    /// One breaker per node (see [`breaker`](crate::breaker)).
+    pub(crate) breakers: Breakers,
     pub(crate) open_for: Duration,
     pub(crate) in_flight: Arc<Semaphore>,
     pub(crate) policy: Policy,

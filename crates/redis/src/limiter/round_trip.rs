@@ -7,6 +7,7 @@
 //! failure policy for a decision, an error for a control.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::Cmd;
@@ -15,6 +16,7 @@ use tollgate::{Clock, Decision};
 use crate::backend::Redis;
 use crate::breaker::Pass;
 use crate::cluster;
+use crate::cluster::router::NodeId;
 use crate::durability::{self, Waiting};
 use crate::key::BoundedKey;
 use crate::limit::{Limit, binding};
@@ -47,11 +49,20 @@ impl RedisLimiter {
         extra: u64,
         refund: Option<&Reply>,
     ) -> Result<Reply, (Fault, Duration)> {
-        self.guarded(async {
+        // Every key of one user key shares one slot: the first names the
+        // node, whose breaker decides (see `breaker`).
+        let node = self
+            .shared
+            .codec
+            .keys_of(key)
+            .first()
+            .and_then(|k| self.shared.redis.node_of(k));
+        let moving = AtomicBool::new(false);
+        self.guarded_on(node.as_ref(), &moving, async {
             // Redis answered an error the script raised: it is up, the
-            // fault is this key's or this call's (bug of issue 17: one
-            // malformed key opened the breaker for every key).
-            self.call(key, cost, op, extra, refund)
+            // fault is this key's or this call's (one malformed key must
+            // not open the breaker for every key).
+            self.call_traced(key, cost, op, extra, refund, &moving)
                 .await
                 .map_err(|e| fault_of(&e))
         })
@@ -67,8 +78,26 @@ impl RedisLimiter {
         &self,
         call: impl Future<Output = Result<Reply, Fault>>,
     ) -> Result<Reply, (Fault, Duration)> {
+        self.guarded_on(None, &AtomicBool::new(false), call).await
+    }
+
+    /// [`guarded`](Self::guarded) through the breaker of `node` (`None`:
+    /// the single server's). `moving` is set by the call while a changing
+    /// cluster refuses it (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): a
+    /// deadline that passes then is a timeout for the policy, but no fault
+    /// of the node, and counts towards no breaker (see `cluster`).
+    pub(crate) async fn guarded_on(
+        &self,
+        node: Option<&NodeId>,
+        moving: &AtomicBool,
+        call: impl Future<Output = Result<Reply, Fault>>,
+    ) -> Result<Reply, (Fault, Duration)> {
         let s = &self.shared;
-        if let Pass::Refuse(retry) = s.breaker.pass() {
+        let breaker = s.breakers.of(node);
+        if let Pass::Refuse(retry) = breaker.pass() {
+            // The node may have been replaced: its slots' keys follow the
+            // new owner as soon as the map says so.
+            s.redis.refresh_topology();
             return Err((Fault::BreakerOpen, retry));
         }
         let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
@@ -76,18 +105,25 @@ impl RedisLimiter {
         };
         let fault = match tokio::time::timeout(s.deadline, call).await {
             Ok(Ok(reply)) => {
-                s.breaker.success();
+                breaker.success();
                 return Ok(reply);
             }
             Ok(Err(Fault::Script)) => {
-                s.breaker.success();
+                breaker.success();
                 return Err((Fault::Script, Duration::ZERO));
             }
             Ok(Err(fault)) => fault,
+            // Relaxed: set by the call's own future, which the timeout has
+            // dropped by now; no other memory depends on it.
+            Err(_) if moving.load(Ordering::Relaxed) => {
+                return Err((Fault::Timeout, cluster::MAX_PAUSE));
+            }
             Err(_) => Fault::Timeout,
         };
-        if s.breaker.failure() {
-            s.redis.reconnect();
+        if breaker.failure() {
+            s.redis.node_failing(node.map(|n| &**n));
+        } else {
+            s.redis.refresh_topology();
         }
         Err((fault, s.open_for))
     }
@@ -102,6 +138,21 @@ impl RedisLimiter {
         extra: u64,
         refund: Option<&Reply>,
     ) -> Result<Reply, redis::RedisError> {
+        self.call_traced(key, cost, op, extra, refund, &AtomicBool::new(false))
+            .await
+    }
+
+    /// [`call`](Self::call), setting `moving` while a changing cluster
+    /// refuses the call before running it.
+    async fn call_traced(
+        &self,
+        key: &BoundedKey,
+        cost: u64,
+        op: Op,
+        extra: u64,
+        refund: Option<&Reply>,
+        moving: &AtomicBool,
+    ) -> Result<Reply, redis::RedisError> {
         let s = &self.shared;
         let keys = s.codec.keys_of(key);
         let now = match &s.time {
@@ -110,7 +161,13 @@ impl RedisLimiter {
         };
         // Admissions wait for replicas where asked (see `durability`).
         let wait = s.wait.filter(|_| matches!(op, Op::Check | Op::Lease));
-        let mut connection = Waiting::new(s.redis.connection(), wait);
+        // A call that waits for replicas blocks its connection: it takes
+        // one of its own (see `dedicated`).
+        let connection = match wait {
+            Some(_) => s.redis.dedicated(),
+            None => s.redis.connection(),
+        };
+        let mut connection = Waiting::new(connection, wait);
         // The module if detected, else the lean script for this shape, else
         // the general one; on `unknown command` the module falls back to the
         // same script (see `module`).
@@ -155,6 +212,9 @@ impl RedisLimiter {
             };
             match attempt {
                 Err(e) if s.redis.is_cluster() && cluster::refused_before_running(&e) => {
+                    // Relaxed: read by `guarded_on` once this future is
+                    // dropped or done.
+                    moving.store(true, Ordering::Relaxed);
                     tokio::time::sleep(pause).await;
                     pause = cluster::next_pause(pause);
                 }
@@ -254,7 +314,10 @@ impl RedisLimiter {
         args: impl Fn(&mut Cmd),
     ) -> Result<Vec<i64>, Fault> {
         let s = &self.shared;
-        if let Pass::Refuse(_) = s.breaker.pass() {
+        let node = keys.first().and_then(|k| s.redis.node_of(k));
+        let breaker = s.breakers.of(node.as_ref());
+        if let Pass::Refuse(_) = breaker.pass() {
+            s.redis.refresh_topology();
             return Err(Fault::BreakerOpen);
         }
         let Ok(_slot) = s.in_flight.clone().try_acquire_owned() else {
@@ -267,18 +330,20 @@ impl RedisLimiter {
         });
         let fault = match tokio::time::timeout(s.deadline, call).await {
             Ok(Ok(reply)) => {
-                s.breaker.success();
+                breaker.success();
                 return Ok(reply);
             }
             Ok(Err(e)) if script::is_call_error(&e) => {
-                s.breaker.success();
+                breaker.success();
                 return Err(Fault::Script);
             }
             Ok(Err(_)) => Fault::Error,
             Err(_) => Fault::Timeout,
         };
-        if s.breaker.failure() {
-            s.redis.reconnect();
+        if breaker.failure() {
+            s.redis.node_failing(node.as_deref());
+        } else {
+            s.redis.refresh_topology();
         }
         Err(fault)
     }

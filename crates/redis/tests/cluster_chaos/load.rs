@@ -30,6 +30,8 @@ pub struct Tally {
     pub faults: BTreeMap<String, u64>,
     /// The longest call.
     pub slowest: Duration,
+    /// When the first and the last decision by the policy returned.
+    pub policy_span: Option<(Instant, Instant)>,
     /// Every admission.
     pub admissions: Admissions,
     latencies: Histogram<u64>,
@@ -65,6 +67,11 @@ impl Load {
                         tally.slowest = tally.slowest.max(took);
                         let _ = tally.latencies.record(took.as_micros() as u64);
                         if let Source::Policy(fault) = outcome.source {
+                            let now = Instant::now();
+                            tally.policy_span = Some(match tally.policy_span {
+                                Some((first, _)) => (first, now),
+                                None => (now, now),
+                            });
                             tally.by_policy += 1;
                             *tally.faults.entry(format!("{fault:?}")).or_default() += 1;
                         }
@@ -110,6 +117,10 @@ impl Load {
                 *all.faults.entry(fault).or_default() += n;
             }
             all.slowest = all.slowest.max(t.slowest);
+            all.policy_span = match (all.policy_span, t.policy_span) {
+                (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+                (x, None) | (None, x) => x,
+            };
             all.admissions.merge(t.admissions);
             all.latencies
                 .add(&t.latencies)
@@ -127,10 +138,16 @@ impl Tally {
             by_policy: 0,
             faults: BTreeMap::new(),
             slowest: Duration::ZERO,
+            policy_span: None,
             admissions: Admissions::default(),
             latencies: Histogram::new(3).expect("a histogram"),
             elapsed: Duration::ZERO,
         }
+    }
+
+    /// The share of calls decided by the policy.
+    pub fn policy_share(&self) -> f64 {
+        self.by_policy as f64 / self.calls.max(1) as f64
     }
 
     /// Calls per second over the load's time.

@@ -225,6 +225,12 @@ fn backend_defaults_to_memory_and_reads_every_redis_key() {
     );
     assert_eq!(redis.deadline, Duration::from_millis(5));
     assert_eq!(redis.leases, None);
+    // A cluster's default deadline leaves room for a redirection.
+    let cluster = parse("backend:\n  cluster: [redis://a:7000]\ndomain: d\n").unwrap();
+    let BackendSettings::Redis(on_cluster) = &cluster.backend else {
+        panic!("redis")
+    };
+    assert_eq!(on_cluster.deadline, Duration::from_millis(20));
     assert_eq!(redis.key_prefix, "tollgate");
     assert_eq!(redis.durability, tollgate_redis::Durability::Master);
 

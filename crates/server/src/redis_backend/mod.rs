@@ -20,7 +20,11 @@
 //!   guarantees). Rules of several limits, sliding windows, Redis Cluster
 //!   and the native module keep one call per decision.
 //! - **Failure policy, deadline, breaker, deny cache, leases** are the
-//!   Redis limiter's own, one setting for every rule. Every decision
+//!   Redis limiter's own, one setting for every rule. On a cluster (the
+//!   YAML's `cluster:` or Lyft's `REDIS_TYPE=cluster`, the same code) each
+//!   limiter keeps a breaker per master: a dead, stopped or replica-less
+//!   master sends only its own slots to the policy (see
+//!   `tollgate_redis::cluster`). Every decision
 //!   returns within the deadline plus the policy's (local) time, whatever
 //!   Redis does; a decision taken by the policy is a decision like any
 //!   other for the APIs (a fail-closed denial is `OVER_LIMIT` with the

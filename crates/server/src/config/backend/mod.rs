@@ -45,7 +45,7 @@ pub enum BackendSettings {
 ///   module: detect                 # detect (the default), never or require
 ///   failure_policy: local          # fail_open, fail_closed, local (the default) or error
 ///   local_share: 0.25              # local only: the share of each quota decided here
-///   deadline: 5ms                  # per decision, whatever Redis does
+///   deadline: 5ms                  # per decision, whatever Redis does (a cluster: 20ms)
 ///   response_timeout: 50ms         # the client's, per reply
 ///   connection_timeout: 50ms
 ///   retries: 2
@@ -101,7 +101,9 @@ pub struct RedisSettings {
     /// without effect (from envoyproxy/ratelimit's environment). By
     /// default, none.
     pub notices: Vec<String>,
-    /// The longest a decision waits for Redis. By default, 5 ms.
+    /// The longest a decision waits for Redis. By default, the library's:
+    /// 5 ms, 20 ms on a cluster (room for a redirection while slots move;
+    /// see `tollgate_redis::cluster`).
     pub deadline: Duration,
     /// How long the client waits for one reply. By default, 50 ms.
     pub response_timeout: Duration,
@@ -309,7 +311,11 @@ impl TryFrom<BackendYaml> for BackendSection {
             );
         }
         let key_layout = lyft::layout(yaml.key_layout.as_deref(), yaml.lyft)?;
-        let deadline = duration_of("deadline", yaml.deadline.as_ref(), Duration::from_millis(5))?;
+        let default_deadline = match target {
+            RedisTarget::Cluster(_) => tollgate_redis::limiter::CLUSTER_DEADLINE,
+            _ => tollgate_redis::limiter::DEADLINE,
+        };
+        let deadline = duration_of("deadline", yaml.deadline.as_ref(), default_deadline)?;
         let durability = match yaml.wait {
             None => tollgate_redis::Durability::Master,
             Some(wait) => {
