@@ -1,0 +1,198 @@
+//! Warm-up against its reference model (`support::warm_model`): any rate,
+//! warm-up period and cold factor ≥ 1, any arrival pattern. A [`Limiter`], a
+//! [`KeyedLimiter`] key and an [`AllOf`] of the one limit, driven side by side
+//! with the model on a manual clock, answer identical decisions (allowed,
+//! limit, remaining, retry_after, reset_after) at every step, checks and
+//! peeks alike. Equal decisions for one thread make every window admit
+//! exactly what the model admits; the thread hammer (`concurrency`) and the
+//! loom models cover many threads.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use super::support::model::Expected;
+use super::support::warm_model::WarmUpModel;
+use tollgate::{AllOf, KeyedLimiter, Limiter, ManualClock, Nanos, Quota, QuotaError, WarmUp};
+
+/// The parameters of one case.
+#[derive(Clone, Copy, Debug)]
+struct Params {
+    limit: u64,
+    period: u64,
+    burst: u64,
+    warmup: u64,
+    cold_factor: u32,
+}
+
+fn params() -> impl Strategy<Value = Params> {
+    let period = prop_oneof![
+        2 => prop::sample::select(vec![1_000_000, 1_000_000_000, 60_000_000_000]),
+        1 => 1..=(1u64 << 40),
+    ];
+    let warmup = prop_oneof![
+        2 => prop::sample::select(vec![1_000_000_000, 4_000_000_000, 60_000_000_000]),
+        1 => 1..=(1u64 << 42),
+    ];
+    (1..=1_000u64, period, 1..=8u64, warmup, 1..=12u32).prop_map(
+        |(limit, period, burst, warmup, cold_factor)| Params {
+            limit,
+            period,
+            burst,
+            warmup,
+            cold_factor,
+        },
+    )
+}
+
+/// How far the clock moves before a step.
+#[derive(Clone, Copy, Debug)]
+enum Gap {
+    /// Not at all.
+    Zero,
+    /// By this many ns.
+    By(u64),
+    /// To exactly where the last denial said to retry, or one ns before.
+    Retry,
+    RetryMinusOne,
+    /// By this fraction (in 1/16) of the warm-up period: partly or fully cold.
+    Warmup(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    gap: Gap,
+    cost: u64,
+    peek: bool,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let gap = prop_oneof![
+        2 => Just(Gap::Zero),
+        3 => (1..=(1u64 << 34)).prop_map(Gap::By),
+        4 => Just(Gap::Retry),
+        1 => Just(Gap::RetryMinusOne),
+        2 => (1..=24u64).prop_map(Gap::Warmup),
+    ];
+    let step = (gap, 0..=9u64, prop::bool::weighted(0.2))
+        .prop_map(|(gap, cost, peek)| Step { gap, cost, peek });
+    prop::collection::vec(step, 1..60)
+}
+
+fn expected(decision: tollgate::Decision) -> Expected {
+    Expected::from(decision)
+}
+
+fn against_model(p: Params, start: u64, steps: &[Step]) -> Result<(), TestCaseError> {
+    let quota = Quota::new(p.limit, Duration::from_nanos(p.period))
+        .unwrap()
+        .with_burst(p.burst)
+        .unwrap();
+    let warm = match WarmUp::with_cold_factor(quota, Duration::from_nanos(p.warmup), p.cold_factor)
+    {
+        Ok(warm) => warm,
+        // Refused only when `max` passes 2^62 units (see the module docs).
+        Err(QuotaError::Overflow { .. }) => {
+            let g = gcd(p.limit, p.period);
+            let units = u128::from(p.warmup) * u128::from(p.limit / g) * (u128::from(p.cold_factor) + 5);
+            prop_assert!(units > 1 << 62, "refused {p:?}");
+            return Ok(());
+        }
+        Err(other) => return Err(TestCaseError::fail(format!("{p:?}: {other}"))),
+    };
+    let mut model = WarmUpModel::new(p.limit, p.period, p.burst, p.warmup, p.cold_factor);
+    let clock = ManualClock::starting_at(Nanos::new(start));
+    let limiter = Limiter::with_clock(warm.clone(), clock.clone());
+    let keyed: KeyedLimiter<u8, WarmUp> = KeyedLimiter::builder(warm.clone())
+        .clock(clock.clone())
+        .build();
+    let all = Limiter::with_clock(AllOf::new(vec![warm]).unwrap(), clock.clone());
+    let mut now = start;
+    let mut last_retry = 0u64;
+    for (i, step) in steps.iter().enumerate() {
+        let by = match step.gap {
+            Gap::Zero => 0,
+            Gap::By(ns) => ns,
+            Gap::Retry => last_retry,
+            Gap::RetryMinusOne => last_retry.saturating_sub(1),
+            Gap::Warmup(sixteenths) => p.warmup / 16 * sixteenths,
+        };
+        // Instants stay far below the end of the clock.
+        if now.saturating_add(by) > 1 << 62 {
+            break;
+        }
+        now += by;
+        clock.set(Nanos::new(now));
+        let want = model.decide(now, step.cost, !step.peek);
+        let got = if step.cost > p.burst {
+            prop_assert!(limiter.check_n(step.cost).is_err());
+            prop_assert!(!want.allowed);
+            continue;
+        } else if step.peek {
+            [
+                limiter.peek_n(step.cost).unwrap(),
+                keyed.peek_n(&7, step.cost).unwrap(),
+                all.peek_n(step.cost).unwrap(),
+            ]
+        } else {
+            [
+                limiter.check_n(step.cost).unwrap(),
+                keyed.check_n(&7, step.cost).unwrap(),
+                all.check_n(step.cost).unwrap(),
+            ]
+        };
+        for (who, decision) in ["limiter", "keyed", "all of"].iter().zip(got) {
+            prop_assert_eq!(
+                expected(decision),
+                want,
+                "{} step {} at {} ns: {:?}, {:?}",
+                who,
+                i,
+                now,
+                step,
+                p
+            );
+        }
+        if !want.allowed && want.retry_after_ns != u64::MAX {
+            last_retry = want.retry_after_ns;
+        }
+    }
+    Ok(())
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn warm_up_matches_model(p in params(), start in 0..(1u64 << 61), steps in steps()) {
+        against_model(p, start, &steps)?;
+    }
+}
+
+/// Bad parameters are refused with a typed error, never run.
+#[test]
+fn bad_warm_up_parameters_are_refused() {
+    let quota = Quota::per_second(10).unwrap();
+    assert!(matches!(
+        WarmUp::with_cold_factor(quota, Duration::from_secs(10), 0),
+        Err(QuotaError::InvalidParameter { .. })
+    ));
+    assert!(matches!(
+        WarmUp::new(quota, Duration::ZERO),
+        Err(QuotaError::InvalidParameter { .. })
+    ));
+    // 10^9 per second warming up for a year: 2^62 units and more.
+    let fast = Quota::per_second(1_000_000_007).unwrap();
+    assert!(matches!(
+        WarmUp::new(fast, Duration::from_secs(365 * 86_400)),
+        Err(QuotaError::Overflow { .. })
+    ));
+}
