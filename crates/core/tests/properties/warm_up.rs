@@ -75,8 +75,11 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
         1 => Just(Gap::RetryMinusOne),
         2 => (1..=24u64).prop_map(Gap::Warmup),
     ];
-    let step = (gap, 0..=9u64, prop::bool::weighted(0.2))
-        .prop_map(|(gap, cost, peek)| Step { gap, cost, peek });
+    let step = (gap, 0..=9u64, prop::bool::weighted(0.2)).prop_map(|(gap, cost, peek)| Step {
+        gap,
+        cost,
+        peek,
+    });
     prop::collection::vec(step, 1..60)
 }
 
@@ -95,7 +98,8 @@ fn against_model(p: Params, start: u64, steps: &[Step]) -> Result<(), TestCaseEr
         // Refused only when `max` passes 2^62 units (see the module docs).
         Err(QuotaError::Overflow { .. }) => {
             let g = gcd(p.limit, p.period);
-            let units = u128::from(p.warmup) * u128::from(p.limit / g) * (u128::from(p.cold_factor) + 5);
+            let units =
+                u128::from(p.warmup) * u128::from(p.limit / g) * (u128::from(p.cold_factor) + 5);
             prop_assert!(units > 1 << 62, "refused {p:?}");
             return Ok(());
         }
