@@ -58,9 +58,9 @@
 //! **The time between two admissions is at least the cost of the first**,
 //! and the costs are those of the model above: a cold limiter admits at
 //! most `rate / c` at first, ramping to `rate` over the warm-up period as
-//! permits are taken; over any interval of length `t` at most
-//! `1 + rate·t` requests are admitted (each permit costs at least `I`), the
-//! first of them at once.
+//! permits are taken. Since every permit costs at least `I`, any interval
+//! of length `t` admits at most `capacity + rate·t` permits (the last
+//! request's, plus what the earlier ones paid for inside it).
 //!
 //! # State: two numbers, behind a lock
 //!
@@ -768,12 +768,9 @@ mod tests {
     /// 300_227_272.7 ns, rounded up.
     #[test]
     fn guava_table_5_per_second_cold_factor_10() {
-        let warm = WarmUp::with_cold_factor(
-            Quota::per_second(5).unwrap(),
-            Duration::from_secs(4),
-            10,
-        )
-        .unwrap();
+        let warm =
+            WarmUp::with_cold_factor(Quota::per_second(5).unwrap(), Duration::from_secs(4), 10)
+                .unwrap();
         let cold = [
             R(0),
             R(1_752_500_000),
@@ -796,13 +793,13 @@ mod tests {
     /// Guava's `testWarmUpWithColdFactor1`: no warm-up at all.
     #[test]
     fn cold_factor_1_is_the_stable_rate() {
-        let warm = WarmUp::with_cold_factor(
-            Quota::per_second(5).unwrap(),
-            Duration::from_secs(4),
-            1,
-        )
-        .unwrap();
-        let mut script = [R(0)].into_iter().chain([R(200 * MS); 7]).collect::<Vec<_>>();
+        let warm =
+            WarmUp::with_cold_factor(Quota::per_second(5).unwrap(), Duration::from_secs(4), 1)
+                .unwrap();
+        let mut script = [R(0)]
+            .into_iter()
+            .chain([R(200 * MS); 7])
+            .collect::<Vec<_>>();
         script.push(U(340 * MS));
         script.extend([R(0)].into_iter().chain([R(200 * MS); 7]));
         replay(warm, &script);

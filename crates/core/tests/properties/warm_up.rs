@@ -200,3 +200,55 @@ fn bad_warm_up_parameters_are_refused() {
         Err(QuotaError::Overflow { .. })
     ));
 }
+
+/// In an `AllOf` with another algorithm, through `AnyAlgorithm`: each limit
+/// keeps its own rule, all-or-nothing. A warm-up of 2 per second beside 3
+/// per day: the warm-up spaces the first two, the day refuses the fourth.
+#[test]
+fn warm_up_in_all_of_beside_a_daily_limit() {
+    use tollgate::algorithm::any::AnyAlgorithm;
+    let warm = WarmUp::new(Quota::per_second(2).unwrap(), Duration::from_secs(4)).unwrap();
+    let day = tollgate::FixedWindow::new(Quota::per_day(3).unwrap()).unwrap();
+    let limits = AllOf::new(vec![AnyAlgorithm::from(warm), AnyAlgorithm::from(day)]).unwrap();
+    let clock = ManualClock::new();
+    let limiter = Limiter::with_clock(limits, clock.clone());
+    assert!(limiter.check().is_allowed());
+    let owed = limiter.check();
+    assert!(owed.is_denied());
+    assert_eq!(owed.retry_after(), Duration::from_millis(1_375));
+    clock.advance(owed.retry_after());
+    assert!(limiter.check().is_allowed());
+    clock.advance(Duration::from_secs(10));
+    assert!(limiter.check().is_allowed());
+    clock.advance(Duration::from_secs(10));
+    let day_full = limiter.check();
+    assert!(day_full.is_denied());
+    assert_eq!(day_full.limit(), 3);
+    assert_eq!(tollgate::Algorithm::quotas(&limiter.algorithm()).len(), 2);
+}
+
+/// A key is dropped once its state is as cold as a fresh one (what is owed
+/// paid, the warm-up period idle), and not before: dropping it then
+/// changes no decision.
+#[test]
+fn a_warm_up_key_is_evicted_once_cold_again() {
+    let warm = WarmUp::new(Quota::per_second(2).unwrap(), Duration::from_secs(4)).unwrap();
+    let clock = ManualClock::new();
+    let keyed: KeyedLimiter<u8, WarmUp> = KeyedLimiter::builder(warm)
+        .clock(clock.clone())
+        .sweep_every(None)
+        .build();
+    for _ in 0..3 {
+        while keyed.check(&1).is_denied() {
+            clock.advance(Duration::from_millis(125));
+        }
+    }
+    // Three permits from cold owe 0.875 s after the third; 3 idle permits
+    // come back in 1.5 s.
+    clock.advance(Duration::from_millis(875 + 1_499));
+    assert_eq!(keyed.sweep(), 0);
+    assert_eq!(keyed.len(), 1);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(keyed.sweep(), 1);
+    assert!(keyed.is_empty());
+}
