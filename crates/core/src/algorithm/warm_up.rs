@@ -161,6 +161,36 @@ pub struct WarmUp {
     per_remainder: u128,
 }
 
+/// The integer constants of a [`WarmUp`] (see "Exactness" in the [module
+/// docs](self)): with idle permits `s` in units, `k` permits cost
+/// `⌊k·t / l⌋ + ⌈((k·t mod l)·per_remainder + slope·a·(2A − a)) /
+/// denominator⌉` ns, where `A = max(0, s − threshold)` and `a = min(A,
+/// min(s, k·permit))`; idle time adds `gain` units a nanosecond, up to `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WarmConstants {
+    /// The largest cost of one request.
+    pub burst: u64,
+    /// `limit / period_ns = l / t`, in lowest terms.
+    pub l: u64,
+    /// See `l`.
+    pub t: u64,
+    /// One permit, in units.
+    pub permit: u128,
+    /// The threshold, in units.
+    pub threshold: u64,
+    /// The cold maximum, in units.
+    pub max: u64,
+    /// Units regained per idle nanosecond.
+    pub gain: u64,
+    /// `cold_factor − 1`.
+    pub slope: u32,
+    /// `16·P·l·(c + 1)`.
+    pub per_remainder: u128,
+    /// `16·P·l²·(c + 1)`.
+    pub denominator: u128,
+}
+
 /// The state of one [`WarmUp`] limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WarmState {
@@ -256,6 +286,23 @@ impl WarmUp {
     /// The cold factor: a cold limiter runs at `rate / cold_factor`.
     pub const fn cold_factor(&self) -> u32 {
         self.cold_factor
+    }
+
+    /// The integer constants of the transition, for a backend that runs the
+    /// same arithmetic elsewhere (the Redis script): see "Exactness".
+    pub fn constants(&self) -> WarmConstants {
+        WarmConstants {
+            burst: self.quota.burst(),
+            l: self.l,
+            t: self.t,
+            permit: self.permit,
+            threshold: self.threshold,
+            max: self.max,
+            gain: self.gain,
+            slope: self.cold_factor - 1,
+            per_remainder: self.per_remainder,
+            denominator: self.denominator,
+        }
     }
 
     /// A fresh state: cold, nothing owed.

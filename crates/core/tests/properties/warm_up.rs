@@ -252,3 +252,213 @@ fn a_warm_up_key_is_evicted_once_cold_again() {
     assert_eq!(keyed.sweep(), 1);
     assert!(keyed.is_empty());
 }
+
+// ---------------------------------------------------------------------------
+// Shared test vectors: `tests/vectors/warm_up.json`
+// ---------------------------------------------------------------------------
+
+/// One vector case: a fresh limit, steps on a clock starting at 0, and the
+/// model's decision at every step (the format of `tests/vectors/README.md`,
+/// with the warm-up's two parameters).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WarmCase {
+    pub name: String,
+    pub description: String,
+    pub limit: u64,
+    pub period_ns: u64,
+    pub burst: u64,
+    pub warmup_ns: u64,
+    pub cold_factor: u32,
+    pub steps: Vec<WarmStep>,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WarmStep {
+    pub now_ns: u64,
+    pub cost: u64,
+    pub expect: Expected,
+}
+
+/// What a case does: acquire as Guava does (check; if denied, record the
+/// denial and check again at exactly `retry_after`), sleep, or check once.
+#[derive(Clone, Copy)]
+enum Act {
+    Acquire(u64),
+    Sleep(u64),
+    Once(u64),
+}
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000 * MS;
+
+fn warm_case(
+    name: &str,
+    description: &str,
+    (limit, period_ns, burst): (u64, u64, u64),
+    (warmup_ns, cold_factor): (u64, u32),
+    acts: &[Act],
+) -> WarmCase {
+    let mut model = WarmUpModel::new(limit, period_ns, burst, warmup_ns, cold_factor);
+    let mut now = 0;
+    let mut steps = Vec::new();
+    for act in acts {
+        match *act {
+            Act::Sleep(ns) => now += ns,
+            Act::Once(cost) => {
+                let expect = model.decide(now, cost, true);
+                steps.push(WarmStep {
+                    now_ns: now,
+                    cost,
+                    expect,
+                });
+            }
+            Act::Acquire(cost) => loop {
+                let expect = model.decide(now, cost, true);
+                steps.push(WarmStep {
+                    now_ns: now,
+                    cost,
+                    expect,
+                });
+                if expect.allowed {
+                    break;
+                }
+                now += expect.retry_after_ns;
+            },
+        }
+    }
+    WarmCase {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        limit,
+        period_ns,
+        burst,
+        warmup_ns,
+        cold_factor,
+        steps,
+    }
+}
+
+fn warm_cases() -> Vec<WarmCase> {
+    use Act::{Acquire, Once, Sleep};
+    let eight = [Acquire(1); 8];
+    let mut guava = eight.to_vec();
+    guava.extend([Sleep(4_500 * MS)]);
+    guava.extend(eight);
+    guava.extend([Sleep(2_500 * MS)]);
+    guava.extend(eight);
+    let mut factor_10 = eight.to_vec();
+    factor_10.extend([Sleep(4_200 * MS)]);
+    factor_10.extend(eight);
+    factor_10.extend([Sleep(1_200 * MS)]);
+    factor_10.extend(eight);
+    // A deterministic mix of gaps, costs and looks (cost 0).
+    let mut mixed = Vec::new();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for _ in 0..40 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        mixed.push(match x % 7 {
+            0 => Sleep(x % (3 * S)),
+            1 => Once(0),
+            2 | 3 => Once(1 + (x >> 8) % 3),
+            _ => Acquire(1 + (x >> 16) % 3),
+        });
+    }
+    vec![
+        warm_case(
+            "warm_up_guava_2_per_second_4s",
+            "Guava's testWarmUp: 2/s, 4 s warm-up, cold factor 3: from cold the waits are 1.375, 1.125, 0.875, 0.625 s, then 0.5 s; 4.5 s idle is cold again, 2.5 s is not",
+            (2, S, 2),
+            (4 * S, 3),
+            &guava,
+        ),
+        warm_case(
+            "warm_up_guava_5_per_second_cold_factor_10",
+            "Guava's testWarmUpWithColdFactor: 5/s, 4 s, cold factor 10: 1.7525, 1.2575, 0.7625, 0.300227273 s, then 0.2 s",
+            (5, S, 5),
+            (4 * S, 10),
+            &factor_10,
+        ),
+        warm_case(
+            "warm_up_partial_then_idle",
+            "three permits from cold, the debt repaid, 1 s idle: two idle permits back, so the next cost 1.125 s",
+            (2, S, 2),
+            (4 * S, 3),
+            &[
+                Acquire(1),
+                Acquire(1),
+                Acquire(1),
+                Sleep(1_875 * MS),
+                Acquire(1),
+                Acquire(1),
+                Acquire(1),
+            ],
+        ),
+        warm_case(
+            "warm_up_odd_rate_costs_and_looks",
+            "7 per 3 s, burst 3, 10 s warm-up, cold factor 4: costs of 1 to 3 permits, looks of cost 0, gaps up to 3 s; costs with remainders rounded up",
+            (7, 3 * S, 3),
+            (10 * S, 4),
+            &mixed,
+        ),
+    ]
+}
+
+fn vectors_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/warm_up.json")
+}
+
+/// The committed vectors are what the model generates now. To regenerate
+/// after a deliberate change: `TOLLGATE_WRITE_VECTORS=1 cargo test -p
+/// tollgate --test properties warm_up_vectors`, then review the diff.
+#[test]
+fn warm_up_vectors_are_what_the_model_says() {
+    let cases = warm_cases();
+    let mut text = serde_json::to_string_pretty(&cases).unwrap();
+    text.push('\n');
+    for case in &cases {
+        for step in &case.steps {
+            let e = &step.expect;
+            for n in [step.now_ns, e.retry_after_ns, e.reset_after_ns] {
+                assert!(n < 1 << 53 || n == u64::MAX, "{}: {n}", case.name);
+            }
+        }
+    }
+    if std::env::var_os("TOLLGATE_WRITE_VECTORS").is_some_and(|v| v == "1") {
+        std::fs::write(vectors_path(), &text).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(vectors_path()).unwrap_or_default();
+    assert!(
+        committed == text,
+        "tests/vectors/warm_up.json is not what the model generates now"
+    );
+}
+
+/// The core's limiter replays every vector.
+#[test]
+fn warm_up_limiters_replay_every_vector() {
+    let cases: Vec<WarmCase> =
+        serde_json::from_str(&std::fs::read_to_string(vectors_path()).unwrap()).unwrap();
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let quota = Quota::new(case.limit, Duration::from_nanos(case.period_ns))
+            .unwrap()
+            .with_burst(case.burst)
+            .unwrap();
+        let warm = WarmUp::with_cold_factor(
+            quota,
+            Duration::from_nanos(case.warmup_ns),
+            case.cold_factor,
+        )
+        .unwrap();
+        let clock = ManualClock::new();
+        let limiter = Limiter::with_clock(warm, clock.clone());
+        for (i, step) in case.steps.iter().enumerate() {
+            clock.set(Nanos::new(step.now_ns));
+            let got = expected(limiter.check_n(step.cost).unwrap());
+            assert_eq!(got, step.expect, "{} step {i}", case.name);
+        }
+    }
+}
