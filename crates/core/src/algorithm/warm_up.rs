@@ -76,8 +76,8 @@
 //! and written under the lock (linearizable by construction), and a request
 //! of cost 1 while something is owed is denied from the published hint
 //! `(F, cold again at)` without taking it: a denial never writes. 16 bytes
-//! of state per limiter, plus the lock and the hint; no compact keyed table
-//! (its states are one word).
+//! of state per limiter, 48 with the lock and the hint (x86-64 Linux); no
+//! compact keyed table (its states are one word).
 //!
 //! # Exactness
 //!
