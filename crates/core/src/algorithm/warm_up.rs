@@ -358,6 +358,14 @@ impl WarmUp {
     /// The cost in ns of `permits` taken at `stored` units: the area under
     /// the interval curve, rounded up. `None` if it passes `u64::MAX`.
     pub fn cost(&self, stored: u64, permits: u64) -> Option<u64> {
+        // At or below the threshold the ramp's area is 0 and the cost is
+        // `⌈k·t / l⌉`: 64-bit arithmetic where it fits (a limiter near its
+        // rate prices most permits here).
+        if stored <= self.threshold {
+            if let Some(base) = permits.checked_mul(self.t) {
+                return Some(base.div_ceil(self.l));
+            }
+        }
         let units = u128::from(permits).saturating_mul(self.permit);
         let taken = units.min(u128::from(stored));
         let ramp = u128::from(stored.saturating_sub(self.threshold));
