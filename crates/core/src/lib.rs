@@ -99,7 +99,9 @@ mod sync;
 pub mod wait;
 mod wall_clock;
 
-pub use algorithm::{Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow};
+pub use algorithm::{
+    Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow, WarmUp,
+};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos, QuantaClock};

@@ -63,9 +63,10 @@ use std::time::{Duration, Instant};
 use loom::thread;
 use tollgate::algorithm::sliding_log::LogState;
 use tollgate::algorithm::sliding_window::WheelState;
+use tollgate::algorithm::warm_up::WarmState;
 use tollgate::{
     Algorithm, Clock, Decision, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota, SlidingLog,
-    SlidingWindow,
+    SlidingWindow, WarmUp,
 };
 
 // ---------------------------------------------------------------------------
@@ -339,6 +340,27 @@ impl Sequential for WheelSeq {
     }
 }
 
+#[derive(Clone, Debug)]
+struct WarmSeq {
+    warm: WarmUp,
+    state: WarmState,
+}
+
+impl Sequential for WarmSeq {
+    fn check(&mut self, now: u64, cost: u64) -> Decision {
+        // The locked path alone: a denial from the hint must be the same.
+        let (decision, next) = self.warm.transition(&self.state, Nanos::new(now), cost);
+        if let Some(next) = next {
+            self.state = next;
+        }
+        decision
+    }
+
+    fn peek(&self, now: u64, cost: u64) -> Decision {
+        self.warm.transition(&self.state, Nanos::new(now), cost).0
+    }
+}
+
 /// An algorithm, and its transition over a fresh state.
 trait Modelled: Algorithm + Clone {
     type Seq: Sequential;
@@ -383,6 +405,16 @@ impl Modelled for SlidingWindow {
         WheelSeq {
             wheel: self.clone(),
             state: self.new_state(),
+        }
+    }
+}
+
+impl Modelled for WarmUp {
+    type Seq = WarmSeq;
+    fn sequential(&self) -> WarmSeq {
+        WarmSeq {
+            warm: self.clone(),
+            state: self.fresh(),
         }
     }
 }
@@ -650,11 +682,34 @@ fn clock_advances<A: Modelled>(
     probes: &'static [u64],
     each: impl Fn(&Outcome, &A::Seq) + Send + Sync + 'static,
 ) {
+    clock_advances_with(
+        name,
+        algorithm,
+        (start, prefill, advance),
+        &[1, 1],
+        probes,
+        each,
+    );
+}
+
+/// [`clock_advances`] with the second thread's checks given: `&[1, 1]`
+/// there. One check suits a state whose denials tell which admission they
+/// follow (a warm-up's): with two, a thread cannot read the old time twice
+/// around another thread's admission at the new one, an order the
+/// sequential replays cannot rule out.
+fn clock_advances_with<A: Modelled>(
+    name: &'static str,
+    algorithm: A,
+    (start, prefill, advance): (u64, u64, u64),
+    second: &'static [u64],
+    probes: &'static [u64],
+    each: impl Fn(&Outcome, &A::Seq) + Send + Sync + 'static,
+) {
     let mut initial = algorithm.sequential();
     for _ in 0..prefill {
         assert!(initial.check(start, 1).is_allowed());
     }
-    let readings = readings_across(&[&[], &[1], &[1, 1]], start, start + advance);
+    let readings = readings_across(&[&[], &[1], second], start, start + advance);
     let expected = admissible(&initial, &readings);
     explore(name, Some(5), expected, move || {
         let clock = ManualClock::starting_at(Nanos::new(start));
@@ -669,7 +724,7 @@ fn clock_advances<A: Modelled>(
         let observed = race(vec![
             advancer,
             requests(&limiter, &[1], &[]),
-            requests(&limiter, &[1, 1], &[]),
+            requests(&limiter, second, &[]),
         ]);
         let capacity = algorithm.capacity();
         let final_answers = limiter_answers(&limiter, probes);
@@ -960,6 +1015,85 @@ fn sliding_window_deny_hint_is_never_torn_and_matches_the_lock() {
         &[105, 130],
         95,
         &[130, 199, 200, 224, 225],
+    );
+}
+
+/// Warm-up of 1 per 100 ns, burst 2, a 400 ns warm-up, cold factor 3:
+/// threshold 2 and max 4 permits, so the permits of a cold limiter cost
+/// 250, 150, then 100 ns.
+fn warm_up() -> WarmUp {
+    let quota = quota(1, 100).with_burst(2).expect("burst");
+    WarmUp::new(quota, Duration::from_nanos(400)).expect("warm-up")
+}
+
+#[test]
+fn warm_up_frozen_clock_three_checks_admit_exactly_one() {
+    // Pay later: the first is served at once and owes 250 ns; the two
+    // others are denied with a retry of 250 ns, whatever the order.
+    let warm = warm_up();
+    let now = 1_000;
+    let probes: &'static [u64] = &[1_000, 1_249, 1_250, 1_400];
+    let start = warm.sequential();
+    let one = vec![Request { now, cost: 1 }];
+    let expected = admissible(&start, &[vec![one.clone(), one.clone(), one]]);
+    assert_eq!(expected.len(), 3, "one outcome per thread admitted");
+    let name = "warm-up, frozen clock, 3 x check()";
+    // Bounded as the sliding log's: the lock's paths multiply the runs.
+    explore(name, Some(2), expected, move || {
+        let clock = ManualClock::starting_at(Nanos::new(now));
+        let limiter = Limiter::with_clock(warm.clone(), RecordingClock(clock));
+        let observed = race(vec![
+            requests(&limiter, &[1], &[]),
+            requests(&limiter, &[1], &[]),
+            requests(&limiter, &[1], &[]),
+        ]);
+        assert_eq!(admitted(&observed), 1, "{name}: {observed:?}");
+        let final_answers = limiter_answers(&limiter, probes);
+        assert_linearizable(&start, &observed, probes, 2, &final_answers);
+        observed
+    });
+}
+
+#[test]
+fn warm_up_clock_advancing_while_two_threads_check() {
+    // One permit taken at 1_000 (owing 250 ns); the clock moves to 1_300,
+    // past what is owed: at most one reading of 1_300 wins, and a denial
+    // of a reading of 1_000 shows whether it came before or after it.
+    let warm = warm_up();
+    clock_advances_with(
+        "warm-up, owing, clock +300 ns | check() | check()",
+        warm.clone(),
+        (1_000, 1, 300),
+        &[1],
+        &[1_300, 1_449, 1_450, 1_600, 2_000],
+        move |observed, state| {
+            assert!(admitted(observed) <= 1, "{observed:?}");
+            // The state left is the replay of its admissions, in order.
+            let mut replay = warm.sequential();
+            assert!(replay.check(1_000, 1).is_allowed());
+            for (request, decision) in observed.iter().flatten() {
+                if decision.is_allowed() {
+                    assert_eq!(request.now, 1_300, "{observed:?}");
+                    assert!(replay.check(request.now, 1).is_allowed());
+                }
+            }
+            assert_eq!(replay.state, state.state, "{observed:?}");
+        },
+    );
+}
+
+#[test]
+fn warm_up_deny_hint_is_never_torn_and_matches_the_lock() {
+    // Cold, one permit at 0: owes 250 (hint (250, 350)). The writer admits
+    // at 250 (150 owed: hint (400, 600)) and at 400 (hint (500, 800)); the
+    // reader, at 200, is denied by each of them with different numbers.
+    hint_race(
+        "warm-up, hint: check() at 250, 400 | 2 x check() at 200",
+        warm_up(),
+        &[0],
+        &[250, 400],
+        200,
+        &[400, 499, 500, 799, 800],
     );
 }
 

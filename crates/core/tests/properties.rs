@@ -32,6 +32,8 @@
 //! last epoch) are inside that range and are visited on purpose.
 
 mod support;
+#[path = "properties/warm_up.rs"]
+mod warm_up;
 
 use std::time::Duration;
 

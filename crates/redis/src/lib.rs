@@ -83,6 +83,7 @@ pub mod module;
 pub mod observe;
 pub mod policy;
 pub mod script;
+pub mod warm_up;
 
 pub use backend::Redis;
 pub use breaker::BreakerConfig;

@@ -1,7 +1,8 @@
 //! Parity: the core's test vectors (`crates/core/tests/vectors/core.json`)
 //! replayed through the script in test mode (`now` passed in) give the same
 //! decision, limit, remaining, retry_after and reset_after at every step, for
-//! GCRA, fixed window and sliding window (sliding log is not on Redis).
+//! GCRA, fixed window and sliding window (sliding log is not on Redis); and
+//! the warm-up vectors (`vectors/warm_up.json`) through `warm_up.lua`.
 
 mod scenarios;
 mod support;
@@ -322,4 +323,174 @@ async fn the_client_sends_the_short_form_when_it_stands_for_the_call() {
     scripts.reverse();
     // EVALSHA sha 1 key + 2, then + 11 for the cost of 2 and the peek.
     assert_eq!(scripts, [6, 15, 15]);
+}
+
+// ---------------------------------------------------------------------------
+// Warm-up: `warm_up.lua` against the core's vectors, and a fleet on one key
+// ---------------------------------------------------------------------------
+
+/// A case of `crates/core/tests/vectors/warm_up.json` (its README's format,
+/// with the warm-up's two parameters).
+#[derive(serde::Deserialize)]
+struct WarmCase {
+    name: String,
+    limit: u64,
+    period_ns: u64,
+    burst: u64,
+    warmup_ns: u64,
+    cold_factor: u32,
+    steps: Vec<WarmStep>,
+}
+
+#[derive(serde::Deserialize)]
+struct WarmStep {
+    now_ns: u64,
+    cost: u64,
+    expect: WarmExpect,
+}
+
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct WarmExpect {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after_ns: u64,
+    reset_after_ns: u64,
+}
+
+fn warm_of(case: &WarmCase) -> tollgate::WarmUp {
+    let quota = tollgate::Quota::new(case.limit, std::time::Duration::from_nanos(case.period_ns))
+        .unwrap()
+        .with_burst(case.burst)
+        .unwrap();
+    tollgate::WarmUp::with_cold_factor(
+        quota,
+        std::time::Duration::from_nanos(case.warmup_ns),
+        case.cold_factor,
+    )
+    .unwrap()
+}
+
+fn warm_cases() -> Vec<WarmCase> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../core/tests/vectors/warm_up.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Every step of every warm-up vector, through the script in test mode,
+/// gives the core's decision to the nanosecond; a peek before each check
+/// answers the same and writes nothing.
+#[tokio::test]
+async fn warm_up_script_matches_every_vector() {
+    use tollgate_redis::warm_up::{Op, call};
+    let server = support::Server::start();
+    let mut raw = support::raw(server.url()).await;
+    let cases = warm_cases();
+    assert_eq!(cases.len(), 4);
+    for case in &cases {
+        let warm = warm_of(case);
+        let key = format!("warm:{}", case.name);
+        for (i, step) in case.steps.iter().enumerate() {
+            let now = Some(tollgate::Nanos::new(step.now_ns));
+            for op in [Op::Peek, Op::Check] {
+                let (decision, _) = call(&mut raw, &key, &warm, op, now, step.cost)
+                    .await
+                    .unwrap();
+                let got = WarmExpect {
+                    allowed: decision.is_allowed(),
+                    limit: decision.limit(),
+                    remaining: decision.remaining(),
+                    retry_after_ns: decision.retry_after().as_nanos() as u64,
+                    reset_after_ns: decision.reset_after().as_nanos() as u64,
+                };
+                assert_eq!(got, step.expect, "{} step {i} ({op:?})", case.name);
+            }
+        }
+    }
+}
+
+/// Several clients (connections of their own, as processes of a fleet)
+/// warm one key together: at each instant of a schedule every client
+/// checks at once; the script is one atomic step, so the admissions are
+/// exactly those of one limiter checked once per instant, from cold. A
+/// fleet of cold processes starts at `rate / cold_factor` together, not
+/// each on its own. Reservations queue the fleet in arrival order.
+#[tokio::test]
+async fn several_clients_warm_one_key_together() {
+    use tollgate_redis::warm_up::{Op, call};
+    let server = support::Server::start();
+    let warm = tollgate::WarmUp::new(
+        tollgate::Quota::per_second(2).unwrap(),
+        std::time::Duration::from_secs(4),
+    )
+    .unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(support::raw(server.url()).await);
+    }
+    // Every 125 ms for 12 s.
+    let instants: Vec<u64> = (0..96).map(|i| i * 125_000_000).collect();
+    let mut model = warm.fresh();
+    let mut expected = Vec::new();
+    for &t in &instants {
+        let (decision, next) = warm.transition(&model, tollgate::Nanos::new(t), 1);
+        if let Some(next) = next {
+            model = next;
+        }
+        if decision.is_allowed() {
+            expected.push(t);
+        }
+    }
+    let mut admitted = Vec::new();
+    for &t in &instants {
+        let calls = clients.iter_mut().map(|client| {
+            let warm = warm.clone();
+            async move {
+                call(
+                    client,
+                    "fleet",
+                    &warm,
+                    Op::Check,
+                    Some(tollgate::Nanos::new(t)),
+                    1,
+                )
+                .await
+                .unwrap()
+                .0
+            }
+        });
+        let decisions = futures_util::future::join_all(calls).await;
+        let wins = decisions.iter().filter(|d| d.is_allowed()).count();
+        assert!(wins <= 1, "at {t}: {wins} admitted");
+        if wins == 1 {
+            admitted.push(t);
+        }
+    }
+    assert_eq!(admitted, expected);
+    // Cold start: 1.375 s, 1.125 s, 0.875 s, 0.625 s apart, then 0.5 s.
+    let gaps: Vec<u64> = admitted.windows(2).take(5).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        gaps,
+        [
+            1_375_000_000,
+            1_125_000_000,
+            875_000_000,
+            625_000_000,
+            500_000_000
+        ]
+    );
+
+    // Reservations from every client at one instant queue in arrival order.
+    let at = Some(tollgate::Nanos::new(100_000_000_000));
+    let mut ready = Vec::new();
+    for client in &mut clients {
+        let (decision, instant) = call(client, "queue", &warm, Op::Reserve, at, 1)
+            .await
+            .unwrap();
+        assert!(decision.is_allowed());
+        ready.push(instant.as_u64() - 100_000_000_000);
+    }
+    assert_eq!(ready, [0, 1_375_000_000, 2_500_000_000, 3_375_000_000]);
 }

@@ -772,6 +772,7 @@ fn dynamic_rule(
         unit: Some(unit),
         burst: None,
         slots: None,
+        warmup: None,
     };
     if limit.requests_per_unit == 0 {
         return Err((

@@ -26,6 +26,7 @@ use std::fmt;
 use crate::algorithm::calendar::CalendarWindow;
 use crate::algorithm::sliding_log::LogState;
 use crate::algorithm::sliding_window::WheelState;
+use crate::algorithm::warm_up::{WarmState, WarmUp};
 use crate::algorithm::{Algorithm, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -75,6 +76,8 @@ pub enum AnyAlgorithm {
     SlidingWindow(SlidingWindow),
     /// [`CalendarWindow`].
     Calendar(CalendarWindow),
+    /// [`WarmUp`].
+    WarmUp(WarmUp),
 }
 
 /// The state of an [`AnyAlgorithm`]: its variant's cell.
@@ -85,6 +88,8 @@ pub enum AnyCell {
     Log(Locked<LogState>),
     /// A sliding window counter.
     Wheel(Locked<WheelState>),
+    /// A warm-up limiter.
+    Warm(Locked<WarmState>),
 }
 
 impl fmt::Debug for AnyCell {
@@ -93,6 +98,7 @@ impl fmt::Debug for AnyCell {
             AnyCell::Word(word) => f.debug_tuple("Word").field(word).finish(),
             AnyCell::Log(log) => f.debug_tuple("Log").field(log).finish(),
             AnyCell::Wheel(_) => f.debug_tuple("Wheel").finish_non_exhaustive(),
+            AnyCell::Warm(warm) => f.debug_tuple("Warm").field(warm).finish(),
         }
     }
 }
@@ -105,6 +111,7 @@ impl fmt::Debug for AnyAlgorithm {
             AnyAlgorithm::SlidingLog(a) => a.fmt(f),
             AnyAlgorithm::SlidingWindow(a) => a.fmt(f),
             AnyAlgorithm::Calendar(a) => a.fmt(f),
+            AnyAlgorithm::WarmUp(a) => a.fmt(f),
         }
     }
 }
@@ -124,7 +131,8 @@ from!(
     FixedWindow(FixedWindow),
     SlidingLog(SlidingLog),
     SlidingWindow(SlidingWindow),
-    Calendar(CalendarWindow)
+    Calendar(CalendarWindow),
+    WarmUp(WarmUp)
 );
 
 /// Runs `$body` with `$a` bound to the variant's algorithm and `$c` to its
@@ -139,6 +147,7 @@ macro_rules! dispatch {
             (AnyAlgorithm::Calendar($a), AnyCell::Word($c)) => $body,
             (AnyAlgorithm::SlidingLog($a), AnyCell::Log($c)) => $body,
             (AnyAlgorithm::SlidingWindow($a), AnyCell::Wheel($c)) => $body,
+            (AnyAlgorithm::WarmUp($a), AnyCell::Warm($c)) => $body,
             _ => $mismatch,
         }
     };
@@ -167,6 +176,7 @@ impl Algorithm for AnyAlgorithm {
             AnyAlgorithm::SlidingLog(a) => a.quota(),
             AnyAlgorithm::SlidingWindow(a) => a.quota(),
             AnyAlgorithm::Calendar(a) => a.quota(),
+            AnyAlgorithm::WarmUp(a) => a.quota(),
         }
     }
 
@@ -177,6 +187,7 @@ impl Algorithm for AnyAlgorithm {
             AnyAlgorithm::SlidingLog(a) => a.capacity(),
             AnyAlgorithm::SlidingWindow(a) => a.capacity(),
             AnyAlgorithm::Calendar(a) => a.capacity(),
+            AnyAlgorithm::WarmUp(a) => a.capacity(),
         }
     }
 
@@ -187,6 +198,7 @@ impl Algorithm for AnyAlgorithm {
             AnyAlgorithm::Calendar(a) => AnyCell::Word(a.new_cell()),
             AnyAlgorithm::SlidingLog(a) => AnyCell::Log(a.new_cell()),
             AnyAlgorithm::SlidingWindow(a) => AnyCell::Wheel(a.new_cell()),
+            AnyAlgorithm::WarmUp(a) => AnyCell::Warm(a.new_cell()),
         }
     }
 
@@ -230,6 +242,7 @@ impl Algorithm for AnyAlgorithm {
             (AnyAlgorithm::Calendar(a), AnyCell::Word(c)) => AnyCell::Word(a.take_cell(c)),
             (AnyAlgorithm::SlidingLog(a), AnyCell::Log(c)) => AnyCell::Log(a.take_cell(c)),
             (AnyAlgorithm::SlidingWindow(a), AnyCell::Wheel(c)) => AnyCell::Wheel(a.take_cell(c)),
+            (AnyAlgorithm::WarmUp(a), AnyCell::Warm(c)) => AnyCell::Warm(a.take_cell(c)),
             // Never: a cell comes from its own algorithm.
             _ => self.new_cell(),
         }
@@ -261,6 +274,9 @@ impl Algorithm for AnyAlgorithm {
                     AnyAlgorithm::SlidingWindow(p),
                     AnyCell::Wheel(c),
                 ) => Some(AnyCell::Wheel(a.carry_cell(p, c, now, carry))),
+                (AnyAlgorithm::WarmUp(a), AnyAlgorithm::WarmUp(p), AnyCell::Warm(c)) => {
+                    Some(AnyCell::Warm(a.carry_cell(p, c, now, carry)))
+                }
                 _ => None,
             };
             if let Some(carried) = carried {

@@ -6,6 +6,7 @@
 //! | [`FixedWindow`] | every aligned window `[kT, (k+1)T)` admits ≤ `limit` | 8 bytes | one word, compare-and-swap |
 //! | [`SlidingLog`] | every window of length `T`, at any start, admits ≤ `limit` | ≤ 16 bytes per permit in the window | mutex + lock-free denials |
 //! | [`SlidingWindow`] (time wheel, `n` slots) | slot-aligned windows of length `T` ≤ `limit`; any window of `T − T/n` ≤ `limit`; any window of `T` ≤ `2·limit` | `8·n + 16` bytes | mutex + lock-free denials |
+//! | [`WarmUp`] (Guava's `SmoothWarmingUp`) | two admissions are at least the first's cost apart; a cold limiter starts at `rate / cold_factor` and ramps to `rate` over the warm-up period | 16 bytes | mutex + lock-free denials |
 //! | [`CalendarWindow`](calendar::CalendarWindow) | every UTC minute / hour / day / week (Monday) / month (1st) admits ≤ `limit` | 8 bytes | one word, compare-and-swap |
 //! | [`AnyAlgorithm`](any::AnyAlgorithm) | its variant's | its variant's | its variant's |
 //! | [`AllOf`] (several limits) | each limit's own, all-or-nothing | the limits' cells and a mutex | lock-free denials, admissions under the mutex |
@@ -24,6 +25,7 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_log;
 pub mod sliding_window;
+pub mod warm_up;
 
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -34,6 +36,7 @@ pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindow;
+pub use warm_up::WarmUp;
 
 pub(crate) mod sealed {
     pub trait Sealed {}

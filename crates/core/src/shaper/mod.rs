@@ -696,6 +696,7 @@ impl<C: Clock> fmt::Debug for Shaper<C> {
 #[cfg(feature = "tokio")]
 mod asynchronous;
 mod reservation;
+mod warm_up;
 
 #[cfg(feature = "tokio")]
 pub use asynchronous::Ready;

@@ -3,6 +3,7 @@
 
 pub mod model;
 pub mod recording;
+pub mod warm_model;
 pub mod window;
 
 pub mod algorithms {

@@ -385,6 +385,7 @@ fn slots_left(rule: Arc<Rule>, config: ConcurrencyConfig, granted: &Granted, cos
             unit: None,
             burst: None,
             slots: None,
+            warmup: None,
         },
     }
 }

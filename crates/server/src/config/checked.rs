@@ -99,6 +99,9 @@ pub enum AlgorithmKind {
     SlidingWindow,
     /// Fixed window aligned to UTC calendar units (`calendar:`).
     Calendar,
+    /// Guava's warm-up (`warmup:`): a cold limit starts at
+    /// `rate / cold_factor` and ramps to the rate.
+    WarmUp,
     /// Several algorithms in one rule (never written in a file: each
     /// quota says its own).
     #[serde(skip)]
@@ -114,6 +117,7 @@ impl AlgorithmKind {
             AlgorithmKind::SlidingLog => "sliding_log",
             AlgorithmKind::SlidingWindow => "sliding_window",
             AlgorithmKind::Calendar => "calendar",
+            AlgorithmKind::WarmUp => "warm_up",
             AlgorithmKind::Mixed => "mixed",
         }
     }
@@ -132,6 +136,17 @@ pub struct QuotaConfig {
     pub burst: Option<u64>,
     /// The sliding window's slots.
     pub slots: Option<u32>,
+    /// The warm-up's parameters.
+    pub warmup: Option<Warmup>,
+}
+
+/// `warmup: {period: 60s, cold_factor: 3}` of a warm-up quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Warmup {
+    /// How long a cold limit takes to reach its rate at full use.
+    pub period: Duration,
+    /// A cold limit runs at `rate / cold_factor` (whole, ≥ 1; default 3).
+    pub cold_factor: u32,
 }
 
 /// envoyproxy/ratelimit's units.
@@ -274,6 +289,7 @@ impl BuiltAlgorithm {
                     AnyAlgorithm::FixedWindow(_) => AlgorithmKind::FixedWindow,
                     AnyAlgorithm::SlidingLog(_) => AlgorithmKind::SlidingLog,
                     AnyAlgorithm::SlidingWindow(_) => AlgorithmKind::SlidingWindow,
+                    AnyAlgorithm::WarmUp(_) => AlgorithmKind::WarmUp,
                     // Calendar, and any algorithm the core adds.
                     _ => AlgorithmKind::Calendar,
                 })

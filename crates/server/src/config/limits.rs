@@ -9,9 +9,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::algorithm::calendar::{CalendarUnit, CalendarWindow};
-use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow};
+use tollgate::{AllOf, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow, WarmUp};
 
-use super::checked::{AlgorithmKind, BuiltAlgorithm, LimitConfig, Limits, QuotaConfig, Unit};
+use super::checked::{
+    AlgorithmKind, BuiltAlgorithm, LimitConfig, Limits, QuotaConfig, Unit, Warmup,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,6 +41,35 @@ pub(super) struct LimitYaml {
     burst: Option<u64>,
     #[serde(default)]
     slots: Option<u32>,
+    /// Guava's warm-up (an extension): `{period: 60s, cold_factor: 3}`.
+    #[serde(default)]
+    warmup: Option<WarmupYaml>,
+}
+
+/// `warmup:` as written.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WarmupYaml {
+    period: String,
+    #[serde(default)]
+    cold_factor: Option<u32>,
+}
+
+impl WarmupYaml {
+    fn validate(&self) -> Result<Warmup, String> {
+        let period =
+            parse_period(&self.period).map_err(|error| format!("warmup.period: {error}"))?;
+        let cold_factor = self
+            .cold_factor
+            .unwrap_or(tollgate::algorithm::warm_up::DEFAULT_COLD_FACTOR);
+        if cold_factor == 0 {
+            return Err("warmup.cold_factor: must be at least 1".into());
+        }
+        Ok(Warmup {
+            period,
+            cold_factor,
+        })
+    }
 }
 
 /// One entry of `replaces:`.
@@ -79,6 +110,7 @@ impl LimitYaml {
             algorithm: self.algorithm,
             burst: self.burst,
             slots: self.slots,
+            warmup: self.warmup,
         };
         Ok((self.unlimited, self.name, quota))
     }
@@ -102,6 +134,8 @@ pub(crate) struct QuotaYaml {
     burst: Option<u64>,
     #[serde(default)]
     slots: Option<u32>,
+    #[serde(default)]
+    warmup: Option<WarmupYaml>,
 }
 
 impl QuotaYaml {
@@ -113,6 +147,7 @@ impl QuotaYaml {
             && self.algorithm.is_none()
             && self.burst.is_none()
             && self.slots.is_none()
+            && self.warmup.is_none()
     }
 
     pub(crate) fn validate(&self) -> Result<(AlgorithmKind, QuotaConfig), String> {
@@ -131,7 +166,21 @@ impl QuotaYaml {
                 );
             }
             Some(algorithm) => algorithm,
+            None if self.warmup.is_some() => AlgorithmKind::WarmUp,
             None => DEFAULT_ALGORITHM.with(std::cell::Cell::get),
+        };
+        let warmup = match (&self.warmup, algorithm) {
+            (Some(warmup), AlgorithmKind::WarmUp) => Some(warmup.validate()?),
+            (None, AlgorithmKind::WarmUp) => {
+                return Err("warmup: missing (warmup: {period: 60s, cold_factor: 3})".into());
+            }
+            (Some(_), other) => {
+                return Err(format!(
+                    "warmup: only the warm_up algorithm warms up, not {}",
+                    other.name()
+                ));
+            }
+            (None, _) => None,
         };
         let (period, unit) = match (&self.unit, &self.period) {
             (Some(_), Some(_)) => return Err("give either unit or period, not both".into()),
@@ -170,6 +219,7 @@ impl QuotaYaml {
                 AlgorithmKind::SlidingWindow => Some(self.slots.unwrap_or(DEFAULT_SLOTS)),
                 _ => None,
             },
+            warmup,
         };
         Ok((algorithm, quota))
     }
@@ -189,6 +239,7 @@ impl QuotaYaml {
             ("period", self.period.is_some()),
             ("burst", self.burst.is_some()),
             ("slots", self.slots.is_some()),
+            ("warmup", self.warmup.is_some()),
         ];
         if let Some((key, _)) = others.iter().find(|(_, given)| *given) {
             return Err(format!(
@@ -215,6 +266,7 @@ impl QuotaYaml {
                 unit: Some(unit),
                 burst: None,
                 slots: None,
+                warmup: None,
             },
         ))
     }
@@ -308,7 +360,7 @@ pub(crate) fn build_algorithm(
         AlgorithmKind::SlidingWindow => BuiltAlgorithm::SlidingWindow(all(quotas, |q| {
             SlidingWindow::new(quota_of(q)?, q.slots.unwrap_or(DEFAULT_SLOTS))
         })?),
-        AlgorithmKind::Calendar | AlgorithmKind::Mixed => {
+        AlgorithmKind::Calendar | AlgorithmKind::WarmUp | AlgorithmKind::Mixed => {
             let kinds = vec![kind; quotas.len()];
             return build_mixed(&kinds, quotas);
         }
@@ -329,28 +381,37 @@ pub(crate) fn build_mixed(
     kinds: &[AlgorithmKind],
     quotas: &[QuotaConfig],
 ) -> Result<BuiltAlgorithm, tollgate::QuotaError> {
-    let one =
-        |kind: AlgorithmKind, q: &QuotaConfig| -> Result<AnyAlgorithm, tollgate::QuotaError> {
-            Ok(match kind {
-                AlgorithmKind::Gcra => Gcra::new(quota_of(q)?)?.into(),
-                AlgorithmKind::FixedWindow => FixedWindow::new(quota_of(q)?)?.into(),
-                AlgorithmKind::SlidingLog => SlidingLog::new(quota_of(q)?)?.into(),
-                AlgorithmKind::SlidingWindow => {
-                    SlidingWindow::new(quota_of(q)?, q.slots.unwrap_or(DEFAULT_SLOTS))?.into()
-                }
-                // Validation gives every calendar quota a calendar unit.
-                AlgorithmKind::Calendar | AlgorithmKind::Mixed => {
-                    let unit =
-                        q.unit
-                            .and_then(calendar_unit)
-                            .ok_or(tollgate::QuotaError::Overflow {
-                                algorithm: "calendar",
-                                what: "a calendar window without a calendar unit",
-                            })?;
-                    CalendarWindow::new(unit, q.requests_per_unit)?.into()
-                }
-            })
-        };
+    let one = |kind: AlgorithmKind,
+               q: &QuotaConfig|
+     -> Result<AnyAlgorithm, tollgate::QuotaError> {
+        Ok(match kind {
+            AlgorithmKind::Gcra => Gcra::new(quota_of(q)?)?.into(),
+            AlgorithmKind::FixedWindow => FixedWindow::new(quota_of(q)?)?.into(),
+            AlgorithmKind::SlidingLog => SlidingLog::new(quota_of(q)?)?.into(),
+            AlgorithmKind::SlidingWindow => {
+                SlidingWindow::new(quota_of(q)?, q.slots.unwrap_or(DEFAULT_SLOTS))?.into()
+            }
+            // Validation gives every warm-up quota its parameters.
+            AlgorithmKind::WarmUp => {
+                let warmup = q.warmup.ok_or(tollgate::QuotaError::InvalidParameter {
+                    algorithm: "warm-up",
+                    what: "a warm-up quota without its warmup parameters",
+                })?;
+                WarmUp::with_cold_factor(quota_of(q)?, warmup.period, warmup.cold_factor)?.into()
+            }
+            // Validation gives every calendar quota a calendar unit.
+            AlgorithmKind::Calendar | AlgorithmKind::Mixed => {
+                let unit =
+                    q.unit
+                        .and_then(calendar_unit)
+                        .ok_or(tollgate::QuotaError::Overflow {
+                            algorithm: "calendar",
+                            what: "a calendar window without a calendar unit",
+                        })?;
+                CalendarWindow::new(unit, q.requests_per_unit)?.into()
+            }
+        })
+    };
     let limits = kinds
         .iter()
         .zip(quotas)

@@ -78,6 +78,18 @@
 //!   without `calendar:`. In memory a rule holding a calendar window is
 //!   decided on the wall clock (UNIX time), or on the server's clock when
 //!   one is given (tests: a manual clock reads as UNIX time).
+//! - **Warm-up** (an extension): `warmup: {period: 60s, cold_factor: 3}`
+//!   in a `rate_limit` runs the core's `WarmUp` (Guava's
+//!   `SmoothWarmingUp`, `algorithm: warm_up`, implied by `warmup:`): a
+//!   cold bucket (new, or idle for the warm-up period) starts at
+//!   `requests_per_unit / cold_factor` and ramps to the rate as requests
+//!   are admitted, the first request served at once and each later one
+//!   once the one before is paid for. `cold_factor` is a whole number ≥ 1,
+//!   3 by default; `warmup:` under another algorithm, `algorithm: warm_up`
+//!   without `warmup:`, a period of 0 and a cold factor of 0 are refused at
+//!   their line. It runs in memory only: the Redis backend refuses it (its
+//!   rules script has no warm-up; `tollgate_redis::warm_up` runs one
+//!   warm-up limit per key).
 //! - `concurrency:` (an extension, beside or instead of `rate_limit`): at
 //!   most N leases at once per bucket, with a lease TTL; see
 //!   [`concurrency`] for the keys and [`crate::concurrency`] for what each
@@ -145,7 +157,7 @@ pub use backend::{
 };
 pub use checked::{
     AlgorithmKind, BuiltAlgorithm, DescriptorConfig, DomainConfig, LimitConfig, Limits,
-    QuotaConfig, Unit,
+    QuotaConfig, Unit, Warmup,
 };
 pub use concurrency::{ConcurrencyConfig, DEFAULT_LEASE_TTL};
 #[cfg(test)]
@@ -750,8 +762,9 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
     }
 }
 
-/// Redis runs no sliding log (see `tollgate-redis`'s `limit` module).
-/// Nested descriptors are checked as they are read.
+/// Redis runs no sliding log (see `tollgate-redis`'s `limit` module), and
+/// its rules script no warm-up. Nested descriptors are checked as they are
+/// read.
 fn refuse_sliding_log(d: &DescriptorConfig) -> Result<(), String> {
     match &d.limit {
         Some(LimitConfig::Limited { limits, .. })
@@ -762,6 +775,14 @@ fn refuse_sliding_log(d: &DescriptorConfig) -> Result<(), String> {
         {
             Err(format!(
                 "descriptor '{}': runs sliding_log, which the Redis backend does not offer (use sliding_window, exact to its slots)",
+                d.key
+            ))
+        }
+        Some(LimitConfig::Limited { limits, .. })
+            if limits.algorithm.kinds().contains(&AlgorithmKind::WarmUp) =>
+        {
+            Err(format!(
+                "descriptor '{}': runs warm_up, which the Redis backend's rules do not offer yet (run it in memory)",
                 d.key
             ))
         }

@@ -433,3 +433,78 @@ fn bad_backend_sections() {
         assert!(error.line().is_some(), "{error}");
     }
 }
+
+/// `warmup:` runs the core's warm-up: 2 per second after 4 s, cold at a
+/// third of it; the first request at once, the next after 1.375 s.
+#[test]
+fn warm_up_rules() {
+    use tollgate::{Limiter, ManualClock};
+    let config = parse(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 2, warmup: {period: 4s}}\n  - key: b\n    rate_limits:\n      - {unit: second, requests_per_unit: 5, warmup: {period: 1m, cold_factor: 4}}\n      - {unit: day, requests_per_unit: 500}\n",
+    )
+    .expect("valid");
+    let Some(LimitConfig::Limited { limits, .. }) = &config.domains[0].descriptors[0].limit else {
+        panic!("limited")
+    };
+    assert_eq!(limits.algorithm.kind(), AlgorithmKind::WarmUp);
+    assert_eq!(
+        limits.quotas[0].warmup,
+        Some(Warmup {
+            period: Duration::from_secs(4),
+            cold_factor: 3
+        })
+    );
+    let BuiltAlgorithm::Mixed(all) = &limits.algorithm else {
+        panic!("warm-up runs as the core's AllOf<AnyAlgorithm>")
+    };
+    let limiter = Limiter::with_clock(all.clone(), ManualClock::new());
+    assert!(limiter.check().is_allowed());
+    assert_eq!(limiter.check().retry_after(), Duration::from_millis(1_375));
+    let Some(LimitConfig::Limited { limits, .. }) = &config.domains[0].descriptors[1].limit else {
+        panic!("limited")
+    };
+    assert_eq!(
+        limits.algorithm.kinds(),
+        vec![AlgorithmKind::WarmUp, AlgorithmKind::Gcra]
+    );
+    for (text, needle) in [
+        (
+            "{unit: second, requests_per_unit: 2, warmup: {period: 4s, cold_factor: 0}}",
+            "warmup.cold_factor",
+        ),
+        (
+            "{unit: second, requests_per_unit: 2, warmup: {period: 0s}}",
+            "warmup.period",
+        ),
+        (
+            "{unit: second, requests_per_unit: 2, warmup: {period: 4s, cold: 3}}",
+            "cold",
+        ),
+        (
+            "{unit: second, requests_per_unit: 2, algorithm: warm_up}",
+            "warmup: missing",
+        ),
+        (
+            "{unit: second, requests_per_unit: 2, algorithm: gcra, warmup: {period: 4s}}",
+            "only the warm_up algorithm",
+        ),
+        (
+            "{calendar: day, requests_per_unit: 2, warmup: {period: 4s}}",
+            "warmup",
+        ),
+        (
+            "{unit: second, requests_per_unit: 1000000007, warmup: {period: 3650d}}",
+            "warm-up",
+        ),
+    ] {
+        let file = format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {text}\n");
+        let error = parse(&file).expect_err(text).to_string();
+        assert!(error.contains(needle), "{text}: {error}");
+    }
+    // Under Redis, refused: the rules script has no warm-up.
+    let error = parse(
+        "backend:\n  redis: redis://127.0.0.1:1\ndomain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 2, warmup: {period: 4s}}\n",
+    )
+    .expect_err("refused");
+    assert!(error.to_string().contains("warm_up"), "{error}");
+}

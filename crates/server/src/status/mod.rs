@@ -394,6 +394,13 @@ pub fn describe(rule: &Rule) -> String {
                 Some(burst) => format!("{}/{per} burst {burst}", q.requests_per_unit),
                 None => format!("{}/{per}", q.requests_per_unit),
             };
+            if let Some(warmup) = q.warmup {
+                text.push_str(&format!(
+                    " (warm-up {}ms, cold at 1/{})",
+                    warmup.period.as_millis(),
+                    warmup.cold_factor
+                ));
+            }
             // A rule mixing algorithms names each limit's.
             if kind == crate::config::AlgorithmKind::Mixed {
                 text.push(' ');

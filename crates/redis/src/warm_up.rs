@@ -1,0 +1,121 @@
+//! Warm-up on Redis: one [`WarmUp`] limit per key, decided by a script that
+//! runs the core's transition with the same integer arithmetic, so that
+//! every process of a fleet warms up one shared state (a cold fleet starts at
+//! `rate / cold_factor` together, not each process on its own).
+//!
+//! # The script
+//!
+//! [`SOURCE_WARM_UP`] keeps the state `"F S"` (the instant the next request
+//! may go, in ns, and the idle permits, in the limit's units) under the
+//! key, and answers a check, a peek or a reservation (Guava's `acquire`:
+//! served in arrival order, see [`WarmUp::reserve`]) in one atomic step.
+//! The cost's products pass 2^53, so the script counts in base-10^7 limbs
+//! parsed from and written as decimal strings: its answers equal the core's
+//! to the nanosecond, checked by the shared vectors
+//! (`crates/core/tests/vectors/warm_up.json`). The key's TTL is set in the
+//! same step, to the instant the state is as cold as a fresh one plus a
+//! slack: an expired key is a cold limit, so expiry forgets nothing.
+//!
+//! # Clocks
+//!
+//! With `now` left out the script reads the server's `TIME` (in µs, as ns),
+//! so that client clocks do not matter; a test passes `now` in. A clock
+//! going back is denied until `F`, as in the core.
+//!
+//! This is a limit of its own, called directly; the multi-limit script of
+//! [`script`](crate::script) (and the native module) do not run warm-up
+//! limits yet.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use tollgate::{Decision, Nanos, WarmUp};
+
+/// The warm-up script.
+pub const SOURCE_WARM_UP: &str = include_str!("warm_up.lua");
+
+/// The slack added to a key's TTL past the instant it is cold again: a
+/// key read within it is still exact, one read after it is cold anyway.
+pub const DEFAULT_SLACK: Duration = Duration::from_secs(10);
+
+/// What a call asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Takes the permits if nothing is owed ([`WarmUp::transition`]).
+    Check,
+    /// Answers as a check would, writing nothing.
+    Peek,
+    /// Reserves the permits in arrival order ([`WarmUp::reserve`]).
+    Reserve,
+}
+
+/// The arguments of one call of [`SOURCE_WARM_UP`] (after its one key).
+pub fn args(warm: &WarmUp, op: Op, now: Option<Nanos>, cost: u64, slack: Duration) -> Vec<String> {
+    let c = warm.constants();
+    let op = match op {
+        Op::Check => "c",
+        Op::Peek => "p",
+        Op::Reserve => "r",
+    };
+    vec![
+        op.to_owned(),
+        now.map_or_else(String::new, |now| now.as_u64().to_string()),
+        cost.to_string(),
+        slack.as_millis().to_string(),
+        c.burst.to_string(),
+        c.l.to_string(),
+        c.t.to_string(),
+        c.permit.to_string(),
+        c.threshold.to_string(),
+        c.max.to_string(),
+        c.gain.to_string(),
+        c.slope.to_string(),
+        c.per_remainder.to_string(),
+        c.denominator.to_string(),
+    ]
+}
+
+/// Runs `op` for `cost` permits of `warm` on `key`, at `now` (the server's
+/// clock if `None`). Returns the decision and the instant the permits are
+/// (or would be) ready; a [`Op::Reserve`] is always allowed.
+///
+/// # Errors
+///
+/// What Redis answers: a connection error, or the script's refusal of a
+/// key that holds something else.
+pub async fn call<C: ConnectionLike>(
+    connection: &mut C,
+    key: &str,
+    warm: &WarmUp,
+    op: Op,
+    now: Option<Nanos>,
+    cost: u64,
+) -> redis::RedisResult<(Decision, Nanos)> {
+    // Hashed once: later calls are an EVALSHA (EVAL once per server).
+    static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOURCE_WARM_UP));
+    let mut invocation = SCRIPT.prepare_invoke();
+    invocation.key(key);
+    for arg in args(warm, op, now, cost, DEFAULT_SLACK) {
+        invocation.arg(arg);
+    }
+    let (allowed, remaining, retry, reset, ready): (i64, String, String, String, String) =
+        invocation.invoke_async(connection).await?;
+    let number = |text: &str| {
+        text.parse::<u64>().map_err(|_| {
+            redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "tollgate warm-up: not a number",
+                text.to_owned(),
+            ))
+        })
+    };
+    let decision = Decision::from_parts(
+        allowed == 1,
+        warm.constants().burst,
+        number(&remaining)?,
+        Duration::from_nanos(number(&retry)?),
+        Duration::from_nanos(number(&reset)?),
+    );
+    Ok((decision, Nanos::new(number(&ready)?)))
+}
