@@ -77,7 +77,9 @@ fn the_docker_compose_environment_is_read_as_envoyproxy_ratelimit_reads_it() {
     // Its memcached address has no effect with Redis: said once at start.
     assert_eq!(
         settings.notices,
-        ["MEMCACHE_HOST_PORT is set but has no effect: read only with BACKEND_TYPE=memcache, which is refused"]
+        [
+            "MEMCACHE_HOST_PORT is set but has no effect: read only with BACKEND_TYPE=memcache, which is refused"
+        ]
     );
 }
 

@@ -122,8 +122,7 @@ fn switched_off(env: &super::Env, name: &str) -> Option<String> {
             unless(on("TRACING_ENABLED", false), "TRACING_ENABLED is not true")
         }
         "STATSD_HOST" | "STATSD_PORT" | "STATS_FLUSH_INTERVAL" | "EXTRA_TAGS" => unless(
-            !on("DISABLE_STATS", false)
-                && (on("USE_STATSD", true) || on("USE_DOG_STATSD", false)),
+            !on("DISABLE_STATS", false) && (on("USE_STATSD", true) || on("USE_DOG_STATSD", false)),
             "no StatsD sink (USE_STATSD and USE_DOG_STATSD are false, or DISABLE_STATS is true)",
         ),
         "PROMETHEUS_ADDR" | "PROMETHEUS_PATH" => unless(
