@@ -102,7 +102,13 @@
 //! - **A node added** (`CLUSTER MEET`, then slots migrated to it): the
 //!   client follows without a restart (`MOVED` names it; its connection is
 //!   opened on first use; `NOSCRIPT` there is answered by `EVAL`, see
-//!   [`script`](crate::script)), exactly, as any migration.
+//!   [`script`](crate::script)), exactly, as any migration: **0**
+//!   over-admission. With the defaults, the keys of the other slots are
+//!   Redis's throughout (measured 0 policy answers in about 5,500 calls);
+//!   the moving slots' keys are Redis's but for calls whose keys are split
+//!   between the two nodes past the deadline (`TRYAGAIN`: 8–15 of
+//!   3,500–3,750, timeouts that open no breaker), and are decided on the new
+//!   node once their slot moved.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

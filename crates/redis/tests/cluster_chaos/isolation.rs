@@ -1,9 +1,9 @@
 //! One node's fault stays that node's fault: with the client's default
-//! settings (deadline, timeouts, breaker), a reshard, a `WAIT` no replica
-//! answers, a stopped master and a killed one each send to the failure
-//! policy at most the keys of the slots or the node concerned; the keys of
-//! every other master stay Redis's (at most 1 % of their calls to the
-//! policy), and no limit admits beyond its bound.
+//! settings (deadline, timeouts, breaker), a reshard, a master added, a
+//! `WAIT` no replica answers, a stopped master and a killed one each send
+//! to the failure policy at most the keys of the slots or the node
+//! concerned; the keys of every other master stay Redis's (at most 1 % of
+//! their calls to the policy), and no limit admits beyond its bound.
 //!
 //! The clusters run with `cluster-require-full-coverage no`, the setting
 //! the crate's docs ask for (with Redis's default, `yes`, every node
