@@ -36,7 +36,7 @@
 //! a changing cluster: a deadline that passes while the cluster refuses the
 //! call (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) is a
 //! [`Fault::Timeout`] for the policy and counts towards no breaker (see
-//! [`cluster`](crate::cluster)). The policies: fail open (a permit with no lease),
+//! [`cluster`]). The policies: fail open (a permit with no lease),
 //! fail closed (refused with [`Refusal::Unavailable`]), or a local
 //! [`KeyedConcurrencyLimiter`] holding `max(1, ⌊limit · share⌋)` slots
 //! per key. A permit granted by the policy releases locally.
