@@ -32,7 +32,11 @@
 //! # Failures
 //!
 //! The same policies as the rate limits ([`FailurePolicy`]), through the
-//! same circuit breaker and deadline: fail open (a permit with no lease),
+//! same circuit breakers (one per node) and deadline, under the same rule on
+//! a changing cluster: a deadline that passes while the cluster refuses the
+//! call (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) is a
+//! [`Fault::Timeout`] for the policy and counts towards no breaker (see
+//! [`cluster`]). The policies: fail open (a permit with no lease),
 //! fail closed (refused with [`Refusal::Unavailable`]), or a local
 //! [`KeyedConcurrencyLimiter`] holding `max(1, ⌊limit · share⌋)` slots
 //! per key. A permit granted by the policy releases locally.
@@ -55,7 +59,7 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate::concurrency::{KeyedConcurrencyLimiter, Permit, Shares};
@@ -63,6 +67,7 @@ use tollgate::{Clock, ManualClock};
 
 use crate::backend::Redis;
 use crate::breaker::{BreakerConfig, Breakers, Pass};
+use crate::cluster;
 use crate::key::KeyCodec;
 use crate::limit::ConfigError;
 use crate::policy::{FailurePolicy, Fault};
@@ -406,13 +411,19 @@ impl RedisConcurrencyLimiter {
             s.redis.refresh_topology();
             return Err((Fault::BreakerOpen, retry));
         }
-        let outcome = tokio::time::timeout(s.deadline, call(s, op, key, id, cost)).await;
+        let moving = AtomicBool::new(false);
+        let outcome = tokio::time::timeout(s.deadline, call(s, op, key, id, cost, &moving)).await;
         let fault = match outcome {
             Ok(Ok(reply)) => {
                 breaker.success();
                 return Ok(reply);
             }
             Ok(Err(_)) => Fault::Error,
+            // Resharding is no fault of the node: a timeout for the
+            // policy, counted by no breaker (see `cluster`).
+            Err(_) if !cluster::counts_as_node_fault(&moving) => {
+                return Err((Fault::Timeout, cluster::MAX_PAUSE));
+            }
             Err(_) => Fault::Timeout,
         };
         if breaker.failure() {
@@ -431,6 +442,7 @@ async fn call(
     key: &[u8],
     id: &str,
     cost: u32,
+    moving: &AtomicBool,
 ) -> Result<[i64; 3], redis::RedisError> {
     let keys = s.codec.keys(key);
     let now = match &s.time {
@@ -448,7 +460,7 @@ async fn call(
         .arg(ttl_ms)
         .arg(now);
     // Sent again while a changing cluster refuses it (see `cluster`).
-    let reply: Vec<i64> = crate::cluster::resent(s.redis.is_cluster(), || async {
+    let reply: Vec<i64> = cluster::resent_flagging(s.redis.is_cluster(), moving, || async {
         invocation.invoke_async(&mut s.redis.connection()).await
     })
     .await?;

@@ -116,3 +116,54 @@ async fn leases_on_a_cluster_hold_the_limit_per_key_on_every_shard() {
         );
     }
 }
+
+/// A key whose slot the cluster keeps refusing (its master says `ASK` the
+/// other node, which answers `MOVED` back: a migration half set up) times
+/// out every call, as a timeout for the policy; none of those counts
+/// towards the node's breaker, so every call still asks Redis, and the
+/// first call after the migration ends is Redis's. (Before, the third
+/// timeout opened the breaker, and the calls after it were refused by the
+/// breaker without asking.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reshard_that_outlasts_the_deadline_opens_no_breaker() {
+    let cluster = support::Cluster::start();
+    let redis = cluster.connect().await;
+    let limiter = RedisConcurrencyLimiter::builder(redis, "reshard-jobs", 2)
+        .deadline(Duration::from_millis(50))
+        .failure_policy(FailurePolicy::FailClosed)
+        .build()
+        .unwrap();
+    let key = b"queue-moving";
+    // The key's master (found by the lease it holds) and another node.
+    let permit = limiter.try_acquire(key, 1).await.expect("a lease");
+    let redis_key = "tollgate{reshard-jobs|queue-moving}c";
+    let owner = cluster.node_of(redis_key.as_bytes());
+    assert!(owner < cluster.nodes.len(), "the lease's key is on no node");
+    assert!(permit.release().await);
+    let slot = cluster.nodes[owner].cli(&["CLUSTER", "KEYSLOT", redis_key]);
+    let other = (owner + 1) % cluster.nodes.len();
+    let other_id = cluster.nodes[other].cli(&["CLUSTER", "MYID"]);
+    let set = |args: &[&str]| {
+        let reply = cluster.nodes[owner].cli(args);
+        assert_eq!(reply.trim(), "OK", "{args:?}");
+    };
+    set(&[
+        "CLUSTER",
+        "SETSLOT",
+        slot.trim(),
+        "MIGRATING",
+        other_id.trim(),
+    ]);
+    for call in 0..6 {
+        match limiter.try_acquire(key, 1).await {
+            Err(Refusal::Unavailable { fault, .. }) => {
+                assert_eq!(fault, tollgate_redis::Fault::Timeout, "call {call}")
+            }
+            other => panic!("call {call}: {other:?}"),
+        }
+    }
+    set(&["CLUSTER", "SETSLOT", slot.trim(), "STABLE"]);
+    let permit = limiter.try_acquire(key, 1).await.expect("Redis's again");
+    assert!(permit.is_leased());
+    assert!(permit.release().await);
+}

@@ -113,9 +113,7 @@ impl RedisLimiter {
                 return Err((Fault::Script, Duration::ZERO));
             }
             Ok(Err(fault)) => fault,
-            // Relaxed: set by the call's own future, which the timeout has
-            // dropped by now; no other memory depends on it.
-            Err(_) if moving.load(Ordering::Relaxed) => {
+            Err(_) if !cluster::counts_as_node_fault(moving) => {
                 return Err((Fault::Timeout, cluster::MAX_PAUSE));
             }
             Err(_) => Fault::Timeout,
@@ -325,7 +323,8 @@ impl RedisLimiter {
         };
         // As a decision's call (see `cluster`): sent again while a changing
         // cluster refuses it before running it.
-        let call = cluster::resent(s.redis.is_cluster(), || async {
+        let moving = AtomicBool::new(false);
+        let call = cluster::resent_flagging(s.redis.is_cluster(), &moving, || async {
             script::run(&mut s.redis.connection(), which, keys, &args).await
         });
         let fault = match tokio::time::timeout(s.deadline, call).await {
@@ -338,6 +337,8 @@ impl RedisLimiter {
                 return Err(Fault::Script);
             }
             Ok(Err(_)) => Fault::Error,
+            // Resharding is no fault of the node (see `cluster`).
+            Err(_) if !cluster::counts_as_node_fault(&moving) => return Err(Fault::Timeout),
             Err(_) => Fault::Timeout,
         };
         if breaker.failure() {

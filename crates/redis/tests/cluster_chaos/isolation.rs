@@ -1,9 +1,9 @@
 //! One node's fault stays that node's fault: with the client's default
-//! settings (deadline, timeouts, breaker), a reshard, a `WAIT` no replica
-//! answers, a stopped master and a killed one each send to the failure
-//! policy at most the keys of the slots or the node concerned; the keys of
-//! every other master stay Redis's (at most 1 % of their calls to the
-//! policy), and no limit admits beyond its bound.
+//! settings (deadline, timeouts, breaker), a reshard, a master added, a
+//! `WAIT` no replica answers, a stopped master and a killed one each send
+//! to the failure policy at most the keys of the slots or the node
+//! concerned; the keys of every other master stay Redis's (at most 1 % of
+//! their calls to the policy), and no limit admits beyond its bound.
 //!
 //! The clusters run with `cluster-require-full-coverage no`, the setting
 //! the crate's docs ask for (with Redis's default, `yes`, every node
@@ -284,5 +284,129 @@ async fn a_stopped_or_killed_master_sends_only_its_own_slots_to_the_policy() {
             }
         }
     }
+    drop(cluster);
+}
+
+/// A master added under load with the defaults (a new `redis-server`,
+/// `CLUSTER MEET`, then 16 slots of the first master migrated to it, one
+/// key per `MIGRATE`, 2 ms apart): no limit admits beyond its bound; the
+/// keys outside the moving slots stay Redis's (at most 1 % of their calls
+/// to the policy); and the client finds the new node by itself — the moving
+/// keys are decided there afterwards, by Redis, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_added_under_load_takes_its_slots_without_touching_the_rest() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = cluster().await;
+    let redis = connect_defaults(&cluster).await;
+    let masters = cluster.masters();
+    // Two keys per user key (GCRA and a window): split by the migration,
+    // they meet `TRYAGAIN`, the hardest case for the moving keys.
+    let limiter = defaults(&redis, "grow")
+        .limit(FixedWindow::new(Quota::new(15, Duration::from_secs(1)).unwrap()).unwrap())
+        .build()
+        .unwrap();
+    let owned = cluster.slots_of(masters[0]);
+    let moving: Vec<u16> = owned
+        .iter()
+        .step_by(owned.len() / 16)
+        .take(16)
+        .copied()
+        .collect();
+    // Few keys, so that each is asked for more than its limit: a lost or
+    // repeated write would show as an excess.
+    let moving_keys = keys_in(&limiter, &moving, 24);
+    let moving_set: BTreeSet<u16> = moving.iter().copied().collect();
+    let outside: Vec<u16> = slots_of(&cluster, &masters)
+        .into_iter()
+        .filter(|s| !moving_set.contains(s))
+        .collect();
+    let outside_keys = keys_in(&limiter, &outside, 36);
+    let inside = Load::start(
+        limiter.clone(),
+        moving_keys.clone(),
+        2,
+        Duration::from_millis(1),
+    );
+    let rest = Load::start(limiter.clone(), outside_keys, 3, Duration::from_millis(1));
+    let started = Instant::now();
+    let (cluster, added) = during(
+        Duration::from_millis(300),
+        Duration::from_millis(300),
+        move || {
+            let mut cluster = cluster;
+            let added = cluster.add_master();
+            let reply = cluster.cli(
+                added,
+                &["CONFIG", "SET", "cluster-require-full-coverage", "no"],
+            );
+            assert_eq!(reply, "OK");
+            for &slot in &moving {
+                cluster.migrate_slot(slot, added, Duration::from_millis(2));
+            }
+            cluster.wait_converged();
+            (cluster, added)
+        },
+    )
+    .await;
+    let (inside, rest) = (inside.stop().await, rest.stop().await);
+    affected("node added, moving slots", &inside, started);
+    healthy("node added", &rest);
+    assert!(inside.calls > 100, "too little load: {inside}");
+    assert!(
+        inside.admissions.total() < inside.calls as usize
+            && rest.admissions.total() < rest.calls as usize,
+        "the load never met the limits"
+    );
+    for tally in [&inside, &rest] {
+        println!(
+            "node added: over-admission per key: gcra {}, window {}",
+            worst(&tally.admissions.gcra_excess(BURST, RATE as f64)),
+            worst(
+                &tally
+                    .admissions
+                    .fixed_window_excess(15, Duration::from_secs(1))
+            )
+        );
+        assert_eq!(worst(&tally.admissions.gcra_excess(BURST, RATE as f64)), 0);
+        assert_eq!(
+            worst(
+                &tally
+                    .admissions
+                    .fixed_window_excess(15, Duration::from_secs(1))
+            ),
+            0
+        );
+    }
+    for &slot in &moving_set {
+        assert_eq!(cluster.owner_of(slot), added, "slot {slot}");
+    }
+
+    // The client found the new node: the moving keys are decided by Redis,
+    // on it (its calls and its keys grow), with no refresh asked for.
+    let calls_there = |cluster: &ReplicatedCluster| {
+        let stats = cluster.cli(added, &["INFO", "commandstats"]);
+        stats
+            .lines()
+            .filter_map(|line| line.split("calls=").nth(1))
+            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    let before = calls_there(&cluster);
+    for key in &moving_keys {
+        let o = limiter.check_outcome(key, 1).await.unwrap();
+        assert_eq!(o.source, Source::Redis, "{key}: {o:?}");
+    }
+    let after = calls_there(&cluster);
+    println!(
+        "node added: {} calls on the new node for {} keys",
+        after - before,
+        moving_keys.len()
+    );
+    assert!(
+        after - before >= moving_keys.len() as u64,
+        "the new node was not asked: {before} then {after} calls"
+    );
+    let keys: u64 = cluster.cli(added, &["DBSIZE"]).parse().unwrap();
+    assert!(keys > 0, "the new node holds no key");
     drop(cluster);
 }
