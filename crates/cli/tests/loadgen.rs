@@ -333,9 +333,9 @@ fn bad_arguments_are_refused_with_a_message() {
     }
 }
 
-/// Issue 31 item 7: headers that contradict what loadgen sends drew a 400
+/// Regression: headers that contradict what loadgen sends drew a 400
 /// for every request; they are refused before anything is sent, naming the
-/// header. Issue 31 item 6: a warm-connection count the run cannot use is
+/// header. Regression: a warm-connection count the run cannot use is
 /// refused at once (it opened ~70,000 sockets in silence). Each case failed
 /// before the fix (the run started).
 #[test]
@@ -437,7 +437,7 @@ fn headers_and_connections_the_run_cannot_use_are_refused_before_sending() {
     }
 }
 
-/// Issue 31 item 8: `cannot reach 256.1.1.1` said nothing more; the
+/// Regression: `cannot reach 256.1.1.1` said nothing more; the
 /// lookup's failure is given (failed before the fix).
 #[test]
 fn an_unresolvable_host_says_why() {

@@ -1,5 +1,5 @@
 //! `tollgate serve` with no `--config`, as a container started with
-//! envoyproxy/ratelimit's environment runs it (issue 26): the binary, its
+//! envoyproxy/ratelimit's environment runs it: the binary, its
 //! environment cleared and set as envoyproxy/ratelimit's
 //! `docker-compose.yml` sets it, answering `/json` and `/healthcheck`, and
 //! refusing what it does not support by the variable's name.

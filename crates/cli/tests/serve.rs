@@ -213,7 +213,7 @@ fn a_bad_config_is_refused_with_its_line_before_binding() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 31 item 8: a file that is not YAML (here a README) read as one
+/// Regression: a file that is not YAML (here a README) read as one
 /// string, and the error repeated the whole file; it names the line and
 /// quotes only the start of the first (failed before the fix).
 #[test]

@@ -435,7 +435,7 @@ fn pictures_keep_their_labels_and_say_what_they_clip() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Issue 31 item 8: `simulate --concurrency` with a huge duration suggested
+/// Regression: `simulate --concurrency` with a huge duration suggested
 /// `--period`, which it does not take; the message names what applies
 /// (failed before: the rate simulations' message).
 #[test]

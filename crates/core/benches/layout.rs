@@ -7,10 +7,10 @@
 //! limiter), and one compare-and-swap on the state.
 //!
 //! - `inline_24`: key, tier pointer and state in the table's slots, 24
-//!   bytes each: the map's layout before issue 16, and still that of its
+//!   bytes each: the map's layout before that change, and still that of its
 //!   side table (keys on an override, see `src/keymap.rs`).
 //! - `inline_16`: the same without the tier pointer (governor's layout, and
-//!   the map's hot table since issue 16: key and state, 16 bytes, the tier
+//!   the map's hot table since the shard lock: key and state, 16 bytes, the tier
 //!   in the shard).
 //! - `indexed_dense`: a table of 4-byte indices into a dense vector of
 //!   16-byte (key, state) entries, with a parallel vector of 4-byte tier ids

@@ -1,4 +1,4 @@
-//! What an observer costs per check (issue 20: ≤ 2 ns with none).
+//! What an observer costs per check (target: ≤ 2 ns with none).
 //!
 //! One criterion harness, every variant in the same run, in `ROUNDS`
 //! interleaved rounds (`r0/…`, `r1/…`, …) so that load from the rest of the

@@ -21,7 +21,7 @@
 //!   threads can all read `limit − 1` and all add, so a window admits up to
 //!   `limit + T − 1` (proof at [`StripedWindow`]).
 //!
-//! `tollgate_striped_*` is the library's [`StripedLimiter`] (issue #5), the
+//! `tollgate_striped_*` is the library's [`StripedLimiter`], the
 //! first prototype made real: it also computes `remaining` (a read of every
 //! stripe after an admission), `retry_after` and `reset_after`;
 //! `tollgate_striped_admit_*` is its `admit()`, the same admission
@@ -599,7 +599,7 @@ fn main() {
     let governor_monotonic =
         governor::RateLimiter::direct_with_clock(governor_quota, governor::clock::MonotonicClock);
     // One hot key among 1,000 in a map, on the monotonic clock as its
-    // peers here are (the default clock is the TSC since issue 16).
+    // peers here are (the default clock is the TSC since then).
     let keyed_tollgate = (
         KeyedLimiter::builder(Gcra::new(allow).expect("gcra"))
             .clock(MonotonicClock::new())

@@ -55,7 +55,7 @@
 //! 16.5, interleaved, 20 million readings, load average 2–4): the counter
 //! read itself is the cost, and the call overlaps it. It is nearly all of
 //! a direct check: 8.45 of 8.56 ns in `benches/defaults.rs`
-//! (`clock_read_alone` against `tollgate_default`, issue 16), so that no
+//! (`clock_read_alone` against `tollgate_default`), so that no
 //! check on this clock class can be much cheaper than one counter read.
 //!
 //! # Clocks that go backwards

@@ -15,7 +15,7 @@
 //! line. A known key's check is one hash, one atomic read-modify-write on
 //! its shard's lock word, a plain load and store of the key's state (the
 //! lock makes it exclusive), and a plain store to release; nothing else is
-//! shared. Until issue 16 the shards were `std::sync::RwLock`s and a check
+//! shared. Until then the shards were `std::sync::RwLock`s and a check
 //! took its read lock, compare-and-swapped the state and released the read
 //! lock: three serialising instructions where there is now one, which took
 //! a check at 10^3 keys from 21.4 to 12.9 ns and at 10^6 keys from 84.7 to

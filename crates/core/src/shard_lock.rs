@@ -16,7 +16,7 @@
 //! `u64` keys, GCRA on the TSC, 32 shards (`hashbrown` tables, foldhash):
 //! `RwLock` and compare-and-swap 16.7 ns per check, std's `Mutex` and plain
 //! stores 13.0 (its unlock is an `xchg`), this lock and plain stores 9.0:
-//! the clock read alone (issue 16's closing note has the program).
+//! the clock read alone (BENCHMARKS.md, "Keyed limiter").
 //!
 //! What it gives up: two checks of keys in one shard no longer run at the
 //! same time. They did not scale before either, since both wrote the lock

@@ -44,7 +44,7 @@ pub(crate) fn word_load(cell: &AtomicU64) -> u64 {
 /// called through a closure: a 48-byte [`Decision`] built in one frame and
 /// copied out of another stalls on store forwarding (a quarter of a keyed
 /// check, seen with perf). A closure was inlined by LLVM's choice only, and
-/// it stopped being inlined once the limiter's check grew (issue 20's
+/// it stopped being inlined once the limiter's check grew (the
 /// controls): the direct check went from ~10 to ~15 ns until this macro.
 macro_rules! word_update {
     ($cell:expr, |$current:ident| $transition:expr) => {{

@@ -1,5 +1,5 @@
 //! [`StripedLimiter`]: one very hot GCRA limiter split over several
-//! cache-padded words (Java's `LongAdder` idea, issue #5).
+//! cache-padded words (Java's `LongAdder` idea).
 //!
 //! A [`Limiter`](crate::Limiter) keeps its whole state in one word: every
 //! admission is a compare-and-swap on it, so threads admitting from several

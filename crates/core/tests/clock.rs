@@ -6,7 +6,7 @@
 //! latest one the limiter has seen is decided no more generously than that
 //! latest one: never an admission the latest reading would deny, never more
 //! permits remaining for the same answer. A backwards reading is decided as "no time passed" or
-//! as a longer wait, never as a refill (issue 18, item 6).
+//! as a longer wait, never as a refill.
 //!
 //! And the defaults: `Limiter::new` and `KeyedLimiter::new` run on the
 //! time-stamp counter clock, with `MonotonicClock` one line away.

@@ -409,7 +409,7 @@ fn keyed_keys_are_named_by_any_borrowed_form() {
     assert_eq!(numbers.in_flight(&7), 1);
 }
 
-/// Issue 28: a cost within the limit but above its priority's share could
+/// Regression: a cost within the limit but above its priority's share could
 /// never be granted, yet `enqueue` queued it, and the queued head then
 /// blocked every later request of its own and lower priorities, with no
 /// slot in use (`try_acquire_as` answered `Queued` with 0 in flight).

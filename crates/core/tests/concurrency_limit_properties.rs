@@ -90,7 +90,7 @@ impl Model {
 
     /// Ok, or the reason and the remaining slots of the priority.
     fn admit(&mut self, cost: u32, priority: Priority) -> Result<(), Reason> {
-        // Issue 28: a cost above the priority's share (not only above the
+        // Regression: a cost above the priority's share (not only above the
         // limit) can never fit and is refused, never queued.
         if cost > self.threshold(priority) {
             Err(Reason::Cost)

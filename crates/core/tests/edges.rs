@@ -1125,7 +1125,7 @@ fn end_of_the_clock<A: Algorithm>(what: &str, algorithm: A, start: u64) -> usize
     denials
 }
 
-/// Regression (issue 18, core 2): a fixed window of 1/s on a clock at
+/// Regression: a fixed window of 1/s on a clock at
 /// `Nanos::MAX` denied the second request with `retry_after` ≈ 290 ms, the
 /// start of a window after the last instant a clock can name. The same class
 /// for every algorithm: a finite wait must end on a nameable instant, and be
@@ -1173,7 +1173,7 @@ fn no_finite_wait_points_past_the_end_of_the_clock() {
     assert!(denials > 50, "{denials} denials");
 }
 
-/// Regression (issue 18, core 5): a GCRA past the end of its ticks denied
+/// Regression: a GCRA past the end of its ticks denied
 /// every request but reported `remaining = burst` and `reset_after = 0`,
 /// which reads as "full". It is closed: none remain, and neither a retry nor
 /// a reset ever comes.
@@ -1222,7 +1222,7 @@ fn a_gcra_past_its_lifetime_reports_itself_closed() {
 // 8. AllOf: reset_after is the time until every limit is full
 // ---------------------------------------------------------------------------
 
-/// Regression (issue 18, core 3): AllOf of 10/s and 100/day reported the
+/// Regression: AllOf of 10/s and 100/day reported the
 /// binding limit's `reset_after` (100 ms) though the day limit held the permit
 /// for 864 s: a `RateLimit-Reset` built from it understated.
 #[test]
@@ -1321,7 +1321,7 @@ fn admitted_after_keep_changes<A: Algorithm>(limits: &[A], through_override: boo
     admitted
 }
 
-/// Regression (issue 18, core 4): GCRA 20/s burst 20 on a frozen clock: 20
+/// Regression: GCRA 20/s burst 20 on a frozen clock: 20
 /// taken, lowered to 10 with `Keep`, raised back to 20 with `Keep`, admitted
 /// 10 more (30 at one instant); through an override 10 → 3 → 10 gave 7
 /// back. Every algorithm, both ways of changing.

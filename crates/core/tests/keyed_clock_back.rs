@@ -1,4 +1,4 @@
-//! A keyed limiter whose clock goes backwards across a sweep (issue 18,
+//! A keyed limiter whose clock goes backwards across a sweep (
 //! item 1: "keyed limiter re-credits after a sweep when the clock goes
 //! back").
 //!
@@ -17,7 +17,7 @@
 //! every [`Decision`]) as a plain [`Limiter`] on the same quota, fed the same
 //! readings, except that while the key has no state the plain limiter is fed
 //! the later of the reading and the sweeps' latest reading, and its waits
-//! are then counted from the keyed request's own reading (issue 31 item 12:
+//! are then counted from the keyed request's own reading (
 //! they were counted from the later instant). Before the fix the keyed
 //! limiter decided a re-created key at the raw reading, and the property
 //! failed for every algorithm.
@@ -213,7 +213,7 @@ fn regression_fixed_window_swept_key_is_not_recredited_when_the_clock_goes_back(
     let again = keyed.check("k");
     assert!(again.is_allowed());
     // Decided at 1.5 s: the window it counts in resets at 2 s, 1.4 s after
-    // the reading of 0.6 s (issue 31 item 12: it said 500 ms, the wait
+    // the reading of 0.6 s (Regression: it said 500 ms, the wait
     // counted from 1.5 s).
     assert_eq!(again.reset_after(), Duration::from_millis(1_400));
     let peeked = keyed.peek("k");

@@ -1,4 +1,4 @@
-//! Issue 16: `KeyedLimiter<CompactString>`, string keys stored inline, used
+//! Regression: `KeyedLimiter<CompactString>`, string keys stored inline, used
 //! through `&str` everywhere a `KeyedLimiter<String>` is (the key bound
 //! `K: Borrow<Q> + From<Q::Owned>`), with the same decisions.
 

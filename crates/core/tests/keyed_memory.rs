@@ -252,14 +252,14 @@ fn bytes_per_key_and_memory_returning_after_a_sweep() {
         (1..=SHARDS + HARNESS_ALLOCATIONS).contains(&(string_keys.allocations - KEYS as i64)),
         "one allocation per String key, and the shards' tables: {string_keys:?}"
     );
-    // Issue 16: a key on the default quota is a 16-byte entry (key and
+    // Regression: a key on the default quota is a 16-byte entry (key and
     // state, no tier pointer): 2^21 slots of 17 bytes (with its control
     // byte) for 10^6 keys, 35.7 bytes per key, governor's size. With the
     // 24-byte entry it replaced, 52.4.
     assert!(u64_keys.per_key() <= 36.0, "{u64_keys:?}");
     // And again once every key had a request after a change of quota.
     assert!(changed <= 36.0, "{changed} B/key after a change");
-    // Issue 16: a short string key inline costs no allocation of its own:
+    // Regression: a short string key inline costs no allocation of its own:
     // the shards' tables only, and a 32-byte entry per key.
     assert!(
         (1..=SHARDS + HARNESS_ALLOCATIONS).contains(&inline_keys.allocations),

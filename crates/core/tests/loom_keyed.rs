@@ -119,7 +119,7 @@ fn a_quota_change_racing_a_check_applies_once() {
     });
 }
 
-/// Issue 18, item 1, under every interleaving: a sweep that read 1.5 s races
+/// Regression, under every interleaving: a sweep that read 1.5 s races
 /// a check whose clock was set back to 0.6 s. Whether the check comes before
 /// the removal (the key's own state denies it) or after (a fresh state
 /// decides it), the key is never decided fresh before the sweep's reading:
@@ -145,7 +145,7 @@ fn a_check_set_back_before_a_racing_sweep_is_not_recredited() {
         if during.is_allowed() {
             // Decided at the sweep's reading (its window ends at 2 s), and
             // reported from the request's own reading, 0.6 s: the key is
-            // full again 1.4 s later (issue 31, item 12).
+            // full again 1.4 s later.
             assert_eq!(during.reset_after(), Duration::from_millis(1_400));
         }
         clock.set(at(1_500));
@@ -158,7 +158,7 @@ fn a_check_set_back_before_a_racing_sweep_is_not_recredited() {
     });
 }
 
-/// Issue 16: keys on the default live in their shard's hot table under the
+/// Regression: keys on the default live in their shard's hot table under the
 /// shard's tag, keys on an override in its side table with their own
 /// algorithm. A change of the default racing a check of a default key
 /// (which moves the shard's hot keys aside, then brings the key back),

@@ -1057,7 +1057,7 @@ fn keep_against_reference<A: Algorithm>(
 proptest! {
     #![proptest_config(config(2048))]
 
-    /// Regression (issue 18, core 4): a quota lowered then raised with
+    /// Regression: a quota lowered then raised with
     /// `Carry::Keep` gave back the permits the lower quota could not hold
     /// (GCRA 20/s: 20 taken, 10 with Keep, 20 with Keep: 10 more admitted at
     /// the same instant).

@@ -3,7 +3,7 @@
 # (`TOLLGATE.LEAN`, what the client sends for one GCRA limit), the lean
 # script (`crates/redis/src/gcra.lua`, the fallback without the module) and
 # redis-cell (`CL.THROTTLE`), all on one server, interleaved round by round,
-# on four workloads (issue 29's table). See crates/redis/BENCHMARKS.md.
+# on four workloads (the table). See crates/redis/BENCHMARKS.md.
 #
 #   REDIS_CELL_SO=/tmp/redis-cell/target/release/libredis_cell.so \
 #     bash crates/redis-module/benches/commandstats.sh [ROUNDS]

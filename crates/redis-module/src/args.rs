@@ -390,7 +390,7 @@ mod tests {
         }
     }
 
-    /// Issue 17: the script accepted cost −2 and 1.5 when called directly.
+    /// Regression: the script accepted cost −2 and 1.5 when called directly.
     #[test]
     fn negative_and_fractional_costs_are_refused() {
         for bad in [

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20: Redis CPU per decision (INFO commandstats usec_per_call) before
+# Regression: Redis CPU per decision (INFO commandstats usec_per_call) before
 # and after the controls' markers, for the lean scripts (gcra.lua,
 # fixed.lua) and the native module, interleaved round by round on two
 # servers: "before" runs the scripts of git revision $BASE (default main)

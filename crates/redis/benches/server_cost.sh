@@ -8,7 +8,7 @@
 # usec_per_call with its ratio to that round's bare script: see BENCHMARKS.md.
 # BYTES=0 skips the bytes-per-key measure. LIFE_MS (default 11) is how
 # long the random keys of the bare script and of the lean script's admits
-# live, the same for both (issue 29: the bare keys lived 60 s and the lean
+# live, the same for both (Regression: the bare keys lived 60 s and the lean
 # keys 11 ms, which flattered the lean script).
 #
 #   crates/redis/benches/server_cost.sh                 # 5 rounds

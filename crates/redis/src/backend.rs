@@ -222,7 +222,7 @@ impl Redis {
     /// `EVALSHA`, `NOSCRIPT`, then `EVAL` compiling the script (500 lines
     /// for the general one, which leases use): on a busy server, with
     /// several processes starting at once, that first reply could outlast
-    /// the connection's `response_timeout` (issue 31 item 13). Errors are
+    /// the connection's `response_timeout`. Errors are
     /// ignored: a server that refuses `SCRIPT` (some managed services) is
     /// still served by `EVAL` on `NOSCRIPT`, and a restart that empties the
     /// cache too.

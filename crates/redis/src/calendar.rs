@@ -3,7 +3,7 @@
 //! time, which survives a restart of Redis or of the client), with the
 //! core's boundaries (parity tested against the core's type).
 //!
-//! # Boundaries (the workspace's contract for issue 20)
+//! # Boundaries (the workspace's contract)
 //!
 //! - `Minute`, `Hour`, `Day`: Unix time divided by 60 s, 3,600 s, 86,400 s
 //!   (UTC has no leap seconds in Unix time: a day is 86,400 s).

@@ -7,7 +7,7 @@
 //!
 //! A limit's keys are named by its quota (see [`key`](crate::key)), so a
 //! changed quota has new keys: without a carry, every client found a fresh
-//! key and briefly had a whole new quota (the bug of issue 20).
+//! key and briefly had a whole new quota.
 //!
 //! # How
 //!

@@ -1,5 +1,5 @@
 //! The operator's controls on a Redis limiter: [`reset`], [`refund`],
-//! [`penalize`], [`deny`], [`allow`] and [`unlist`] (issue 20; the meaning of
+//! [`penalize`], [`deny`], [`allow`] and [`unlist`] (the meaning of
 //! each is the workspace's shared contract, the same as the core's).
 //!
 //! [`reset`]: RedisLimiter::reset

@@ -299,7 +299,7 @@ mod tests {
         assert_ne!(c.tagged(forged.as_bytes()), tagged);
     }
 
-    /// Bug (issue 17): the local maps were keyed by the caller's bytes, so
+    /// Bug: the local maps were keyed by the caller's bytes, so
     /// 1,000 keys of 64 KiB held 64 MiB. The bounded key is at most
     /// `MAX_INLINE_KEY` bytes whatever the input, and the same as the part
     /// of the Redis key between `|` and `}`.

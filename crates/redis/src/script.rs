@@ -653,7 +653,7 @@ mod tests {
         );
     }
 
-    /// Issue 17 and the Sentinel failover: per-key errors of the script or
+    /// Regression, and the Sentinel failover: per-key errors of the script or
     /// the module spare the breaker; a demoted master's `READONLY`,
     /// `MASTERDOWN` and `LOADING` count as Redis down, bare or wrapped in a
     /// script error (Redis 6's form).

@@ -1,4 +1,4 @@
-//! Calendar windows on Redis (issue 20): windows start at UTC boundaries
+//! Calendar windows on Redis: windows start at UTC boundaries
 //! (minute, hour, day, Monday, the 1st of the month), not at the first
 //! request; and `AllOf` across algorithms (GCRA per second plus a calendar
 //! month) in one call. The manual clock is Unix time in nanoseconds (test

@@ -1,4 +1,4 @@
-//! Issue 20: a changed quota on Redis carries each key's state by the
+//! Regression: a changed quota on Redis carries each key's state by the
 //! core's `Carry` rule (it started every key afresh: every client briefly
 //! had a whole new quota). Parity: the same admissions, a change, then the
 //! same requests through the core's `KeyedLimiter::set_default` and through

@@ -1,4 +1,4 @@
-//! Issue 20, deny and allow lists across a quota change on Redis: a listed
+//! Deny and allow lists across a quota change on Redis: a listed
 //! key stays listed under the new limits, whether or not a decision meets
 //! it while the previous limits' keys may live (bug: a listed key not
 //! decided during the carry period lost its marker with the old key: a

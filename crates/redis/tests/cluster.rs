@@ -63,7 +63,7 @@ async fn cluster_scenarios() {
     // Several limits of one key: one slot, all-or-nothing.
     several_limits_are_all_or_nothing(&redis, "and").await;
 
-    // Issue 20's controls: every one on every shape, keys on every shard,
+    // the controls: every one on every shape, keys on every shard,
     // and refunds and a deny racing 64 connections on one key.
     scenarios::controls::every_control_on_every_shape(&redis, "ctl").await;
     for key in ["a", "b", "c"] {

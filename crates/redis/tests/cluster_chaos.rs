@@ -1,4 +1,4 @@
-//! Exact while the cluster changes under load (issue 29): a real 3-master +
+//! Exact while the cluster changes under load: a real 3-master +
 //! 3-replica Redis Cluster on loopback resharded, failed over and grown
 //! while tasks call the limiter, with an independent count of admissions
 //! per key checked against each limit's bound (see `admissions`).

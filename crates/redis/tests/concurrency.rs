@@ -58,7 +58,7 @@ async fn slots_are_leased_up_to_the_limit_and_released_in_one_round_trip() {
     let other = limiter.try_acquire(b"bob", 3).await.unwrap();
 
     // Every key lives with a TTL, named as the module docs say
-    // (`<prefix>{<name>|<key>}c`; issue 31 item 13: the docs said `}:c`).
+    // (`<prefix>{<name>|<key>}c`; Regression: the docs said `}:c`).
     let mut keys = server.keys("tollgate*");
     keys.sort();
     assert_eq!(keys, ["tollgate{api|alice}c", "tollgate{api|bob}c"]);

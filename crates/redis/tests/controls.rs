@@ -1,4 +1,4 @@
-//! Issue 20's controls on a real `redis-server`, through the scripts: every
+//! the controls on a real `redis-server`, through the scripts: every
 //! control on every shape of limiter (see `scenarios/controls.rs`), the
 //! markers' effect on the lean scripts and the general one, and a backend
 //! fault answered as an error, never as "done".

@@ -195,7 +195,7 @@ async fn an_expired_lease_gives_back_what_it_did_not_spend() {
     }
 }
 
-/// Issue 31 item 13, the cause of "a freshly started process's first lease
+/// Regression, the cause of "a freshly started process's first lease
 /// call answered `Unavailable { fault: Error }`": a lease is decided by the
 /// general script (`decide.lua`, 500 lines), which a fresh server compiled
 /// inside the first call (`EVALSHA`, `NOSCRIPT`, then `EVAL` with the

@@ -259,7 +259,7 @@ async fn the_module_passes_the_parity_vectors_and_the_scenarios_on_one_server() 
     assert!(server.calls("tollgate.decide") > 0);
     assert_eq!(server.calls("evalsha") + server.calls("eval"), 0);
 
-    // Issue 20's controls (always scripts) read by the module's decisions:
+    // the controls (always scripts) read by the module's decisions:
     // the same scenarios as through the scripts (tests/controls.rs).
     let decided = server.decisions();
     scenarios::controls::every_control_on_every_shape(&redis, "ctl").await;
@@ -379,7 +379,7 @@ async fn without_the_module_the_scripts_decide_and_a_lost_module_falls_back_at_o
     assert!(server.calls("evalsha") + server.calls("eval") >= 3);
 }
 
-/// Issue 17 ("script input"): called directly, cost −2 and 1.5 are refused
+/// Regression ("script input"): called directly, cost −2 and 1.5 are refused
 /// with an error reply and nothing is written. A foreign value (garbage, a
 /// key of another type) is read as no state and replaced by the admission,
 /// as the scripts do (`script`, "Foreign values"): never an error.

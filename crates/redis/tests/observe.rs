@@ -1,4 +1,4 @@
-//! Issue 20: observers and dry-run on the Redis limiter, against a real
+//! Regression: observers and dry-run on the Redis limiter, against a real
 //! `redis-server`. Every decision is reported once, with the limiter's
 //! name, the cost, the key only when asked for, and whether Redis or the
 //! failure policy decided; dry-run reports refusals as shadow and a shadow

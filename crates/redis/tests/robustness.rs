@@ -1,4 +1,4 @@
-//! Robustness (issue 17): a key holding a value that is not a limiter state
+//! Robustness: a key holding a value that is not a limiter state
 //! is that key's problem, never Redis's; the script refuses arguments it
 //! cannot use; and the client's memory is bounded in bytes with long keys.
 
@@ -51,7 +51,7 @@ fn limits() -> Vec<(&'static str, Vec<Limit>)> {
     ]
 }
 
-/// Bug (issue 17): `SET <victim's key> garbage`, three `check("victim")`,
+/// Bug: `SET <victim's key> garbage`, three `check("victim")`,
 /// and `check("healthy-user")` was decided by `Policy(BreakerOpen)` (denied
 /// under fail-closed), and the bad value was never repaired. Now a foreign
 /// value at a key reads as no state and is overwritten by the admission, for
@@ -147,7 +147,7 @@ async fn a_sliding_total_above_its_slots_is_foreign_and_never_hangs_the_script()
     }
 }
 
-/// Bug (issue 17): called directly by `EVALSHA`, the script accepted a cost
+/// Bug: called directly by `EVALSHA`, the script accepted a cost
 /// of -2 or 1.5. Both scripts (the lean GCRA one and the general one) now
 /// refuse every argument that is not what the contract says with an error
 /// reply of their own, and write nothing.

@@ -29,7 +29,7 @@
 //! run stops with a message if the quota cannot be set), so that Redis's
 //! CPU is the scarce resource and both the server and the direct client are
 //! bound by it, whatever else runs on the machine: the wall rates of the
-//! two are then the Redis-bound rates issue 15 compares. Without it, read
+//! two are then the Redis-bound rates to compare. Without it, read
 //! `redis cpu/decision` (Redis's own CPU per decision, printed after each
 //! Redis run), whose inverse is the Redis-bound rate. With
 //! `TOLLGATE_BENCH_REDIS_CORE=N` as well, that `redis-server` runs alone on

@@ -38,7 +38,7 @@
 //! (not where it is full, so that the bridge ends), and a key the old
 //! limits refuse is refused with nothing taken. A lowered limit holds at
 //! once, a raised one takes full effect once the old state is spent out;
-//! never a fresh quota (bug of issue 16's session: a spent key got the new
+//! never a fresh quota (a former bug: a spent key got the new
 //! limit's whole quota). Chained changes keep every bridge still counting.
 //! Admin controls (lists, penalties, reset, refund) apply to the rule's
 //! limiter and to its bridges alike; the deny and allow lists and running

@@ -278,7 +278,7 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(10));
     }
 
-    /// Regression (issue 15): a peer trickling its opening a byte at a time
+    /// Regression: a peer trickling its opening a byte at a time
     /// restarted the clock with each byte; the opening must now arrive
     /// whole within the timeout of accept.
     #[tokio::test(start_paused = true)]

@@ -521,7 +521,7 @@ descriptors:
         assert_eq!(s.rules().len(), 6);
     }
 
-    /// Regression (issue 15): `/api/*/action` (envoyproxy/ratelimit's
+    /// Regression: `/api/*/action` (envoyproxy/ratelimit's
     /// Examples 9b and 9c) loaded and never matched.
     #[test]
     fn wildcards_anywhere_in_the_value() {

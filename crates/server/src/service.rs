@@ -529,7 +529,7 @@ impl Service {
                     cost,
                     metric,
                 } => {
-                    // Counted as the denial it is (bug of issue 15: a
+                    // Counted as the denial it is (a former bug: a
                     // blocked rule's denials were counted nowhere).
                     let denial = Decision::from_parts(false, 0, 0, Duration::MAX, Duration::ZERO);
                     self.count(&counters, &rule, cost, &denial, metric);

@@ -60,7 +60,7 @@ const MAX_QUOTED: usize = 60;
 /// `message` with every quoted string (serde's `string "…"`, escaped as
 /// Rust's `{:?}`) cut to its first line and [`MAX_QUOTED`] characters: a
 /// file that is not YAML reads as one string, and serde's "invalid type"
-/// repeated the whole file in the error (issue 31 item 8). The error's line
+/// repeated the whole file in the error. The error's line
 /// and column say where it is.
 pub(crate) fn shorten_quoted(message: &str) -> String {
     let mut out = String::with_capacity(message.len().min(256));

@@ -1,5 +1,5 @@
 //! Calendar windows and limits of different algorithms in one rule
-//! (issue 20): a GCRA per second **and** a window per UTC calendar month,
+//!: a GCRA per second **and** a window per UTC calendar month,
 //! end to end over HTTP and gRPC on the real server, in memory on a manual
 //! clock (UNIX time from 1970-01-01, a Thursday) and on a real
 //! `redis-server` (on Redis' own clock).

@@ -1,4 +1,4 @@
-//! A changed limit on the Redis backend carries each key's state (issue 20,
+//! A changed limit on the Redis backend carries each key's state (
 //! "live limits on every backend"): a reload or an admin `PUT` that only
 //! changes a number never hands out a fresh quota, and a deny-listed key
 //! stays denied. Against a real `redis-server` started by the test.

@@ -1,4 +1,4 @@
-//! Concurrency leases in the server's metrics (issue 20): acquired, refused
+//! Concurrency leases in the server's metrics: acquired, refused
 //! by reason, released and expired per rule, in `/metrics` and in the
 //! status page's JSON, from one set of counters, through the real server
 //! (HTTP `/v1/acquire` / `/v1/release` and Envoy's RLS). Time is the

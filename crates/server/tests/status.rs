@@ -184,8 +184,8 @@ async fn status_page_serves_the_metrics_numbers_behind_the_token() {
     assert_eq!(metric_totals(&metrics, "rl.shadow"), [1, 0, 2]);
     assert_eq!(rule(&status, "rl.internal")["limit"], "unlimited");
     assert_eq!(rule(&status, "rl.user")["limit"], "2/minute fixed_window");
-    // A rule of concurrency slots alone counts its leases (issue 31 item 1:
-    // it showed "unlimited" and no counts).
+    // A rule of concurrency slots alone counts its leases (it
+    // showed "unlimited" and no counts).
     let slots = rule(&status, "rl.slots");
     assert_eq!(slots["limit"], "concurrency 2 (lease 10s)");
     assert_eq!(
@@ -202,7 +202,7 @@ async fn status_page_serves_the_metrics_numbers_behind_the_token() {
         (keys[0]["count"].as_u64(), keys[0]["error"].as_u64()),
         (Some(5), Some(0))
     );
-    // Shadow-mode denials are kept apart (issue 31 item 2: `shadow=s` was
+    // Shadow-mode denials are kept apart (Regression: `shadow=s` was
     // listed among the denied).
     assert!(
         keys.iter().all(|key| key["key"] != "shadow=s"),
@@ -580,7 +580,7 @@ async fn chromium_renders_the_numbers_of_metrics() {
         during.contains("user=mallory"),
         "mallory among the most denied"
     );
-    // The chart has a time axis and a y scale (issue 31 item 4).
+    // The chart has a time axis and a y scale.
     let chart = &row[..row.find("</svg>").expect("chart end")];
     for label in ["now", "\u{2212}1m", "\u{2212}5m", "/s</text>"] {
         assert!(chart.contains(label), "no {label:?} on the chart: {chart}");
@@ -608,7 +608,7 @@ async fn chromium_renders_the_numbers_of_metrics() {
         .await
         .expect("text");
     // A rule of concurrency slots alone shows its leases, as /status.json
-    // counts them (issue 31 item 1: "unlimited" and dashes).
+    // counts them (Regression: "unlimited" and dashes).
     let status: Value = status_json(&base, None).await.json().await.expect("json");
     let slots = &rule(&status, "rl.slots")["totals"];
     assert!(slots["denied"].as_u64() > Some(0), "{slots}");

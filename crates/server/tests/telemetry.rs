@@ -1,6 +1,5 @@
 //! envoyproxy/ratelimit's metrics and stats through the real server
-//! (issue 26, "Metrics and traces operators already chart"; issue 31 item
-//! 5): `/metrics` in Prometheus text 0.0.4 by default and OpenMetrics on
+//! ("Metrics and traces operators already chart"): `/metrics` in Prometheus text 0.0.4 by default and OpenMetrics on
 //! request, both checked by outside parsers (`promtool check metrics`, and
 //! Python's `prometheus_client` OpenMetrics parser: promtool 2.42 reads
 //! 0.0.4 only); its Prometheus names and labels for a known sequence of
@@ -355,7 +354,7 @@ fn openmetrics_parser_accepts(text: &str) {
     );
 }
 
-/// Issue 31 item 5 (fails before: `/metrics` was OpenMetrics whatever the
+/// Regression (fails before: `/metrics` was OpenMetrics whatever the
 /// scraper asked, and envoyproxy/ratelimit's counters came out as
 /// `…_total_total`-style `_total` samples): a scraper asking for
 /// `text/plain`, or for nothing, gets Prometheus text 0.0.4 with

@@ -344,7 +344,7 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
             if period.subsec_nanos() != 0 || period.as_secs() == 0 {
                 return Err(BuildError::PolicyWindow { period });
             }
-            // Advertise only what the layer enforces (issue 31 item 11).
+            // Advertise only what the layer enforces.
             if let Some(enforced) = self.config.backend.enforced_quotas() {
                 let same = |q: &Quota| q.limit() == quota.limit() && q.period() == period;
                 if !enforced.iter().any(same) {

@@ -45,7 +45,7 @@ fn t_of(items: &[String], policy: &str) -> Option<u64> {
         .map(|t| t.parse().unwrap())
 }
 
-/// Regression (issue 18, tower 1): stacked layers replaced each other's
+/// Regression: stacked layers replaced each other's
 /// `RateLimit` fields, so a 429 from the inner layer reached the client as
 /// the outer layer's `"outer";r=98`, and the policy that denied was gone.
 #[tokio::test(start_paused = true)]
@@ -89,7 +89,7 @@ async fn stacked_layers_append_their_items_and_the_denying_policy_survives() {
     assert_eq!(header(&denied, "retry-after"), "30");
 }
 
-/// Regression (issue 18, tower 2): on a 429, `t` carried the time until the
+/// Regression: on a 429, `t` carried the time until the
 /// quota was full again, later than `Retry-After` (1 s against 2 s; 72 s
 /// against 86,385 s on a daily limit), while draft -11 §4.1.2 makes `t` the
 /// effective window (the time within which the client can use no more than
@@ -146,7 +146,7 @@ async fn t_is_the_effective_window_and_never_after_retry_after() {
     assert_eq!(header(&denied, "ratelimit"), "\"default\";r=0;t=1");
 }
 
-/// Regression (issue 18, tower 3): `policy_window(Duration::ZERO)` was sent
+/// Regression: `policy_window(Duration::ZERO)` was sent
 /// as `w=0`, which the draft forbids (§3.1.3), and 10/s with a burst of 20
 /// and a 1 s window advertised `q=20;w=1`, twice the rate a client can keep.
 #[tokio::test(start_paused = true)]
@@ -218,7 +218,7 @@ async fn the_advertised_policy_is_a_quota_a_client_can_use() {
     );
 }
 
-/// Issue 18, tower 4: what a user writes from the docs alone. A rejection
+/// Regression: what a user writes from the docs alone. A rejection
 /// hook returning a plain `Response<&str>` (no `http_body_util`, no
 /// `bytes`), the decision in the handler's request, methods exempted, and a
 /// key of two parts.
@@ -297,7 +297,7 @@ async fn a_user_needs_no_body_crate_and_the_handler_sees_its_decision() {
     assert_eq!(statuses, [200, 429, 200, 200]);
 }
 
-/// Issue 31 item 11: `policy_quota` could advertise a quota the layer does
+/// Regression: `policy_quota` could advertise a quota the layer does
 /// not enforce (a client pacing itself to it is refused). `build` checks it
 /// against the backend's quotas, burst aside; failed before the fix (the
 /// layer was built).

@@ -199,8 +199,8 @@ impl Config {
     }
 }
 
-/// Refuses more warm connections than the process may open (issue 31 item
-/// 6: `--connections 1000000` opened ~70,000 sockets in silence before
+/// Refuses more warm connections than the process may open (
+/// `--connections 1000000` opened ~70,000 sockets in silence before
 /// failing): each is a file descriptor. Connections beyond the warm ones
 /// open on demand, so a smaller count loses nothing.
 /// `given` is the count asked for, `opened` what the run would open (no
@@ -260,7 +260,7 @@ pub fn run(args: LoadgenArgs) -> anyhow::Result<ExitCode> {
             tokio::net::lookup_host(&config.target.authority),
         );
         let cannot_reach = messages::cannot_reach(&config.target.authority);
-        // Each way the lookup fails says why (issue 31 item 8: "cannot reach
+        // Each way the lookup fails says why (Regression: "cannot reach
         // 256.1.1.1" said nothing more).
         let address = match lookup.await {
             Err(_) => Err(messages::lookup_timed_out(config.timeout)),

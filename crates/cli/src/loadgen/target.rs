@@ -182,8 +182,7 @@ impl Target {
 }
 
 /// Refuses a `-H` header that contradicts what loadgen itself sends, since
-/// the target would answer 400 to every request of the run (issue 31 item
-/// 7): the body's framing is loadgen's (`Content-Length` from `--body`, no
+/// the target would answer 400 to every request of the run): the body's framing is loadgen's (`Content-Length` from `--body`, no
 /// `Transfer-Encoding`), a request has one `Host`, and HTTP/2 forbids the
 /// connection-specific headers of HTTP/1.1 (RFC 9113, section 8.2.2).
 fn refuse_conflicts(headers: &HeaderMap, body_len: usize, http2: bool) -> Result<(), UsageError> {

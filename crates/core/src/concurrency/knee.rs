@@ -13,7 +13,7 @@
 //! time, not its usual one: when service times vary (exponential,
 //! long-tailed, bimodal), every request reads as queued, the queue
 //! estimate is the spread of service times, and the limit collapses (the
-//! issue 28 table: with exponential service times, Vegas shed 91–96 % of
+//! table: with exponential service times, Vegas shed 91–96 % of
 //! the load of a healthy service).
 //!
 //! # The estimate

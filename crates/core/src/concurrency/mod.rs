@@ -65,7 +65,7 @@
 //! - A cost above the limit, or above the share of its priority, is
 //!   refused with [`Reason::Cost`], at once, even by `enqueue` and
 //!   `acquire`: it could never be granted, and queued it would block every
-//!   waiter behind it (issue 28).
+//!   waiter behind it.
 //! - `max_delay` defaults to 1 s and `max_waiters` to 1,024: a bounded
 //!   wait, not tower's unbounded one.
 //! - Keyed limits drop idle keys and refuse new keys when full of busy

@@ -474,7 +474,7 @@ mod tests {
         key
     }
 
-    /// Bug (issue 17): the deny cache, the leases and the local fallback
+    /// Bug: the deny cache, the leases and the local fallback
     /// were keyed by the caller's bytes: 1,000 distinct 64 KiB keys held 35
     /// to 63 MiB in each. They now hold the bounded key, at most
     /// `MAX_INLINE_KEY` bytes per entry (here 86: `#65536:<sha256 hex>`).

@@ -371,7 +371,7 @@ impl RedisLimiter {
 /// the script raised ([`script::is_call_error`]), [`Fault::Timeout`] when the
 /// client gave up waiting for the reply (the connection's
 /// `response_timeout`, shorter than the deadline: it was counted as an
-/// error, issue 31 item 13), [`Fault::Unreplicated`] for an admission too
+/// error), [`Fault::Unreplicated`] for an admission too
 /// few replicas acknowledged, [`Fault::Error`] for any other.
 pub(crate) fn fault_of(e: &redis::RedisError) -> Fault {
     if script::is_call_error(e) {

@@ -1,4 +1,4 @@
-//! Deny and allow lists and penalties across a quota change (issue 20), on
+//! Deny and allow lists and penalties across a quota change, on
 //! a server and on a cluster alike: a listed or penalised key stays so
 //! under the new limits.
 

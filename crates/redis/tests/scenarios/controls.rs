@@ -1,4 +1,4 @@
-//! Issue 20's controls (reset, refund, penalty, deny and allow lists) on
+//! the controls (reset, refund, penalty, deny and allow lists) on
 //! every shape of limiter: one GCRA limit and one fixed window (the lean
 //! scripts, or the module's fast path), a sliding window and two limits of
 //! one key (the general script). Time is a manual clock; each scenario

@@ -361,7 +361,7 @@ pub(crate) async fn take_slots(
 
 /// The answer for a descriptor whose rule has only a concurrency limit, once
 /// its slots are granted: the slots left and the concurrency limit, so that
-/// Envoy shows the limit rather than "unlimited" (issue 31 item 3). The
+/// Envoy shows the limit rather than "unlimited". The
 /// limit is reported as `requests_per_unit` with no unit (the slots are not a
 /// rate; the RLS's `UNKNOWN`), and the bucket is full again after at most the
 /// lease TTL (every lease, this one the last, has expired by then). A lease

@@ -8,7 +8,7 @@
 //!   head (after accept, after each answer on a keep-alive connection) to
 //!   the head's last byte, so a client trickling one byte at a time is
 //!   closed at `idle_timeout`, whatever the gap between its bytes (bug of
-//!   issue 15: only the gap was bounded).
+//!   Regression: only the gap was bounded).
 //! - **An HTTP/2 peer must answer PINGs**: sent every `idle_timeout / 2`
 //!   without a new request, each to be answered within `idle_timeout / 2`,
 //!   as on the gRPC listener; a peer trickling a frame that never ends is

@@ -171,7 +171,7 @@ async fn healthcheck_waits_for_a_first_config_when_forced_to_start_without_one()
 /// A `limit` override is decided in a domain the configuration names, and
 /// answers no limit in one it does not, as envoyproxy/ratelimit's
 /// `GetLimit` looks the domain up first (it decided the override before
-/// issue 26).
+/// this was fixed).
 #[tokio::test]
 async fn a_limit_override_in_an_unknown_domain_has_no_limit_as_in_lyft() {
     use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;

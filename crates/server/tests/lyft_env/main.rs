@@ -1,6 +1,6 @@
 //! `tollgate serve` started from envoyproxy/ratelimit's environment and
 //! config directory, as its own `docker-compose.yml` and a Kubernetes
-//! ConfigMap lay them out, against real clients on 127.0.0.1 (issue 26).
+//! ConfigMap lay them out, against real clients on 127.0.0.1.
 
 mod answers;
 mod configmap;

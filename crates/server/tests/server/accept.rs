@@ -1,4 +1,4 @@
-//! The accept loop and idle connections (issue 15, bug 3).
+//! The accept loop and idle connections.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -19,7 +19,7 @@ async fn closed_by_server(stream: &mut tokio::net::TcpStream) {
     }
 }
 
-/// Regression (issue 15, bug 3): a request whose headers never end, and a
+/// Regression: a request whose headers never end, and a
 /// client that connects and says nothing, were held forever. With a short
 /// `idle_timeout_ms` both listeners close them.
 #[tokio::test]
@@ -60,7 +60,7 @@ async fn half_open_connections_are_closed_after_the_idle_timeout() {
 /// into the helper process.
 const HELPER: &str = "TOLLGATE_TEST_EMFILE_HELPER";
 
-/// Regression (issue 15, bug 3): with its descriptors exhausted, the gRPC
+/// Regression: with its descriptors exhausted, the gRPC
 /// accept loop spun a core at 100 % and logged nothing. A helper process
 /// (this test binary, re-run on the helper test below) serves with its
 /// descriptor limit lowered to what it holds plus a few; 40 connections
@@ -215,7 +215,7 @@ fn h2_endless_headers() -> Vec<u8> {
     bytes
 }
 
-/// Regression (issue 15): a client trickling a byte every 200 ms was never
+/// Regression: a client trickling a byte every 200 ms was never
 /// closed, since each byte restarted the idle clock: on HTTP/1 a request
 /// head that never ends, on gRPC a connection preface sent byte by byte.
 /// The idle timeout now bounds the whole head and the preface (and an

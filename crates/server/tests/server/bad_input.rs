@@ -1,5 +1,5 @@
 //! The bad input matrix: a bad call is a 4xx / INVALID_ARGUMENT, a bad
-//! descriptor is OVER_LIMIT (issue 15, bug 2), never a 5xx, and no state
+//! descriptor is OVER_LIMIT, never a 5xx, and no state
 //! changed.
 
 use bytes::{BufMut, Bytes, BytesMut};

@@ -1,4 +1,4 @@
-//! Concurrency rules end to end (issue 19): `concurrency:` in the file,
+//! Concurrency rules end to end: `concurrency:` in the file,
 //! leases over HTTP (`/v1/acquire`, `/v1/release`), and Envoy's RLS
 //! answering OVER_LIMIT when no slot is free. Time is the server's manual
 //! clock: a lease expires when the test moves it, never by waiting.
@@ -212,7 +212,7 @@ async fn rls_status(client: &mut RlsClient, key: &str, value: &str) -> Descripto
         .remove(0)
 }
 
-/// Issue 31 item 3: an allowed call on a concurrency-only rule answered
+/// Regression: an allowed call on a concurrency-only rule answered
 /// `limit_remaining` 4294967295 and no `current_limit` (Envoy shows it as
 /// unlimited); it reports the slots left and the concurrency limit, over
 /// the RLS and `/v1/check`. Failed before the fix.
@@ -272,7 +272,7 @@ async fn on_redis_two_servers_share_the_slots_and_either_releases_a_lease() {
         "{first}"
     );
     assert_eq!(post(&b, "/v1/acquire", tenant("x")).await.0, 200);
-    // The RLS reports the slots Redis counts (issue 31 item 3).
+    // The RLS reports the slots Redis counts.
     let mut client = a.grpc_client().await;
     let slot = rls_status(&mut client, "tenant", "y").await;
     assert_eq!(slot.limit_remaining, 1, "{slot:?}");

@@ -1,4 +1,4 @@
-//! Every descriptor decided on its own (issue 15, bug 2): a descriptor
+//! Every descriptor decided on its own: a descriptor
 //! that cannot be decided as sent is OVER_LIMIT, never an error for the
 //! whole call (which Envoy's `failure_mode_deny: false` lets through), and
 //! Envoy's `limit` overrides are decided under the limit they give.
@@ -37,7 +37,7 @@ fn with_limit(
     d
 }
 
-/// Regression (issue 15, bug 2): an address already at its limit, sent
+/// Regression: an address already at its limit, sent
 /// with a path of "/" + 1,100 × "a", made the whole call
 /// `INVALID_ARGUMENT` (and Envoy let the request through).
 #[tokio::test]

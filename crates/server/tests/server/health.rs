@@ -1,4 +1,4 @@
-//! `grpc.health.v1` on the gRPC listener (issue 15: Kubernetes and Envoy
+//! `grpc.health.v1` on the gRPC listener (Regression: Kubernetes and Envoy
 //! health checks use it).
 
 use tonic_health::pb::HealthCheckRequest;

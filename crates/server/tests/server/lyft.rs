@@ -1,6 +1,6 @@
 //! envoyproxy/ratelimit's README examples, replayed as data: each file
 //! loads (or is refused at a named line, where this server gives the key
-//! no meaning) and answers as that README says (issue 15).
+//! no meaning) and answers as that README says.
 
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
@@ -554,7 +554,7 @@ async fn lyft_integration_scripts_answer_as_they_expect() {
 }
 
 /// envoyproxy/ratelimit's newer `quota_mode` and `metadata` (in its
-/// shipped `example.yaml`, refused before issue 26) are read with its
+/// shipped `example.yaml`, refused before that change) are read with its
 /// meaning: `integration-test/scripts/quota.sh` replayed against the file
 /// as it ships ([`QUOTA_SCRIPT`]: over the limit only when every
 /// quota-mode descriptor is).
@@ -587,7 +587,7 @@ async fn quota_mode_answers_as_lyfts_quota_script_expects() {
     assert_eq!(error.line(), Some(5), "{error}");
 }
 
-/// Regression (issue 15): a `requests_per_unit: 0` rule (Lyft's block
+/// Regression: a `requests_per_unit: 0` rule (Lyft's block
 /// list) answered OVER_LIMIT but was counted nowhere (`over_limit` and
 /// `total_hits` stayed 0, under both metric names), and `/v1/rules`
 /// showed it with no limit at all. Its denials are now counted, and it

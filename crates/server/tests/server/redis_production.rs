@@ -1,4 +1,4 @@
-//! The server's `backend:` for production Redis (issue 17): TLS with a
+//! The server's `backend:` for production Redis: TLS with a
 //! custom CA and a client certificate under an ACL user whose password is
 //! read from a file, and a master found through Redis Sentinel, followed
 //! across a failover. Real `redis-server` and `redis-sentinel` processes,

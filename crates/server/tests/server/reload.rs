@@ -87,7 +87,7 @@ async fn good_and_bad_files_and_state_across_a_change() {
 
     // Fixed: back to good. An algorithm change is bridged: what alice took
     // still counts under the old limits until her old state is fresh (it
-    // started the bucket afresh before issue 16's session), then the new
+    // started the bucket afresh before the fix), then the new
     // limits alone decide.
     server.write_config(
         "  reload_interval_ms: 0\n",
@@ -233,7 +233,7 @@ async fn remaining(server: &TestServer, value: &str) -> (Value, Value) {
     )
 }
 
-/// Regression (issue 15, bug 1): truncating the file reloaded it as "no
+/// Regression: truncating the file reloaded it as "no
 /// rules" (every request OK, `/v1/rules` empty, `last_load_ok` still 1),
 /// and when the file came back the counts restarted.
 #[tokio::test]
@@ -277,7 +277,7 @@ async fn truncate_then_restore_keeps_the_rules_and_the_counts() {
     server.stop().await;
 }
 
-/// Regression (issue 15, bug 1): files that name no domain loaded as "no
+/// Regression: files that name no domain loaded as "no
 /// rules". Each is refused, the old rules stay, `last_load_ok` drops to 0.
 #[tokio::test]
 async fn files_without_a_domain_are_refused() {
@@ -310,7 +310,7 @@ async fn files_without_a_domain_are_refused() {
     server.stop().await;
 }
 
-/// Regression (issue 15, bug 1): a file rewritten in place, slowly (the
+/// Regression: a file rewritten in place, slowly (the
 /// way `>` in a shell or a plain `write` does it: truncate, then the bytes
 /// in chunks), was loaded half-written: a prefix that parses but lacks
 /// the limits answered "no limit". The watcher loads only bytes that
@@ -368,7 +368,7 @@ async fn slow_rewrite_in_place_is_never_loaded_half_written() {
 }
 
 /// A rule removed by a reload and restored by the next resumes its counts
-/// (issue 15, bug 1: "when the file comes back the counts restart").
+/// ("when the file comes back the counts restart").
 #[tokio::test]
 async fn a_rule_removed_then_restored_resumes_its_counts() {
     let server = start(V1).await;

@@ -3,7 +3,7 @@
 //! the same services, for service times of six shapes and knees of 10 to
 //! 400, on a manual clock.
 //!
-//! # The scenario (issue 28)
+//! # The scenario
 //!
 //! - **The service**: `K` workers and a FIFO queue; each request takes a
 //!   service time drawn from [`Shape`], of mean 10 ms whatever the shape.
@@ -459,7 +459,7 @@ pub fn cell(outcome: &Outcome) -> String {
 mod tests {
     use super::*;
 
-    /// Issue 28's target for the default controller, on an affordable
+    /// the target for the default controller, on an affordable
     /// part of the table (the whole of it is `--table`, in BENCHMARKS.md).
     #[test]
     fn the_knee_controller_holds_the_knee_whatever_the_service_times() {

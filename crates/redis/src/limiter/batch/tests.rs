@@ -172,7 +172,7 @@ async fn a_batch_with_one_refused_entry_answers_the_others() {
 }
 
 /// A refused entry goes to its limiter's failure policy as a script fault,
-/// without counting towards the breaker (issue 17's rule, per entry).
+/// without counting towards the breaker (the rule, per entry).
 #[tokio::test]
 async fn a_refused_entry_is_the_policys_and_spares_the_breaker() {
     let server = RedisServer::start();
