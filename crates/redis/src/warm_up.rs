@@ -32,8 +32,13 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use tollgate::{Decision, Nanos, WarmUp};
 
-/// The warm-up script.
-pub const SOURCE_WARM_UP: &str = include_str!("warm_up.lua");
+/// The warm-up script: the exact naturals and the transition shared with
+/// the general script, then its own body.
+pub const SOURCE_WARM_UP: &str = concat!(
+    include_str!("bignum.lua"),
+    include_str!("warm_math.lua"),
+    include_str!("warm_up.lua")
+);
 
 /// The slack added to a key's TTL past the instant it is cold again: a
 /// key read within it is still exact, one read after it is cold anyway.
