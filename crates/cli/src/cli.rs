@@ -33,6 +33,29 @@ pub enum Command {
     /// Run the rate-limit server: Envoy's rate limit service (gRPC) and an
     /// HTTP JSON API, with the rules of a YAML file (reloaded on change).
     Serve(ServeArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish,
+    /// powershell), generated from this command line.
+    Completions(CompletionsArgs),
+    /// Print the tollgate(1) man page in roff, or write a page per command
+    /// into a directory.
+    Man(ManArgs),
+}
+
+/// `tollgate completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell whose completion script to print.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `tollgate man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write tollgate.1 and tollgate-<command>.1 for every command into DIR
+    /// instead of printing tollgate.1.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
 }
 
 /// `tollgate serve`.

@@ -1,6 +1,7 @@
 //! The `tollgate` command line: `simulate` draws what each algorithm
 //! admits, `loadgen` holds a request rate against an HTTP service, `serve`
-//! runs the rate-limit server (`tollgate-server`).
+//! runs the rate-limit server (`tollgate-server`); `completions` and `man`
+//! print what [`generate`] derives from the command line's definition.
 //!
 //! The binary's `main` only calls [`run`]. The crate is a library as well so
 //! that its tests and benchmarks share the pieces they need: the exact send
@@ -11,6 +12,7 @@
 //! runs; [`messages`] holds every sentence said to the user.
 
 pub mod cli;
+pub mod generate;
 mod loadgen;
 mod logrus;
 pub mod messages;
@@ -33,6 +35,16 @@ pub fn run() -> ExitCode {
         Command::Simulate(args) => simulate::run(args),
         Command::Loadgen(args) => loadgen::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Completions(args) => {
+            generate::completions(args.shell, &mut std::io::stdout().lock());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man(args) => match args.out_dir {
+            Some(dir) => generate::man_pages(&dir).map(|()| ExitCode::SUCCESS),
+            None => generate::man_page(&mut std::io::stdout().lock())
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(anyhow::Error::from),
+        },
     };
     match result {
         Ok(code) => code,
