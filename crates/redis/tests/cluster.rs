@@ -140,16 +140,21 @@ async fn cluster_scenarios() {
         .into_iter()
         .map(|k| k.expect("a key on every shard"))
         .collect();
+    // Timing: each decision within the 10 ms deadline, 40 ms of margin,
+    // and the longest scheduling stall the machine had meanwhile (measured,
+    // see tollgate_testkit::Stalls).
+    let stalls = tollgate_testkit::Stalls::start();
     cluster.nodes[0].signal("-STOP");
     let start = std::time::Instant::now();
     let mut by_policy = 0;
     while start.elapsed() < Duration::from_millis(500) {
         let t = std::time::Instant::now();
         let o = limiter.check_outcome(&keys[0], 1).await.unwrap();
+        let took = t.elapsed();
         assert!(
-            t.elapsed() <= Duration::from_millis(50),
-            "took {:?}",
-            t.elapsed()
+            took <= Duration::from_millis(50) + stalls.worst(),
+            "took {took:?}, longest stall {:?}",
+            stalls.worst()
         );
         if matches!(o.source, tollgate_redis::Source::Policy(_)) {
             assert!(o.decision.is_denied(), "fail closed admitted");

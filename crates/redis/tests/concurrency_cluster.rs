@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use tollgate::{ManualClock, Nanos};
 use tollgate_redis::FailurePolicy;
 use tollgate_redis::Redis;
-use tollgate_redis::concurrency::{RedisConcurrencyLimiter, Refusal};
+use tollgate_redis::concurrency::{RedisConcurrencyLimiter, RedisPermit, Refusal};
 
 fn limiter(redis: &Redis, limit: u64, clock: &ManualClock) -> RedisConcurrencyLimiter {
     RedisConcurrencyLimiter::builder(redis.clone(), "cluster-jobs", limit)
@@ -117,6 +117,23 @@ async fn leases_on_a_cluster_hold_the_limit_per_key_on_every_shard() {
     }
 }
 
+/// A lease from a cluster that is not under test: a call that misses a
+/// short deadline on a loaded 2-core machine is timing, not the fault
+/// under test, and is asked again (at most ten times).
+async fn lease_in_time(limiter: &RedisConcurrencyLimiter, key: &[u8], what: &str) -> RedisPermit {
+    let mut late = 0;
+    loop {
+        match limiter.try_acquire(key, 1).await {
+            Ok(permit) => return permit,
+            Err(Refusal::Unavailable {
+                fault: tollgate_redis::Fault::Timeout,
+                ..
+            }) if late < 10 => late += 1,
+            other => panic!("{what}: {other:?} after {late} timeouts"),
+        }
+    }
+}
+
 /// A key whose slot the cluster keeps refusing (its master says `ASK` the
 /// other node, which answers `MOVED` back: a migration half set up) times
 /// out every call, as a timeout for the policy; none of those counts
@@ -135,7 +152,7 @@ async fn a_reshard_that_outlasts_the_deadline_opens_no_breaker() {
         .unwrap();
     let key = b"queue-moving";
     // The key's master (found by the lease it holds) and another node.
-    let permit = limiter.try_acquire(key, 1).await.expect("a lease");
+    let permit = lease_in_time(&limiter, key, "a lease").await;
     let redis_key = "tollgate{reshard-jobs|queue-moving}c";
     let owner = cluster.node_of(redis_key.as_bytes());
     assert!(owner < cluster.nodes.len(), "the lease's key is on no node");
@@ -163,7 +180,7 @@ async fn a_reshard_that_outlasts_the_deadline_opens_no_breaker() {
         }
     }
     set(&["CLUSTER", "SETSLOT", slot.trim(), "STABLE"]);
-    let permit = limiter.try_acquire(key, 1).await.expect("Redis's again");
+    let permit = lease_in_time(&limiter, key, "Redis's again").await;
     assert!(permit.is_leased());
     assert!(permit.release().await);
 }

@@ -5,10 +5,18 @@
 //!
 //! For each: every decision returns within the deadline plus a margin, the
 //! policy's decisions are exactly the configured ones, and once the fault
-//! ends decisions go back to Redis. Real time, with wide margins: the
-//! deadline is 10 ms and a decision may take up to 40 ms more on a loaded
-//! 2-core machine (the point is that nothing waits for the client's own
-//! timeouts or reconnects).
+//! ends decisions go back to Redis.
+//!
+//! Timing is what these tests check, in real time: the deadline is 10 ms,
+//! and a decision may take 40 ms more, plus the scheduling delay the
+//! machine showed meanwhile (`Stalls`: a thread that sleeps 1 ms at a
+//! time and records how late it wakes). On a quiet machine that is
+//! about 50 ms, well under the client's own 100 ms timeouts, so that a
+//! decision that waited for them fails; on a 2-core machine at load 5–8,
+//! the bound grows by the stalls every thread suffered, and says so. A
+//! healthy Redis that misses the 10 ms deadline on such a machine is
+//! timing too, not a fault: the checks of "decided by Redis" allow it a
+//! bounded number of times ([`healthy`]).
 
 mod support;
 use support::Connect as _;
@@ -20,6 +28,7 @@ use support::Server;
 use support::proxy::{Mode, Proxy};
 use tollgate::{Gcra, Quota};
 use tollgate_redis::{BreakerConfig, FailurePolicy, Options, Redis, RedisLimiter, Source};
+use tollgate_testkit::Stalls;
 
 const DEADLINE: Duration = Duration::from_millis(10);
 const MARGIN: Duration = Duration::from_millis(40);
@@ -58,29 +67,51 @@ async fn limiter(url: &str, policy: FailurePolicy, name: String) -> RedisLimiter
         .unwrap()
 }
 
-/// Calls for `run`, each timed: (source, allowed) per call.
-async fn drive(limiter: &RedisLimiter, run: Duration) -> Vec<(Source, bool)> {
+/// Calls for `run`, each timed: (source, allowed, took) per call.
+async fn drive(limiter: &RedisLimiter, run: Duration) -> Vec<(Source, bool, Duration)> {
     let start = Instant::now();
     let mut seen = Vec::new();
     while start.elapsed() < run {
         let t = Instant::now();
         let o = limiter.check_outcome(b"k", 1).await.unwrap();
-        let took = t.elapsed();
-        assert!(
-            took <= DEADLINE + MARGIN,
-            "a decision took {took:?} ({:?})",
-            o.source
-        );
-        seen.push((o.source, o.decision.is_allowed()));
+        seen.push((o.source, o.decision.is_allowed(), t.elapsed()));
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     seen
 }
 
+/// Every decision timed in `took` took at most the deadline, [`MARGIN`] and the
+/// worst stall the machine had meanwhile.
+fn within_the_deadline(what: &str, deadline: Duration, took: &[Duration], stalls: &Stalls) {
+    let slowest = took.iter().max().copied().unwrap_or_default();
+    let stall = stalls.worst();
+    assert!(
+        slowest <= deadline + MARGIN + stall,
+        "{what}: a decision took {slowest:?}: more than the deadline {deadline:?} + {MARGIN:?} \
+         + the longest scheduling stall seen meanwhile, {stall:?}"
+    );
+    eprintln!(
+        "{what}: slowest decision {slowest:?} (deadline {deadline:?}, worst stall {stall:?})"
+    );
+}
+
+/// Ten decisions by Redis. A healthy Redis can miss a 10 ms deadline on a
+/// loaded machine (then its breaker may open for a moment): such a
+/// decision is timing, not a fault, and is retried, at most ten times.
 async fn healthy(limiter: &RedisLimiter, what: &str) {
-    for _ in 0..10 {
+    let (mut by_redis, mut late) = (0, Vec::new());
+    while by_redis < 10 {
         let o = limiter.check_outcome(b"k", 1).await.unwrap();
-        assert_eq!(o.source, Source::Redis, "{what}: not decided by Redis");
+        match o.source {
+            Source::Redis => by_redis += 1,
+            Source::Policy(tollgate_redis::Fault::Timeout | tollgate_redis::Fault::BreakerOpen)
+                if late.len() < 10 =>
+            {
+                late.push(o.source);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("{what}: not decided by Redis: {other:?} (after {late:?})"),
+        }
     }
 }
 
@@ -96,14 +127,20 @@ async fn fault(name: &str, url: &str, inject: impl FnOnce(), heal: impl FnOnce()
     for l in &limiters {
         healthy(l, "before the fault").await;
     }
+    // The policy's decisions before the fault (timings of a healthy Redis).
+    let before: Vec<u64> = limiters.iter().map(|l| l.stats().policy()).collect();
+    let stalls = Stalls::start();
     inject();
     let runs = join_all(limiters.iter().map(|l| drive(l, FAULT_FOR))).await;
     heal();
-    for ((policy, run), limiter) in POLICIES.iter().zip(&runs).zip(&limiters) {
+    for (((policy, run), limiter), before) in POLICIES.iter().zip(&runs).zip(&limiters).zip(&before)
+    {
+        let took: Vec<Duration> = run.iter().map(|(_, _, took)| *took).collect();
+        within_the_deadline(&format!("{name} {policy:?}"), DEADLINE, &took, &stalls);
         let by_policy: Vec<bool> = run
             .iter()
-            .filter(|(s, _)| matches!(s, Source::Policy(_)))
-            .map(|(_, allowed)| *allowed)
+            .filter(|(s, _, _)| matches!(s, Source::Policy(_)))
+            .map(|(_, allowed, _)| *allowed)
             .collect();
         assert!(
             by_policy.len() >= 10,
@@ -138,7 +175,7 @@ async fn fault(name: &str, url: &str, inject: impl FnOnce(), heal: impl FnOnce()
         }
         let stats = limiter.stats();
         assert_eq!(
-            stats.policy() as usize,
+            (stats.policy() - before) as usize,
             by_policy.len(),
             "{name} {policy:?}: counters"
         );
@@ -271,6 +308,8 @@ async fn calls_beyond_the_in_flight_bound_go_to_the_policy_at_once() {
         .build()
         .unwrap();
     healthy(&limiter, "before").await;
+    let before = limiter.stats();
+    let stalls = Stalls::start();
     server.signal("-STOP");
     let start = Instant::now();
     let outcomes = join_all((0..32).map(|_| limiter.check_outcome(b"k", 1))).await;
@@ -286,13 +325,18 @@ async fn calls_beyond_the_in_flight_bound_go_to_the_policy_at_once() {
         .filter(|s| **s == Source::Policy(tollgate_redis::Fault::Overloaded))
         .count();
     assert_eq!((timed_out, overloaded), (4, 28), "{sources:?}");
-    assert!(took <= Duration::from_millis(50) + MARGIN, "took {took:?}");
+    within_the_deadline(
+        "in-flight bound",
+        Duration::from_millis(50),
+        &[took],
+        &stalls,
+    );
     let stats = limiter.stats();
     assert_eq!(
         (
-            stats.policy_timeout,
-            stats.policy_overloaded,
-            stats.policy_denied
+            stats.policy_timeout - before.policy_timeout,
+            stats.policy_overloaded - before.policy_overloaded,
+            stats.policy_denied - before.policy_denied
         ),
         (4, 28, 32)
     );

@@ -122,11 +122,21 @@ async fn the_limiter_follows_a_sentinel_failover() {
         .deadline(deadline)
         .build()
         .unwrap();
-    for _ in 0..20 {
-        assert_eq!(
-            limiter.check_outcome("k", 1).await.unwrap().source,
-            Source::Redis
-        );
+    // Twenty decisions by Redis. A healthy Redis can miss the 50 ms
+    // deadline on a loaded 2-core machine: that is timing, not the fault
+    // under test, and is asked again (at most ten times).
+    let (mut by_redis, mut late) = (0, 0);
+    while by_redis < 20 {
+        match limiter.check_outcome("k", 1).await.unwrap().source {
+            Source::Redis => by_redis += 1,
+            Source::Policy(tollgate_redis::Fault::Timeout | tollgate_redis::Fault::BreakerOpen)
+                if late < 10 =>
+            {
+                late += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("before the failover: {other:?} after {late} late decisions"),
+        }
     }
     let key = String::from_utf8(limiter.redis_keys("k")[0].clone()).unwrap();
     assert_eq!(master.cli(&["EXISTS", &key]), "1");

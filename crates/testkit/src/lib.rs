@@ -2,15 +2,19 @@
 //! published): real `redis-server` processes on free loopback ports, killed
 //! on drop, a 3-master Redis Cluster, and a cluster with replicas that a
 //! test can reshard, fail over and grow under load ([`cluster`]). `.ci/deps` installs
-//! `redis-server` and `redis-cli` where they are missing.
+//! `redis-server` and `redis-cli` where they are missing. [`Stalls`]
+//! measures how late the machine schedules a thread, for tests that bound
+//! a latency.
 //!
 //! Everything here panics on failure: it runs in tests and benchmarks,
 //! where a missing server is a broken set-up, not an error to handle.
 
 pub mod cluster;
+pub mod stalls;
 pub mod tls;
 
 pub use cluster::{ReplicatedCluster, key_slot};
+pub use stalls::Stalls;
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
