@@ -7,6 +7,7 @@ mod backend_errors;
 mod bad_input;
 mod concurrency;
 mod conformance;
+mod dashboard;
 mod descriptors;
 mod envoy_types;
 mod health;
