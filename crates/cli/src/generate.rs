@@ -3,7 +3,7 @@
 //!
 //! - `tollgate completions <shell>` prints the completion script of bash,
 //!   zsh, fish, elvish or PowerShell on stdout (clap_complete), to be saved
-//!   where the shell loads completions from (see the CLI README).
+//!   where the shell loads completions from (the README's "Install").
 //! - `tollgate man` prints the `tollgate(1)` page in roff on stdout
 //!   (clap_mangen); `tollgate man --out-dir DIR` writes instead one page per
 //!   command, `tollgate.1` and `tollgate-<command>.1` (`tollgate-serve.1`,
