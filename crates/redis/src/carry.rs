@@ -141,12 +141,7 @@ impl CarrySpec {
             };
             let [a, b, c, d, e] = old.args(unit);
             args.push([a, b, c, d, e, code.to_owned()]);
-            horizon = horizon.max(old.quota().period().max(match old {
-                Limit::Gcra(g) => {
-                    std::time::Duration::from_nanos(g.capacity_ticks().div_ceil(g.scale()))
-                }
-                _ => std::time::Duration::ZERO,
-            }));
+            horizon = horizon.max(old.horizon());
         }
         let descriptors: Vec<String> = previous.iter().map(Limit::tag).collect();
         let codec = KeyCodec::new(prefix, name, &descriptors).map_err(ConfigError::Name)?;

@@ -62,7 +62,13 @@ for i = 1, m do
   local b = 5 + (i - 1) * 6
   local p = {alg = ARGV[b + 1], a1 = tonumber(ARGV[b + 2]), a2 = tonumber(ARGV[b + 3]),
     a3 = tonumber(ARGV[b + 4]), a4 = tonumber(ARGV[b + 5])}
-  if not ((p.alg == 'g' or p.alg == 'f' or p.alg == 's' or p.alg == 'c') and nat(p.a1) and p.a1 >= 1
+  -- 'w<cold factor>': warm-up (decide.lua's warm_module).
+  p.cold = tonumber(string.match(p.alg, '^w([1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?)$'))
+  if p.cold and (p.cold >= 4294967296 or not (nat(p.a3) and p.a3 >= 1 and nat(p.a4)
+      and p.a4 >= 1)) then
+    return invalid()
+  end
+  if not ((p.alg == 'g' or p.alg == 'f' or p.alg == 's' or p.alg == 'c' or p.cold) and nat(p.a1) and p.a1 >= 1
       and nat(p.a2) and p.a2 >= 1 and nat(p.a3) and nat(p.a4)) then
     return invalid()
   end
@@ -231,6 +237,23 @@ for i = 1, m do
         else
           redis.call('SET', key, int(w) .. ' ' .. int(left))
         end
+      end
+    end
+  elseif p.cold then
+    -- Warm-up (WarmUp::refund, warm_math.lua): what is owed moves back, the
+    -- permits go back to the idle store. A value that is not a state is
+    -- left alone.
+    local N = bignum()
+    local k = warm_constants(N, p.a1, p.a2, p.a3, p.a4, p.cold)
+    local W = warm_math(N, k)
+    local f, s = W.parse(raw)
+    if f then
+      local now_ns = N.mul(N.small(now), N.small(unit))
+      f, s = W.refund(f, s, now_ns, N.small(cost))
+      if f then
+        changed = 1
+        local ttl = N.ceil_div(N.sub(W.cold_at(f, s), now_ns), {1000000})
+        redis.call('SET', key, W.format(f, s), 'PX', N.str(N.add(ttl, N.small(slack))))
       end
     end
   else

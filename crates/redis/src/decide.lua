@@ -395,8 +395,98 @@ local function sliding_module()
 end
 
 ---------------------------------------------------------------------------
+-- Warm-up (the core's algorithm::warm_up). State "F S": F the instant (ns)
+-- the next request may go, S the idle permits at F (units); absent or not
+-- a state: cold, as fresh. Exact naturals (bignum.lua) and the transition
+-- (warm_math.lua) come from the preludes src/script.rs puts before this
+-- script; `p.k` holds the limit's constants as naturals.
+local function warm_module()
+  local W = {}
+  local N = bignum()
+  -- Durations in a reply stay below 2^53 ns (limit.rs refuses a limit whose
+  -- cost or cold time could pass it); a clock stepped far back is capped.
+  local LONGEST = N.big('9007199254740991')
+
+  local function ns(x)
+    return N.num(N.min(x, LONGEST))
+  end
+
+  function W.load(key, p)
+    local st = {now = N.mul(N.small(now), N.small(unit))}
+    local raw = get(key)
+    st.f, st.s = p.math.parse(raw)
+    if not st.f then
+      st.f, st.s = {0}, p.k.max
+      if raw and string.byte(raw, 1) == 33 then st.mark = raw end
+    end
+    st.owed = N.cmp(st.now, st.f) < 0
+    return st
+  end
+
+  function W.avail(st, p)
+    if st.owed then return 0 end
+    return p.burst
+  end
+
+  -- Time until the state is as cold as a fresh one.
+  local function reset_of(st, p, f, s)
+    local cold = p.math.cold_at(f, s)
+    if N.cmp(cold, st.now) <= 0 then return 0 end
+    return ns(N.sub(cold, st.now))
+  end
+
+  -- The state after `c` permits taken at `now` (nothing owed).
+  local function next_of(st, p, c)
+    local s = p.math.idle(st.f, st.s, st.now)
+    local n = N.small(c)
+    return N.add(st.now, p.math.cost(s, n)), p.math.take(s, n)
+  end
+
+  function W.decide(st, p, c)
+    local reset = reset_of(st, p, st.f, st.s)
+    if c == 0 then
+      if st.owed then return 1, 0, 0, reset end
+      return 1, p.burst, 0, reset
+    end
+    if st.owed then return 0, 0, ns(N.sub(st.f, st.now)), reset end
+    if c > p.burst then return 0, p.burst, -1, reset end
+    local f, s = next_of(st, p, c)
+    return 1, 0, 0, reset_of(st, p, f, s)
+  end
+
+  local function warm_store(key, st, p, f, s)
+    -- The TTL: until cold again, in whole ms rounded up, plus the slack.
+    local ttl = N.ceil_div(N.sub(p.math.cold_at(f, s), st.now), {1000000})
+    redis.call('SET', key, p.math.format(f, s), 'PX', N.str(N.add(ttl, N.small(slack))))
+  end
+
+  function W.admit(key, st, p, c)
+    if c > 0 then
+      local f, s = next_of(st, p, c)
+      warm_store(key, st, p, f, s)
+    end
+  end
+
+  -- Gives back `r` permits of a lease (WarmUp::refund); `x` is unused.
+  function W.refund(key, st, p, r, x)
+    local f, s = p.math.refund(st.f, st.s, st.now, N.small(r))
+    if f then warm_store(key, st, p, f, s) end
+  end
+
+  -- The limit's parameters from `w<cold> burst l t warmup`, or nil.
+  function W.params(alg, a1, a2, a3, a4)
+    local cold = tonumber(string.match(alg, '^w([1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?)$'))
+    if not (cold and cold < 4294967296 and a3 >= 1 and a4 >= 1) then return nil end
+    local k = warm_constants(N, a1, a2, a3, a4, cold)
+    -- `capacity`: what an allow-listed key reports remaining.
+    return {alg = W, burst = a1, capacity = a1, k = k, math = warm_math(N, k)}
+  end
+  return W
+end
+
+---------------------------------------------------------------------------
 -- Only the algorithms in use are built: each closure costs on every call.
-local G, F, S
+local G, F, S, W
 local STRIDE = 6
 local limits, states = {}, {}
 for i = 1, #KEYS do
@@ -432,6 +522,11 @@ for i = 1, #KEYS do
     if a3 < 1 or a4 ~= 0 or a1 * a2 >= 9007199254740992 then return invalid() end
     S = S or sliding_module()
     p = {alg = S, period = a1, n = a2, limit = a3}
+  elseif string.byte(alg, 1) == 119 then
+    -- 'w<cold factor>': warm-up (see warm_module).
+    W = W or warm_module()
+    p = W.params(alg, a1, a2, a3, a4)
+    if not p then return invalid() end
   else
     return invalid()
   end

@@ -24,11 +24,16 @@
 //!   epoch, 2^50.6 today; test mode: the nanoseconds passed in). Their period
 //!   must be a whole number of units, below 2^52, and `period · slots` below
 //!   2^53.
+//! - Warm-up counts in exact naturals past 2^53 (`bignum.lua`), but takes
+//!   its parameters and answers its durations as plain numbers: `l` and
+//!   `t` (the rate `l / t` per ns in lowest terms) and the warm-up period in
+//!   ns must be below 2^53, and so must the longest duration it reports, the
+//!   cold cost of a burst plus the warm-up period (104 days).
 
 use std::fmt;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Decision, FixedWindow, Gcra, SlidingWindow};
+use tollgate::{Algorithm, Decision, FixedWindow, Gcra, SlidingWindow, WarmUp};
 
 /// The largest integer a double holds exactly, plus one.
 const EXACT: u128 = 1 << 53;
@@ -49,6 +54,15 @@ pub enum Limit {
     /// Fixed window aligned to UTC calendar units (see
     /// [`calendar`](crate::calendar)).
     Calendar(crate::calendar::CalendarWindow),
+    /// Warm-up (Guava's `SmoothWarmingUp`; see [`warm_up`](crate::warm_up),
+    /// "In the general script").
+    WarmUp(WarmUp),
+}
+
+impl From<WarmUp> for Limit {
+    fn from(w: WarmUp) -> Limit {
+        Limit::WarmUp(w)
+    }
 }
 
 impl From<crate::calendar::CalendarWindow> for Limit {
@@ -128,6 +142,7 @@ impl Limit {
             Limit::FixedWindow(w) => w.capacity(),
             Limit::SlidingWindow(w) => w.capacity(),
             Limit::Calendar(w) => w.capacity(),
+            Limit::WarmUp(w) => w.capacity(),
         }
     }
 
@@ -138,6 +153,28 @@ impl Limit {
             Limit::FixedWindow(w) => w.quota(),
             Limit::SlidingWindow(w) => w.quota(),
             Limit::Calendar(w) => w.quota(),
+            Limit::WarmUp(w) => w.quota(),
+        }
+    }
+
+    /// How long a key of this limit can hold state that still counts
+    /// after its last admission: the period; a GCRA's time to refill its
+    /// burst if longer; a warm-up's cold cost of a burst plus its warm-up
+    /// period if longer (the time to be as cold as a fresh key).
+    pub fn horizon(&self) -> Duration {
+        let period = self.quota().period();
+        match self {
+            Limit::Gcra(g) => {
+                period.max(Duration::from_nanos(g.capacity_ticks().div_ceil(g.scale())))
+            }
+            Limit::WarmUp(w) => {
+                let c = w.constants();
+                let cold = (u128::from(c.burst) * u128::from(w.cold_factor()) * u128::from(c.t))
+                    .div_ceil(u128::from(c.l));
+                let cold = Duration::from_nanos(u64::try_from(cold).unwrap_or(u64::MAX));
+                period.max(cold.saturating_add(w.warmup()))
+            }
+            _ => period,
         }
     }
 
@@ -154,6 +191,14 @@ impl Limit {
             Limit::Calendar(w) => {
                 format!("c:{}/{}", q.limit(), crate::calendar::code(w.unit()))
             }
+            Limit::WarmUp(w) => format!(
+                "w:{}/{}/{}/{}/{}",
+                q.limit(),
+                q.period_nanos(),
+                q.burst(),
+                w.warmup().as_nanos(),
+                w.cold_factor()
+            ),
         }
     }
 
@@ -193,6 +238,23 @@ impl Limit {
             }
             // Unix time in clock units stays below 2^53 (server: until 2255).
             Limit::Calendar(_) => {}
+            Limit::WarmUp(w) => {
+                let c = w.constants();
+                let period = w.warmup().as_nanos();
+                if u128::from(c.t) >= EXACT || period >= EXACT {
+                    return Err(inexact(
+                        "the warm-up period or the period per permit is 2^53 ns or more",
+                    ));
+                }
+                // Every permit costs at most `cold_factor` stable intervals.
+                let cold = (u128::from(c.burst) * u128::from(w.cold_factor()) * u128::from(c.t))
+                    .div_ceil(u128::from(c.l));
+                if cold + period >= EXACT {
+                    return Err(inexact(
+                        "the cold cost of a burst plus the warm-up period is 2^53 ns or more",
+                    ));
+                }
+            }
             Limit::FixedWindow(_) | Limit::SlidingWindow(_) => {
                 if q.period_nanos() % unit.0 != 0 {
                     return Err(inexact(
@@ -246,6 +308,16 @@ impl Limit {
                 q.limit().to_string(),
                 "0".into(),
             ],
+            Limit::WarmUp(w) => {
+                let c = w.constants();
+                [
+                    format!("w{}", w.cold_factor()),
+                    c.burst.to_string(),
+                    c.l.to_string(),
+                    c.t.to_string(),
+                    w.warmup().as_nanos().to_string(),
+                ]
+            }
         }
     }
 
@@ -268,9 +340,10 @@ impl Limit {
         let retry = never(retry)?;
         let (limit, remaining, scale) = match self {
             Limit::Gcra(g) => (g.capacity(), headroom / g.interval_ticks(), g.scale()),
-            Limit::FixedWindow(_) | Limit::SlidingWindow(_) | Limit::Calendar(_) => {
-                (self.capacity(), headroom, 1)
-            }
+            Limit::FixedWindow(_)
+            | Limit::SlidingWindow(_)
+            | Limit::Calendar(_)
+            | Limit::WarmUp(_) => (self.capacity(), headroom, 1),
         };
         let nanos = |ticks: u64| {
             if ticks == u64::MAX {

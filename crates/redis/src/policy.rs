@@ -27,7 +27,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{ClockSource, Decision, FixedWindow, Gcra, KeyedLimiter, Quota, SlidingWindow};
+use tollgate::{
+    ClockSource, Decision, FixedWindow, Gcra, KeyedLimiter, Quota, SlidingWindow, WarmUp,
+};
 
 use crate::key::BoundedKey;
 use crate::limit::{ConfigError, Limit, binding};
@@ -199,6 +201,7 @@ enum LocalLimit {
     Gcra(KeyedLimiter<Vec<u8>, Gcra>),
     Fixed(KeyedLimiter<Vec<u8>, FixedWindow>),
     Sliding(KeyedLimiter<Vec<u8>, SlidingWindow>),
+    WarmUp(KeyedLimiter<Vec<u8>, WarmUp>),
 }
 
 impl LocalLimit {
@@ -211,6 +214,8 @@ impl LocalLimit {
             (LocalLimit::Fixed(l), false) => l.peek_n(key, cost),
             (LocalLimit::Sliding(l), true) => l.check_n(key, cost),
             (LocalLimit::Sliding(l), false) => l.peek_n(key, cost),
+            (LocalLimit::WarmUp(l), true) => l.check_n(key, cost),
+            (LocalLimit::WarmUp(l), false) => l.peek_n(key, cost),
         };
         // A cost above the local share's capacity can never fit locally.
         result.unwrap_or_else(|e| {
@@ -276,6 +281,17 @@ impl Policy {
                         Limit::FixedWindow(_) | Limit::Calendar(_) => LocalLimit::Fixed(
                             KeyedLimiter::builder(
                                 FixedWindow::new(scaled).map_err(ConfigError::Quota)?,
+                            )
+                            .clock(clock.clone())
+                            .max_keys(LOCAL_MAX_KEYS)
+                            .build(),
+                        ),
+                        // The share of the rate, warming up as Redis's did:
+                        // a key the fallback has not seen starts cold.
+                        Limit::WarmUp(w) => LocalLimit::WarmUp(
+                            KeyedLimiter::builder(
+                                WarmUp::with_cold_factor(scaled, w.warmup(), w.cold_factor())
+                                    .map_err(ConfigError::Quota)?,
                             )
                             .clock(clock.clone())
                             .max_keys(LOCAL_MAX_KEYS)

@@ -60,6 +60,11 @@
 //!   - `c unit limit 0 0`: calendar window (unit 1 minute, 2 hour, 3 day,
 //!     4 week from Monday, 5 month from the 1st; see
 //!     [`calendar`](crate::calendar)), general script only;
+//!   - `w<cold factor> burst l t warmup`: warm-up (the core's
+//!     [`WarmUp`](tollgate::WarmUp); the code carries the cold factor,
+//!     `1 ≤ c < 2^32`, as in `w3`), `l / t` permits per ns in lowest terms,
+//!     the warm-up period in ns, each in `[1, 2^53)`; general script only
+//!     (see [`warm_up`](crate::warm_up), "In the general script");
 //!   - `x`: for a GCRA refund, the lease's `reset` for this limit (ticks),
 //!     else 0.
 //!
@@ -73,8 +78,9 @@
 //! where `allowed` is 1 iff every limit admitted (and then every limit took
 //! `taken` permits), `now` is the clock reading used (clock units), and per
 //! limit `headroom` is in ticks for GCRA (`remaining = headroom / interval`)
-//! and in permits for windows, `retry` and `reset` in ticks of `1/scale` ns
-//! for GCRA and in ns for windows, `retry = -1` meaning never. A refund
+//! and in permits for windows and warm-up, `retry` and `reset` in ticks of
+//! `1/scale` ns for GCRA and in ns for the others, `retry = -1` meaning
+//! never. A refund
 //! replies `{1, 0, now}`. The general script and the module always answer
 //! this form.
 //!
@@ -142,6 +148,11 @@
 //! - **Sliding window**: a hash, `h` = newest epoch, `t` = total, and one
 //!   field per non-empty slot (`epoch mod slots`); every write keeps `t` the
 //!   sum of the slots, and a hash where it is not is foreign (below).
+//! - **Warm-up**: the string `"F S"`, `F` the instant (ns) the next request
+//!   may go and `S` the idle permits at `F` in the limit's units, the same
+//!   as `warm_up.lua`'s; every number past 2^53 is an exact natural of
+//!   `bignum.lua` (decimal limbs), never a double, and the reply's
+//!   durations stay below 2^53 ns (see [`limit`](crate::limit)).
 //!
 //! # Foreign values and markers
 //!
@@ -396,8 +407,14 @@ fn names_server_condition(detail: &str) -> bool {
 }
 
 /// The general script's source (every algorithm, several limits, leases),
-/// for tools that load it themselves (such as `redis-benchmark`).
-pub const SOURCE: &str = include_str!("decide.lua");
+/// for tools that load it themselves (such as `redis-benchmark`): the
+/// warm-up preludes (exact naturals, the transition; built only when a
+/// warm-up limit is decided), then `decide.lua`.
+pub const SOURCE: &str = concat!(
+    include_str!("bignum.lua"),
+    include_str!("warm_math.lua"),
+    include_str!("decide.lua")
+);
 
 /// The lean GCRA script's source (one GCRA limit, check or peek; the same
 /// contract and reply as [`SOURCE`]).
@@ -408,8 +425,13 @@ pub const SOURCE_GCRA: &str = include_str!("gcra.lua");
 pub const SOURCE_FIXED: &str = include_str!("fixed.lua");
 
 /// The controls' script (reset, refund, penalty, lists; the same arguments
-/// as [`SOURCE`], see [`controls`](crate::controls)).
-pub const SOURCE_CONTROLS: &str = include_str!("controls.lua");
+/// as [`SOURCE`], see [`controls`](crate::controls)), after the warm-up
+/// preludes (a warm-up refund).
+pub const SOURCE_CONTROLS: &str = concat!(
+    include_str!("bignum.lua"),
+    include_str!("warm_math.lua"),
+    include_str!("controls.lua")
+);
 
 /// The lists' registry: `KEYS[1]` the set, `ARGV` = member, capacity, `+`
 /// (reserve) or `-` (release). Reserving answers `{1}` if the key is (now)
@@ -418,7 +440,12 @@ pub const SOURCE_LISTS: &str = include_str!("lists.lua");
 
 /// The carrying script: `carry.lua`'s prelude, then [`SOURCE`] (see
 /// [`carry`](crate::carry)).
-pub const SOURCE_CARRY: &str = concat!(include_str!("carry.lua"), include_str!("decide.lua"));
+pub const SOURCE_CARRY: &str = concat!(
+    include_str!("carry.lua"),
+    include_str!("bignum.lua"),
+    include_str!("warm_math.lua"),
+    include_str!("decide.lua")
+);
 
 /// Reply values before the per-limit ones.
 pub(crate) const HEAD_REPLY: usize = 3;
@@ -483,7 +510,7 @@ pub(crate) fn lean_of(limit: &Limit, unit_nanos: u64) -> Option<Lean> {
             limit: limit.quota().limit(),
             unit_nanos,
         }),
-        Limit::SlidingWindow(_) | Limit::Calendar(_) => None,
+        Limit::SlidingWindow(_) | Limit::Calendar(_) | Limit::WarmUp(_) => None,
     }
 }
 

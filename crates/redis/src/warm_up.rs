@@ -22,9 +22,35 @@
 //! so that client clocks do not matter; a test passes `now` in. A clock
 //! going back is denied until `F`, as in the core.
 //!
-//! This is a limit of its own, called directly; the multi-limit script of
-//! [`script`](crate::script) (and the native module) do not run warm-up
-//! limits yet.
+//! # In the general script
+//!
+//! [`Limit::WarmUp`](crate::Limit::WarmUp) runs the same transition, on the
+//! same state `"F S"`, inside the general script (`decide.lua`), so that a
+//! [`RedisLimiter`](crate::RedisLimiter) decides a warm-up limit beside its
+//! other limits all-or-nothing in one call, with its leases, deny cache,
+//! controls and failure policy. Both scripts share their arithmetic
+//! (`bignum.lua`, `warm_math.lua`, prepended to each). Decisions where the
+//! contract is silent:
+//!
+//! - Always the general script, never the lean scripts nor the module
+//!   (as a calendar window): a module that predates warm-up would refuse the
+//!   limit rather than fall back to the script.
+//! - On the server's clock the script reads `TIME` in µs and decides in
+//!   ns (`now · 1000`): every decision at 1 µs resolution, the costs exact.
+//! - A value under the key that is not a state is read as cold (none), and
+//!   replaced at the next admission, as the other limits do with foreign
+//!   values; this script, called on its own, refuses it instead.
+//! - A lease takes the burst (the capacity) when nothing is owed, and pays
+//!   its cost as one request; a refund (of a lease or through the controls)
+//!   is [`WarmUp::refund`]: what is owed moves back by the permits' stable
+//!   intervals, and the permits go back to the idle store.
+//! - The local fallback of [`FailurePolicy::Local`](crate::FailurePolicy)
+//!   warms up the share of the rate on its own (its keys start cold).
+//! - [`carry`](crate::carry) does not convert a warm-up state: a changed
+//!   warm-up limit starts its keys cold (the server bridges it).
+//! - The reply's durations must stay exact (below 2^53 ns, 104 days):
+//!   [`limit`](crate::limit) refuses a warm-up whose cold cost of a burst
+//!   plus warm-up period would pass it.
 
 use std::sync::LazyLock;
 use std::time::Duration;

@@ -208,11 +208,11 @@ async fn a_fresh_connection_finds_every_script_compiled() {
     let server = support::Server::start();
     let _redis = server.connect().await;
     for source in [
-        include_str!("../src/decide.lua"),
-        include_str!("../src/gcra.lua"),
-        include_str!("../src/fixed.lua"),
-        include_str!("../src/controls.lua"),
-        include_str!("../src/lists.lua"),
+        tollgate_redis::script::SOURCE,
+        tollgate_redis::script::SOURCE_GCRA,
+        tollgate_redis::script::SOURCE_FIXED,
+        tollgate_redis::script::SOURCE_CONTROLS,
+        tollgate_redis::script::SOURCE_LISTS,
     ] {
         let sha = redis::Script::new(source).get_hash().to_owned();
         assert_eq!(server.cli(&["SCRIPT", "EXISTS", &sha]).trim(), "1", "{sha}");

@@ -494,3 +494,116 @@ async fn several_clients_warm_one_key_together() {
     }
     assert_eq!(ready, [0, 1_375_000_000, 2_500_000_000, 3_375_000_000]);
 }
+
+/// The general script (`decide.lua`) runs a warm-up limit as the core does:
+/// every step of every warm-up vector through a `RedisLimiter` in test mode
+/// (a peek, then the check) gives the core's decision to the nanosecond.
+#[tokio::test]
+async fn the_general_script_decides_warm_up_as_the_core() {
+    use tollgate_redis::{FailurePolicy, Limit, RedisLimiter, Source};
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    for case in &warm_cases() {
+        let clock = tollgate::ManualClock::new();
+        let limiter = RedisLimiter::builder(redis.clone(), &case.name)
+            .limit(Limit::from(warm_of(case)))
+            .manual_time(clock.clone())
+            .failure_policy(FailurePolicy::FailClosed)
+            .deadline(std::time::Duration::from_secs(2))
+            .build()
+            .unwrap();
+        for (i, step) in case.steps.iter().enumerate() {
+            clock.set(tollgate::Nanos::new(step.now_ns));
+            let peek = limiter.peek_n(b"k", step.cost).await;
+            let outcome = limiter.check_outcome(b"k", step.cost).await.unwrap();
+            assert_eq!(outcome.source, Source::Redis, "{} step {i}", case.name);
+            for (what, decision) in [("peek", peek), ("check", Ok(outcome.decision))] {
+                let d = decision.unwrap_or_else(|e| panic!("{} step {i}: {e:?}", case.name));
+                let got = WarmExpect {
+                    allowed: d.is_allowed(),
+                    limit: d.limit(),
+                    remaining: d.remaining(),
+                    retry_after_ns: d.retry_after().as_nanos() as u64,
+                    reset_after_ns: d.reset_after().as_nanos() as u64,
+                };
+                assert_eq!(got, step.expect, "{} step {i} ({what})", case.name);
+            }
+        }
+    }
+}
+
+/// A warm-up limit beside a GCRA limit on one key, all-or-nothing in one
+/// script call, decides as the core's `AllOf` of the same two limits on the
+/// same schedule (mixed costs, refunds through the controls, a long idle
+/// that cools the key again): same decisions at every step.
+#[tokio::test]
+async fn warm_up_beside_gcra_decides_as_the_cores_all_of() {
+    use std::time::Duration;
+    use tollgate::algorithm::any::AnyAlgorithm;
+    use tollgate_redis::{FailurePolicy, Limit, RedisLimiter};
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    let warm = tollgate::WarmUp::new(
+        tollgate::Quota::per_second(4)
+            .unwrap()
+            .with_burst(2)
+            .unwrap(),
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let gcra = tollgate::Gcra::new(tollgate::Quota::per_second(3).unwrap()).unwrap();
+    let clock = tollgate::ManualClock::new();
+    let core = tollgate::Limiter::with_clock(
+        tollgate::AllOf::new(vec![
+            AnyAlgorithm::WarmUp(warm.clone()),
+            AnyAlgorithm::Gcra(gcra.clone()),
+        ])
+        .unwrap(),
+        clock.clone(),
+    );
+    let limiter = RedisLimiter::builder(redis.clone(), "warm-and-gcra")
+        .limit(Limit::from(warm))
+        .limit(Limit::from(gcra))
+        .manual_time(clock.clone())
+        .failure_policy(FailurePolicy::FailClosed)
+        .deadline(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mut instants: Vec<u64> = (0..160).map(|i| i * 50_000_000).collect();
+    instants.extend((0..40).map(|i| 20_000_000_000 + i * 37_000_000));
+    let (mut allowed, mut denied_by_warm_up) = (0, 0);
+    for (i, &t) in instants.iter().enumerate() {
+        clock.set(tollgate::Nanos::new(t));
+        let cost = [1, 1, 2][i % 3];
+        let want = core.check_n(cost).unwrap();
+        let got = limiter.check_n(b"k", cost).await.unwrap();
+        // A denial's `reset_after` differs for every multi-limit rule on
+        // Redis (the admitting limits report theirs with the cost taken;
+        // the core's AllOf, with nothing taken): compared on admissions.
+        let fields = |d: tollgate::Decision| {
+            let reset = d.is_allowed().then(|| d.reset_after());
+            (
+                d.is_allowed(),
+                d.limit(),
+                d.remaining(),
+                d.retry_after(),
+                reset,
+            )
+        };
+        assert_eq!(fields(got), fields(want), "step {i} at {t} ns, cost {cost}");
+        if want.is_allowed() {
+            allowed += 1;
+        } else if want.limit() == 2 {
+            denied_by_warm_up += 1;
+        }
+        if i % 13 == 12 {
+            core.refund(1);
+            limiter.refund(b"k", 1).await.unwrap();
+        }
+    }
+    // Both limits bound the key at some point.
+    assert!(
+        allowed > 20 && denied_by_warm_up > 20,
+        "{allowed} {denied_by_warm_up}"
+    );
+}

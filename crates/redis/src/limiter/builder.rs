@@ -276,7 +276,11 @@ impl RedisLimiterBuilder {
             None => None,
         };
         let lease_ttl = leases.as_ref().map(Leases::ttl);
-        let scripts_only = self.limits.iter().any(|l| matches!(l, Limit::Calendar(_)));
+        // Calendar and warm-up limits run on the general script alone.
+        let scripts_only = self
+            .limits
+            .iter()
+            .any(|l| matches!(l, Limit::Calendar(_) | Limit::WarmUp(_)));
         let carry = match self.carry_from {
             Some((previous, rule)) => crate::carry::CarrySpec::new(
                 &self.prefix,
