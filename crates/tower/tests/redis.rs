@@ -14,6 +14,11 @@ use tollgate_testkit::RedisServer;
 use tollgate_tower::{PeerIp, RateLimitLayer};
 use tower::Layer;
 
+/// The limiter's deadline: the decisions before the kill must be Redis's,
+/// so one that a healthy Redis meets on a loaded 2-core machine too (the
+/// answer after the kill comes at once: the connection is refused).
+const DEADLINE: Duration = Duration::from_secs(1);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_decides_per_client_and_the_failure_policy_answers_when_it_is_gone() {
     let mut server = RedisServer::start();
@@ -24,7 +29,7 @@ async fn redis_decides_per_client_and_the_failure_policy_answers_when_it_is_gone
     let limiter = RedisLimiter::builder(redis, "tower-test")
         .limit(Gcra::new(Quota::per_minute(2).unwrap()).unwrap())
         .failure_policy(FailurePolicy::FailClosed)
-        .deadline(Duration::from_millis(200))
+        .deadline(DEADLINE)
         .build()
         .expect("limiter");
     let mut service = RateLimitLayer::builder(PeerIp::new(), limiter.clone())
@@ -59,7 +64,7 @@ async fn redis_decides_per_client_and_the_failure_policy_answers_when_it_is_gone
     assert_eq!(closed.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(!header(&closed, "retry-after").is_empty());
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < DEADLINE + Duration::from_secs(2),
         "{:?}",
         started.elapsed()
     );

@@ -90,6 +90,11 @@
 //!   their line. It runs in memory only: the Redis backend refuses it (its
 //!   rules script has no warm-up; `tollgate_redis::warm_up` runs one
 //!   warm-up limit per key).
+//! - **Budgets** (an extension): `budget: {unit: tokens}` on a descriptor
+//!   makes its limits a budget, charged what was spent (a cost of 1 or
+//!   more is recorded whether or not it fits, into debt; a cost of 0 looks,
+//!   refused once overspent), rather than a gate; GCRA only; see
+//!   [`budget`] for the model and the checks.
 //! - `concurrency:` (an extension, beside or instead of `rate_limit`): at
 //!   most N leases at once per bucket, with a lease TTL; see
 //!   [`concurrency`] for the keys and [`crate::concurrency`] for what each
@@ -137,6 +142,7 @@ use serde::Deserialize;
 pub mod actions;
 mod admin;
 mod backend;
+pub mod budget;
 pub mod checked;
 pub mod concurrency;
 pub mod forwarded_request;
@@ -683,6 +689,9 @@ struct RawDescriptor {
     /// At most N in flight per bucket (see [`concurrency`]).
     #[serde(default)]
     concurrency: Option<concurrency::ConcurrencyYaml>,
+    /// The limits are a budget, charged what was spent (see [`budget`]).
+    #[serde(default)]
+    budget: Option<budget::BudgetYaml>,
     #[serde(default, deserialize_with = "unique_descriptors")]
     descriptors: Vec<DescriptorYaml>,
 }
@@ -743,6 +752,10 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
             .concurrency
             .map(concurrency::ConcurrencyYaml::validate)
             .transpose()?;
+        let budget = match raw.budget {
+            None => None,
+            Some(budget) => Some(budget_of(budget, limit.as_ref())?),
+        };
         // Duplicates were refused as they were read (`unique_descriptors`).
         let descriptors: Vec<DescriptorConfig> = raw.descriptors.into_iter().map(|d| d.0).collect();
         Ok(DescriptorYaml(DescriptorConfig {
@@ -750,6 +763,7 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
             value,
             limit,
             concurrency,
+            budget,
             shadow_mode: raw.shadow_mode,
             quota_mode: raw.quota_mode,
             metadata: raw.metadata.map(serde_yaml_ng::Value::Mapping),
@@ -759,6 +773,38 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
             value_to_metric: raw.value_to_metric,
             descriptors,
         }))
+    }
+}
+
+/// A descriptor's `budget:`, checked against its limits (see [`budget`]:
+/// a limit to charge, run by GCRA).
+fn budget_of(
+    budget: budget::BudgetYaml,
+    limit: Option<&LimitConfig>,
+) -> Result<budget::BudgetConfig, String> {
+    let budget = budget.validate()?;
+    match limit {
+        Some(LimitConfig::Limited { limits, .. }) => {
+            if let Some(kind) = limits
+                .algorithm
+                .kinds()
+                .into_iter()
+                .find(|&kind| kind != AlgorithmKind::Gcra)
+            {
+                return Err(format!(
+                    "budget: a budget runs on gcra (the default), not {}: the window algorithms forgive what a charge takes past the limit, so the budget would never refuse",
+                    kind.name()
+                ));
+            }
+            Ok(budget)
+        }
+        Some(LimitConfig::Unlimited { .. }) => {
+            Err("budget: an unlimited rule has nothing to charge".into())
+        }
+        Some(LimitConfig::Blocked { .. }) => {
+            Err("budget: a rule of requests_per_unit: 0 has nothing to charge".into())
+        }
+        None => Err("budget: needs a rate_limit or rate_limits to charge".into()),
     }
 }
 

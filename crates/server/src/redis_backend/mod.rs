@@ -101,6 +101,13 @@
 //!   keeps carrying on decisions until that walk is done: so a listed key
 //!   stays listed whichever server listed it, and a bridge's new keys hold
 //!   the markers when the bridge ends.
+//! - **Budgets** (`budget:` rules, GCRA only): a hit of cost ≥ 1 is a
+//!   charge, recorded whether or not it fits by `tollgate_redis`'s atomic
+//!   charge (`RedisLimiter::charge_outcome`, one script call for every
+//!   limit of the key, debt capped by the state's width), then answered
+//!   with the state after it; a look (cost 0) is the usual peek, refused
+//!   once the debt passes the capacity. Charges go around the batcher, the
+//!   deny cache and leases (a charge only makes a key stricter).
 //! - **Sliding log** is not run on Redis: the configuration refuses it
 //!   under a Redis backend.
 //! - **Lyft's key layout** (`key_layout: lyft`): fixed-window rules count
@@ -492,6 +499,20 @@ async fn decide_one(
     }
 }
 
+/// A budget's charge (see [`crate::config::budget`]): recorded whether or
+/// not it fits, by `tollgate_redis`'s atomic charge. A limiter that cannot
+/// hold a debt (never, for a rule the configuration accepted as a budget)
+/// is answered by a denial, never by an admission.
+async fn charge_one(limiter: &RedisLimiter, key: &str, cost: u64) -> (Decision, Source) {
+    match limiter.charge_outcome(key, cost).await {
+        Ok(outcome) => (outcome.decision, outcome.source),
+        Err(_) => (
+            Decision::from_parts(false, 0, 0, Duration::MAX, Duration::ZERO),
+            Source::Redis,
+        ),
+    }
+}
+
 impl Backend for RedisBackend {
     fn install(&self, rules: &RuleSet) -> Result<(), BackendError> {
         let _one_at_a_time = self
@@ -618,7 +639,11 @@ impl Backend for RedisBackend {
                     if !matches!(slot, Slot::Tollgate) {
                         return None;
                     }
+                    let charge = hit.rule.budget.is_some() && hit.cost > 0;
                     Some(match (limiters.get(&hit.rule.id), &hit.rule.limits) {
+                        (Some(installed), _) if charge => {
+                            charge_one(&installed.limiter, hit.key, hit.cost).await
+                        }
                         (Some(installed), _) => {
                             decide_one(&self.batcher, &installed.limiter, hit.key, hit.cost).await
                         }
@@ -627,6 +652,9 @@ impl Backend for RedisBackend {
                         // rule's keys (which name the limits).
                         (None, Some(limits)) => {
                             match self.build(hit.rule, &limits.algorithm, false) {
+                                Ok(limiter) if charge => {
+                                    charge_one(&limiter, hit.key, hit.cost).await
+                                }
                                 Ok(limiter) => {
                                     decide_one(&self.batcher, &limiter, hit.key, hit.cost).await
                                 }
