@@ -34,6 +34,14 @@ pub enum BuildError {
         /// The limits and periods the backend enforces.
         enforced: Vec<(u64, Duration)>,
     },
+    /// A token budget layer was given no budget: it would limit nothing.
+    NoBudget,
+    /// Two token budgets of one layer have the same name: a client could
+    /// not tell their RateLimit items apart.
+    DuplicateBudget {
+        /// The name.
+        name: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -59,6 +67,13 @@ impl fmt::Display for BuildError {
                     f,
                     "the advertised quota ({limit} per {period:?}) is not one the backend enforces ({}): RateLimit-Policy would promise what the layer does not do",
                     enforced.join(", ")
+                )
+            }
+            BuildError::NoBudget => f.write_str("a token budget layer needs at least one budget"),
+            BuildError::DuplicateBudget { name } => {
+                write!(
+                    f,
+                    "two token budgets are named {name:?}: give each its own name"
                 )
             }
         }

@@ -23,6 +23,9 @@
 //!   `tollgate_redis::RedisLimiter` (its failure policy applied).
 //! - **cost**: permits a request takes; 1, or a function of its parts
 //!   ([`cost`]).
+//! - **token budgets** ([`budget`]): for LLM traffic, a layer that checks
+//!   per-key token budgets before a request and charges the OpenAI-schema
+//!   `usage` of its response (streamed or not) after it.
 //! - **[`Rejection`]**: why a request was answered here: limited (`429`),
 //!   no key (`400`/`500`), cost above the quota (`413`), backend down (`503`).
 //!
@@ -226,8 +229,12 @@
 //! ```
 
 #![forbid(unsafe_code)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item is marked
+// with the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+pub mod budget;
 pub mod concurrency;
 mod config;
 pub mod cost;

@@ -1,0 +1,123 @@
+//! Token budgets for LLM traffic: check the budget before a request, charge
+//! what the response really cost after it, from the OpenAI-schema `usage`.
+//!
+//! A [`TokenBudgetLayer`] sits in front of an OpenAI-compatible endpoint
+//! (a proxy, or a service that calls a model). Each request is keyed (a
+//! user, an API key: any [`KeyExtractor`](crate::KeyExtractor)) and must
+//! pass every budget of the layer (per minute and per day, say); its
+//! response's body is passed on untouched while the layer looks for its
+//! `usage` (`prompt_tokens`, `completion_tokens`, `total_tokens`), in the
+//! JSON body or, for `stream: true`, in the final chunk of the event
+//! stream; when the body ends, every budget is charged.
+//!
+//! ```
+//! use tollgate::{Gcra, KeyedLimiter, Quota};
+//! use tollgate_tower::HeaderKey;
+//! use tollgate_tower::budget::{TokenBudgetLayer, Tokens};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let user = HeaderKey::new(http::HeaderName::from_static("x-user"));
+//! let layer = TokenBudgetLayer::builder(user)
+//!     .budget("per-minute", KeyedLimiter::new(Gcra::new(Quota::per_minute(10_000)?)?))
+//!     .budget("per-day", KeyedLimiter::new(Gcra::new(Quota::per_day(200_000)?)?))
+//!     .tokens(Tokens::Total)
+//!     .build()?;
+//! # let _ = layer;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `examples/llm_proxy.rs` is a whole proxy with per-user budgets.
+//!
+//! # Model
+//!
+//! - **Check, then charge** (the default, what Envoy AI Gateway does): a
+//!   request is admitted while every budget has at least one token left,
+//!   takes nothing, and is charged its whole cost when its response ends.
+//! - **Reserve, then settle** ([`Builder::estimate`]): a request is admitted
+//!   only if every budget has its estimate, which is taken at once; when the
+//!   response ends, the difference is charged, or given back (never above
+//!   full) when it cost less. A request refused by one budget gives its
+//!   estimate back to those that had reserved it.
+//! - **A charge is never refused** (the tokens are spent): it can take a
+//!   budget past its limit. A GCRA budget then owes the excess and refuses
+//!   every request until it is paid back at the quota's rate; a window
+//!   budget counts up to its limit and is full until the window moves on
+//!   (the core's rule, [`tollgate::Limiter::charge_n`]).
+//!
+//! # Guarantee
+//!
+//! Per key and budget, the tokens charged over any interval stay within the
+//! budget's own bound (GCRA: `burst + rate·t`) plus the overshoot of the
+//! requests admitted before the budget ran out: in check-then-charge, the
+//! whole cost of each request in flight when it did (so concurrent
+//! requests that all passed their check are all charged, and a GCRA budget
+//! carries that debt into later intervals); in reserve-then-settle, only
+//! what each cost above its estimate. With the window algorithms today the
+//! excess over a window's limit is not carried (the window is full, then
+//! forgets it): prefer [`tollgate::Gcra`] budgets for an exact account.
+//!
+//! # Decisions
+//!
+//! - **What is charged**: the [`Tokens`] count of the `usage` (total by
+//!   default), or a user [meter](Builder::meter) of what was seen. A
+//!   successful response without a count is charged the [`NoUsage`]
+//!   fallback, by default one token per 4 body bytes passed on (at least
+//!   the estimate): a stream without `stream_options.include_usage` is not
+//!   free. A response that is not `2xx` and has no count is charged its
+//!   estimate only (an upstream that failed generated nothing); one whose
+//!   inner service failed (no response) keeps its estimate.
+//! - **A stream cut** (the client gone, the upstream broken) is charged
+//!   what is known when the body is dropped: its usage if the final chunk
+//!   was seen, else the fallback on the bytes passed on so far.
+//! - **Never buffered**: each frame is passed on as it comes; a byte-level
+//!   scanner follows the JSON and copies only the value of the top-level
+//!   `usage` (at most 4 KiB), so a body of any size costs constant memory.
+//!   A malformed, oversized, escaped (`"usag\u0065"`) or nested `usage` is
+//!   not found, and the fallback is charged. Nothing panics on any input
+//!   (property-tested on arbitrary bytes cut anywhere).
+//! - **Read what the client reads**: a compressed body (`Content-Encoding`)
+//!   cannot be scanned. Put the layer inside any compression layer, and
+//!   have a proxy ask its upstream for `identity` (the example does);
+//!   otherwise the fallback counts compressed bytes.
+//! - **Headers**: OpenAI's `x-ratelimit-limit-tokens`,
+//!   `x-ratelimit-remaining-tokens` and `x-ratelimit-reset-tokens` (`6m0s`)
+//!   for the binding budget, and one draft-11 `RateLimit-Policy` /
+//!   `RateLimit` item per budget, on every response by default; a refusal is
+//!   `429` with `Retry-After`, `retry-after-ms` and an OpenAI-style JSON
+//!   error (see [`headers`] for every format). They show each budget when
+//!   the response head leaves, before this request's own charge, which is
+//!   known only at the end of its body.
+//! - **An estimate above a budget's capacity** can never be admitted:
+//!   `413` with `"code":"request_too_large"`, nothing taken.
+//! - **No key**: `400` (or `500` for a server that attached no connection
+//!   address), as the rate-limit layer answers; never a shared bucket.
+//! - **Local budgets** ([`BudgetBackend`]: the core's keyed and plain
+//!   limiters), decided at once: no waiting, no remote store yet.
+
+mod backend;
+mod body;
+mod config;
+mod future;
+pub mod headers;
+mod layer;
+mod meter;
+mod scan;
+mod service;
+#[cfg(test)]
+mod tests;
+
+use bytes::Bytes;
+use http_body_util::{Either, Full};
+
+pub use backend::BudgetBackend;
+pub use body::MeteredBody;
+pub use future::BudgetFuture;
+pub use layer::{Builder, TokenBudgetLayer};
+pub use meter::{NoUsage, Seen, Settled, Tokens};
+pub use scan::{MAX_USAGE_BYTES, Usage};
+pub use service::TokenBudgetService;
+
+/// The response body of a [`TokenBudgetService`]: the inner service's,
+/// metered (on the left), or a refusal's (on the right).
+pub type BudgetBody<B> = Either<MeteredBody<B>, Full<Bytes>>;
