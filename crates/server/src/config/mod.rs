@@ -87,9 +87,9 @@
 //!   once the one before is paid for. `cold_factor` is a whole number ≥ 1,
 //!   3 by default; `warmup:` under another algorithm, `algorithm: warm_up`
 //!   without `warmup:`, a period of 0 and a cold factor of 0 are refused at
-//!   their line. It runs in memory only: the Redis backend refuses it (its
-//!   rules script has no warm-up; `tollgate_redis::warm_up` runs one
-//!   warm-up limit per key).
+//!   their line. It runs in memory and on Redis alike (on Redis every
+//!   server of a fleet warms the bucket's one state: see the
+//!   `redis_backend` module).
 //! - **Budgets** (an extension): `budget: {unit: tokens}` on a descriptor
 //!   makes its limits a budget, charged what was spent (a cost of 1 or
 //!   more is recorded whether or not it fits, into debt; a cost of 0 looks,
@@ -808,9 +808,8 @@ fn budget_of(
     }
 }
 
-/// Redis runs no sliding log (see `tollgate-redis`'s `limit` module), and
-/// its rules script no warm-up. Nested descriptors are checked as they are
-/// read.
+/// Redis runs no sliding log (see `tollgate-redis`'s `limit` module).
+/// Nested descriptors are checked as they are read.
 fn refuse_sliding_log(d: &DescriptorConfig) -> Result<(), String> {
     match &d.limit {
         Some(LimitConfig::Limited { limits, .. })
@@ -821,14 +820,6 @@ fn refuse_sliding_log(d: &DescriptorConfig) -> Result<(), String> {
         {
             Err(format!(
                 "descriptor '{}': runs sliding_log, which the Redis backend does not offer (use sliding_window, exact to its slots)",
-                d.key
-            ))
-        }
-        Some(LimitConfig::Limited { limits, .. })
-            if limits.algorithm.kinds().contains(&AlgorithmKind::WarmUp) =>
-        {
-            Err(format!(
-                "descriptor '{}': runs warm_up, which the Redis backend's rules do not offer yet (run it in memory)",
                 d.key
             ))
         }

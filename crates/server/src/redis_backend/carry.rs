@@ -14,7 +14,6 @@ use crate::config::BuiltAlgorithm;
 pub(super) const BRIDGE_SLACK: Duration = Duration::from_secs(1);
 
 const SLIDING_LOG: &str = "sliding_log does not run on Redis (use sliding_window)";
-const WARM_UP: &str = "warm_up does not run on the Redis backend's rules yet (run it in memory)";
 
 /// Whether `tollgate-redis` carries a key's state from `from` to `to`
 /// (`tollgate_redis::carry`: GCRA to GCRA, fixed window to fixed window).
@@ -39,7 +38,7 @@ pub(super) fn limits_of(algorithm: &BuiltAlgorithm) -> Result<Vec<Limit>, String
                 AnyAlgorithm::FixedWindow(l) => Ok(Limit::from(l.clone())),
                 AnyAlgorithm::SlidingWindow(l) => Ok(Limit::from(l.clone())),
                 AnyAlgorithm::Calendar(l) => Ok(Limit::from(l.clone())),
-                AnyAlgorithm::WarmUp(_) => Err(String::from(WARM_UP)),
+                AnyAlgorithm::WarmUp(l) => Ok(Limit::from(l.clone())),
                 _ => Err(String::from(SLIDING_LOG)),
             })
             .collect::<Result<_, _>>()?,

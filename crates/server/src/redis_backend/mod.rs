@@ -108,6 +108,12 @@
 //!   with the state after it; a look (cost 0) is the usual peek, refused
 //!   once the debt passes the capacity. Charges go around the batcher, the
 //!   deny cache and leases (a charge only makes a key stricter).
+//! - **Warm-up** (`warmup:`) runs on Redis as in memory, on the general
+//!   script beside the rule's other limits (see `tollgate_redis::warm_up`,
+//!   "In the general script"): every server of a fleet warms the key's one
+//!   state, so a cold fleet starts at `rate / cold_factor` together. A
+//!   changed warm-up limit is bridged (above) until the old keys are as
+//!   cold as fresh ones (the cold cost of a burst plus the warm-up period).
 //! - **Sliding log** is not run on Redis: the configuration refuses it
 //!   under a Redis backend.
 //! - **Lyft's key layout** (`key_layout: lyft`): fixed-window rules count
@@ -393,7 +399,7 @@ impl RedisBackend {
         }
         let horizon = bridged
             .iter()
-            .map(|limit| limit.quota().period())
+            .map(Limit::horizon)
             .max()
             .map(|longest| longest.saturating_add(BRIDGE_SLACK));
         let mut builder = self.builder(&rule.id, algorithm, true)?;

@@ -630,3 +630,80 @@ async fn unreachable_redis_and_bad_backend_sections_are_clear_errors() {
     );
     assert_eq!(error.line(), Some(12), "{error}");
 }
+
+/// A warm-up rule on Redis: 60 a minute after a minute's warm-up, cold at a
+/// third. Its first permit from cold costs 2,966.7 ms (the area of the
+/// interval from 60 idle permits to 59: 3 s less half the slope's 1/15 s).
+const WARM_RULES: &str = "
+domain: rl
+descriptors:
+  - key: warm
+    rate_limit: {unit: minute, requests_per_unit: 60, warmup: {period: 60s}}
+";
+
+/// Several servers warm one bucket together through Redis, deciding as the
+/// in-memory backend does: from cold the first request anywhere is served
+/// and every later one, on either server, waits out the cold cost of the
+/// first (a server on its own state would serve its own first request at
+/// once); the in-memory server, asked the same sequence, answers the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_warm_one_bucket_together_as_in_memory() {
+    let redis = RedisServer::start();
+    let on_redis = format!("{}{WARM_RULES}", redis.backend(crate::support::PATIENT));
+    let a = start_with("", &on_redis).await;
+    let b = start_with("", &on_redis).await;
+    let memory = start_with("", WARM_RULES).await;
+
+    async fn answers(server: &TestServer) -> (String, u64) {
+        let answer = check(server, "warm", "svc", false).await;
+        (
+            answer["overall_code"].as_str().unwrap().to_owned(),
+            answer["statuses"][0]["retry_after_ms"]
+                .as_u64()
+                .unwrap_or(0),
+        )
+    }
+    let started = Instant::now();
+    let fleet = [
+        answers(&a).await,
+        answers(&b).await,
+        answers(&a).await,
+        answers(&b).await,
+    ];
+    let alone = [
+        answers(&memory).await,
+        answers(&memory).await,
+        answers(&memory).await,
+        answers(&memory).await,
+    ];
+    // The cold cost, less what the sequence took in real time.
+    let slack = u64::try_from(started.elapsed().as_millis()).unwrap() + 2;
+    for (i, (fleet, alone)) in fleet.iter().zip(&alone).enumerate() {
+        let want = if i == 0 { "OK" } else { "OVER_LIMIT" };
+        assert_eq!(
+            (fleet.0.as_str(), alone.0.as_str()),
+            (want, want),
+            "request {i}"
+        );
+        if i > 0 {
+            for (who, retry) in [("fleet", fleet.1), ("memory", alone.1)] {
+                assert!(
+                    (2_967 - slack..=2_967).contains(&retry),
+                    "{who} request {i}: retry after {retry} ms"
+                );
+            }
+        }
+    }
+    // One state in Redis, "F S" (next free, idle permits), with its TTL.
+    let keys = redis.keys("tollgate{rl.warm|*");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let state = redis.cli(&["GET", &keys[0]]);
+    assert!(state.trim().split(' ').count() == 2, "{state}");
+    let ttl: i64 = redis.cli(&["PTTL", &keys[0]]).trim().parse().unwrap();
+    // Until the bucket is as cold as a fresh one: the cost owed (2,967 ms)
+    // and a second to regain the permit taken, plus 10 ms of slack.
+    assert!((3_900..=3_977).contains(&ttl), "{ttl}");
+    a.stop().await;
+    b.stop().await;
+    memory.stop().await;
+}
