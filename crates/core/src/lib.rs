@@ -78,6 +78,9 @@
 //!   minute") and bursts at the edges are acceptable.
 
 #![forbid(unsafe_code)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item is marked
+// with the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithm;
 pub mod clock;

@@ -61,6 +61,9 @@
 //! ```
 
 #![forbid(unsafe_code)]
+// docs.rs (`--cfg docsrs`, nightly): each feature-gated item is marked
+// with the feature that enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 pub mod breaker;
