@@ -76,8 +76,17 @@
 //! and written under the lock (linearizable by construction), and a request
 //! of cost 1 while something is owed is denied from the published hint
 //! `(F, cold again at)` without taking it: a denial never writes. 16 bytes
-//! of state per limiter, 48 with the lock and the hint (x86-64 Linux); no
-//! compact keyed table (its states are one word).
+//! of state per limiter, 48 with the lock and the hint (x86-64 Linux).
+//!
+//! Keyed: `KeyedLimiter<K, WarmUp>` holds one such cell per key, dropped
+//! once the key is as cold as a fresh one (idle for the cold cost of what
+//! it owes plus the warm-up period). Not in the compact keyed table
+//! ([`CompactKeyedLimiter`](crate::keyed::compact::CompactKeyedLimiter)),
+//! whose slots hold one 8-byte word: packing `(F, s)` into 64 bits would leave each too few
+//! bits to stay exact (an instant to the nanosecond needs 64 bits, or a
+//! modulus as GCRA's Redis state uses; the idle permits need up to 62 bits
+//! of units for every cost to be exact). It would take a table whose slots
+//! hold a 16-byte state under the shard's lock (see that module's docs).
 //!
 //! # Exactness
 //!

@@ -13,6 +13,16 @@
 //! observers, lists and penalties, strings longer than a [`ShortKey`])
 //! stays with `KeyedLimiter`.
 //!
+//! Not [`WarmUp`](crate::WarmUp): its state is two 64-bit numbers (the
+//! instant the next request may go and the idle permits, each needed
+//! whole for the costs to be exact to the nanosecond; see its module docs,
+//! "State"), and a slot holds one 8-byte word. Offering it would take a
+//! slot whose state is 16 bytes, written under the shard's lock (which
+//! every write here already holds) with the batched reads seeing both
+//! words of one write: a table generic over the state's width, so 8 more
+//! bytes per key for every algorithm or a second table type. Until then a
+//! warm-up per key runs in `KeyedLimiter<K, WarmUp>`.
+//!
 //! # Memory
 //!
 //! The table is one array of slots per shard, allocated and written once
