@@ -73,11 +73,13 @@ use crate::script::Op;
 
 mod builder;
 mod carry_controls;
+mod charge;
 mod leases;
 mod observed;
 mod round_trip;
 
 pub use builder::{CLUSTER_DEADLINE, DEADLINE, RedisLimiterBuilder};
+pub use charge::{ChargeError, SOURCE_CHARGE};
 use leases::Leases;
 pub(crate) use round_trip::Reply;
 
