@@ -4,6 +4,8 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/envoy/service/ratelimit/v3/rls.proto",
+        // Kuadrant Limitador's check and report calls (crate::grpc::kuadrant).
+        "proto/kuadrant/service/ratelimit/v1/rls.proto",
         // The xDS client (crate::xds): ADS and Lyft's RateLimitConfig.
         "proto/envoy/service/discovery/v3/ads.proto",
         "proto/ratelimit/config/ratelimit/v3/rls_conf.proto",

@@ -90,6 +90,12 @@ function renderRules(rules, slots, seconds) {
       limit.append(el("div", { class: "muted", "data-field": "slots" },
         `slots: ${c.acquired} acquired, ${refused} refused, ${c.released} released, ${c.expired} expired`));
     }
+    if (rule.budget) {
+      // A budget counts in its unit: spent, taken into debt, looks refused.
+      const b = rule.budget;
+      limit.append(el("div", { class: "muted", "data-field": "budget" },
+        `${b.unit}: ${b.spent} spent, ${b.overdrawn} overdrawn, ${b.refused_looks} looks refused`));
+    }
     const row = el("tr", { "data-rule": rule.rule }, name, limit, graph);
     for (const kind of KINDS) {
       const value = rule.totals ? rule.totals[kind] : null;

@@ -3,7 +3,11 @@
 //! The server asks a backend one question: "decide these buckets, each under
 //! its rule, with this cost" → one [`Decision`] each, in order. A cost of 0
 //! only looks. The server has already checked every cost against its rule's
-//! capacity, so a backend never sees a request that can never fit.
+//! capacity, so a backend never sees a request that can never fit, except a
+//! budget's charge: a hit of cost ≥ 1 under a rule with a `budget:` is
+//! recorded whether or not it fits, into debt (see
+//! [`crate::config::budget`]), and answered allowed only if it fitted; the
+//! server has clamped it to the budget's cap per charge.
 //! [`Backend::install`] is told about every new rule set before it goes
 //! live, so that a backend can build, keep or drop per-rule state.
 //!
@@ -428,6 +432,29 @@ impl RuleLimiter {
         each!(self, |l| drop(l.charge_n(key, cost)));
     }
 
+    /// A budget's charge (see [`crate::config::budget`]): `cost` taken
+    /// when it fits (the admission's decision), else recorded anyway into
+    /// debt and answered as a denial with the state after it. Each step is
+    /// atomic; a check refused writes nothing, so the cost is recorded
+    /// exactly once either way.
+    fn charge_budget(&self, key: &str, cost: u64) -> Decision {
+        each!(self, |l| {
+            match l.check_n(key, cost) {
+                Ok(decision) if decision.is_allowed() => decision,
+                _ => {
+                    let after = l.charge_n(key, cost);
+                    Decision::from_parts(
+                        false,
+                        after.limit(),
+                        after.remaining(),
+                        after.retry_after(),
+                        after.reset_after(),
+                    )
+                }
+            }
+        })
+    }
+
     /// Applies `control` to `key` (the core's keyed controls).
     fn control(&self, key: &str, control: Control) -> Result<(), ControlError> {
         let full =
@@ -518,6 +545,19 @@ impl Installed {
             }
         }
         Ok(decision)
+    }
+
+    /// A budget's charge of `cost` to `key` ([`RuleLimiter::charge_budget`]),
+    /// recorded in the old limits too while a bridge still holds a state
+    /// for the key (a charge is never refused, by the old limits neither).
+    fn charge_budget(&self, key: &str, cost: u64) -> Decision {
+        for bridge in self.bridges.load().iter() {
+            let state = bridge.peek(key, 0);
+            if state.remaining() < state.limit() || state.is_denied() {
+                bridge.charge(key, cost);
+            }
+        }
+        self.limiter.charge_budget(key, cost)
     }
 
     /// Applies `control` to the rule's limiter and to its bridges, so that
@@ -740,10 +780,20 @@ impl Backend for MemoryBackend {
                     }
                     let decision = match (limiters.get(&hit.rule.id), &hit.rule.limits) {
                         (_, Some(limits)) if hit.rule.dynamic => self.decide_dynamic(hit, limits),
+                        // A budget's charge is recorded, fitting or not.
+                        (Some(installed), _) if hit.rule.budget.is_some() && hit.cost > 0 => {
+                            Ok(installed.charge_budget(hit.key, hit.cost))
+                        }
                         (Some(installed), _) => installed.decide(hit.key, hit.cost),
                         // Raced a reload: decided as a fresh bucket.
-                        (None, Some(limits)) => RuleLimiter::new(&limits.algorithm, &self.clock)
-                            .decide(hit.key, hit.cost),
+                        (None, Some(limits)) => {
+                            let fresh = RuleLimiter::new(&limits.algorithm, &self.clock);
+                            if hit.rule.budget.is_some() && hit.cost > 0 {
+                                Ok(fresh.charge_budget(hit.key, hit.cost))
+                            } else {
+                                fresh.decide(hit.key, hit.cost)
+                            }
+                        }
                         // Unlimited rules never reach a backend; if one did, it is unlimited.
                         (None, None) => Ok(Decision::from_parts(
                             true,

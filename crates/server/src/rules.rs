@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use crate::config::budget::BudgetConfig;
 use crate::config::actions::ForwardAuthConfig;
 use crate::config::{
     ConcurrencyConfig, Config, DescriptorConfig, LimitConfig, Limits, QuotaConfig,
@@ -75,6 +76,9 @@ pub struct Rule {
     pub metric_values: Vec<bool>,
     /// The rule's concurrency limit, if any (see [`crate::concurrency`]).
     pub concurrency: Option<ConcurrencyConfig>,
+    /// The rule's limits are a budget of this unit, charged what was spent
+    /// (see [`crate::config::budget`]); `None`: a gate.
+    pub budget: Option<BudgetConfig>,
     /// envoyproxy/ratelimit's `metadata` of the rule's node, sent in the
     /// RLS answer's dynamic metadata when that is on ([`crate::grpc`]).
     pub metadata: Option<serde_yaml_ng::Value>,
@@ -356,6 +360,7 @@ fn insert(
                 .map(|&(by_value, shared)| (by_value || descriptor.detailed_metric) && !shared)
                 .collect(),
             concurrency: descriptor.concurrency,
+            budget: descriptor.budget.clone(),
             metadata: descriptor.metadata.clone(),
         });
         rules.push(Arc::clone(&rule));

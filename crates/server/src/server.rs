@@ -592,6 +592,12 @@ impl BoundServer {
                 self.token.clone(),
                 self.settings.max_request_bytes,
             ))
+            // Kuadrant Limitador's check and report calls (grpc::kuadrant).
+            .add_service(grpc::kuadrant::server(
+                rls.clone(),
+                self.token.clone(),
+                self.settings.max_request_bytes,
+            ))
             .serve_with_incoming_shutdown(
                 Acceptor::new(self.grpc_listener, idle).into_stream(),
                 stopped(),

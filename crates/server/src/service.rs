@@ -53,6 +53,20 @@
 //! in shadow mode, where it answers OK), as envoyproxy/ratelimit counts
 //! them. Nothing reaches the backend for it.
 //!
+//! # Budgets
+//!
+//! Under a rule with `budget:` ([`crate::config::budget`]) a descriptor's
+//! cost of 0 looks (OVER_LIMIT only once the budget is overspent, as
+//! envoyproxy/ratelimit answers a `hits_addend` of 0), and a cost of 1 or
+//! more is a charge: recorded whether or not it fits (never answered as
+//! oversized, never dropped), clamped at the budget's cap per charge
+//! ([`crate::config::budget::MAX_CHARGE_PERIODS`] times the rule's
+//! capacity, logged), answered OK if it fitted and OVER_LIMIT if it went
+//! over. Envoy AI Gateway's flow is then: the request path's call with
+//! `hits_addend: 0` is refused once the budget is overspent, and the
+//! stream-done call with `hits_addend` = the tokens used is counted, so
+//! that the next request is refused.
+//!
 //! # Limit overrides (Envoy's dynamic limits)
 //!
 //! A descriptor's `limit` (`requests_per_unit` per `unit`, set by Envoy's
@@ -92,6 +106,7 @@ use crate::backend::{Backend, BackendError, Hit};
 use crate::concurrency::Leases;
 use std::fmt::Write as _;
 
+use crate::config::budget::BudgetConfig;
 use crate::config::{AlgorithmKind, Limits, QuotaConfig, ServerSettings};
 use crate::metrics::{Api, Metrics, Refusal, RuleCounters};
 pub use crate::request::{CheckRequest, Descriptor, LimitOverride, Outcome, Status};
@@ -678,6 +693,21 @@ impl Service {
             return Plan::Unlimited(Arc::clone(rule));
         };
         let capacity = rule.capacity();
+        if rule.budget.is_some() {
+            // A budget's charge is recorded whatever it is (module docs,
+            // "Budgets"), up to the cap of one charge.
+            let charged = BudgetConfig::chargeable(capacity, cost);
+            if charged < cost {
+                tracing::warn!(rule = %rule.id, cost, charged, "a budget's charge above its cap is clamped");
+            }
+            return Plan::Limited {
+                metric: metric(),
+                rule: Arc::clone(rule),
+                key,
+                cost: charged,
+                controls,
+            };
+        }
         if cost > capacity {
             let reason = format!(
                 "a cost of {cost} can never be admitted under rule {} (at most {capacity} at once)",
@@ -807,6 +837,7 @@ fn dynamic_rule(
         // The file rule's concurrency limit still applies (see
         // `crate::concurrency`).
         concurrency: None,
+        budget: None,
         metadata: None,
     }))
 }

@@ -603,6 +603,7 @@ mod tests {
             replaces: Vec::new(),
             metric_values: Vec::new(),
             concurrency: None,
+            budget: None,
             metadata: None,
         }
     }

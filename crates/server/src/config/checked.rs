@@ -34,6 +34,9 @@ pub struct DescriptorConfig {
     /// The concurrency limit at this node, if any
     /// ([`super::concurrency`]).
     pub concurrency: Option<super::ConcurrencyConfig>,
+    /// The limits are a budget of this unit, charged what was spent
+    /// ([`super::budget`]); `None`: a gate.
+    pub budget: Option<super::budget::BudgetConfig>,
     /// Decide and count, but always answer OK.
     pub shadow_mode: bool,
     /// envoyproxy/ratelimit's `quota_mode` (see [`crate::rules::Rule`]).

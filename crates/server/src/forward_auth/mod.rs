@@ -101,9 +101,14 @@
 //!   part of.
 //! - **No descriptor** (every `rate_limits` entry dropped by its actions):
 //!   pass, as Envoy, which then makes no call.
+//! - **Budgets** (`budget:` rules): the auth call looks (cost 0, refused
+//!   once the budget is overspent); the cost is charged after the response
+//!   by `POST /v1/forward-auth/{domain}/charge` with `X-Tollgate-Cost`
+//!   ([`charge`]), recorded whether or not it fits.
 
 pub mod actions;
 pub mod answer;
+pub mod charge;
 pub mod forwarded;
 pub mod params;
 
@@ -117,17 +122,37 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 
 use crate::metrics::{Api, Refusal};
+use crate::request::Descriptor;
+use crate::rules::RuleSet;
 use crate::service::{CheckError, CheckRequest, Service};
 use answer::DenyStatus;
 use forwarded::Forwarded;
 use params::Params;
 
-/// `ANY /v1/forward-auth/{domain}[;name=value...]`.
+/// `ANY /v1/forward-auth/{domain}[;name=value...]`, and
+/// `POST /v1/forward-auth/{domain}[;name=value...]/charge` ([`charge`]).
 pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<Service>) -> Router<S> {
-    Router::new().route(
-        "/v1/forward-auth/{domain}",
-        any(move |request: Request| check(Arc::clone(&service), request)),
-    )
+    let charging = Arc::clone(&service);
+    Router::new()
+        .route(
+            "/v1/forward-auth/{domain}",
+            any(move |request: Request| check(Arc::clone(&service), request)),
+        )
+        .route(
+            "/v1/forward-auth/{domain}/charge",
+            any(move |request: Request| charge::charge(Arc::clone(&charging), request)),
+        )
+}
+
+/// Whether `descriptor` of `domain` falls under a budget rule.
+fn is_budget(rules: &RuleSet, domain: &str, descriptor: &Descriptor) -> bool {
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    rules
+        .find_bucket(domain, entries)
+        .is_some_and(|(rule, _)| rule.budget.is_some())
 }
 
 fn bad(service: &Service, status: StatusCode, message: String) -> Response {
@@ -182,7 +207,14 @@ async fn check(service: Arc<Service>, request: Request) -> Response {
         Ok(forwarded) => forwarded,
         Err(unreadable) => return answer::unreadable(&service, deny, &unreadable),
     };
-    let descriptors = actions::descriptors(config, &forwarded);
+    let mut descriptors = actions::descriptors(config, &forwarded);
+    for descriptor in &mut descriptors {
+        // A budget is looked at before the request and charged after it
+        // ([`charge`]): refused here only once overspent.
+        if is_budget(&rules, &domain, descriptor) {
+            descriptor.cost = Some(0);
+        }
+    }
     if descriptors.is_empty() {
         return StatusCode::OK.into_response();
     }
@@ -211,5 +243,7 @@ async fn check(service: Arc<Service>, request: Request) -> Response {
     }
 }
 
+#[cfg(test)]
+mod charge_tests;
 #[cfg(test)]
 mod tests;

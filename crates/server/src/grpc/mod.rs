@@ -53,6 +53,7 @@ pub mod codec;
 pub mod dynamic_metadata;
 pub mod framing;
 pub mod health;
+pub mod kuadrant;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +109,19 @@ pub mod proto {
             /// `envoy.type.v3`: units.
             pub mod v3 {
                 tonic::include_proto!("envoy.r#type.v3");
+            }
+        }
+    }
+    /// `kuadrant.*` packages.
+    pub mod kuadrant {
+        /// `kuadrant.service`.
+        pub mod service {
+            /// `kuadrant.service.ratelimit`.
+            pub mod ratelimit {
+                /// `kuadrant.service.ratelimit.v1`: Limitador's service.
+                pub mod v1 {
+                    tonic::include_proto!("kuadrant.service.ratelimit.v1");
+                }
             }
         }
     }
@@ -171,8 +185,27 @@ pub fn server(
     impl tonic::service::Interceptor + Clone,
 > {
     let framing_service = Arc::clone(&service.service);
-    let metrics_service = Arc::clone(&service.service);
-    let check_token = move |request: Request<()>| {
+    let check_token = token_check(token, Arc::clone(&service.service));
+    tonic::service::interceptor::InterceptedService::new(
+        framing::Framed::new(
+            RateLimitServiceServer::new(service)
+                // A backstop: the framing check refuses larger messages first.
+                .max_decoding_message_size(max_bytes)
+                .max_encoding_message_size(usize::MAX),
+            max_bytes,
+            framing_service,
+        ),
+        check_token,
+    )
+}
+
+/// The interceptor that requires `token` (if any) as `authorization:
+/// Bearer <token>`, counting a refusal in `service`'s metrics.
+pub(crate) fn token_check(
+    token: Option<Arc<str>>,
+    metrics_service: Arc<Service>,
+) -> impl tonic::service::Interceptor + Clone {
+    move |request: Request<()>| {
         let Some(token) = &token else {
             return Ok(request);
         };
@@ -189,18 +222,7 @@ pub fn server(
                 .refused(Api::Grpc, Refusal::Unauthenticated);
             Err(Status::unauthenticated("a valid bearer token is required"))
         }
-    };
-    tonic::service::interceptor::InterceptedService::new(
-        framing::Framed::new(
-            RateLimitServiceServer::new(service)
-                // A backstop: the framing check refuses larger messages first.
-                .max_decoding_message_size(max_bytes)
-                .max_encoding_message_size(usize::MAX),
-            max_bytes,
-            framing_service,
-        ),
-        check_token,
-    )
+    }
 }
 
 #[tonic::async_trait]
@@ -226,6 +248,16 @@ impl RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        self.answer_as(request, |_| {}).await
+    }
+
+    /// [`answer`](Self::answer), with the decoded request changed by
+    /// `adjust` first (Limitador's calls set the costs, [`kuadrant`]).
+    pub(crate) async fn answer_as(
+        &self,
+        request: Request<RateLimitRequest>,
+        adjust: impl FnOnce(&mut CheckRequest),
+    ) -> Result<Response<RateLimitResponse>, Status> {
         let Some(_slot) = self.service.admit(Api::Grpc) else {
             return Err(Status::resource_exhausted(
                 "too many requests in flight; retry later",
@@ -235,7 +267,7 @@ impl RlsService {
         let asked = self.dynamic_metadata.then(|| {
             dynamic_metadata::Asked::new(&request.domain, &request.descriptors, request.hits_addend)
         });
-        let check = CheckRequest {
+        let mut check = CheckRequest {
             domain: request.domain,
             cost: u64::from(request.hits_addend.max(1)),
             descriptors: request
@@ -255,6 +287,7 @@ impl RlsService {
                 })
                 .collect(),
         };
+        adjust(&mut check);
         let outcome = match self.service.check(Api::Grpc, &check).await {
             Ok(outcome) => outcome,
             Err(CheckError::Invalid(message)) => {

@@ -37,6 +37,10 @@
 //! backend errors. Label values are lower case (`api="grpc"`), as
 //! envoyproxy/ratelimit's and Prometheus' conventions have them.
 //!
+//! Budget rules (`budget:`): `tollgate_budget_spent_total{rule, unit}`,
+//! `_overdrawn_total`, `_refused_looks_total`, in the budget's unit (see
+//! [`budget`]).
+//!
 //! Concurrency rules' leases: `tollgate_concurrency_{acquired,released,
 //! expired}_total{rule}` and `tollgate_concurrency_refused_total{rule,
 //! reason}`, read at each scrape from the lease store's counters, which
@@ -62,6 +66,7 @@ use std::time::Duration;
 
 use std::fmt::Write as _;
 
+pub mod budget;
 pub mod lyft;
 pub mod response_time;
 pub mod statsd;
@@ -157,6 +162,8 @@ pub struct RuleCounters {
     lyft: StatCounters,
     /// `NEAR_LIMIT_RATIO`.
     near_limit_ratio: f32,
+    /// A budget rule's counters, in its unit ([`budget`]).
+    budget: Option<budget::BudgetCounters>,
 }
 
 fn count(counters: &StatCounters, cost: u64, decision: &Decision, shadow: bool, ratio: f32) {
@@ -199,8 +206,16 @@ impl RuleCounters {
         totals
     }
 
+    /// A budget rule's totals so far, in its unit ([`budget`]).
+    pub fn budget_totals(&self) -> Option<budget::BudgetTotals> {
+        self.budget.as_ref().map(budget::BudgetCounters::totals)
+    }
+
     /// Counts one decision of `cost`; `shadow` if the rule is in shadow mode.
     pub fn decided(&self, cost: u64, decision: &Decision, shadow: bool) {
+        if let Some(budget) = &self.budget {
+            budget.decided(cost, decision);
+        }
         let ratio = self.near_limit_ratio;
         count(&self.ours, cost, decision, shadow, ratio);
         lyft::count(&self.lyft, cost, decision, shadow, ratio);
@@ -216,6 +231,9 @@ impl RuleCounters {
         shadow: bool,
         lyft: &StatCounters,
     ) {
+        if let Some(budget) = &self.budget {
+            budget.decided(cost, decision);
+        }
         let ratio = self.near_limit_ratio;
         count(&self.ours, cost, decision, shadow, ratio);
         lyft::count(lyft, cost, decision, shadow, ratio);
@@ -253,6 +271,8 @@ pub struct Metrics {
     config_loads: Family<ResultLabel, Counter>,
     config_ok: Gauge,
     backend_errors: Counter,
+    /// Budget rules' counters ([`budget`]).
+    budgets: budget::BudgetFamilies,
     /// The concurrency lease counters in force ([`ConcurrencyStats`]).
     concurrency: Arc<Mutex<ConcurrencyStats>>,
     /// Encoding takes `&Registry` only, but one scrape at a time is plenty.
@@ -352,6 +372,8 @@ impl Metrics {
             "Requests the backend could not decide",
             backend_errors.clone(),
         );
+        let budgets = budget::BudgetFamilies::default();
+        budgets.register(&mut registry);
         let concurrency = Arc::new(Mutex::new(ConcurrencyStats::default()));
         registry.register_collector(Box::new(ConcurrencyCollector(Arc::clone(&concurrency))));
         Metrics {
@@ -372,6 +394,7 @@ impl Metrics {
             config_loads,
             config_ok,
             backend_errors,
+            budgets,
             encoding: Mutex::new(()),
         }
     }
@@ -393,6 +416,10 @@ impl Metrics {
             .map(|family| family.get_or_create(&label).clone()),
             lyft: self.lyft.rule(&lyft_rule_key(rule)),
             near_limit_ratio: self.near_limit_ratio,
+            budget: rule
+                .budget
+                .as_ref()
+                .map(|budget| self.budgets.of(&rule.id, &budget.unit)),
         }
     }
 

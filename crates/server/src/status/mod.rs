@@ -249,6 +249,7 @@ impl StatusBoard {
                 concurrency: rule
                     .concurrency
                     .map(|_| metrics.concurrency().totals(&rule.id)),
+                budget: metrics.rule(rule).budget_totals(),
                 points: series.points(&rule.id),
             })
             .collect();
@@ -414,6 +415,10 @@ pub fn describe(rule: &Rule) -> String {
     } else {
         format!("{} {}", quotas.join(" + "), kind.name())
     };
+    let rate = match &rule.budget {
+        Some(budget) => format!("{rate}, a budget of {}", budget.unit),
+        None => rate,
+    };
     match slots {
         Some(slots) => format!("{rate} + {slots}"),
         None => rate,
@@ -480,6 +485,9 @@ pub struct RuleStatus {
     /// Its concurrency leases so far, from the counters `/metrics`
     /// exports (`None` for a rule without `concurrency:`).
     pub concurrency: Option<crate::metrics::ConcurrencyTotals>,
+    /// A budget rule's totals in its unit (spent, overdrawn, looks
+    /// refused), from the counters `/metrics` exports (`None` for a gate).
+    pub budget: Option<crate::metrics::budget::BudgetTotals>,
     /// Per second, oldest first.
     pub points: Vec<Totals>,
 }

@@ -5,6 +5,7 @@ mod accept;
 mod auth;
 mod backend_errors;
 mod bad_input;
+mod budget;
 mod concurrency;
 mod conformance;
 mod dashboard;

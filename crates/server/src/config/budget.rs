@@ -1,0 +1,174 @@
+//! `budget:` on a descriptor: its limits are a budget of some unit
+//! (tokens) that is *charged* what was spent, rather than a gate that
+//! refuses what does not fit.
+//!
+//! ```yaml
+//! descriptors:
+//!   - key: user
+//!     budget: {unit: tokens}
+//!     rate_limit: {unit: hour, requests_per_unit: 100000}
+//! ```
+//!
+//! # Model
+//!
+//! A budget rule answers two questions (see [`crate::service`] for the
+//! APIs' side):
+//!
+//! - **a look** (cost 0, Envoy's `hits_addend: 0` on the request path): is
+//!   the budget overspent? OVER_LIMIT only once the bucket is *past* its
+//!   limit, as envoyproxy/ratelimit answers a hit of 0 (over when the count
+//!   after the hits is above the limit): a budget spent exactly to its
+//!   limit still admits a look, which is what Lyft's `token-quota.sh`
+//!   expects.
+//! - **a charge** (cost ≥ 1: the stream-done call's `hits_addend`, the
+//!   forward-auth and HTTP charge endpoints): the cost was incurred and is
+//!   recorded whether or not it fits, taking the bucket into debt; the
+//!   answer is OK when it fitted and OVER_LIMIT when it went over (the
+//!   charge is recorded either way). Later looks are refused until the
+//!   debt is repaid at the quota's rate.
+//!
+//! # Parameters
+//!
+//! - `unit` (required): what the budget counts, as metrics and the status
+//!   page name it (`tokens`, `bytes`, `credits`): 1 to 32 ASCII letters,
+//!   digits or `_`, starting with a letter.
+//!
+//! # Decisions
+//!
+//! - **On the descriptor, not in `rate_limit`**: a rule is a budget or a
+//!   gate as a whole; with `rate_limits:` (a per-minute and a per-day
+//!   budget), every limit is charged.
+//! - **GCRA only, for now**: the core's GCRA keeps the whole of a charge as
+//!   debt, so the look after an overdraft is refused until it is repaid.
+//!   The window algorithms forgive what exceeds the window's room, so a
+//!   window charged past its limit reads as exactly full, and a look at
+//!   exactly full is admitted: every look would pass while every charge is
+//!   forgiven, an unlimited budget. So a budget under `fixed_window`,
+//!   `sliding_window`, `sliding_log`, `calendar:` or `warmup:` is refused
+//!   at its line until the core carries their debt too.
+//! - **The debt a single charge can make is capped** at
+//!   [`MAX_CHARGE_PERIODS`] times the rule's capacity: one absurd charge
+//!   (`hits_addend: 18446744073709551615`) cannot lock a key out for ever.
+//!   The clamp is reported (the HTTP answers say what was charged, a WARN
+//!   line is logged); never a silent allow, never a panic.
+//! - Not with `unlimited: true` nor `requests_per_unit: 0` (nothing to
+//!   charge): refused.
+
+use serde::Deserialize;
+
+/// The most one charge records: this many times the rule's capacity (its
+/// burst), so at most this many quota periods of debt from one charge.
+pub const MAX_CHARGE_PERIODS: u64 = 1_000;
+
+/// `budget:` as written.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BudgetYaml {
+    unit: String,
+}
+
+/// A rule's budget, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetConfig {
+    /// What the budget counts (`tokens`).
+    pub unit: String,
+}
+
+impl BudgetYaml {
+    pub(crate) fn validate(self) -> Result<BudgetConfig, String> {
+        let unit = self.unit;
+        let well_formed = (1..=32).contains(&unit.len())
+            && unit.starts_with(|c: char| c.is_ascii_alphabetic())
+            && unit.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !well_formed {
+            return Err(format!(
+                "budget.unit: '{unit}' is not a unit name (1 to 32 ASCII letters, digits or _, starting with a letter)"
+            ));
+        }
+        Ok(BudgetConfig { unit })
+    }
+}
+
+impl BudgetConfig {
+    /// What one charge of `cost` records under a rule of `capacity`: the
+    /// cost, clamped at [`MAX_CHARGE_PERIODS`] times the capacity.
+    pub fn chargeable(capacity: u64, cost: u64) -> u64 {
+        cost.min(capacity.saturating_mul(MAX_CHARGE_PERIODS))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::Config;
+
+    fn load(descriptor: &str) -> Result<Config, String> {
+        let yaml = format!("domain: d\ndescriptors:\n  - key: user\n{descriptor}");
+        Config::from_yaml(Path::new("t.yaml"), &yaml).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_budget_is_read_onto_its_descriptor() {
+        let config = load(
+            "    budget: {unit: tokens}\n    rate_limits:\n      - {unit: minute, requests_per_unit: 100}\n      - {unit: day, requests_per_unit: 10000}\n",
+        )
+        .expect("valid");
+        let budget = config.domains[0].descriptors[0].budget.as_ref();
+        assert_eq!(budget.map(|b| b.unit.as_str()), Some("tokens"));
+    }
+
+    #[test]
+    fn a_budget_that_cannot_be_charged_is_refused_at_its_line() {
+        for (descriptor, error) in [
+            (
+                "    budget: {unit: tokens}\n    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: fixed_window}\n",
+                "not fixed_window",
+            ),
+            (
+                "    budget: {unit: tokens}\n    rate_limit: {calendar: month, requests_per_unit: 100}\n",
+                "not calendar",
+            ),
+            (
+                "    budget: {unit: tokens}\n    rate_limit: {unlimited: true}\n",
+                "unlimited",
+            ),
+            (
+                "    budget: {unit: tokens}\n    rate_limit: {unit: minute, requests_per_unit: 0}\n",
+                "requests_per_unit: 0",
+            ),
+            ("    budget: {unit: tokens}\n", "needs a rate_limit"),
+            (
+                "    budget: {unit: 'to kens'}\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+                "budget.unit",
+            ),
+            (
+                "    budget: {unit: ''}\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+                "budget.unit",
+            ),
+            (
+                "    budget: {unit: tokens, cap: 3}\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+                "cap",
+            ),
+            (
+                "    budget: {}\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+                "unit",
+            ),
+        ] {
+            let message = load(descriptor).expect_err(descriptor);
+            assert!(message.contains(error), "{descriptor}: {message}");
+            assert!(message.contains("t.yaml:"), "the line is named: {message}");
+        }
+    }
+
+    #[test]
+    fn a_charge_is_clamped_at_the_cap() {
+        use super::{BudgetConfig, MAX_CHARGE_PERIODS};
+        assert_eq!(BudgetConfig::chargeable(100, 5), 5);
+        assert_eq!(
+            BudgetConfig::chargeable(100, u64::MAX),
+            100 * MAX_CHARGE_PERIODS
+        );
+        assert_eq!(BudgetConfig::chargeable(u64::MAX, u64::MAX), u64::MAX);
+    }
+}
