@@ -6,6 +6,7 @@
 //! | `GET /v1/rules` | the rules in force |
 //! | `POST /v1/acquire`, `POST /v1/release` | a concurrency rule's lease ([`crate::concurrency_http`]) |
 //! | `ANY /v1/forward-auth/{domain}` | a reverse proxy's "may this request pass?" ([`crate::forward_auth`]) |
+//! | `POST /v1/forward-auth/{domain}/charge` | a budget charged after the response ([`crate::forward_auth::charge`]) |
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 while it takes traffic, 503 once shutting down (and, with the backend's `health_check: true`, while Redis does not answer) |
 //! | `GET /metrics` | Prometheus text 0.0.4, or OpenMetrics 1.0.0 when `Accept` asks for it ([`crate::metrics::text`]) |
@@ -25,6 +26,11 @@
 //!
 //! - A cost of 0 is refused (400): "look without taking" is said with
 //!   `dry_run`, so that a client computing a cost of 0 by mistake learns.
+//! - Budgets (`budget:` rules, [`crate::config::budget`]) need no route of
+//!   their own: `dry_run: true` looks (refused once overspent), and a
+//!   `cost` is a charge (recorded whether or not it fits; `allowed: false`
+//!   when it went over), so an application checks before a request and
+//!   charges the tokens after it on `/v1/check`.
 //! - A descriptor that cannot be decided as sent (an oversize key or
 //!   value, a cost above its rule's capacity, a limit of 0) is
 //!   `OVER_LIMIT` with a `refused` reason, the other descriptors decided:

@@ -218,3 +218,76 @@ async fn limitador_check_and_report() {
     drop(client);
     server.stop().await;
 }
+
+/// The HTTP API's side: `dry_run` looks, a `cost` charges (recorded over
+/// the limit); `/metrics` and `/status.json` show the budget in its unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_check_charges_and_metrics_show_the_budget() {
+    let server = start(AI_GATEWAY).await;
+    let check = |cost: Option<u64>| {
+        let mut descriptor = serde_json::json!({"entries": [
+            {"key": "x-user-id", "value": "carol"},
+            {"key": "x-ai-eg-model", "value": "gpt-4o"},
+        ]});
+        let mut body = serde_json::json!({"domain": "ai-gateway", "dry_run": cost.is_none()});
+        if let Some(cost) = cost {
+            descriptor["cost"] = cost.into();
+        }
+        body["descriptors"] = serde_json::json!([descriptor]);
+        let url = server.url("/v1/check");
+        async move {
+            let response = within(http_client().post(url).json(&body).send())
+                .await
+                .expect("http");
+            assert_eq!(response.status(), 200);
+            response.json::<serde_json::Value>().await.expect("json")
+        }
+    };
+    assert_eq!(check(None).await["overall_code"], "OK");
+    let over = check(Some(1500)).await;
+    assert_eq!(over["overall_code"], "OVER_LIMIT", "{over}");
+    assert_eq!(check(None).await["overall_code"], "OVER_LIMIT", "charged");
+
+    let rule = "ai-gateway.x-user-id.x-ai-eg-model";
+    let metrics = server.metrics().await;
+    let labels = format!("{{rule=\"{rule}\",unit=\"tokens\"}}");
+    assert_eq!(
+        metric(&metrics, &format!("tollgate_budget_spent_total{labels}")),
+        1500.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("tollgate_budget_overdrawn_total{labels}")
+        ),
+        1500.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("tollgate_budget_refused_looks_total{labels}")
+        ),
+        1.0
+    );
+    let status: serde_json::Value = within(http_client().get(server.url("/status.json")).send())
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("json");
+    let row = status["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["rule"] == rule)
+        .expect("the budget's row");
+    assert_eq!(row["budget"]["unit"], "tokens");
+    assert_eq!(row["budget"]["spent"], 1500);
+    assert!(
+        row["limit"]
+            .as_str()
+            .expect("limit")
+            .contains("a budget of tokens")
+    );
+    server.stop().await;
+}
