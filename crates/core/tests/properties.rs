@@ -582,8 +582,9 @@ fn against_model<S: Subject>(
 
 /// Drives the limiter and the model through `steps` where every peek step
 /// is instead a charge of three times its cost (so above the capacity as
-/// often as not): every answer must match, and a charge's `retry_after` must
-/// be exact to the nanosecond like any other.
+/// often as not; now and then of `u64::MAX`): every answer and every count
+/// of permits recorded must match, and a charge's `retry_after` must be
+/// exact to the nanosecond like any other.
 fn charges_against_model<S: Subject>(
     subject: &S,
     start: Start,
@@ -603,12 +604,24 @@ fn charges_against_model<S: Subject>(
         clock.set(Nanos::new(now));
         let cost = step.cost.resolve(capacity);
         let (got, want, what) = if step.peek {
-            let charge = cost.saturating_mul(3);
-            (
-                limiter.charge_n(charge),
-                model.charge(now, charge),
-                "charge",
-            )
+            // Now and then an absurd charge, which must stop at the cap.
+            let charge = if cost % 7 == 3 {
+                u64::MAX
+            } else {
+                cost.saturating_mul(3)
+            };
+            let charged = limiter.charge(charge);
+            let (want, recorded) = model.charge(now, charge);
+            prop_assert_eq!(
+                charged.recorded(),
+                recorded,
+                "step {} at {} ns, charge of {}: recorded, limiter vs model",
+                i,
+                now,
+                charge
+            );
+            prop_assert_eq!(charged.forgiven(), charge - recorded);
+            (charged.decision(), want, "charge")
         } else if cost <= capacity {
             (
                 limiter.check_n(cost).unwrap(),

@@ -44,7 +44,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, apply, sealed};
+use crate::algorithm::{Algorithm, Carry, DEBT_PERIODS, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -128,9 +128,10 @@ impl FixedWindow {
         let period = u128::from(self.quota.period_nanos());
         let (stored, stored_count) = self.unpack(state);
         let index = now.as_u64() / self.quota.period_nanos();
-        // An earlier reading is decided in the stored window (no re-credit).
+        // An earlier reading is decided in the stored window (no re-credit);
+        // a later one starts with what the stored count carries over.
         let (window, count) = if index > stored {
-            (index, 0)
+            (index, self.carried(stored_count, index - stored))
         } else {
             (stored, stored_count)
         };
@@ -156,8 +157,17 @@ impl FixedWindow {
             let next = (cost > 0).then(|| self.pack(window, used));
             (decision, next)
         } else {
-            let retry_after = if cost > limit { u64::MAX } else { until_next };
-            let reset_after = if count > 0 { until_next } else { 0 };
+            // The first window whose carried count leaves room for `cost`.
+            let retry_after = if cost > limit {
+                u64::MAX
+            } else {
+                self.until_window(window, now, count.saturating_add(cost) - limit)
+            };
+            let reset_after = if count > 0 {
+                self.until_window(window, now, count)
+            } else {
+                0
+            };
             let decision =
                 Decision::deny(limit, limit.saturating_sub(count), retry_after, reset_after);
             (decision, None)
@@ -166,19 +176,79 @@ impl FixedWindow {
 }
 
 impl FixedWindow {
-    /// The refund: `permits` given back at `now` from the window the state
-    /// counts in, floored at 0. `None` when there is nothing to give back
-    /// (the stored window is over, or empty) or nothing to give. A window
-    /// over is never credited: its permits no longer count anyway, and the
-    /// next one starts empty.
+    /// The count a window holding `count` carries `later` windows on: a
+    /// window that ends with `limit + D` starts the next with `D` (see
+    /// [charges](crate::algorithm#charges-debt-and-its-cap)).
+    #[inline]
+    fn carried(&self, count: u64, later: u64) -> u64 {
+        count.saturating_sub(later.saturating_mul(self.quota.limit()))
+    }
+
+    /// The wait from `now` until the window in which a count of `over`
+    /// beyond the limit (`over` ≥ 1, counted in `window`) has drained: the
+    /// start of window `window + ⌈over / limit⌉`. "Never" when that window
+    /// starts past the last instant or index.
+    fn until_window(&self, window: u64, now: Nanos, over: u64) -> u64 {
+        let later = u128::from(over.div_ceil(self.quota.limit()));
+        let target = u128::from(window) + later;
+        let start = target * u128::from(self.quota.period_nanos());
+        if target > u128::from(self.last_index()) || start > u128::from(u64::MAX) {
+            return u64::MAX;
+        }
+        sat_u64(start - u128::from(now.as_u64()).min(start))
+    }
+
+    /// The most a count may reach by a charge: the limit and
+    /// [`DEBT_PERIODS`] limits of debt, within the count field.
+    #[inline]
+    fn debt_cap(&self) -> u64 {
+        let cap = u128::from(self.quota.limit()) * u128::from(DEBT_PERIODS + 1);
+        sat_u64(cap).min(self.max_count())
+    }
+
+    /// The charge: `cost` permits recorded at `now` whether or not they
+    /// fit, the count running past the limit up to the debt cap. Returns
+    /// the word to store (`None`: nothing to write) and the permits
+    /// recorded. Past the last window (closed) nothing is recorded.
+    #[inline]
+    pub fn charge(&self, state: u64, now: Nanos, cost: u64) -> (Option<u64>, u64) {
+        let (stored, stored_count) = self.unpack(state);
+        let index = now.as_u64() / self.quota.period_nanos();
+        let (window, count) = if index > stored {
+            (index, self.carried(stored_count, index - stored))
+        } else {
+            (stored, stored_count)
+        };
+        if cost == 0 || window > self.last_index() {
+            return (None, 0);
+        }
+        // A count already past the cap (a quota change) stays as it is.
+        let next = count.saturating_add(cost).min(self.debt_cap()).max(count);
+        let recorded = next - count;
+        if recorded == 0 {
+            return (None, 0);
+        }
+        (Some(self.pack(window, next)), recorded)
+    }
+
+    /// The refund: `permits` given back at `now` from the count current at
+    /// `now` (the stored window's, or what it carries into the current
+    /// one), floored at 0. `None` when there is nothing to give back or
+    /// nothing to give. A window over is never credited beyond what it
+    /// carries: its permits no longer count anyway.
     #[inline]
     pub fn refund(&self, state: u64, now: Nanos, permits: u64) -> Option<u64> {
-        let (stored, count) = self.unpack(state);
+        let (stored, stored_count) = self.unpack(state);
         let index = now.as_u64() / self.quota.period_nanos();
-        if index > stored || count == 0 || permits == 0 {
+        let (window, count) = if index > stored {
+            (index, self.carried(stored_count, index - stored))
+        } else {
+            (stored, stored_count)
+        };
+        if count == 0 || permits == 0 || window > self.last_index() {
             return None;
         }
-        Some(self.pack(stored, count.saturating_sub(permits)))
+        Some(self.pack(window, count.saturating_sub(permits)))
     }
 }
 
@@ -228,9 +298,14 @@ impl Algorithm for FixedWindow {
         self.transition(store::word_load(cell), now, cost).0
     }
 
+    fn charge_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> u64 {
+        apply::word_charge(cell, |state| self.charge(state, now, cost))
+    }
+
     fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {
         let (window, count) = self.unpack(store::word_load(cell));
-        count == 0 || window < now.as_u64() / self.quota.period_nanos()
+        let index = now.as_u64() / self.quota.period_nanos();
+        count == 0 || (index > window && self.carried(count, index - window) == 0)
     }
 
     fn refund_cell(&self, cell: &AtomicU64, now: Nanos, permits: u64) {
@@ -255,8 +330,9 @@ impl Algorithm for FixedWindow {
         carry: Carry,
     ) -> AtomicU64 {
         let (window, count) = previous.unpack(store::word_load(cell));
-        let used = if window < now.as_u64() / previous.quota.period_nanos() {
-            0
+        let index = now.as_u64() / previous.quota.period_nanos();
+        let used = if window < index {
+            previous.carried(count, index - window)
         } else {
             count
         };

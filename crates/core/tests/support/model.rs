@@ -40,7 +40,6 @@
 //! `n` below `u64::MAX` (only periods of a few ns reach that end before
 //! 2^63 ns).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
 
@@ -49,6 +48,10 @@ use tollgate::{Decision, Quota};
 
 /// `u64::MAX` as an `i128`: the end of every `u64` counter.
 const U64_MAX: i128 = u64::MAX as i128;
+
+/// From the docs (`algorithm`, "Charges, debt and its cap"): a state never
+/// owes more than this many periods of its quota beyond full.
+const DEBT_PERIODS: i128 = 16;
 
 /// What a model answers: the same five numbers as [`tollgate::Decision`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -139,18 +142,10 @@ pub trait Model: Send + Sync {
     fn capacity(&self) -> u64;
 
     /// Records `cost` permits whether or not they fit, then answers a peek
-    /// of one permit. The rule from the docs (`Limiter::charge_n`): "the
-    /// window algorithms record up to the room left in the window, which is
-    /// then full"; the GCRA overrides this and carries the whole debt.
-    fn charge(&self, now_ns: u64, cost: u64) -> Expected {
-        let room = self.peek(now_ns, 0);
-        let take = cost.min(room.remaining);
-        if room.allowed && take > 0 {
-            let taken = self.check(now_ns, take);
-            assert!(taken.allowed, "model: the room of a window was refused");
-        }
-        self.peek(now_ns, 1)
-    }
+    /// of one permit and the permits recorded. The rule from the docs
+    /// (`algorithm`, "Charges, debt and its cap"): all of it, as a debt
+    /// repaid at the quota's rate, up to the cap.
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64);
 }
 
 /// Builds the model named as in the test vectors (`"gcra"`,
@@ -192,6 +187,7 @@ pub fn by_name(algorithm: &str, quota: Quota, slots: Option<u32>) -> Box<dyn Mod
 /// Cost 0 only looks and is always admitted.
 #[derive(Debug)]
 pub struct GcraModel {
+    limit: i128,
     burst: i128,
     scale: i128,
     /// The emission interval, in ticks.
@@ -212,6 +208,7 @@ impl GcraModel {
     pub fn new(quota: Quota) -> GcraModel {
         let (scale, interval) = GcraModel::ticks(quota);
         GcraModel {
+            limit: i128::from(quota.limit()),
             burst: i128::from(quota.burst()),
             scale,
             interval,
@@ -354,21 +351,26 @@ impl Model for GcraModel {
     }
 
     /// From the docs: "the TAT moves `cost · T` past `max(tat, now)` ...
-    /// even beyond `now + burst · T` ... Saturates at the last representable
-    /// tick": the meter overflows by the debt, capped where `now + level`
-    /// reaches `u64::MAX` ticks.
-    fn charge(&self, now_ns: u64, cost: u64) -> Expected {
-        {
+    /// even beyond `now + burst · T` ... never past `now + burst·T +
+    /// DEBT_PERIODS · limit · T` (nor past the last representable tick)":
+    /// the meter overflows by the debt, whole permits of it, up to a level
+    /// of `burst·T + 16·limit·T`, and to where `now + level` reaches
+    /// `u64::MAX` ticks.
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64) {
+        let recorded = {
             let mut meter = self.meter.lock().unwrap();
             let now = i128::from(now_ns) * self.scale;
             let level = GcraModel::level_at(*meter, now);
-            if cost > 0 {
-                let level =
-                    (level + i128::from(cost) * self.interval).min(U64_MAX - now.min(U64_MAX));
+            let top = (self.size() + DEBT_PERIODS * self.limit * self.interval)
+                .min(U64_MAX - now.min(U64_MAX));
+            let fits = ((top - level).max(0) / self.interval).min(i128::from(cost));
+            if fits > 0 {
+                let level = level + fits * self.interval;
                 *meter = Meter { level, at: now };
             }
-        }
-        self.peek(now_ns, 1)
+            fits
+        };
+        (self.peek(now_ns, 1), recorded as u64)
     }
 }
 
@@ -392,7 +394,11 @@ pub struct FixedWindowModel {
     limit: i128,
     period: i128,
     last_index: i128,
-    counts: Mutex<BTreeMap<i128, i128>>,
+    /// The most the count field holds: `2^count_bits − 1`.
+    max_count: i128,
+    /// The window last written and its count (admitted, charged and
+    /// carried in), which may be above the limit after a charge.
+    window: Mutex<(i128, i128)>,
 }
 
 impl FixedWindowModel {
@@ -402,7 +408,8 @@ impl FixedWindowModel {
             limit: i128::from(quota.limit()),
             period: i128::from(quota.period_nanos()),
             last_index: U64_MAX >> FixedWindowModel::count_bits(quota),
-            counts: Mutex::new(BTreeMap::new()),
+            max_count: (1i128 << FixedWindowModel::count_bits(quota)) - 1,
+            window: Mutex::new((0, 0)),
         }
     }
 
@@ -420,7 +427,26 @@ impl FixedWindowModel {
         bits < 64 && (1i128 << (64 - bits)) * i128::from(quota.period_nanos()) >= 1i128 << 60
     }
 
-    fn decide(&self, counts: &BTreeMap<i128, i128>, now: u64, cost: u64) -> Expected {
+    /// The count at window `index` (not before the stored one): a window
+    /// that ends with `limit + D` starts the next with `D`, the one after
+    /// with `D − limit`, floored at 0 (docs: the carry rule).
+    fn count_at(&self, window: (i128, i128), index: i128) -> i128 {
+        let (stored, count) = window;
+        (count - (index - stored).max(0) * self.limit).max(0)
+    }
+
+    /// The wait from `now` until the start of window `index` ("never" past
+    /// the last index or the last instant).
+    fn until(&self, index: i128, now: i128) -> i128 {
+        let start = index * self.period;
+        if index > self.last_index || start > U64_MAX {
+            U64_MAX
+        } else {
+            start - now
+        }
+    }
+
+    fn decide(&self, window: (i128, i128), now: u64, cost: u64) -> Expected {
         let now = i128::from(now);
         let cost = i128::from(cost);
         let index = now / self.period;
@@ -428,49 +454,70 @@ impl FixedWindowModel {
             // Past the last window: closed.
             return Expected::deny(self.limit, 0, U64_MAX, U64_MAX);
         }
-        let count = counts.get(&index).copied().unwrap_or(0);
-        // "Never" when no next window exists: past the last index, or
-        // starting after the last instant a `u64` names.
-        let next_start = (index + 1) * self.period;
-        let until_next = if index >= self.last_index || next_start > U64_MAX {
-            U64_MAX
-        } else {
-            next_start - now
-        };
+        let count = self.count_at(window, index);
+        // The first later window in which the carried count is at most
+        // `left`: the one after `⌈(count − left) / limit⌉` windows.
+        let drained = |left: i128| self.until(index + ceil_div(count - left, self.limit), now);
         if count + cost <= self.limit {
             let used = count + cost;
-            let reset_after = if used > 0 { until_next } else { 0 };
+            let reset_after = if used > 0 {
+                self.until(index + 1, now)
+            } else {
+                0
+            };
             return Expected::allow(self.limit, self.limit - used, reset_after);
         }
         let retry_after = if cost > self.limit {
             U64_MAX
         } else {
-            until_next
+            drained(self.limit - cost)
         };
-        let reset_after = if count > 0 { until_next } else { 0 };
-        Expected::deny(self.limit, self.limit - count, retry_after, reset_after)
+        let reset_after = if count > 0 { drained(0) } else { 0 };
+        Expected::deny(
+            self.limit,
+            (self.limit - count).max(0),
+            retry_after,
+            reset_after,
+        )
     }
 }
 
 impl Model for FixedWindowModel {
     fn check(&self, now_ns: u64, cost: u64) -> Expected {
-        let mut counts = self.counts.lock().unwrap();
-        let expected = self.decide(&counts, now_ns, cost);
+        let mut window = self.window.lock().unwrap();
+        let expected = self.decide(*window, now_ns, cost);
         if expected.allowed && cost > 0 {
             let index = i128::from(now_ns) / self.period;
-            // Earlier windows can never be read again: time does not go back.
-            counts.retain(|&i, _| i >= index);
-            *counts.entry(index).or_insert(0) += i128::from(cost);
+            *window = (index, self.count_at(*window, index) + i128::from(cost));
         }
         expected
     }
 
     fn peek(&self, now_ns: u64, cost: u64) -> Expected {
-        self.decide(&self.counts.lock().unwrap(), now_ns, cost)
+        self.decide(*self.window.lock().unwrap(), now_ns, cost)
     }
 
     fn capacity(&self) -> u64 {
         self.limit as u64
+    }
+
+    /// From the docs: the count runs past the limit, up to the limit and 16
+    /// limits of debt, within the count field; nothing past the last window.
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64) {
+        let recorded = {
+            let mut window = self.window.lock().unwrap();
+            let index = i128::from(now_ns) / self.period;
+            let count = self.count_at(*window, index);
+            let cap = (self.limit * (DEBT_PERIODS + 1)).min(self.max_count);
+            let recorded = (cap - count).clamp(0, i128::from(cost));
+            if index <= self.last_index && recorded > 0 {
+                *window = (index, count + recorded);
+                recorded
+            } else {
+                0
+            }
+        };
+        (self.peek(now_ns, 1), recorded as u64)
     }
 }
 
@@ -520,13 +567,30 @@ impl SlidingLogModel {
         let now = i128::from(now);
         let cost = i128::from(cost);
         let live = self.live(permits, now);
+        // The wait until a permit stamped `t` stops counting: "never" when
+        // that is past the last instant a `u64` names (a charge's runs are
+        // stamped up to 16 periods on).
+        let until_gone = |t: i128| {
+            if t + self.period > U64_MAX {
+                U64_MAX
+            } else {
+                t + self.period - now
+            }
+        };
         let reset_after = match permits.last() {
-            Some(&newest) if live > 0 => newest + self.period - now,
+            Some(&newest) if live > 0 => until_gone(newest),
             _ => 0,
         };
         if live + cost <= self.limit {
-            // The newest permit is then one admitted now.
-            let reset_after = if cost > 0 { self.period } else { reset_after };
+            // The newest permit is then one admitted now (stamped no earlier
+            // than the newest in the log, which a charge may have stamped
+            // in the future).
+            let stamp = permits.last().map_or(now, |&newest| newest.max(now));
+            let reset_after = if cost > 0 {
+                until_gone(stamp)
+            } else {
+                reset_after
+            };
             return Expected::allow(self.limit, self.limit - live - cost, reset_after);
         }
         let retry_after = if cost > self.limit {
@@ -543,9 +607,21 @@ impl SlidingLogModel {
                 .into_iter()
                 .find(|&instant| self.live(permits, instant) + cost <= self.limit)
                 .expect("sliding log model: a request within the limit fits once the log expires");
-            at - now
+            if at > U64_MAX { U64_MAX } else { at - now }
         };
-        Expected::deny(self.limit, self.limit - live, retry_after, reset_after)
+        Expected::deny(
+            self.limit,
+            (self.limit - live).max(0),
+            retry_after,
+            reset_after,
+        )
+    }
+
+    /// Drops the permits that no longer count at `now` (time does not go
+    /// back: forgetting them changes no answer).
+    fn forget(&self, permits: &mut Vec<i128>, now: i128) {
+        let expired = permits.len() - self.live(permits, now) as usize;
+        permits.drain(..expired);
     }
 }
 
@@ -555,14 +631,38 @@ impl Model for SlidingLogModel {
         let expected = self.decide(&permits, now_ns, cost);
         if expected.allowed && cost > 0 {
             let now = i128::from(now_ns);
-            // Permits that stopped counting never count again (time does not
-            // go back): forgetting them changes no answer.
-            let live = self.live(&permits, now) as usize;
-            let expired = permits.len() - live;
-            permits.drain(..expired);
-            permits.extend(std::iter::repeat_n(now, cost as usize));
+            self.forget(&mut permits, now);
+            // Docs: "An admission is recorded at `max(now, newest)`".
+            let stamp = permits.last().map_or(now, |&newest| newest.max(now));
+            permits.extend(std::iter::repeat_n(stamp, cost as usize));
         }
         expected
+    }
+
+    /// From the docs: what the log has room for is stamped `s = max(now,
+    /// newest)`; the rest in runs of at most `limit` at `s + T`, `s + 2T`,
+    /// …; the log never holds more than `17 · limit` permits.
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64) {
+        let recorded = {
+            let mut permits = self.permits.lock().unwrap();
+            let now = i128::from(now_ns);
+            self.forget(&mut permits, now);
+            let held = permits.len() as i128;
+            let mut left = (self.limit * (DEBT_PERIODS + 1) - held).clamp(0, i128::from(cost));
+            let mut stamp = permits.last().map_or(now, |&newest| newest.max(now));
+            let mut run = left.min((self.limit - held).max(0));
+            let mut recorded = 0;
+            // No run is stamped past the last instant a `u64` names.
+            while left > 0 && stamp <= U64_MAX {
+                permits.extend(std::iter::repeat_n(stamp, run as usize));
+                left -= run;
+                recorded += run;
+                stamp += self.period;
+                run = left.min(self.limit);
+            }
+            recorded
+        };
+        (self.peek(now_ns, 1), recorded as u64)
     }
 
     fn peek(&self, now_ns: u64, cost: u64) -> Expected {
@@ -595,8 +695,19 @@ pub struct SlidingWindowModel {
     limit: i128,
     period: i128,
     n: i128,
-    /// `(epoch, cost)` of every admission of cost > 0, epochs non-decreasing.
-    admissions: Mutex<Vec<(i128, i128)>>,
+    wheel: Mutex<Wheel>,
+}
+
+/// The wheel model's state.
+#[derive(Clone, Debug, Default)]
+struct Wheel {
+    /// `(epoch, cost)` of every admission of cost > 0, and of every part of
+    /// a debt that entered the window, epochs non-decreasing.
+    admissions: Vec<(i128, i128)>,
+    /// Permits charged beyond the limit, not yet in the window.
+    debt: i128,
+    /// The last epoch the debt was given room at.
+    at: i128,
 }
 
 impl SlidingWindowModel {
@@ -606,7 +717,7 @@ impl SlidingWindowModel {
             limit: i128::from(quota.limit()),
             period: i128::from(quota.period_nanos()),
             n: i128::from(slots),
-            admissions: Mutex::new(Vec::new()),
+            wheel: Mutex::new(Wheel::default()),
         }
     }
 
@@ -630,6 +741,73 @@ impl SlidingWindowModel {
     fn counting(&self, admissions: &[(i128, i128)], cur: i128) -> i128 {
         let first = admissions.partition_point(|&(e, _)| e <= cur - self.n);
         admissions[first..].iter().map(|&(_, cost)| cost).sum()
+    }
+
+    /// From the docs: "the rest is a debt that fills each slot's room as
+    /// older slots leave the window": epoch by epoch up to `cur`, the debt
+    /// enters each epoch as far as the window has room.
+    fn advance(&self, wheel: &mut Wheel, cur: i128) {
+        let mut e = wheel.at.max(cur.min(wheel.at + 1));
+        while wheel.debt > 0 && e <= cur {
+            let room = (self.limit - self.counting(&wheel.admissions, e)).max(0);
+            let part = room.min(wheel.debt);
+            if part > 0 {
+                wheel.admissions.push((e, part));
+                wheel.debt -= part;
+            }
+            e += 1;
+        }
+        wheel.at = wheel.at.max(cur);
+    }
+
+    /// The decision on `wheel` (not advanced yet) at `now`.
+    fn decide_on(&self, wheel: &Wheel, now: u64, cost: u64) -> Expected {
+        let cur = self.epoch(i128::from(now));
+        let mut wheel = wheel.clone();
+        self.advance(&mut wheel, cur);
+        if wheel.debt == 0 {
+            return self.decide(&wheel.admissions, now, cost);
+        }
+        let now = i128::from(now);
+        let owed = self.counting(&wheel.admissions, cur) + wheel.debt;
+        // A debt runs up to 17 periods on: an epoch past the last a `u64`
+        // counts, or that starts past the last instant it names, is "never".
+        let until = |e: i128| {
+            let start = self.start(e);
+            if e > U64_MAX || start > U64_MAX {
+                U64_MAX
+            } else {
+                start - now
+            }
+        };
+        let retry_after = if i128::from(cost) > self.limit {
+            U64_MAX
+        } else {
+            let mut paid = wheel.clone();
+            let mut e = cur;
+            while paid.debt > 0
+                || self.counting(&paid.admissions, e) + i128::from(cost) > self.limit
+            {
+                e += 1;
+                self.advance(&mut paid, e);
+            }
+            until(e)
+        };
+        // Empty once the debt is in and its newest part has left.
+        let mut paid = wheel;
+        let mut e = cur;
+        while paid.debt > 0 {
+            e += 1;
+            self.advance(&mut paid, e);
+        }
+        let newest = paid.admissions.last().map_or(e, |&(epoch, _)| epoch);
+        let reset_after = until(newest + self.n);
+        Expected::deny(
+            self.limit,
+            (self.limit - owed).max(0),
+            retry_after,
+            reset_after,
+        )
     }
 
     fn decide(&self, admissions: &[(i128, i128)], now: u64, cost: u64) -> Expected {
@@ -675,23 +853,46 @@ impl SlidingWindowModel {
 
 impl Model for SlidingWindowModel {
     fn check(&self, now_ns: u64, cost: u64) -> Expected {
-        let mut admissions = self.admissions.lock().unwrap();
-        let expected = self.decide(&admissions, now_ns, cost);
+        let mut wheel = self.wheel.lock().unwrap();
+        let expected = self.decide_on(&wheel, now_ns, cost);
         if expected.allowed && cost > 0 {
             let cur = self.epoch(i128::from(now_ns));
+            self.advance(&mut wheel, cur);
             // Admissions that left the window never count again.
-            let gone = admissions.partition_point(|&(e, _)| e <= cur - self.n);
-            admissions.drain(..gone);
-            admissions.push((cur, i128::from(cost)));
+            let gone = wheel
+                .admissions
+                .partition_point(|&(e, _)| e <= cur - self.n);
+            wheel.admissions.drain(..gone);
+            wheel.admissions.push((cur, i128::from(cost)));
         }
         expected
     }
 
     fn peek(&self, now_ns: u64, cost: u64) -> Expected {
-        self.decide(&self.admissions.lock().unwrap(), now_ns, cost)
+        self.decide_on(&self.wheel.lock().unwrap(), now_ns, cost)
     }
 
     fn capacity(&self) -> u64 {
         self.limit as u64
+    }
+
+    /// From the docs: room now goes into the current slot, the rest is a
+    /// debt; the window and the debt never hold more than `17 · limit`
+    /// (nor more than a `u64`).
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64) {
+        let recorded = {
+            let mut wheel = self.wheel.lock().unwrap();
+            let cur = self.epoch(i128::from(now_ns));
+            self.advance(&mut wheel, cur);
+            let held = self.counting(&wheel.admissions, cur) + wheel.debt;
+            let cap = (self.limit * (DEBT_PERIODS + 1)).min(U64_MAX);
+            let recorded = (cap - held).clamp(0, i128::from(cost));
+            wheel.debt += recorded;
+            // The room at `cur`, as at any epoch the debt reaches.
+            wheel.at = cur - 1;
+            self.advance(&mut wheel, cur);
+            recorded
+        };
+        (self.peek(now_ns, 1), recorded as u64)
     }
 }
