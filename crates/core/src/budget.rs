@@ -287,8 +287,283 @@ pub(crate) fn settle(
         charge(actual - reserved)
     } else if actual < reserved {
         let back = reserved - actual;
-        Charge::refund(refund(back), back)
+        // The refund reports the state (a cost of 0); a settle reports what
+        // one permit would be told, as a charge does.
+        let _state = refund(back);
+        Charge::refund(peek(), back)
     } else {
         Charge::new(peek(), 0, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::algorithm::any::AnyAlgorithm;
+    use crate::algorithm::calendar::{CalendarUnit, CalendarWindow};
+    use crate::algorithm::{AllOf, DEBT_PERIODS, FixedWindow, SlidingLog};
+    use crate::algorithm::{SlidingWindow, WarmUp};
+    use crate::clock::{ManualClock, Nanos};
+    use crate::quota::Quota;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn on<A: Algorithm>(algorithm: A, clock: &ManualClock) -> Limiter<A, ManualClock> {
+        Limiter::with_clock(algorithm, clock.clone())
+    }
+
+    fn per_second(limit: u64) -> Quota {
+        Quota::per_second(limit).unwrap()
+    }
+
+    /// Steps `limiter` one period at a time until a request of one permit
+    /// is admitted; returns the periods waited.
+    fn periods_until_admitted<A: Algorithm>(
+        limiter: &Limiter<A, ManualClock>,
+        clock: &ManualClock,
+        period: Duration,
+    ) -> u64 {
+        let mut waited = 0;
+        while limiter.peek().is_denied() {
+            clock.advance(period);
+            waited += 1;
+            assert!(
+                waited <= DEBT_PERIODS + 2,
+                "still in debt after {waited} periods"
+            );
+        }
+        waited
+    }
+
+    #[test]
+    fn a_fixed_window_carries_its_excess_into_the_next_windows() {
+        let clock = ManualClock::new();
+        let tokens = on(FixedWindow::new(per_second(10)).unwrap(), &clock);
+        // 25 of 10: the next window starts with 15, the one after with 5.
+        assert_eq!(tokens.charge(25).recorded(), 25);
+        clock.advance(SEC);
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 0);
+        clock.advance(SEC);
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 5);
+        assert!(tokens.check_n(5).unwrap().is_allowed());
+        assert!(tokens.check().is_denied());
+        clock.advance(SEC);
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 10);
+    }
+
+    #[test]
+    fn a_denial_in_debt_says_when_the_debt_is_paid() {
+        let clock = ManualClock::starting_at(Nanos::new(250_000_000));
+        let tokens = on(FixedWindow::new(per_second(10)).unwrap(), &clock);
+        let after = tokens.charge(25).decision();
+        // 25 + 1 − 10 = 16 over: two windows on, 1.75 s from now.
+        assert_eq!(after.retry_after(), Duration::from_millis(1_750));
+        // Empty once 25 have drained: three windows on.
+        assert_eq!(after.reset_after(), Duration::from_millis(2_750));
+        let eight = tokens.check_n(8).unwrap();
+        assert_eq!(eight.retry_after(), Duration::from_millis(2_750));
+    }
+
+    #[test]
+    fn a_calendar_window_carries_its_excess_into_the_next_units() {
+        let clock = ManualClock::new();
+        let tokens = on(
+            CalendarWindow::new(CalendarUnit::Minute, 100).unwrap(),
+            &clock,
+        );
+        assert_eq!(tokens.charge(250).recorded(), 250);
+        assert_eq!(
+            tokens.peek().retry_after(),
+            Duration::from_secs(120),
+            "151 over: two minutes on"
+        );
+        clock.advance(Duration::from_secs(120));
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 50);
+    }
+
+    #[test]
+    fn a_sliding_log_stamps_its_excess_a_period_apart() {
+        let clock = ManualClock::new();
+        let tokens = on(SlidingLog::new(per_second(10)).unwrap(), &clock);
+        assert!(tokens.check_n(4).unwrap().is_allowed());
+        clock.advance(Duration::from_millis(500));
+        // Room 6 now; 10 at 1.5 s; 9 at 2.5 s.
+        assert_eq!(tokens.charge(25).recorded(), 25);
+        clock.set(Nanos::new(1_000_000_000));
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 0);
+        clock.set(Nanos::new(2_500_000_000));
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 1);
+        clock.set(Nanos::new(3_500_000_000));
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 10);
+    }
+
+    #[test]
+    fn a_wheel_lets_its_debt_in_as_slots_leave() {
+        let clock = ManualClock::new();
+        // 10 a second in 4 slots of 250 ms.
+        let tokens = on(SlidingWindow::new(per_second(10), 4).unwrap(), &clock);
+        assert!(tokens.check_n(4).unwrap().is_allowed());
+        clock.advance(Duration::from_millis(500));
+        // 6 of room in slot 2, a debt of 19 that refills each slot as it
+        // leaves: 4 at 1 s, 6 at 1.5 s, 4 at 2 s, the last 5 at 2.5 s,
+        // when the window holds 4 + 5 and one permit fits again.
+        assert_eq!(tokens.charge(25).recorded(), 25);
+        let denied = tokens.peek();
+        assert!(denied.is_denied());
+        assert_eq!(denied.retry_after(), Duration::from_secs(2));
+        // Empty once the slot of 2.5 s has left, at 3.5 s.
+        assert_eq!(denied.reset_after(), Duration::from_secs(3));
+        clock.set(Nanos::new(2_499_999_999));
+        assert!(tokens.check().is_denied());
+        clock.set(Nanos::new(2_500_000_000));
+        let admitted = tokens.check();
+        assert!(admitted.is_allowed());
+        assert_eq!(admitted.remaining(), 0);
+    }
+
+    #[test]
+    fn one_absurd_charge_stops_at_the_cap_on_every_algorithm() {
+        let clock = ManualClock::new();
+        let quota = per_second(10);
+        let cap = 10 * DEBT_PERIODS;
+        let algorithms = [
+            AnyAlgorithm::Gcra(Gcra::new(quota).unwrap()),
+            AnyAlgorithm::FixedWindow(FixedWindow::new(quota).unwrap()),
+            AnyAlgorithm::SlidingLog(SlidingLog::new(quota).unwrap()),
+            AnyAlgorithm::SlidingWindow(SlidingWindow::new(quota, 10).unwrap()),
+            AnyAlgorithm::WarmUp(WarmUp::new(quota, SEC).unwrap()),
+        ];
+        for algorithm in algorithms {
+            clock.set(Nanos::new(0));
+            let tokens = on(algorithm.clone(), &clock);
+            let charge = tokens.charge(u64::MAX);
+            // A full state plus 16 periods of debt (warm-up: what ends within
+            // 16 periods from a cold start).
+            assert!(
+                charge.recorded() <= 10 + cap && charge.recorded() >= cap / 2,
+                "{algorithm:?}: {charge}"
+            );
+            assert_eq!(charge.forgiven(), u64::MAX - charge.recorded());
+            assert!(charge.decision().is_denied());
+            // Another absurd charge records nothing more.
+            assert_eq!(tokens.charge(u64::MAX).recorded(), 0, "{algorithm:?}");
+            let waited = periods_until_admitted(&tokens, &clock, SEC);
+            assert!(
+                (DEBT_PERIODS - 1..=DEBT_PERIODS + 1).contains(&waited),
+                "{algorithm:?}: admitted after {waited} periods"
+            );
+        }
+    }
+
+    #[test]
+    fn all_of_charges_each_limit_by_its_own_rule() {
+        let clock = ManualClock::new();
+        let both = AllOf::new(vec![
+            AnyAlgorithm::FixedWindow(FixedWindow::new(per_second(10)).unwrap()),
+            AnyAlgorithm::FixedWindow(FixedWindow::new(Quota::per_minute(100).unwrap()).unwrap()),
+        ])
+        .unwrap();
+        let tokens = on(both, &clock);
+        assert_eq!(tokens.charge(30).recorded(), 30);
+        // The second: 30 of 100 this minute. The first: 20 carried, 10 next.
+        clock.advance(2 * SEC);
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 0);
+        clock.advance(SEC);
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 10);
+        // 2,000 is past the per-second cap (170) but not the minute's
+        // (1,700): the least recorded is reported.
+        let capped = tokens.charge(2_000);
+        assert_eq!(capped.recorded(), 10 * (DEBT_PERIODS + 1));
+    }
+
+    #[test]
+    fn a_charge_of_zero_records_nothing() {
+        let clock = ManualClock::new();
+        let tokens = on(Gcra::new(per_second(10)).unwrap(), &clock);
+        let nothing = tokens.charge(0);
+        assert_eq!(
+            (nothing.asked(), nothing.recorded(), nothing.forgiven()),
+            (0, 0, 0)
+        );
+        assert_eq!(nothing.decision().remaining(), 9, "what one permit leaves");
+    }
+
+    #[test]
+    fn settle_charges_above_the_estimate_and_refunds_below() {
+        let clock = ManualClock::new();
+        let tokens = on(
+            FixedWindow::new(Quota::per_minute(1_000).unwrap()).unwrap(),
+            &clock,
+        );
+        let above = tokens.reserve_estimate(100).unwrap();
+        assert_eq!(above.reserved(), 100);
+        let settled = above.settle(1_500);
+        assert_eq!((settled.asked(), settled.recorded()), (1_400, 1_400));
+        assert!(settled.decision().is_denied());
+        // 1,500 of 1,000: 500 carried into the next minute.
+        clock.advance(Duration::from_secs(60));
+        let below = tokens.reserve_estimate(300).unwrap();
+        assert!(below.is_allowed());
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 200);
+        let settled = below.settle(50);
+        assert_eq!(settled.refunded(), 250);
+        // What one more permit would leave.
+        assert_eq!(settled.decision().remaining(), 449);
+        let exact = tokens.reserve_estimate(10).unwrap().settle(10);
+        assert_eq!((exact.recorded(), exact.refunded()), (0, 0));
+        assert_eq!(exact.decision().remaining(), 439);
+    }
+
+    #[test]
+    fn a_refused_reservation_reserved_nothing_and_its_settle_charges_all() {
+        let clock = ManualClock::new();
+        let tokens = on(Gcra::new(per_second(10)).unwrap(), &clock);
+        assert!(tokens.check_n(10).unwrap().is_allowed());
+        let refused = tokens.reserve_estimate(5).unwrap();
+        assert!(!refused.is_allowed());
+        assert_eq!(refused.reserved(), 0);
+        let settled = refused.settle(5);
+        assert_eq!(settled.recorded(), 5, "the work done is paid for");
+        assert_eq!(settled.decision().retry_after(), Duration::from_millis(600));
+    }
+
+    #[test]
+    fn a_reservation_dropped_unsettled_stands_at_the_estimate() {
+        let clock = ManualClock::new();
+        let tokens = on(Gcra::new(per_second(10)).unwrap(), &clock);
+        drop(tokens.reserve_estimate(6).unwrap());
+        assert_eq!(tokens.peek_n(0).unwrap().remaining(), 4);
+        // Too large an estimate is the check's error.
+        assert!(tokens.reserve_estimate(11).is_err());
+    }
+
+    #[test]
+    fn a_keyed_reservation_settles_on_its_own_key() {
+        let clock = ManualClock::new();
+        let tokens: KeyedLimiter<String, FixedWindow> =
+            KeyedLimiter::builder(FixedWindow::new(per_second(10)).unwrap())
+                .clock(clock.clone())
+                .build();
+        let alice = tokens.reserve_estimate("alice", 4).unwrap();
+        assert_eq!(alice.key(), "alice");
+        let settled = alice.settle(14);
+        assert_eq!(settled.recorded(), 10);
+        assert!(tokens.peek("alice").is_denied());
+        assert_eq!(tokens.peek_n("bob", 0).unwrap().remaining(), 10);
+        clock.advance(SEC);
+        assert_eq!(tokens.peek_n("alice", 0).unwrap().remaining(), 6);
+        let charged = tokens.charge("carol", u64::MAX);
+        assert_eq!(charged.recorded(), 10 * (DEBT_PERIODS + 1));
+    }
+
+    #[test]
+    fn under_a_list_a_charge_records_nothing_and_says_so() {
+        let clock = ManualClock::new();
+        let tokens = on(Gcra::new(per_second(10)).unwrap(), &clock);
+        tokens.allow();
+        let charge = tokens.charge(50);
+        assert_eq!((charge.recorded(), charge.forgiven()), (0, 50));
     }
 }
