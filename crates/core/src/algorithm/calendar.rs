@@ -39,7 +39,11 @@
 //!
 //! The index of the unit since the epoch (minutes, …, months) in the high
 //! 32 bits and the count in the low 32, updated by compare-and-swap like
-//! [`FixedWindow`](crate::FixedWindow): a limit must fit in 32 bits. The
+//! [`FixedWindow`](crate::FixedWindow): a limit must fit in 32 bits. A
+//! charge takes the count past the limit and the excess carries into the
+//! following units as the fixed window's does (a unit that ends with
+//! `limit + D` starts the next with `D`), up to the limit and
+//! [`DEBT_PERIODS`] limits of debt, within the 32-bit count (the cap). The
 //! quota's period is the unit's longest length (31 days for a month), for
 //! callers that read it as a rate.
 

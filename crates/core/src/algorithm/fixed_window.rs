@@ -8,11 +8,23 @@
 //! `2·limit`; use [`SlidingLog`](crate::SlidingLog) when that matters).
 //! `retry_after` for a denial is exactly the time to the next window.
 //!
+//! # Charges: the count past the limit carries over
+//!
+//! A charge ([`Limiter::charge`](crate::Limiter::charge)) records its whole
+//! cost, taking the count past the limit `L`; the excess carries into the
+//! following windows: a window that ends with count `L + D` starts the next
+//! with `D`, the one after with `D − L`, … (floored at 0), so a debt is
+//! repaid at `L` a window. A count never exceeds `L` and
+//! [`DEBT_PERIODS`] limits of debt, nor what the count field holds (the
+//! cap; see [charges](crate::algorithm#charges-debt-and-its-cap)). A denial
+//! in debt waits for the first window whose carried count leaves room.
+//!
 //! # State: one `u64`
 //!
 //! The window index in the high bits and the count in the low `c` bits, so
-//! that admission is one compare-and-swap. A count from an earlier window
-//! reads as zero; a fresh state is window 0, count 0. Memory per limiter: 8
+//! that admission and a charge are each one compare-and-swap. A count from
+//! an earlier window reads as what it carries over (0 unless it was past
+//! the limit); a fresh state is window 0, count 0. Memory per limiter: 8
 //! bytes.
 //!
 //! The count field is `c = max(bits(limit), 64 − bits(⌊(2^64 − 1) / T⌋))`
@@ -147,8 +159,8 @@ impl FixedWindow {
             let never = u64::MAX;
             return (Decision::deny(limit, 0, never, never), None);
         }
-        // `count` may exceed the limit after a quota change (see the module
-        // docs); `cost ≤ limit − count` without overflow for costs near
+        // `count` may exceed the limit after a charge or a quota change (see
+        // the module docs); `cost ≤ limit − count` without overflow for costs near
         // `u64::MAX`.
         if count <= limit && cost <= limit - count {
             let used = count + cost;
@@ -337,8 +349,8 @@ impl Algorithm for FixedWindow {
             count
         };
         let limit = self.quota.limit();
-        // Not capped at the new limit (a count above it is denied until the
-        // window ends), only at what the count field holds.
+        // Not capped at the new limit (a count above it carries over as a
+        // debt), only at what the count field holds.
         let used = match carry {
             Carry::Reset => 0,
             Carry::Keep => used,

@@ -11,6 +11,9 @@
 //! | [`AnyAlgorithm`](any::AnyAlgorithm) | its variant's | its variant's | its variant's |
 //! | [`AllOf`] (several limits) | each limit's own, all-or-nothing | the limits' cells and a mutex | lock-free denials, admissions under the mutex |
 //!
+//! With charges, each guarantee holds for admissions and charges together
+//! up to the debt still owed: see [below](#charges-debt-and-its-cap).
+//!
 //! Every transition is a function of (state, now, cost) and the algorithm's
 //! parameters, with no clock and no I/O of its own: the
 //! [`Limiter`](crate::Limiter) brings the time and the storage, and the Redis
@@ -190,7 +193,8 @@ pub enum Carry {
     /// to 20 at once it has still none left. This holds across any sequence
     /// of changes: a change never gives back a permit already taken. The
     /// GCRA carries its debt in permits (rounded up); the fixed window its
-    /// count in the window current under the new period (exactly up to the
+    /// count (with any debt it carries) in the window current under the new
+    /// period (exactly up to the
     /// width of its count field: see [`FixedWindow`]); the sliding log keeps
     /// every admission time still inside the new period; a wheel with the
     /// same geometry keeps its slots, one with another slot count or period

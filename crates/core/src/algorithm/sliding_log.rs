@@ -12,7 +12,10 @@
 //!
 //! The admission times, oldest first, as runs of `(time, count)` so that a
 //! request of cost `n` is one entry, not `n`. Expired runs are dropped when a
-//! request is admitted; a denial reads and never writes. Memory: a mutex, a
+//! request is admitted; a denial reads and never writes. A charge appends
+//! its excess as runs stamped one, two, … periods on (see
+//! [`SlidingLog::charge`]): at most [`DEBT_PERIODS`] more runs, and
+//! `(DEBT_PERIODS + 1) · limit` permits in all. Memory: a mutex, a
 //! `VecDeque` header and at most `limit` runs of 16 bytes; with requests of
 //! cost 1 at distinct instants that is `16 · limit` bytes (after a quota
 //! change with [`Carry::Keep`], up to the previous limit's until they age
@@ -143,8 +146,8 @@ impl SlidingLog {
             Some(newest) if live > 0 => full_after(newest),
             _ => 0,
         };
-        // `live` may exceed the limit after a quota change (see
-        // `carry_cell`); `cost ≤ limit − live`, not `live + cost ≤ limit`:
+        // `live` may exceed the limit after a charge or a quota change (see
+        // `charge`, `carry_cell`); `cost ≤ limit − live`, not `live + cost ≤ limit`:
         // the sum overflows for costs near `u64::MAX`.
         if live <= limit && cost <= limit - live {
             let reset_after = if cost > 0 {

@@ -33,8 +33,14 @@
 //!
 //! # State
 //!
-//! The epoch of the newest slot, the running total and `n` counters:
-//! `8·n + 16` bytes plus a mutex. Slots that leave the window are zeroed only
+//! The epoch of the newest slot, the running total, a debt and `n`
+//! counters: `8·n + 24` bytes plus a mutex. A charge puts what the window
+//! has room for in the current slot and keeps the rest as the debt, which
+//! fills each slot's room as older slots leave the window (with one slot,
+//! the fixed window's carry); the wheel and its debt hold at most
+//! `(DEBT_PERIODS + 1) · limit`. While in debt no deny hint is published
+//! (the locked path works the waits out, on a copy run forward to the
+//! epoch the debt is paid in: whole cycles at once, so `O(n)`). Slots that leave the window are zeroed only
 //! when a request is admitted; a denial reads and never writes.
 //!
 //! # Clock going backwards
