@@ -622,6 +622,28 @@ fn charges_against_model<S: Subject>(
             );
             prop_assert_eq!(charged.forgiven(), charge - recorded);
             (charged.decision(), want, "charge")
+        } else if cost <= capacity && cost % 4 == 1 {
+            // Reserve, then settle at twice the estimate (or, refused, at
+            // the estimate: the work went ahead and is paid in full): the
+            // reservation is the model's check, the settle its charge of
+            // what the reservation did not hold.
+            let reserved = limiter.reserve_estimate(cost).unwrap();
+            let want = model.check(now, cost);
+            prop_assert_eq!(
+                Expected::from(reserved.decision()),
+                want,
+                "step {} reserve",
+                i
+            );
+            let (actual, held) = if reserved.is_allowed() {
+                (cost.saturating_mul(2), cost)
+            } else {
+                (cost, 0)
+            };
+            let settled = reserved.settle(actual);
+            let (want, recorded) = model.charge(now, actual - held);
+            prop_assert_eq!(settled.recorded(), recorded, "step {} settle: recorded", i);
+            (settled.decision(), want, "settle")
         } else if cost <= capacity {
             (
                 limiter.check_n(cost).unwrap(),

@@ -40,8 +40,9 @@
 //! the fixed window's carry); the wheel and its debt hold at most
 //! `(DEBT_PERIODS + 1) · limit`. While in debt no deny hint is published
 //! (the locked path works the waits out, on a copy run forward to the
-//! epoch the debt is paid in: whole cycles at once, so `O(n)`). Slots that leave the window are zeroed only
-//! when a request is admitted; a denial reads and never writes.
+//! epoch the debt is paid in: whole cycles at once, so `O(n)`). Slots that
+//! leave the window are zeroed only when a request is admitted; a denial
+//! reads and never writes.
 //!
 //! # Clock going backwards
 //!
