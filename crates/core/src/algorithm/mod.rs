@@ -193,8 +193,9 @@ pub enum Carry {
     /// to 20 at once it has still none left. This holds across any sequence
     /// of changes: a change never gives back a permit already taken. The
     /// GCRA carries its debt in permits (rounded up); the fixed window its
-    /// count (with any debt it carries) in the window current under the new
-    /// period (exactly up to the
+    /// count in the window current under the new period (a count above a
+    /// lowered limit then carries into the following windows as a charge's
+    /// debt does) (exactly up to the
     /// width of its count field: see [`FixedWindow`]); the sliding log keeps
     /// every admission time still inside the new period; a wheel with the
     /// same geometry keeps its slots, one with another slot count or period
