@@ -145,20 +145,21 @@ impl DirectControls {
 
     /// A charge under the lists and the penalty: recorded only when the
     /// limit decides (see the module docs); then what a request of one
-    /// permit would be told.
+    /// permit would be told, and the permits recorded.
     pub(crate) fn charge<A: Algorithm>(
         &self,
         algorithm: &A,
         cell: &A::Cell,
         now: Nanos,
         cost: u64,
-    ) -> Decision {
+    ) -> (Decision, u64) {
         // Relaxed: see `any`.
         let listed = self.listed.load(Ordering::Relaxed) != UNLISTED;
+        let mut recorded = 0;
         if !listed && self.penalty(algorithm, cell, now).is_none() {
-            algorithm.charge_cell(cell, now, cost);
+            recorded = algorithm.charge_cell(cell, now, cost);
         }
-        self.decide(algorithm, cell, now, 1, false).1
+        (self.decide(algorithm, cell, now, 1, false).1, recorded)
     }
 
     /// Decides a request of `cost` at `now` under the lists and the penalty,

@@ -83,6 +83,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithm;
+pub mod budget;
 pub mod clock;
 pub mod concurrency;
 pub mod control;
@@ -105,6 +106,7 @@ mod wall_clock;
 pub use algorithm::{
     Algorithm, AllOf, Carry, FixedWindow, Gcra, SlidingLog, SlidingWindow, WarmUp,
 };
+pub use budget::{Charge, KeyedReserved, Reserved};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{CachedClock, Clock, ClockSource, ManualClock, MonotonicClock, Nanos, QuantaClock};

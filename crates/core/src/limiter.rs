@@ -7,6 +7,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithm::Carry;
 use crate::algorithm::{Algorithm, Gcra};
+use crate::budget::{Charge, Reserved};
 use crate::clock::{Clock, Nanos, QuantaClock};
 use crate::control::DirectControls;
 use crate::decision::{CostError, Decision};
@@ -183,39 +184,105 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 
     /// Records `cost` permits used now, whether or not they fit, and returns
     /// what a request of one permit would be told right after (as
-    /// [`peek`](Limiter::peek)).
-    ///
-    /// This is the second half of *reserve, then settle*, for costs learnt
-    /// after the fact (bytes sent, tokens generated): admit the request with
-    /// [`check_n`](Limiter::check_n) of what it is sure to cost (often 1),
-    /// then charge the rest once known. A charge is never refused (the work
-    /// is done), so it can take a key past its limit; what each algorithm
-    /// can owe:
-    ///
-    /// - [`Gcra`]: all of it. Later requests wait until the debt is paid at
-    ///   the quota's rate, exactly as if the permits had been taken one by
-    ///   one as they came due: any interval of length `t` that ends after a
-    ///   charge admits at most `burst + rate·t` permits, counting the charge.
-    /// - The window algorithms ([`FixedWindow`](crate::FixedWindow),
-    ///   [`SlidingLog`](crate::SlidingLog),
-    ///   [`SlidingWindow`](crate::SlidingWindow)): up to the room left in
-    ///   the window, which is then full. A window never counts more than its
-    ///   limit, so the rest of the charge is forgiven when the permits leave
-    ///   the window; their guarantee holds for admissions and charges
-    ///   together.
-    /// - [`AllOf`](crate::AllOf): each limit by its own rule.
+    /// [`peek`](Limiter::peek)): [`charge`](Limiter::charge) without the
+    /// report of what was recorded.
     ///
     /// A cost of 0 records nothing; no cost is an error.
     pub fn charge_n(&self, cost: u64) -> Decision {
+        self.charge(cost).decision()
+    }
+
+    /// Records `cost` permits used now, whether or not they fit: a cost
+    /// learnt after the fact (bytes sent, tokens generated). A charge is
+    /// never refused (the work is done): what does not fit is a debt, and
+    /// later requests are refused until it is repaid at the quota's rate,
+    /// by each algorithm's rule (see
+    /// [Charges, debt and its cap](crate::algorithm#charges-debt-and-its-cap)):
+    ///
+    /// - [`Gcra`]: the TAT runs past `now + burst·T`; later requests wait
+    ///   until the debt is paid, as if the permits had been taken one by one
+    ///   as they came due.
+    /// - [`FixedWindow`](crate::FixedWindow) and calendar windows: the count
+    ///   runs past the limit `L`, and a window that ends with `L + D` starts
+    ///   the next with `D`.
+    /// - [`SlidingLog`](crate::SlidingLog): the excess is stamped one, two, …
+    ///   periods on, `L` a period.
+    /// - [`SlidingWindow`](crate::SlidingWindow): the excess fills each slot's
+    ///   room as older slots leave the window.
+    /// - [`AllOf`](crate::AllOf): each limit by its own rule.
+    ///
+    /// The debt is capped at [`DEBT_PERIODS`](crate::algorithm::DEBT_PERIODS)
+    /// periods of the quota: what a charge cannot record within the cap is
+    /// reported as [`Charge::forgiven`] (the state stays at the cap). A
+    /// cost of 0 records nothing. Under a list or a penalty nothing is
+    /// recorded (see [`control`](crate::control)): all of it is reported
+    /// forgiven.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{FixedWindow, Limiter, ManualClock, Quota};
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let clock = ManualClock::new();
+    /// let tokens = Limiter::with_clock(FixedWindow::new(Quota::per_minute(100)?)?, clock.clone());
+    /// assert!(tokens.check_n(0)?.is_allowed());
+    /// // The response used 150 tokens: 50 are owed to the next minute.
+    /// let charge = tokens.charge(150);
+    /// assert_eq!((charge.recorded(), charge.forgiven()), (150, 0));
+    /// assert!(charge.decision().is_denied());
+    /// clock.advance(Duration::from_secs(60));
+    /// assert_eq!(tokens.peek_n(0)?.remaining(), 50);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn charge(&self, cost: u64) -> Charge {
         let shared = &*self.shared;
         let now: Nanos = shared.clock.now();
         if shared.controls.any() {
-            return self.with_current(|algorithm, cell| {
-                shared.controls.charge(algorithm, cell, now, cost)
-            });
+            let (decision, recorded) = self
+                .with_current(|algorithm, cell| shared.controls.charge(algorithm, cell, now, cost));
+            return Charge::new(decision, cost, recorded);
         }
-        shared.algorithm.charge_cell(&shared.cell, now, cost);
-        shared.algorithm.peek_cell(&shared.cell, now, 1)
+        let recorded = shared.algorithm.charge_cell(&shared.cell, now, cost);
+        Charge::new(
+            shared.algorithm.peek_cell(&shared.cell, now, 1),
+            cost,
+            recorded,
+        )
+    }
+
+    /// Reserves `estimate` permits for work whose real cost is known only
+    /// after it is done: a [`check_n`](Limiter::check_n) of the estimate
+    /// (admitted and recorded, or refused), returned as a [`Reserved`] to
+    /// [`settle`](Reserved::settle) with the real cost. See
+    /// [`budget`](crate::budget) for the rules (a reservation dropped
+    /// without a settle stands as charged at the estimate).
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Limiter::check_n): an estimate above the capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Gcra, Limiter, ManualClock, Quota};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let tokens = Limiter::with_clock(Gcra::new(Quota::per_minute(1000)?)?, ManualClock::new());
+    /// let reserved = tokens.reserve_estimate(300)?;
+    /// assert!(reserved.is_allowed());
+    /// // The response used 120: 180 go back.
+    /// let settled = reserved.settle(120);
+    /// assert_eq!(settled.refunded(), 180);
+    /// assert_eq!(tokens.peek_n(0)?.remaining(), 880);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reserve_estimate(&self, estimate: u64) -> Result<Reserved<A, C>, CostError> {
+        let decision = self.check_n(estimate)?;
+        Ok(Reserved::new(self.clone(), decision, estimate))
     }
 
     /// The algorithm and its parameters now (a copy: it can change, see
@@ -673,15 +740,26 @@ mod tests {
         clock.advance(Duration::from_nanos(1));
         assert!(gcra.check().is_allowed());
 
-        // A window records up to its room: it is full, and frees at its end.
+        // A window records all of it: 11 of 3, so 8, 5, then 2 carried
+        // into the next three windows.
         let window = Limiter::with_clock(FixedWindow::new(quota()).unwrap(), clock.clone());
         assert!(window.check().is_allowed());
-        let after = window.charge_n(10);
-        assert!(after.is_denied());
-        clock.advance(after.retry_after());
-        assert_eq!(window.check().remaining(), 2);
-        // What one more permit would leave.
-        assert_eq!(window.charge_n(0).remaining(), 1);
+        let after = window.charge(10);
+        assert_eq!((after.recorded(), after.forgiven()), (10, 0));
+        assert!(after.decision().is_denied());
+        assert_eq!(
+            after.decision().retry_after(),
+            Duration::from_secs(3) - Duration::from_nanos(clock.now().as_u64() % 1_000_000_000)
+        );
+        clock.advance(after.decision().retry_after() - Duration::from_nanos(1));
+        assert!(window.check().is_denied());
+        clock.advance(Duration::from_nanos(1));
+        assert_eq!(window.check().remaining(), 0);
+        // What one more permit would leave (nothing), and a charge of 0
+        // records nothing.
+        let nothing = window.charge(0);
+        assert_eq!((nothing.recorded(), nothing.forgiven()), (0, 0));
+        assert_eq!(nothing.decision().remaining(), 0);
     }
 
     #[test]

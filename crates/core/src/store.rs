@@ -100,26 +100,6 @@ macro_rules! word_update_mut {
 }
 pub(crate) use word_update_mut;
 
-/// Applies `next` to the word in `cell` atomically, unconditionally (a
-/// charge): the same compare-and-swap loop as `word_update!`, always
-/// writing.
-#[inline]
-pub(crate) fn word_apply(cell: &AtomicU64, mut next: impl FnMut(u64) -> u64) {
-    let mut current = word_load(cell);
-    loop {
-        // Relaxed on both outcomes, as in `word_update`.
-        match cell.compare_exchange_weak(
-            current,
-            next(current),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        ) {
-            Ok(_) => return,
-            Err(actual) => current = actual,
-        }
-    }
-}
-
 /// What a locked state publishes for lock-free denials of cost 1.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DenyHint {

@@ -392,3 +392,42 @@ fn threads_checking_singly_and_in_batches_admit_exactly_the_burst_per_key() {
         "{total} admitted"
     );
 }
+
+#[test]
+fn charges_carry_a_debt_and_reservations_settle_on_their_key() {
+    let clock = ManualClock::new();
+    let window = FixedWindow::new(Quota::per_second(10).unwrap()).unwrap();
+    let limiter = CompactKeyedLimiter::<u64, FixedWindow>::builder(window, 2)
+        .clock(clock.clone())
+        .sweep_every(None)
+        .build()
+        .expect("table");
+    // A charge of 0 creates no state.
+    let nothing = limiter.charge(&1, 0);
+    assert_eq!((nothing.recorded(), limiter.len()), (0, 0));
+    // 25 of 10: 15 carried into the next second, 5 into the one after.
+    assert_eq!(limiter.charge(&1, 25).recorded(), 25);
+    assert!(limiter.peek(&1).is_denied());
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(limiter.check_n(&1, 0).unwrap().remaining(), 5);
+    // Reserve 4, use 1: 3 come back, on key 1 only.
+    let reserved = limiter.reserve_estimate(&1, 4).unwrap();
+    assert_eq!((*reserved.key(), reserved.reserved()), (1, 4));
+    let settled = reserved.settle(1);
+    assert_eq!(settled.refunded(), 3);
+    assert_eq!(limiter.check_n(&1, 0).unwrap().remaining(), 4);
+    // Never above full; then idle, and swept.
+    assert_eq!(limiter.refund(&1, 100).remaining(), 9);
+    assert_eq!(limiter.sweep(), 1);
+    // u64::MAX stops at the cap: the limit and 16 limits of debt.
+    assert_eq!(limiter.charge(&2, u64::MAX).recorded(), 170);
+    assert_eq!(limiter.charge(&3, 1).recorded(), 1);
+    // The table is full: a new key's charge goes to the overflow state.
+    let overflowed = limiter.charge(&4, 30);
+    assert_eq!(overflowed.recorded(), 30);
+    assert_eq!(limiter.stats().overflowed, 1);
+    assert!(
+        limiter.check(&5).is_denied(),
+        "the overflow state is in debt"
+    );
+}

@@ -1276,7 +1276,8 @@ fn a_charge_while_the_map_is_full_goes_to_the_overflow_state() {
     let clock = ManualClock::new();
     let limiter: KeyedLimiter<u64, FixedWindow> = keyed(fixed(5, SEC), &clock).max_keys(1).build();
     assert!(limiter.check(&1).is_allowed());
-    // Key 2 has no slot: its charge fills the shared overflow window.
+    // Key 2 has no slot: its charge fills the shared overflow window (and
+    // owes the rest to the next ones).
     assert!(limiter.charge_n(&2, 50).is_denied());
     assert!(limiter.check(&3).is_denied(), "the overflow window is full");
     assert_eq!(limiter.peek(&1).remaining(), 3, "key 1 keeps its own state");
@@ -1319,18 +1320,21 @@ fn frozen_charges<A: Algorithm>(algorithm: A) -> (u64, u64, tollgate::Decision) 
 #[test]
 fn frozen_clock_charges_racing_checks_lose_nothing() {
     // 100 per second, burst 50: a permit every 10 ms. Every admission and
-    // every charge moved the TAT by 10 ms, whatever the interleaving: the
-    // key waits out exactly the permits beyond the burst, plus one.
+    // every charge moved the TAT by 10 ms, whatever the interleaving, up to
+    // the debt cap (16 periods: 1,600 permits past the burst): the key
+    // waits out exactly the permits beyond the burst, capped, plus one.
     let (admitted, charged, after) = frozen_charges(gcra(100, SEC, 50));
     assert!(admitted <= 50, "gcra: {admitted} admitted, burst 50");
+    let owed = (admitted + charged - 50).min(16 * 100);
     assert_eq!(
         after.retry_after(),
-        Duration::from_millis(10 * (admitted + charged - 50 + 1)),
+        Duration::from_millis(10 * (owed + 1)),
         "gcra: {admitted} admitted and {charged} charged"
     );
 
-    // A window records up to its room: full at the end, whatever the
-    // interleaving, and the checks never admitted more than the limit.
+    // A window records every charge as debt (up to its cap): full at the
+    // end, whatever the interleaving, and the checks never admitted more
+    // than the limit.
     let windows = [
         ("fixed window", frozen_charges(fixed(50, SEC))),
         ("sliding log", frozen_charges(log(50, SEC))),

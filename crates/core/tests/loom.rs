@@ -61,6 +61,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use loom::thread;
+use tollgate::algorithm::calendar::{CalendarUnit, CalendarWindow};
 use tollgate::algorithm::sliding_log::LogState;
 use tollgate::algorithm::sliding_window::WheelState;
 use tollgate::algorithm::warm_up::WarmState;
@@ -1181,10 +1182,11 @@ fn gcra_charge_racing_a_check_loses_nothing() {
 }
 
 #[test]
-fn fixed_window_charge_racing_a_check_takes_only_the_room() {
-    // Limit 3. Charge first: the window is full, the check is denied. Check
-    // first: 2 admitted, the charge takes the 1 left. A charge that peeked
-    // the room of 3 before the check landed must retry and take 1.
+fn fixed_window_charge_racing_a_check_records_it_all() {
+    // Limit 3. Charge first: 5 of 3, the check is denied. Check first: 2
+    // admitted, then the charge takes the count to 7 (a debt of 4). A
+    // charge that read the count before the check landed must retry on
+    // the count the check left.
     let window = FixedWindow::new(quota(3, 100)).expect("fixed window");
     charge_race(
         "fixed window, charge_n(5) | check_n(2)",
@@ -1196,7 +1198,85 @@ fn fixed_window_charge_racing_a_check_takes_only_the_room() {
 }
 
 #[test]
-fn sliding_log_charge_racing_a_check_takes_only_the_room() {
+fn sliding_log_charge_racing_a_check_records_it_all() {
     let log = SlidingLog::new(quota(3, 100)).expect("sliding log");
     charge_race("sliding log, charge_n(5) | check_n(2)", log, 1_000, 5, 2);
+}
+
+#[test]
+fn calendar_charge_racing_a_check_records_it_all() {
+    // 3 a minute. Charge first: 5 of 3, the check is denied. Check first:
+    // 2 admitted, then a debt of 4 carried into the next minute.
+    let calendar = CalendarWindow::new(CalendarUnit::Minute, 3).expect("calendar window");
+    charge_race("calendar, charge_n(5) | check_n(2)", calendar, 1_000, 5, 2);
+}
+
+#[test]
+fn capped_charges_racing_a_check_stop_at_the_cap() {
+    // `u64::MAX` records up to the debt cap in either order; the check is
+    // admitted only if it ran first.
+    charge_race(
+        "gcra, charge_n(u64::MAX) | check_n(1)",
+        gcra_burst_2(),
+        1_000,
+        u64::MAX,
+        1,
+    );
+    let window = FixedWindow::new(quota(3, 100)).expect("fixed window");
+    charge_race(
+        "fixed window, charge_n(u64::MAX) | check_n(2)",
+        window,
+        1_000,
+        u64::MAX,
+        2,
+    );
+}
+
+/// Races `charge(a)` on the main thread against `charge(b)` on another, on
+/// a clock frozen at `at`: both land (or stop at the cap) in every
+/// interleaving, the permits recorded add up to those of either sequential
+/// order, and the state left is that order's.
+fn charges_race<A: Algorithm + Clone>(name: &'static str, algorithm: A, at: u64, a: u64, b: u64) {
+    let fresh =
+        move || Limiter::with_clock(algorithm.clone(), ManualClock::starting_at(Nanos::new(at)));
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(5);
+    }
+    builder.check(move || {
+        let sequential = fresh();
+        let recorded = sequential.charge(a).recorded() + sequential.charge(b).recorded();
+        let want = sequential.peek();
+        let limiter = fresh();
+        let other = limiter.clone();
+        let handle = thread::spawn(move || other.charge(b).recorded());
+        let mine = limiter.charge(a).recorded();
+        let theirs = handle.join().expect("the charging thread panicked");
+        let got = limiter.peek();
+        assert_eq!(mine + theirs, recorded, "{name}: permits recorded");
+        assert_eq!(
+            (got.remaining(), got.retry_after(), got.reset_after()),
+            (want.remaining(), want.retry_after(), want.reset_after()),
+            "{name}: the state left"
+        );
+    });
+}
+
+#[test]
+fn two_charges_racing_both_land() {
+    charges_race("gcra, charge(3) | charge(4)", gcra_burst_2(), 1_000, 3, 4);
+    let window = FixedWindow::new(quota(3, 100)).expect("fixed window");
+    charges_race("fixed window, charge(3) | charge(4)", window, 1_000, 3, 4);
+    let calendar = CalendarWindow::new(CalendarUnit::Minute, 3).expect("calendar window");
+    charges_race("calendar, charge(3) | charge(4)", calendar, 1_000, 3, 4);
+    // Together past the cap (17 · 3 = 51 for the window): the first to
+    // land records its all, the other what is left.
+    let window = FixedWindow::new(quota(3, 100)).expect("fixed window");
+    charges_race(
+        "fixed window, charge(40) | charge(40)",
+        window,
+        1_000,
+        40,
+        40,
+    );
 }

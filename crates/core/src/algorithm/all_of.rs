@@ -223,13 +223,18 @@ impl<A: Algorithm> Algorithm for AllOf<A> {
             .unwrap_or_else(|denial| denial)
     }
 
-    /// Charges every limit by its own rule, under the admission lock so that
-    /// no admission is decided between two of the charges.
-    fn charge_cell(&self, cell: &AllCell<A::Cell>, now: Nanos, cost: u64) {
+    /// Charges every limit by its own rule and debt cap, under the
+    /// admission lock so that no admission is decided between two of the
+    /// charges. Reports the least any limit recorded (what the tightest cap
+    /// let through).
+    fn charge_cell(&self, cell: &AllCell<A::Cell>, now: Nanos, cost: u64) -> u64 {
         let _admitting = lock(&cell.admit);
-        for (limit, cell) in self.limits.iter().zip(cell.cells.iter()) {
-            limit.charge_cell(cell, now, cost);
-        }
+        self.limits
+            .iter()
+            .zip(cell.cells.iter())
+            .map(|(limit, cell)| limit.charge_cell(cell, now, cost))
+            .min()
+            .unwrap_or(0)
     }
 
     fn is_idle(&self, cell: &AllCell<A::Cell>, now: Nanos) -> bool {

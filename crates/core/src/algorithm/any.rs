@@ -219,8 +219,8 @@ impl Algorithm for AnyAlgorithm {
         dispatch!(self, cell, |a, c| a.peek_cell(c, now, cost), self.closed())
     }
 
-    fn charge_cell(&self, cell: &AnyCell, now: Nanos, cost: u64) {
-        dispatch!(self, cell, |a, c| a.charge_cell(c, now, cost), ())
+    fn charge_cell(&self, cell: &AnyCell, now: Nanos, cost: u64) -> u64 {
+        dispatch!(self, cell, |a, c| a.charge_cell(c, now, cost), 0)
     }
 
     fn is_idle(&self, cell: &AnyCell, now: Nanos) -> bool {

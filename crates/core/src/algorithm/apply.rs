@@ -68,3 +68,45 @@ pub(crate) fn locked_change<T: LockedTransition>(
     let hint = transition.hint(&state);
     cell.publish(&state, hint);
 }
+
+/// Applies a charge to the word in `cell` atomically: `next` returns the
+/// word to store (`None`: nothing to write) and the permits it records; a
+/// compare-and-swap loop recomputed from the current value until it
+/// succeeds. Returns the permits recorded by the transition that landed.
+#[inline]
+pub(crate) fn word_charge(
+    cell: &AtomicU64,
+    mut next: impl FnMut(u64) -> (Option<u64>, u64),
+) -> u64 {
+    // Relaxed: the word is the whole state and publishes no other memory
+    // (as in `store::word_load`).
+    let mut current = cell.load(Ordering::Relaxed);
+    loop {
+        let (value, recorded) = next(current);
+        let Some(value) = value else {
+            return recorded;
+        };
+        // Relaxed on both outcomes, as in `store::word_update`: the
+        // modification order of this one word orders every transition, and
+        // a failed exchange recomputes the charge from the value it found.
+        match cell.compare_exchange_weak(current, value, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return recorded,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// Changes a locked state with `change` under its lock, as
+/// [`locked_change`], and returns what `change` returns (a charge's
+/// recorded permits).
+pub(crate) fn locked_charge<T: LockedTransition>(
+    transition: &T,
+    cell: &Locked<T::State>,
+    change: impl FnOnce(&mut T::State) -> u64,
+) -> u64 {
+    let mut state = cell.lock();
+    let recorded = change(&mut state);
+    let hint = transition.hint(&state);
+    cell.publish(&state, hint);
+    recorded
+}

@@ -39,14 +39,18 @@
 //!
 //! The index of the unit since the epoch (minutes, …, months) in the high
 //! 32 bits and the count in the low 32, updated by compare-and-swap like
-//! [`FixedWindow`](crate::FixedWindow): a limit must fit in 32 bits. The
+//! [`FixedWindow`](crate::FixedWindow): a limit must fit in 32 bits. A
+//! charge takes the count past the limit and the excess carries into the
+//! following units as the fixed window's does (a unit that ends with
+//! `limit + D` starts the next with `D`), up to the limit and
+//! [`DEBT_PERIODS`] limits of debt, within the 32-bit count (the cap). The
 //! quota's period is the unit's longest length (31 days for a month), for
 //! callers that read it as a rate.
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Carry, apply, sealed};
+use crate::algorithm::{Algorithm, Carry, DEBT_PERIODS, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -216,14 +220,9 @@ impl CalendarWindow {
     pub fn transition(&self, state: u64, now: Nanos, cost: u64) -> (Decision, Option<u64>) {
         let limit = self.quota.limit();
         let now = now.as_u64();
-        let (stored, stored_count) = Self::unpack(state);
         let index = self.unit.index(now);
         // An earlier reading is decided in the stored window (no re-credit).
-        let (window, count) = if index > stored || state == 0 {
-            (index, 0)
-        } else {
-            (stored, stored_count)
-        };
+        let (window, count) = self.current(state, index);
         let until_next = match window.checked_add(1).and_then(|next| self.unit.start(next)) {
             Some(end) => end.saturating_sub(now),
             None => u64::MAX,
@@ -243,22 +242,88 @@ impl CalendarWindow {
             };
             (decision, next)
         } else {
-            let retry_after = if cost > limit { u64::MAX } else { until_next };
-            let reset_after = if count > 0 { until_next } else { 0 };
+            // The first unit whose carried count leaves room for `cost`.
+            let retry_after = if cost > limit {
+                u64::MAX
+            } else {
+                self.until_unit(window, now, count.saturating_add(cost) - limit)
+            };
+            let reset_after = if count > 0 {
+                self.until_unit(window, now, count)
+            } else {
+                0
+            };
             let decision =
                 Decision::deny(limit, limit.saturating_sub(count), retry_after, reset_after);
             (decision, None)
         }
     }
 
-    /// The refund: `permits` back from the stored unit's count if it is
-    /// still current, floored at 0 (as [`FixedWindow::refund`](crate::FixedWindow::refund)).
-    pub fn refund(&self, state: u64, now: Nanos, permits: u64) -> Option<u64> {
+    /// The unit and the count current at unit `index`: the stored ones for
+    /// an earlier or the same reading (no re-credit), else `index` with
+    /// what the stored count carries over (a unit that ends with `limit +
+    /// D` starts the next with `D`, as the fixed window's).
+    fn current(&self, state: u64, index: u64) -> (u64, u64) {
         let (stored, count) = Self::unpack(state);
-        if state == 0 || self.unit.index(now.as_u64()) > stored || count == 0 || permits == 0 {
+        if state == 0 {
+            (index, 0)
+        } else if index > stored {
+            let paid = (index - stored).saturating_mul(self.quota.limit());
+            (index, count.saturating_sub(paid))
+        } else {
+            (stored, count)
+        }
+    }
+
+    /// The wait from `now` until the unit in which a count of `over`
+    /// beyond the limit (≥ 1, counted in unit `window`) has drained;
+    /// "never" past the last unit a `u64` names.
+    fn until_unit(&self, window: u64, now: u64, over: u64) -> u64 {
+        let later = over.div_ceil(self.quota.limit());
+        match window
+            .checked_add(later)
+            .and_then(|unit| self.unit.start(unit))
+        {
+            Some(start) => start.saturating_sub(now),
+            None => u64::MAX,
+        }
+    }
+
+    /// The most a count may reach by a charge: the limit and
+    /// [`DEBT_PERIODS`] limits of debt, within the 32-bit count.
+    fn debt_cap(&self) -> u64 {
+        self.quota
+            .limit()
+            .saturating_mul(DEBT_PERIODS + 1)
+            .min(COUNT_MASK)
+    }
+
+    /// The charge: `cost` permits recorded at `now` whether or not they
+    /// fit, the count running past the limit up to the debt cap (as
+    /// [`FixedWindow::charge`](crate::FixedWindow::charge)). The word to
+    /// store (`None`: nothing to write) and the permits recorded.
+    pub fn charge(&self, state: u64, now: Nanos, cost: u64) -> (Option<u64>, u64) {
+        let (window, count) = self.current(state, self.unit.index(now.as_u64()));
+        if cost == 0 {
+            return (None, 0);
+        }
+        let next = count.saturating_add(cost).min(self.debt_cap()).max(count);
+        match Self::pack(window, next) {
+            Some(word) if next > count => (Some(word), next - count),
+            // Nothing to add, or past the last unit (closed).
+            _ => (None, 0),
+        }
+    }
+
+    /// The refund: `permits` back from the count current at `now` (the
+    /// stored unit's, or what it carries into the current one), floored
+    /// at 0 (as [`FixedWindow::refund`](crate::FixedWindow::refund)).
+    pub fn refund(&self, state: u64, now: Nanos, permits: u64) -> Option<u64> {
+        let (window, count) = self.current(state, self.unit.index(now.as_u64()));
+        if count == 0 || permits == 0 {
             return None;
         }
-        Self::pack(stored, count.saturating_sub(permits))
+        Self::pack(window, count.saturating_sub(permits))
     }
 }
 
@@ -302,10 +367,13 @@ impl Algorithm for CalendarWindow {
         self.transition(store::word_load(cell), now, cost).0
     }
 
+    fn charge_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> u64 {
+        apply::word_charge(cell, |state| self.charge(state, now, cost))
+    }
+
     fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {
         let state = store::word_load(cell);
-        let (window, count) = Self::unpack(state);
-        state == 0 || count == 0 || window < self.unit.index(now.as_u64())
+        self.current(state, self.unit.index(now.as_u64())).1 == 0
     }
 
     fn refund_cell(&self, cell: &AtomicU64, now: Nanos, permits: u64) {
@@ -333,12 +401,7 @@ impl Algorithm for CalendarWindow {
         carry: Carry,
     ) -> AtomicU64 {
         let state = store::word_load(cell);
-        let (window, count) = Self::unpack(state);
-        let used = if state == 0 || window < previous.unit.index(now.as_u64()) {
-            0
-        } else {
-            count
-        };
+        let (_, used) = previous.current(state, previous.unit.index(now.as_u64()));
         let used = match carry {
             Carry::Reset => 0,
             Carry::Keep => used,

@@ -8,11 +8,23 @@
 //! `2·limit`; use [`SlidingLog`](crate::SlidingLog) when that matters).
 //! `retry_after` for a denial is exactly the time to the next window.
 //!
+//! # Charges: the count past the limit carries over
+//!
+//! A charge ([`Limiter::charge`](crate::Limiter::charge)) records its whole
+//! cost, taking the count past the limit `L`; the excess carries into the
+//! following windows: a window that ends with count `L + D` starts the next
+//! with `D`, the one after with `D − L`, … (floored at 0), so a debt is
+//! repaid at `L` a window. A count never exceeds `L` and
+//! [`DEBT_PERIODS`] limits of debt, nor what the count field holds (the
+//! cap; see [charges](crate::algorithm#charges-debt-and-its-cap)). A denial
+//! in debt waits for the first window whose carried count leaves room.
+//!
 //! # State: one `u64`
 //!
 //! The window index in the high bits and the count in the low `c` bits, so
-//! that admission is one compare-and-swap. A count from an earlier window
-//! reads as zero; a fresh state is window 0, count 0. Memory per limiter: 8
+//! that admission and a charge are each one compare-and-swap. A count from
+//! an earlier window reads as what it carries over (0 unless it was past
+//! the limit); a fresh state is window 0, count 0. Memory per limiter: 8
 //! bytes.
 //!
 //! The count field is `c = max(bits(limit), 64 − bits(⌊(2^64 − 1) / T⌋))`
@@ -44,7 +56,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, apply, sealed};
+use crate::algorithm::{Algorithm, Carry, DEBT_PERIODS, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -128,9 +140,10 @@ impl FixedWindow {
         let period = u128::from(self.quota.period_nanos());
         let (stored, stored_count) = self.unpack(state);
         let index = now.as_u64() / self.quota.period_nanos();
-        // An earlier reading is decided in the stored window (no re-credit).
+        // An earlier reading is decided in the stored window (no re-credit);
+        // a later one starts with what the stored count carries over.
         let (window, count) = if index > stored {
-            (index, 0)
+            (index, self.carried(stored_count, index - stored))
         } else {
             (stored, stored_count)
         };
@@ -146,8 +159,8 @@ impl FixedWindow {
             let never = u64::MAX;
             return (Decision::deny(limit, 0, never, never), None);
         }
-        // `count` may exceed the limit after a quota change (see the module
-        // docs); `cost ≤ limit − count` without overflow for costs near
+        // `count` may exceed the limit after a charge or a quota change (see
+        // the module docs); `cost ≤ limit − count` without overflow for costs near
         // `u64::MAX`.
         if count <= limit && cost <= limit - count {
             let used = count + cost;
@@ -156,8 +169,17 @@ impl FixedWindow {
             let next = (cost > 0).then(|| self.pack(window, used));
             (decision, next)
         } else {
-            let retry_after = if cost > limit { u64::MAX } else { until_next };
-            let reset_after = if count > 0 { until_next } else { 0 };
+            // The first window whose carried count leaves room for `cost`.
+            let retry_after = if cost > limit {
+                u64::MAX
+            } else {
+                self.until_window(window, now, count.saturating_add(cost) - limit)
+            };
+            let reset_after = if count > 0 {
+                self.until_window(window, now, count)
+            } else {
+                0
+            };
             let decision =
                 Decision::deny(limit, limit.saturating_sub(count), retry_after, reset_after);
             (decision, None)
@@ -166,19 +188,79 @@ impl FixedWindow {
 }
 
 impl FixedWindow {
-    /// The refund: `permits` given back at `now` from the window the state
-    /// counts in, floored at 0. `None` when there is nothing to give back
-    /// (the stored window is over, or empty) or nothing to give. A window
-    /// over is never credited: its permits no longer count anyway, and the
-    /// next one starts empty.
+    /// The count a window holding `count` carries `later` windows on: a
+    /// window that ends with `limit + D` starts the next with `D` (see
+    /// [charges](crate::algorithm#charges-debt-and-its-cap)).
+    #[inline]
+    fn carried(&self, count: u64, later: u64) -> u64 {
+        count.saturating_sub(later.saturating_mul(self.quota.limit()))
+    }
+
+    /// The wait from `now` until the window in which a count of `over`
+    /// beyond the limit (`over` ≥ 1, counted in `window`) has drained: the
+    /// start of window `window + ⌈over / limit⌉`. "Never" when that window
+    /// starts past the last instant or index.
+    fn until_window(&self, window: u64, now: Nanos, over: u64) -> u64 {
+        let later = u128::from(over.div_ceil(self.quota.limit()));
+        let target = u128::from(window) + later;
+        let start = target * u128::from(self.quota.period_nanos());
+        if target > u128::from(self.last_index()) || start > u128::from(u64::MAX) {
+            return u64::MAX;
+        }
+        sat_u64(start - u128::from(now.as_u64()).min(start))
+    }
+
+    /// The most a count may reach by a charge: the limit and
+    /// [`DEBT_PERIODS`] limits of debt, within the count field.
+    #[inline]
+    fn debt_cap(&self) -> u64 {
+        let cap = u128::from(self.quota.limit()) * u128::from(DEBT_PERIODS + 1);
+        sat_u64(cap).min(self.max_count())
+    }
+
+    /// The charge: `cost` permits recorded at `now` whether or not they
+    /// fit, the count running past the limit up to the debt cap. Returns
+    /// the word to store (`None`: nothing to write) and the permits
+    /// recorded. Past the last window (closed) nothing is recorded.
+    #[inline]
+    pub fn charge(&self, state: u64, now: Nanos, cost: u64) -> (Option<u64>, u64) {
+        let (stored, stored_count) = self.unpack(state);
+        let index = now.as_u64() / self.quota.period_nanos();
+        let (window, count) = if index > stored {
+            (index, self.carried(stored_count, index - stored))
+        } else {
+            (stored, stored_count)
+        };
+        if cost == 0 || window > self.last_index() {
+            return (None, 0);
+        }
+        // A count already past the cap (a quota change) stays as it is.
+        let next = count.saturating_add(cost).min(self.debt_cap()).max(count);
+        let recorded = next - count;
+        if recorded == 0 {
+            return (None, 0);
+        }
+        (Some(self.pack(window, next)), recorded)
+    }
+
+    /// The refund: `permits` given back at `now` from the count current at
+    /// `now` (the stored window's, or what it carries into the current
+    /// one), floored at 0. `None` when there is nothing to give back or
+    /// nothing to give. A window over is never credited beyond what it
+    /// carries: its permits no longer count anyway.
     #[inline]
     pub fn refund(&self, state: u64, now: Nanos, permits: u64) -> Option<u64> {
-        let (stored, count) = self.unpack(state);
+        let (stored, stored_count) = self.unpack(state);
         let index = now.as_u64() / self.quota.period_nanos();
-        if index > stored || count == 0 || permits == 0 {
+        let (window, count) = if index > stored {
+            (index, self.carried(stored_count, index - stored))
+        } else {
+            (stored, stored_count)
+        };
+        if count == 0 || permits == 0 || window > self.last_index() {
             return None;
         }
-        Some(self.pack(stored, count.saturating_sub(permits)))
+        Some(self.pack(window, count.saturating_sub(permits)))
     }
 }
 
@@ -228,9 +310,14 @@ impl Algorithm for FixedWindow {
         self.transition(store::word_load(cell), now, cost).0
     }
 
+    fn charge_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> u64 {
+        apply::word_charge(cell, |state| self.charge(state, now, cost))
+    }
+
     fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {
         let (window, count) = self.unpack(store::word_load(cell));
-        count == 0 || window < now.as_u64() / self.quota.period_nanos()
+        let index = now.as_u64() / self.quota.period_nanos();
+        count == 0 || (index > window && self.carried(count, index - window) == 0)
     }
 
     fn refund_cell(&self, cell: &AtomicU64, now: Nanos, permits: u64) {
@@ -255,14 +342,15 @@ impl Algorithm for FixedWindow {
         carry: Carry,
     ) -> AtomicU64 {
         let (window, count) = previous.unpack(store::word_load(cell));
-        let used = if window < now.as_u64() / previous.quota.period_nanos() {
-            0
+        let index = now.as_u64() / previous.quota.period_nanos();
+        let used = if window < index {
+            previous.carried(count, index - window)
         } else {
             count
         };
         let limit = self.quota.limit();
-        // Not capped at the new limit (a count above it is denied until the
-        // window ends), only at what the count field holds.
+        // Not capped at the new limit (a count above it carries over as a
+        // debt), only at what the count field holds.
         let used = match carry {
             Carry::Reset => 0,
             Carry::Keep => used,

@@ -58,7 +58,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, apply, sealed};
+use crate::algorithm::{Algorithm, Carry, DEBT_PERIODS, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -213,12 +213,26 @@ impl Gcra {
     /// The TAT moves `cost · T` past `max(tat, now)`, as an admission would,
     /// even beyond `now + burst · T`: the excess is a debt that later
     /// requests wait out, exactly as if the permits had been taken one by
-    /// one. Saturates at the last representable tick (denied for ever).
+    /// one. The debt is capped at [`DEBT_PERIODS`] periods: the TAT never
+    /// runs past `now + burst·T + DEBT_PERIODS · limit · T` (nor past the
+    /// last representable tick); what does not fit is not recorded.
+    /// Returns the TAT to store (`None`: nothing to write) and the permits
+    /// recorded.
     #[inline]
-    pub fn charge(&self, tat: u64, now: Nanos, cost: u64) -> u64 {
+    pub fn charge(&self, tat: u64, now: Nanos, cost: u64) -> (Option<u64>, u64) {
         let now_ticks = now.as_u64().saturating_mul(self.scale);
-        tat.max(now_ticks)
-            .saturating_add(cost.saturating_mul(self.interval))
+        let base = tat.max(now_ticks);
+        let debt =
+            u128::from(DEBT_PERIODS) * u128::from(self.quota.limit()) * u128::from(self.interval);
+        let cap =
+            (u128::from(now_ticks) + u128::from(self.capacity) + debt).min(u128::from(u64::MAX));
+        let room = cap.saturating_sub(u128::from(base)) / u128::from(self.interval);
+        let recorded = u64::try_from(room).unwrap_or(u64::MAX).min(cost);
+        if recorded == 0 {
+            return (None, 0);
+        }
+        // `base + recorded · T ≤ cap ≤ u64::MAX`.
+        (Some(base + recorded * self.interval), recorded)
     }
 
     /// The refund: `permits` given back at `now`, never above full. The TAT
@@ -338,11 +352,8 @@ impl Algorithm for Gcra {
         self.transition(store::word_load(cell), now, cost).0
     }
 
-    fn charge_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) {
-        if cost == 0 {
-            return;
-        }
-        store::word_apply(cell, |tat| self.charge(tat, now, cost));
+    fn charge_cell(&self, cell: &AtomicU64, now: Nanos, cost: u64) -> u64 {
+        apply::word_charge(cell, |tat| self.charge(tat, now, cost))
     }
 
     fn is_idle(&self, cell: &AtomicU64, now: Nanos) -> bool {

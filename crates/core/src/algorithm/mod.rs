@@ -11,11 +11,55 @@
 //! | [`AnyAlgorithm`](any::AnyAlgorithm) | its variant's | its variant's | its variant's |
 //! | [`AllOf`] (several limits) | each limit's own, all-or-nothing | the limits' cells and a mutex | lock-free denials, admissions under the mutex |
 //!
+//! With charges, each guarantee holds for admissions and charges together
+//! up to the debt still owed: see [below](#charges-debt-and-its-cap).
+//!
 //! Every transition is a function of (state, now, cost) and the algorithm's
 //! parameters, with no clock and no I/O of its own: the
 //! [`Limiter`](crate::Limiter) brings the time and the storage, and the Redis
 //! backend runs the same arithmetic in a script. A transition that denies
 //! never changes the state.
+//!
+//! # Charges, debt and its cap
+//!
+//! A *charge* ([`Algorithm::charge_cell`], [`Limiter::charge`](crate::Limiter::charge))
+//! records a cost already incurred, admitted or not: it is never refused,
+//! and what does not fit is a **debt**. Later checks are refused until the
+//! debt is repaid **at the quota's rate** (`limit` per period), per
+//! algorithm:
+//!
+//! | algorithm | where the debt lives, how it is repaid |
+//! |---|---|
+//! | [`Gcra`] | the TAT runs past `now + burst·T`; repaid one permit per `T` |
+//! | [`FixedWindow`], [`CalendarWindow`](calendar::CalendarWindow) | the count runs past the limit `L`; a window that ends with `L + D` starts the next with `D`, the one after with `D − L`, … (floored at 0) |
+//! | [`SlidingLog`] | what exceeds the log's room is appended as runs of at most `L` stamped one period apart (`t + T`, `t + 2T`, …): each later period holds `L` of it |
+//! | [`SlidingWindow`] | a debt beside the slots fills each slot's room as older slots leave the window: each later period counts `L` of it (with one slot, exactly the fixed window's rule) |
+//! | [`WarmUp`] | the next free instant runs past now, as a reservation would; repaid at the stable rate |
+//! | [`AllOf`] | each limit by its own rule and cap |
+//!
+//! **The cap**: a state never owes more than [`DEBT_PERIODS`] periods of its
+//! quota beyond full: `DEBT_PERIODS · limit` permits past the limit (for
+//! GCRA, past the burst). A charge that would go beyond records up to the
+//! cap and reports the rest as forgiven ([`Charge::forgiven`](crate::Charge::forgiven));
+//! the state stays at the cap, so every later request is still refused
+//! until the capped debt is repaid. One absurd charge (`u64::MAX`) thus
+//! shuts a key for at most `DEBT_PERIODS + 1` periods, never for ever, and
+//! never panics. Where a state's field is narrower (a fixed window whose
+//! limit leaves fewer than 5 spare bits in its count field, a calendar
+//! window's 32-bit count, the end of a GCRA's ticks), the cap is the field.
+//!
+//! **Guarantee with charges**: every permit admitted or charged is either
+//! within the quota's bound for the span it was recorded in or still owed at
+//! the span's end. Over any `m` consecutive windows of the algorithm's own
+//! guarantee (for GCRA, any interval of length `t`):
+//! `admitted + charged ≤ bound(m) + D`, where `D` is the debt still owed at
+//! the end of the span (≤ the cap). Proof for a window (`L`, `C_k` the count
+//! at the end of window `k`, `D_k = max(0, C_k − L)` carried out of it):
+//! window `k` records `C_k − D_(k−1) ≤ L + D_k − D_(k−1)`, which telescopes
+//! to `m·L + D_j − D_(i−1)`. A check is admitted only once the debt before
+//! it is repaid, so the overshoot beyond the bound is exactly what charges
+//! recorded past a full state: under concurrency, the charges of the
+//! requests already admitted when the budget ran out.
 
 pub mod all_of;
 pub mod any;
@@ -37,6 +81,10 @@ pub use gcra::Gcra;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindow;
 pub use warm_up::WarmUp;
+
+/// How many periods of its quota a state may owe beyond full: the debt cap
+/// (see [Charges, debt and its cap](self#charges-debt-and-its-cap)).
+pub const DEBT_PERIODS: u64 = 16;
 
 pub(crate) mod sealed {
     pub trait Sealed {}
@@ -87,30 +135,13 @@ pub trait Algorithm: sealed::Sealed + Clone + PartialEq + Send + Sync + 'static 
     fn peek_cell(&self, cell: &Self::Cell, now: Nanos, cost: u64) -> Decision;
 
     /// Records `cost` permits used at `now` whether or not they fit: a cost
-    /// learnt after the fact (bytes sent, tokens generated). See
-    /// [`Limiter::charge_n`](crate::Limiter::charge_n) for what each
-    /// algorithm can owe.
-    ///
-    /// The window algorithms record what the window has room for, so a
-    /// charge is the admission of `min(cost, room)`: the same transition as
-    /// [`check_cell`](Self::check_cell), retried if a concurrent admission
-    /// took some of the room first. [`Gcra`] overrides it to carry the debt.
-    fn charge_cell(&self, cell: &Self::Cell, now: Nanos, cost: u64) {
-        loop {
-            let room = self.peek_cell(cell, now, 0);
-            let take = cost.min(room.remaining());
-            // Denied with cost 0: past the end of representable time, where
-            // nothing is ever recorded.
-            if room.is_denied() || take == 0 {
-                return;
-            }
-            // A denial here means another request took some of the room
-            // after the peek (or the window moved on): look again.
-            if self.check_cell(cell, now, take).is_allowed() {
-                return;
-            }
-        }
-    }
+    /// learnt after the fact (bytes sent, tokens generated). Never refused:
+    /// what does not fit becomes a debt that later requests wait out at the
+    /// quota's rate, up to the [debt cap](self#charges-debt-and-its-cap).
+    /// Returns the permits recorded: `cost`, or less when the cap was
+    /// reached (the rest is forgiven); 0 for a cost of 0, which records
+    /// nothing, and on a closed state.
+    fn charge_cell(&self, cell: &Self::Cell, now: Nanos, cost: u64) -> u64;
 
     /// Whether the state in `cell` is indistinguishable from a fresh one at
     /// `now` and at every later instant (bucket full, window over, log
@@ -162,7 +193,9 @@ pub enum Carry {
     /// to 20 at once it has still none left. This holds across any sequence
     /// of changes: a change never gives back a permit already taken. The
     /// GCRA carries its debt in permits (rounded up); the fixed window its
-    /// count in the window current under the new period (exactly up to the
+    /// count in the window current under the new period (a count above a
+    /// lowered limit then carries into the following windows as a charge's
+    /// debt does) (exactly up to the
     /// width of its count field: see [`FixedWindow`]); the sliding log keeps
     /// every admission time still inside the new period; a wheel with the
     /// same geometry keeps its slots, one with another slot count or period

@@ -12,7 +12,10 @@
 //!
 //! The admission times, oldest first, as runs of `(time, count)` so that a
 //! request of cost `n` is one entry, not `n`. Expired runs are dropped when a
-//! request is admitted; a denial reads and never writes. Memory: a mutex, a
+//! request is admitted; a denial reads and never writes. A charge appends
+//! its excess as runs stamped one, two, … periods on (see
+//! [`SlidingLog::charge`]): at most [`DEBT_PERIODS`] more runs, and
+//! `(DEBT_PERIODS + 1) · limit` permits in all. Memory: a mutex, a
 //! `VecDeque` header and at most `limit` runs of 16 bytes; with requests of
 //! cost 1 at distinct instants that is `16 · limit` bytes (after a quota
 //! change with [`Carry::Keep`], up to the previous limit's until they age
@@ -36,7 +39,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, apply, sealed};
+use crate::algorithm::{Algorithm, Carry, DEBT_PERIODS, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -143,8 +146,8 @@ impl SlidingLog {
             Some(newest) if live > 0 => full_after(newest),
             _ => 0,
         };
-        // `live` may exceed the limit after a quota change (see
-        // `carry_cell`); `cost ≤ limit − live`, not `live + cost ≤ limit`:
+        // `live` may exceed the limit after a charge or a quota change (see
+        // `charge`, `carry_cell`); `cost ≤ limit − live`, not `live + cost ≤ limit`:
         // the sum overflows for costs near `u64::MAX`.
         if live <= limit && cost <= limit - live {
             let reset_after = if cost > 0 {
@@ -190,6 +193,47 @@ impl SlidingLog {
             state.total,
             self.quota.limit()
         );
+    }
+
+    /// The charge: `cost` permits recorded at `now` whether or not they
+    /// fit. What the log has room for is recorded as an admission (at
+    /// `max(now, newest)`, stamp `s`); the rest, the debt, is appended as
+    /// runs of at most `limit` stamped `s + T`, `s + 2T`, …: each counts
+    /// from now until a period after its stamp, so each later period holds
+    /// `limit` of the debt, as a fixed window carries its excess. The log
+    /// never holds more than `limit` and [`DEBT_PERIODS`] limits of debt
+    /// (the cap), nor a run stamped past the last instant. Returns the
+    /// permits recorded.
+    pub fn charge(&self, state: &mut LogState, now: Nanos, cost: u64) -> u64 {
+        let limit = self.quota.limit();
+        let now = now.as_u64();
+        self.prune(state, now);
+        let cap = limit.saturating_mul(DEBT_PERIODS + 1);
+        let mut left = cost.min(cap.saturating_sub(state.total));
+        let room = limit.saturating_sub(state.total);
+        let mut at = state
+            .runs
+            .back()
+            .map_or(now, |&(newest, _)| newest.max(now));
+        let mut recorded = 0;
+        let mut chunk = left.min(room);
+        while left > 0 {
+            if chunk > 0 {
+                match state.runs.back_mut() {
+                    Some((time, count)) if *time == at => *count += chunk,
+                    _ => state.runs.push_back((at, chunk)),
+                }
+                state.total += chunk;
+                recorded += chunk;
+                left -= chunk;
+            }
+            let Some(next) = at.checked_add(self.period()) else {
+                break;
+            };
+            at = next;
+            chunk = left.min(limit);
+        }
+        recorded
     }
 
     /// Drops the runs that no longer count at `now`.
@@ -300,6 +344,13 @@ impl Algorithm for SlidingLog {
 
     fn peek_cell(&self, cell: &Locked<LogState>, now: Nanos, cost: u64) -> Decision {
         store::locked_peek(self, cell, now, cost)
+    }
+
+    fn charge_cell(&self, cell: &Locked<LogState>, now: Nanos, cost: u64) -> u64 {
+        if cost == 0 {
+            return 0;
+        }
+        apply::locked_charge(self, cell, |state| self.charge(state, now, cost))
     }
 
     fn is_idle(&self, cell: &Locked<LogState>, now: Nanos) -> bool {

@@ -33,9 +33,16 @@
 //!
 //! # State
 //!
-//! The epoch of the newest slot, the running total and `n` counters:
-//! `8·n + 16` bytes plus a mutex. Slots that leave the window are zeroed only
-//! when a request is admitted; a denial reads and never writes.
+//! The epoch of the newest slot, the running total, a debt and `n`
+//! counters: `8·n + 24` bytes plus a mutex. A charge puts what the window
+//! has room for in the current slot and keeps the rest as the debt, which
+//! fills each slot's room as older slots leave the window (with one slot,
+//! the fixed window's carry); the wheel and its debt hold at most
+//! `(DEBT_PERIODS + 1) · limit`. While in debt no deny hint is published
+//! (the locked path works the waits out, on a copy run forward to the
+//! epoch the debt is paid in: whole cycles at once, so `O(n)`). Slots that
+//! leave the window are zeroed only when a request is admitted; a denial
+//! reads and never writes.
 //!
 //! # Clock going backwards
 //!
@@ -44,7 +51,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Carry, apply, sealed};
+use crate::algorithm::{Algorithm, Carry, DEBT_PERIODS, apply, sealed};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -72,6 +79,10 @@ pub struct WheelState {
     counts: Box<[u64]>,
     /// The sum of `counts`.
     total: u64,
+    /// Permits charged beyond the limit, not yet in a slot: they fill each
+    /// slot's room as older slots leave the window (see [`SlidingWindow`]'s
+    /// charges). Non-zero only while the slots hold the limit or more.
+    debt: u64,
 }
 
 impl fmt::Debug for WheelState {
@@ -79,14 +90,16 @@ impl fmt::Debug for WheelState {
         f.debug_struct("WheelState")
             .field("head", &self.head)
             .field("total", &self.total)
+            .field("debt", &self.debt)
             .finish_non_exhaustive()
     }
 }
 
 impl WheelState {
-    /// The permits recorded in the wheel, whether or not they still count.
+    /// The permits recorded in the wheel, whether or not they still count,
+    /// and the debt not yet in a slot.
     pub fn recorded(&self) -> u64 {
-        self.total
+        self.total + self.debt
     }
 }
 
@@ -125,6 +138,7 @@ impl SlidingWindow {
             head: 0,
             counts: vec![0; self.slots as usize].into_boxed_slice(),
             total: 0,
+            debt: 0,
         }
     }
 
@@ -182,6 +196,9 @@ impl SlidingWindow {
 
     /// The decision for `cost` permits at `now`; never changes the state.
     pub fn decide(&self, state: &WheelState, now: Nanos, cost: u64) -> Decision {
+        if state.debt > 0 {
+            return self.decide_in_debt(state, now, cost);
+        }
         let limit = self.quota.limit();
         let n = self.n();
         let now_ns = now.as_u64();
@@ -233,6 +250,71 @@ impl SlidingWindow {
         Decision::deny(limit, limit.saturating_sub(live), retry_after, reset_after)
     }
 
+    /// [`decide`](Self::decide) for a wheel that owes a debt: decided on a
+    /// copy advanced to `now` (the debt filling the room older slots left),
+    /// and the waits found by running the copy on until the debt is paid.
+    fn decide_in_debt(&self, state: &WheelState, now: Nanos, cost: u64) -> Decision {
+        let limit = self.quota.limit();
+        let now_ns = now.as_u64();
+        let mut wheel = state.clone();
+        let current = self.epoch(now_ns).max(wheel.head);
+        self.advance_to(&mut wheel, current);
+        let owed = wheel.total.saturating_add(wheel.debt);
+        let fits = |wheel: &WheelState| {
+            wheel.debt == 0 && wheel.total <= limit && cost <= limit - wheel.total
+        };
+        if fits(&wheel) {
+            // The debt fitted in the room at `now`: decided as a wheel
+            // without one.
+            return self.decide(&wheel, now, cost);
+        }
+        let until = |epoch: Option<u64>| {
+            epoch
+                .and_then(|epoch| self.checked_slot_start(epoch))
+                .map_or(u64::MAX, |at| at.saturating_sub(now_ns))
+        };
+        // Run on until the debt is in the slots, then until `cost` fits.
+        let mut paid = wheel;
+        let drained = self.drain(&mut paid);
+        let reset_after = until(
+            drained
+                .and_then(|_| self.newest_live(&paid, paid.head))
+                .and_then(|e| e.checked_add(self.n())),
+        );
+        let retry_after = if cost > limit || drained.is_none() {
+            u64::MAX
+        } else {
+            let mut epoch = Some(paid.head);
+            while let Some(e) = epoch.filter(|_| !fits(&paid)) {
+                epoch = e.checked_add(1);
+                if let Some(next) = epoch {
+                    self.advance_to(&mut paid, next);
+                }
+            }
+            until(epoch)
+        };
+        Decision::deny(limit, limit.saturating_sub(owed), retry_after, reset_after)
+    }
+
+    /// Advances `wheel` until its debt is all in slots; the epoch at which
+    /// it is, or `None` if that is past the last epoch.
+    fn drain(&self, wheel: &mut WheelState) -> Option<u64> {
+        let n = self.n();
+        let limit = self.quota.limit();
+        while wheel.debt > 0 {
+            let next = if wheel.total == limit && wheel.debt > limit {
+                // Whole cycles repeat the slots and pay `limit` each: jump to
+                // the one in which what is left (≤ limit) is paid.
+                let cycles = (wheel.debt - 1) / limit;
+                wheel.head.checked_add(cycles.checked_mul(n)?)?
+            } else {
+                wheel.head.checked_add(1)?
+            };
+            self.advance_to(wheel, next);
+        }
+        Some(wheel.head)
+    }
+
     /// The newest epoch with permits still counting at `current`, if any.
     fn newest_live(&self, state: &WheelState, current: u64) -> Option<u64> {
         let oldest_live = current.saturating_sub(self.n() - 1);
@@ -245,6 +327,11 @@ impl SlidingWindow {
     /// [`SlidingWindow::decide`] allowed them.
     pub fn admit(&self, state: &mut WheelState, now: Nanos, cost: u64) {
         let current = self.advance(state, now);
+        debug_assert!(
+            state.debt == 0,
+            "sliding window: admitting {cost} with a debt of {} at epoch {current}",
+            state.debt
+        );
         state.counts[(current % self.n()) as usize] += cost;
         state.total += cost;
         debug_assert!(
@@ -263,7 +350,10 @@ impl SlidingWindow {
     pub fn refund(&self, state: &mut WheelState, now: Nanos, permits: u64) {
         let n = self.n();
         let current = self.advance(state, now);
-        let mut left = permits;
+        // The debt holds the newest permits.
+        let from_debt = state.debt.min(permits);
+        state.debt -= from_debt;
+        let mut left = permits - from_debt;
         for epoch in (current.saturating_sub(n - 1)..=current).rev() {
             if left == 0 {
                 break;
@@ -279,8 +369,50 @@ impl SlidingWindow {
     /// Moves the wheel's head to the slot of `now` (never back), emptying the
     /// slots that left the window; returns the head.
     fn advance(&self, state: &mut WheelState, now: Nanos) -> u64 {
-        let n = self.n();
         let current = self.epoch(now.as_u64()).max(state.head);
+        self.advance_to(state, current);
+        current
+    }
+
+    /// Moves the wheel's head to epoch `current` (≥ the head), emptying the
+    /// slots that left the window; a debt fills the room each slot leaves,
+    /// in the slot that replaces it, and whatever room the head has.
+    fn advance_to(&self, state: &mut WheelState, current: u64) {
+        let n = self.n();
+        let limit = self.quota.limit();
+        while state.debt > 0 && state.head < current {
+            if state.total == limit && state.debt >= limit && current - state.head >= n {
+                // A whole cycle refills every slot with what left it, paying
+                // `limit`: skip as many as the debt and the distance allow.
+                let cycles = ((current - state.head) / n).min(state.debt / limit);
+                state.head += cycles * n;
+                state.debt -= cycles * limit;
+                continue;
+            }
+            state.head += 1;
+            let slot = (state.head % n) as usize;
+            state.total -= state.counts[slot];
+            state.counts[slot] = 0;
+            self.fill(state);
+        }
+        self.fill(state);
+        self.rotate(state, current);
+    }
+
+    /// Moves as much of the debt as the limit leaves room for into the head
+    /// slot.
+    fn fill(&self, state: &mut WheelState) {
+        let moved = state
+            .debt
+            .min(self.quota.limit().saturating_sub(state.total));
+        state.counts[(state.head % self.n()) as usize] += moved;
+        state.total += moved;
+        state.debt -= moved;
+    }
+
+    /// Moves the head to `current` without a debt.
+    fn rotate(&self, state: &mut WheelState, current: u64) {
+        let n = self.n();
         if current - state.head >= n {
             state.counts.fill(0);
             state.total = 0;
@@ -293,7 +425,22 @@ impl SlidingWindow {
             }
         }
         state.head = current;
-        current
+    }
+
+    /// The charge: `cost` permits recorded at `now` whether or not they
+    /// fit. What the wheel has room for goes into the current slot; the
+    /// rest is a debt that fills each slot's room as older slots leave the
+    /// window, so each later period counts `limit` of it (with one slot,
+    /// the fixed window's carry). The wheel and its debt never hold more
+    /// than `limit` and [`DEBT_PERIODS`] limits (the cap). Returns the
+    /// permits recorded.
+    pub fn charge(&self, state: &mut WheelState, now: Nanos, cost: u64) -> u64 {
+        self.advance(state, now);
+        let cap = self.quota.limit().saturating_mul(DEBT_PERIODS + 1);
+        let recorded = cost.min(cap.saturating_sub(state.total.saturating_add(state.debt)));
+        state.debt += recorded;
+        self.fill(state);
+        recorded
     }
 
     /// What a request of cost 1 can be denied from, after an admission.
@@ -302,6 +449,10 @@ impl SlidingWindow {
     /// would be empty only past the end of the clock, whose `reset_after` is
     /// "never", not a wait until the last instant.
     pub fn hint(&self, state: &WheelState) -> DenyHint {
+        if state.debt > 0 {
+            // The locked path works the waits out.
+            return DenyHint::default();
+        }
         let n = self.n();
         let limit = self.quota.limit();
         let full_at = match self.newest_live(state, state.head) {
@@ -390,10 +541,17 @@ impl Algorithm for SlidingWindow {
         store::locked_peek(self, cell, now, cost)
     }
 
+    fn charge_cell(&self, cell: &Locked<WheelState>, now: Nanos, cost: u64) -> u64 {
+        if cost == 0 {
+            return 0;
+        }
+        apply::locked_charge(self, cell, |state| self.charge(state, now, cost))
+    }
+
     fn is_idle(&self, cell: &Locked<WheelState>, now: Nanos) -> bool {
         let state = cell.lock();
         let current = self.epoch(now.as_u64()).max(state.head);
-        self.live(&state, current) == 0
+        state.debt == 0 && self.live(&state, current) == 0
     }
 
     fn refund_cell(&self, cell: &Locked<WheelState>, now: Nanos, permits: u64) {
@@ -436,12 +594,16 @@ impl Algorithm for SlidingWindow {
                 // Another geometry: what still counts moves into the newest
                 // slot, so it leaves the window no earlier than it would have.
                 let current = previous.epoch(now.as_u64()).max(old.head);
-                let live = previous.live(&old, current);
+                let mut old = old.clone();
+                previous.advance_to(&mut old, current);
+                let live = old.total;
                 let head = self.epoch(now.as_u64());
                 state.head = head;
                 state.counts[(head % self.n()) as usize] = live;
                 state.total = live;
+                state.debt = old.debt;
             }
+            self.fill(&mut state);
         }
         drop(old);
         let hint = self.hint(&state);

@@ -117,7 +117,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Carry, gcra, sealed};
+use crate::algorithm::{Algorithm, Carry, DEBT_PERIODS, gcra, sealed};
 use crate::clock::{Nanos, saturating_nanos};
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -454,15 +454,43 @@ impl WarmUp {
     }
 
     /// The charge: `cost` permits recorded at `now` whether or not they fit
-    /// (a reservation, not waited for). Saturates at closed.
-    pub fn charge(&self, state: &WarmState, now: Nanos, cost: u64) -> WarmState {
-        self.reserve(state, now, cost).map_or(
-            WarmState {
-                next_free: u64::MAX,
-                stored: state.stored,
-            },
-            |(_, next)| next,
-        )
+    /// (a reservation, not waited for): the next free instant moves past
+    /// now by the permits' cost. The debt is capped: the next free instant
+    /// never runs past `now + DEBT_PERIODS · period` (every permit costs at
+    /// least the stable interval, so that is at most `DEBT_PERIODS · limit`
+    /// permits); a charge beyond records the most permits that end by then.
+    /// Returns the state to store (`None`: nothing to write) and the
+    /// permits recorded.
+    pub fn charge(&self, state: &WarmState, now: Nanos, cost: u64) -> (Option<WarmState>, u64) {
+        let cap = now
+            .as_u64()
+            .saturating_add(DEBT_PERIODS.saturating_mul(self.quota.period_nanos()));
+        let ends_by_cap = |k: u64| {
+            self.reserve(state, now, k)
+                .filter(|(_, next)| next.next_free <= cap)
+                .map(|(_, next)| next)
+        };
+        if cost == 0 {
+            return (None, 0);
+        }
+        if let Some(next) = ends_by_cap(cost) {
+            return (Some(next), cost);
+        }
+        // The most permits that end by the cap: the cost of `k` permits
+        // grows with `k`, so a bisection finds it.
+        let (mut fits, mut over) = (0, cost);
+        while over - fits > 1 {
+            let mid = fits + (over - fits) / 2;
+            if ends_by_cap(mid).is_some() {
+                fits = mid;
+            } else {
+                over = mid;
+            }
+        }
+        match ends_by_cap(fits) {
+            Some(next) if fits > 0 => (Some(next), fits),
+            _ => (None, 0),
+        }
     }
 
     /// The refund: `permits` given back at `now`. What is owed moves back
@@ -561,12 +589,17 @@ impl Algorithm for WarmUp {
 
     /// The reservation of `cost` at `now`, not waited for: later requests
     /// wait it out.
-    fn charge_cell(&self, cell: &Locked<WarmState>, now: Nanos, cost: u64) {
-        if cost > 0 {
-            super::apply::locked_change(self, cell, |state| {
-                *state = self.charge(state, now, cost);
-            });
+    fn charge_cell(&self, cell: &Locked<WarmState>, now: Nanos, cost: u64) -> u64 {
+        if cost == 0 {
+            return 0;
         }
+        super::apply::locked_charge(self, cell, |state| {
+            let (next, recorded) = self.charge(state, now, cost);
+            if let Some(next) = next {
+                *state = next;
+            }
+            recorded
+        })
     }
 
     fn is_idle(&self, cell: &Locked<WarmState>, now: Nanos) -> bool {

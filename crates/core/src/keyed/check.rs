@@ -136,7 +136,11 @@ where
         // The tier carries the rule of a removed override: it is spent now.
         self.spend(&tier, &owned);
         if !self.reserve_slot() {
-            return R::decided(self.decide_overflow(now, cost, generation, mode));
+            if mode == Mode::Charge {
+                let (decision, recorded) = self.charge_overflow(now, cost, generation);
+                return R::charged(decision, cost, recorded);
+            }
+            return R::decided(self.decide_overflow(now, cost, generation));
         }
         let mut shard = self.map.write(key);
         self.bring_up(&mut shard, generation);
@@ -209,17 +213,29 @@ where
         reserved
     }
 
-    /// Decides a request for a new key while the map is full.
-    fn decide_overflow(&self, now: Nanos, cost: u64, generation: u64, mode: Mode) -> Decision {
+    /// Charges a new key while the map is full, on the overflow state:
+    /// then what one permit would be told, and the permits recorded.
+    fn charge_overflow(&self, now: Nanos, cost: u64, generation: u64) -> (Decision, u64) {
         self.counters.overflowed.fetch_add(1, Ordering::Relaxed);
         let mut overflow = crate::sync::lock(&self.overflow);
         if overflow.algorithm.generation < generation {
             let tier = self.read_policies().default.clone();
             overflow.adopt(&tier, now);
         }
-        if mode == Mode::Charge {
-            overflow.algorithm.charge_cell(&overflow.cell, now, cost);
-            return overflow.algorithm.peek_cell(&overflow.cell, now, 1);
+        let recorded = overflow.algorithm.charge_cell(&overflow.cell, now, cost);
+        (
+            overflow.algorithm.peek_cell(&overflow.cell, now, 1),
+            recorded,
+        )
+    }
+
+    /// Decides a request for a new key while the map is full.
+    fn decide_overflow(&self, now: Nanos, cost: u64, generation: u64) -> Decision {
+        self.counters.overflowed.fetch_add(1, Ordering::Relaxed);
+        let mut overflow = crate::sync::lock(&self.overflow);
+        if overflow.algorithm.generation < generation {
+            let tier = self.read_policies().default.clone();
+            overflow.adopt(&tier, now);
         }
         let capacity = overflow.algorithm.capacity();
         if cost > capacity {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::tier::{Resolved, Tier};
 use crate::algorithm::Algorithm;
+use crate::budget::Charge;
 use crate::clock::Nanos;
 use crate::decision::{CostError, Decision};
 
@@ -23,6 +24,15 @@ pub(super) enum Mode {
 /// that take any cost.
 pub(super) trait Answer {
     fn decided(decision: Decision) -> Self;
+    /// A charge of `asked` that recorded `recorded`, then `decision`.
+    #[inline(always)]
+    fn charged(decision: Decision, asked: u64, recorded: u64) -> Self
+    where
+        Self: Sized,
+    {
+        let _ = (asked, recorded);
+        Self::decided(decision)
+    }
     fn refused(error: CostError) -> Self;
     /// The answer as seen `by_ns` before the instant it was decided at (see
     /// [`Decision::seen_earlier_by`]).
@@ -45,6 +55,30 @@ impl Answer for Decision {
     #[inline]
     fn seen_earlier_by(self, by_ns: u64) -> Decision {
         self.seen_earlier_by(by_ns)
+    }
+}
+
+/// A charge's answer: what was recorded beside the decision. A path that
+/// records nothing (a list, a penalty, a charge of 0) answers `decided`:
+/// nothing asked is recorded.
+impl Answer for Charge {
+    #[inline(always)]
+    fn decided(decision: Decision) -> Charge {
+        Charge::new(decision, 0, 0)
+    }
+
+    #[inline(always)]
+    fn charged(decision: Decision, asked: u64, recorded: u64) -> Charge {
+        Charge::new(decision, asked, recorded)
+    }
+
+    fn refused(error: CostError) -> Charge {
+        unreachable!("keyed: a charge is never refused: {error}")
+    }
+
+    #[inline]
+    fn seen_earlier_by(self, by_ns: u64) -> Charge {
+        self.map_decision(|decision| decision.seen_earlier_by(by_ns))
     }
 }
 
@@ -120,14 +154,14 @@ pub(super) fn run<A: Algorithm, R: Answer>(
             return R::refused(error);
         }
     }
-    R::decided(match mode {
-        Mode::Check => algorithm.check_cell_mut(cell, now, cost),
-        Mode::Peek => algorithm.peek_cell(cell, now, cost),
+    match mode {
+        Mode::Check => R::decided(algorithm.check_cell_mut(cell, now, cost)),
+        Mode::Peek => R::decided(algorithm.peek_cell(cell, now, cost)),
         Mode::Charge => {
-            algorithm.charge_cell(cell, now, cost);
-            algorithm.peek_cell(cell, now, 1)
+            let recorded = algorithm.charge_cell(cell, now, cost);
+            R::charged(algorithm.peek_cell(cell, now, 1), cost, recorded)
         }
-    })
+    }
 }
 
 impl<A: Algorithm> Entry<A> {

@@ -139,6 +139,7 @@ pub use self::builder::KeyedBuilder;
 use self::entry::{Entry, Mode, ShardTag};
 use self::tier::{Policies, Tier};
 use crate::algorithm::{Algorithm, Carry, Gcra};
+use crate::budget::{Charge, KeyedReserved};
 use crate::clock::ClockSource;
 use crate::decision::{CostError, Decision};
 use crate::keymap::KeyMap;
@@ -334,8 +335,7 @@ where
 
     /// Records `cost` permits used by `key` now, whether or not they fit,
     /// and returns what a request of one permit would be told right after:
-    /// the second half of *reserve, then settle*. What each algorithm can
-    /// owe is in [`Limiter::charge_n`](crate::Limiter::charge_n).
+    /// [`charge`](Self::charge) without the report of what was recorded.
     ///
     /// A key without a state gets one (a key swept between its request and
     /// its charge starts fresh, which is what it would have been); while the
@@ -347,11 +347,48 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
+        self.charge(key, cost).decision()
+    }
+
+    /// Records `cost` permits used by `key` now, whether or not they fit,
+    /// taking the key into debt as [`Limiter::charge`](crate::Limiter::charge)
+    /// describes (with the same debt cap), and reports what was recorded.
+    /// A key without a state gets one; while the map is full, a new key's
+    /// charge goes to the overflow state.
+    #[inline]
+    pub fn charge<Q>(&self, key: &Q, cost: u64) -> Charge
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         // A charge is never refused.
         if self.shared.ops.engaged() {
             return self.operated(key, cost, Mode::Charge);
         }
         self.shared.decide(key, cost, Mode::Charge)
+    }
+
+    /// Reserves `estimate` permits for `key`: a
+    /// [`check_n`](Self::check_n) of the estimate, returned as a
+    /// [`KeyedReserved`] that owns the key, to
+    /// [`settle`](KeyedReserved::settle) with the real cost (see
+    /// [`budget`](crate::budget)).
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Self::check_n).
+    pub fn reserve_estimate<Q>(
+        &self,
+        key: &Q,
+        estimate: u64,
+    ) -> Result<KeyedReserved<K, A>, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned> + Clone,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let decision = self.check_n(key, estimate)?;
+        let owned = K::from(key.to_owned());
+        Ok(KeyedReserved::new(self.clone(), owned, decision, estimate))
     }
 
     /// The algorithm every key without an override runs now (a copy: it can

@@ -15,6 +15,7 @@ use super::controls::{KeyControls, Verdict, decided};
 use super::entry::{Answer, Mode};
 use super::{KeyedBuilder, KeyedLimiter};
 use crate::algorithm::Algorithm;
+use crate::budget::Charge;
 use crate::clock::Clock;
 use crate::control::DEFAULT_MAX_CONTROLLED;
 use crate::decision::{CostError, Decision};
@@ -167,7 +168,13 @@ where
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let ops = &self.shared.ops;
+        let mut recorded = 0;
         let (outcome, result) = match ops.controls.verdict(key, self.shared.clock.now()) {
+            Verdict::Limit if mode == Mode::Charge => {
+                let charge: Charge = self.shared.decide(key, cost, mode);
+                recorded = charge.recorded();
+                (Outcome::of(&charge.decision(), false), charge.decision())
+            }
             Verdict::Limit => {
                 let result: Result<Decision, CostError> = self.shared.decide(key, cost, mode);
                 match result {
@@ -202,6 +209,10 @@ where
                 };
                 self.report(&**observer, key, outcome, cost, &result);
             }
+        }
+        if mode == Mode::Charge {
+            // Under a list or a penalty nothing asked is recorded.
+            return R::charged(result, cost, recorded);
         }
         R::decided(result)
     }

@@ -4,6 +4,7 @@
 pub mod model;
 pub mod recording;
 pub mod warm_model;
+pub mod wheel_model;
 pub mod window;
 
 pub mod algorithms {

@@ -40,15 +40,20 @@
 //! `n` below `u64::MAX` (only periods of a few ns reach that end before
 //! 2^63 ns).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use tollgate::{Decision, Quota};
 
+pub use super::wheel_model::SlidingWindowModel;
+
 /// `u64::MAX` as an `i128`: the end of every `u64` counter.
-const U64_MAX: i128 = u64::MAX as i128;
+pub(super) const U64_MAX: i128 = u64::MAX as i128;
+
+/// From the docs (`algorithm`, "Charges, debt and its cap"): a state never
+/// owes more than this many periods of its quota beyond full.
+pub(super) const DEBT_PERIODS: i128 = 16;
 
 /// What a model answers: the same five numbers as [`tollgate::Decision`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -66,7 +71,7 @@ pub struct Expected {
 }
 
 impl Expected {
-    fn allow(limit: i128, remaining: i128, reset_after: i128) -> Expected {
+    pub(super) fn allow(limit: i128, remaining: i128, reset_after: i128) -> Expected {
         Expected {
             allowed: true,
             limit: to_u64(limit),
@@ -76,7 +81,12 @@ impl Expected {
         }
     }
 
-    fn deny(limit: i128, remaining: i128, retry_after: i128, reset_after: i128) -> Expected {
+    pub(super) fn deny(
+        limit: i128,
+        remaining: i128,
+        retry_after: i128,
+        reset_after: i128,
+    ) -> Expected {
         Expected {
             allowed: false,
             limit: to_u64(limit),
@@ -120,7 +130,7 @@ fn to_u64(value: i128) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
 }
 
-fn ceil_div(a: i128, b: i128) -> i128 {
+pub(super) fn ceil_div(a: i128, b: i128) -> i128 {
     assert!(a >= 0 && b > 0, "model: ceil_div({a}, {b})");
     (a + b - 1) / b
 }
@@ -139,18 +149,10 @@ pub trait Model: Send + Sync {
     fn capacity(&self) -> u64;
 
     /// Records `cost` permits whether or not they fit, then answers a peek
-    /// of one permit. The rule from the docs (`Limiter::charge_n`): "the
-    /// window algorithms record up to the room left in the window, which is
-    /// then full"; the GCRA overrides this and carries the whole debt.
-    fn charge(&self, now_ns: u64, cost: u64) -> Expected {
-        let room = self.peek(now_ns, 0);
-        let take = cost.min(room.remaining);
-        if room.allowed && take > 0 {
-            let taken = self.check(now_ns, take);
-            assert!(taken.allowed, "model: the room of a window was refused");
-        }
-        self.peek(now_ns, 1)
-    }
+    /// of one permit and the permits recorded. The rule from the docs
+    /// (`algorithm`, "Charges, debt and its cap"): all of it, as a debt
+    /// repaid at the quota's rate, up to the cap.
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64);
 }
 
 /// Builds the model named as in the test vectors (`"gcra"`,
@@ -192,6 +194,7 @@ pub fn by_name(algorithm: &str, quota: Quota, slots: Option<u32>) -> Box<dyn Mod
 /// Cost 0 only looks and is always admitted.
 #[derive(Debug)]
 pub struct GcraModel {
+    limit: i128,
     burst: i128,
     scale: i128,
     /// The emission interval, in ticks.
@@ -212,6 +215,7 @@ impl GcraModel {
     pub fn new(quota: Quota) -> GcraModel {
         let (scale, interval) = GcraModel::ticks(quota);
         GcraModel {
+            limit: i128::from(quota.limit()),
             burst: i128::from(quota.burst()),
             scale,
             interval,
@@ -354,21 +358,26 @@ impl Model for GcraModel {
     }
 
     /// From the docs: "the TAT moves `cost · T` past `max(tat, now)` ...
-    /// even beyond `now + burst · T` ... Saturates at the last representable
-    /// tick": the meter overflows by the debt, capped where `now + level`
-    /// reaches `u64::MAX` ticks.
-    fn charge(&self, now_ns: u64, cost: u64) -> Expected {
-        {
+    /// even beyond `now + burst · T` ... never past `now + burst·T +
+    /// DEBT_PERIODS · limit · T` (nor past the last representable tick)":
+    /// the meter overflows by the debt, whole permits of it, up to a level
+    /// of `burst·T + 16·limit·T`, and to where `now + level` reaches
+    /// `u64::MAX` ticks.
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64) {
+        let recorded = {
             let mut meter = self.meter.lock().unwrap();
             let now = i128::from(now_ns) * self.scale;
             let level = GcraModel::level_at(*meter, now);
-            if cost > 0 {
-                let level =
-                    (level + i128::from(cost) * self.interval).min(U64_MAX - now.min(U64_MAX));
+            let top = (self.size() + DEBT_PERIODS * self.limit * self.interval)
+                .min(U64_MAX - now.min(U64_MAX));
+            let fits = ((top - level).max(0) / self.interval).min(i128::from(cost));
+            if fits > 0 {
+                let level = level + fits * self.interval;
                 *meter = Meter { level, at: now };
             }
-        }
-        self.peek(now_ns, 1)
+            fits
+        };
+        (self.peek(now_ns, 1), recorded as u64)
     }
 }
 
@@ -392,7 +401,11 @@ pub struct FixedWindowModel {
     limit: i128,
     period: i128,
     last_index: i128,
-    counts: Mutex<BTreeMap<i128, i128>>,
+    /// The most the count field holds: `2^count_bits − 1`.
+    max_count: i128,
+    /// The window last written and its count (admitted, charged and
+    /// carried in), which may be above the limit after a charge.
+    window: Mutex<(i128, i128)>,
 }
 
 impl FixedWindowModel {
@@ -402,7 +415,8 @@ impl FixedWindowModel {
             limit: i128::from(quota.limit()),
             period: i128::from(quota.period_nanos()),
             last_index: U64_MAX >> FixedWindowModel::count_bits(quota),
-            counts: Mutex::new(BTreeMap::new()),
+            max_count: (1i128 << FixedWindowModel::count_bits(quota)) - 1,
+            window: Mutex::new((0, 0)),
         }
     }
 
@@ -420,7 +434,26 @@ impl FixedWindowModel {
         bits < 64 && (1i128 << (64 - bits)) * i128::from(quota.period_nanos()) >= 1i128 << 60
     }
 
-    fn decide(&self, counts: &BTreeMap<i128, i128>, now: u64, cost: u64) -> Expected {
+    /// The count at window `index` (not before the stored one): a window
+    /// that ends with `limit + D` starts the next with `D`, the one after
+    /// with `D − limit`, floored at 0 (docs: the carry rule).
+    fn count_at(&self, window: (i128, i128), index: i128) -> i128 {
+        let (stored, count) = window;
+        (count - (index - stored).max(0) * self.limit).max(0)
+    }
+
+    /// The wait from `now` until the start of window `index` ("never" past
+    /// the last index or the last instant).
+    fn until(&self, index: i128, now: i128) -> i128 {
+        let start = index * self.period;
+        if index > self.last_index || start > U64_MAX {
+            U64_MAX
+        } else {
+            start - now
+        }
+    }
+
+    fn decide(&self, window: (i128, i128), now: u64, cost: u64) -> Expected {
         let now = i128::from(now);
         let cost = i128::from(cost);
         let index = now / self.period;
@@ -428,49 +461,70 @@ impl FixedWindowModel {
             // Past the last window: closed.
             return Expected::deny(self.limit, 0, U64_MAX, U64_MAX);
         }
-        let count = counts.get(&index).copied().unwrap_or(0);
-        // "Never" when no next window exists: past the last index, or
-        // starting after the last instant a `u64` names.
-        let next_start = (index + 1) * self.period;
-        let until_next = if index >= self.last_index || next_start > U64_MAX {
-            U64_MAX
-        } else {
-            next_start - now
-        };
+        let count = self.count_at(window, index);
+        // The first later window in which the carried count is at most
+        // `left`: the one after `⌈(count − left) / limit⌉` windows.
+        let drained = |left: i128| self.until(index + ceil_div(count - left, self.limit), now);
         if count + cost <= self.limit {
             let used = count + cost;
-            let reset_after = if used > 0 { until_next } else { 0 };
+            let reset_after = if used > 0 {
+                self.until(index + 1, now)
+            } else {
+                0
+            };
             return Expected::allow(self.limit, self.limit - used, reset_after);
         }
         let retry_after = if cost > self.limit {
             U64_MAX
         } else {
-            until_next
+            drained(self.limit - cost)
         };
-        let reset_after = if count > 0 { until_next } else { 0 };
-        Expected::deny(self.limit, self.limit - count, retry_after, reset_after)
+        let reset_after = if count > 0 { drained(0) } else { 0 };
+        Expected::deny(
+            self.limit,
+            (self.limit - count).max(0),
+            retry_after,
+            reset_after,
+        )
     }
 }
 
 impl Model for FixedWindowModel {
     fn check(&self, now_ns: u64, cost: u64) -> Expected {
-        let mut counts = self.counts.lock().unwrap();
-        let expected = self.decide(&counts, now_ns, cost);
+        let mut window = self.window.lock().unwrap();
+        let expected = self.decide(*window, now_ns, cost);
         if expected.allowed && cost > 0 {
             let index = i128::from(now_ns) / self.period;
-            // Earlier windows can never be read again: time does not go back.
-            counts.retain(|&i, _| i >= index);
-            *counts.entry(index).or_insert(0) += i128::from(cost);
+            *window = (index, self.count_at(*window, index) + i128::from(cost));
         }
         expected
     }
 
     fn peek(&self, now_ns: u64, cost: u64) -> Expected {
-        self.decide(&self.counts.lock().unwrap(), now_ns, cost)
+        self.decide(*self.window.lock().unwrap(), now_ns, cost)
     }
 
     fn capacity(&self) -> u64 {
         self.limit as u64
+    }
+
+    /// From the docs: the count runs past the limit, up to the limit and 16
+    /// limits of debt, within the count field; nothing past the last window.
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64) {
+        let recorded = {
+            let mut window = self.window.lock().unwrap();
+            let index = i128::from(now_ns) / self.period;
+            let count = self.count_at(*window, index);
+            let cap = (self.limit * (DEBT_PERIODS + 1)).min(self.max_count);
+            let recorded = (cap - count).clamp(0, i128::from(cost));
+            if index <= self.last_index && recorded > 0 {
+                *window = (index, count + recorded);
+                recorded
+            } else {
+                0
+            }
+        };
+        (self.peek(now_ns, 1), recorded as u64)
     }
 }
 
@@ -520,13 +574,30 @@ impl SlidingLogModel {
         let now = i128::from(now);
         let cost = i128::from(cost);
         let live = self.live(permits, now);
+        // The wait until a permit stamped `t` stops counting: "never" when
+        // that is past the last instant a `u64` names (a charge's runs are
+        // stamped up to 16 periods on).
+        let until_gone = |t: i128| {
+            if t + self.period > U64_MAX {
+                U64_MAX
+            } else {
+                t + self.period - now
+            }
+        };
         let reset_after = match permits.last() {
-            Some(&newest) if live > 0 => newest + self.period - now,
+            Some(&newest) if live > 0 => until_gone(newest),
             _ => 0,
         };
         if live + cost <= self.limit {
-            // The newest permit is then one admitted now.
-            let reset_after = if cost > 0 { self.period } else { reset_after };
+            // The newest permit is then one admitted now (stamped no earlier
+            // than the newest in the log, which a charge may have stamped
+            // in the future).
+            let stamp = permits.last().map_or(now, |&newest| newest.max(now));
+            let reset_after = if cost > 0 {
+                until_gone(stamp)
+            } else {
+                reset_after
+            };
             return Expected::allow(self.limit, self.limit - live - cost, reset_after);
         }
         let retry_after = if cost > self.limit {
@@ -543,9 +614,21 @@ impl SlidingLogModel {
                 .into_iter()
                 .find(|&instant| self.live(permits, instant) + cost <= self.limit)
                 .expect("sliding log model: a request within the limit fits once the log expires");
-            at - now
+            if at > U64_MAX { U64_MAX } else { at - now }
         };
-        Expected::deny(self.limit, self.limit - live, retry_after, reset_after)
+        Expected::deny(
+            self.limit,
+            (self.limit - live).max(0),
+            retry_after,
+            reset_after,
+        )
+    }
+
+    /// Drops the permits that no longer count at `now` (time does not go
+    /// back: forgetting them changes no answer).
+    fn forget(&self, permits: &mut Vec<i128>, now: i128) {
+        let expired = permits.len() - self.live(permits, now) as usize;
+        permits.drain(..expired);
     }
 }
 
@@ -555,140 +638,42 @@ impl Model for SlidingLogModel {
         let expected = self.decide(&permits, now_ns, cost);
         if expected.allowed && cost > 0 {
             let now = i128::from(now_ns);
-            // Permits that stopped counting never count again (time does not
-            // go back): forgetting them changes no answer.
-            let live = self.live(&permits, now) as usize;
-            let expired = permits.len() - live;
-            permits.drain(..expired);
-            permits.extend(std::iter::repeat_n(now, cost as usize));
+            self.forget(&mut permits, now);
+            // Docs: "An admission is recorded at `max(now, newest)`".
+            let stamp = permits.last().map_or(now, |&newest| newest.max(now));
+            permits.extend(std::iter::repeat_n(stamp, cost as usize));
         }
         expected
+    }
+
+    /// From the docs: what the log has room for is stamped `s = max(now,
+    /// newest)`; the rest in runs of at most `limit` at `s + T`, `s + 2T`,
+    /// …; the log never holds more than `17 · limit` permits.
+    fn charge(&self, now_ns: u64, cost: u64) -> (Expected, u64) {
+        let recorded = {
+            let mut permits = self.permits.lock().unwrap();
+            let now = i128::from(now_ns);
+            self.forget(&mut permits, now);
+            let held = permits.len() as i128;
+            let mut left = (self.limit * (DEBT_PERIODS + 1) - held).clamp(0, i128::from(cost));
+            let mut stamp = permits.last().map_or(now, |&newest| newest.max(now));
+            let mut run = left.min((self.limit - held).max(0));
+            let mut recorded = 0;
+            // No run is stamped past the last instant a `u64` names.
+            while left > 0 && stamp <= U64_MAX {
+                permits.extend(std::iter::repeat_n(stamp, run as usize));
+                left -= run;
+                recorded += run;
+                stamp += self.period;
+                run = left.min(self.limit);
+            }
+            recorded
+        };
+        (self.peek(now_ns, 1), recorded as u64)
     }
 
     fn peek(&self, now_ns: u64, cost: u64) -> Expected {
         self.decide(&self.permits.lock().unwrap(), now_ns, cost)
-    }
-
-    fn capacity(&self) -> u64 {
-        self.limit as u64
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Sliding window counter (time wheel)
-// ---------------------------------------------------------------------------
-
-/// The period cut into `n` slots: epoch `e(t) = ⌊t·n/T⌋`, slot `e` starts at
-/// `⌈e·T/n⌉`. Every admission is kept as `(epoch, cost)`; at epoch `cur` the
-/// admissions of epochs `cur − n + 1 ..= cur` count, and a request is
-/// admitted iff they plus `cost` are at most `limit`.
-///
-/// `retry_after` is the start of the first later epoch at which the request
-/// fits; `reset_after` the start of `newest + n` (the first epoch at which
-/// the newest counting admission has left) minus `now`, 0 if nothing counts.
-///
-/// The epoch is a `u64` in the implementation; the model assumes
-/// `⌊t·n/T⌋ + n < 2^64`, so that no epoch it names saturates (the property
-/// tests keep to it).
-#[derive(Debug)]
-pub struct SlidingWindowModel {
-    limit: i128,
-    period: i128,
-    n: i128,
-    /// `(epoch, cost)` of every admission of cost > 0, epochs non-decreasing.
-    admissions: Mutex<Vec<(i128, i128)>>,
-}
-
-impl SlidingWindowModel {
-    /// The model of `SlidingWindow::new(quota, slots)`.
-    pub fn new(quota: Quota, slots: u32) -> SlidingWindowModel {
-        SlidingWindowModel {
-            limit: i128::from(quota.limit()),
-            period: i128::from(quota.period_nanos()),
-            n: i128::from(slots),
-            admissions: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Whether `SlidingWindow::new` should accept `slots`: 1 to 2^16.
-    pub fn accepts(slots: u32) -> bool {
-        (1..=1 << 16).contains(&slots)
-    }
-
-    /// The epoch containing `t`.
-    pub fn epoch(&self, t: i128) -> i128 {
-        t * self.n / self.period
-    }
-
-    /// The first nanosecond of epoch `e`.
-    pub fn start(&self, e: i128) -> i128 {
-        ceil_div(e * self.period, self.n)
-    }
-
-    /// The admissions that count at epoch `cur` (a later or the current
-    /// epoch: the list is sorted and holds nothing after `cur`).
-    fn counting(&self, admissions: &[(i128, i128)], cur: i128) -> i128 {
-        let first = admissions.partition_point(|&(e, _)| e <= cur - self.n);
-        admissions[first..].iter().map(|&(_, cost)| cost).sum()
-    }
-
-    fn decide(&self, admissions: &[(i128, i128)], now: u64, cost: u64) -> Expected {
-        let now = i128::from(now);
-        let cost = i128::from(cost);
-        let cur = self.epoch(now);
-        let first_live = admissions.partition_point(|&(e, _)| e <= cur - self.n);
-        let live_admissions = &admissions[first_live..];
-        let live = self.counting(admissions, cur);
-        let newest_live = live_admissions.last().map(|&(e, _)| e);
-        let reset_at = |newest: i128| self.start(newest + self.n) - now;
-        if live + cost <= self.limit {
-            let reset_after = match (cost > 0, newest_live) {
-                // The newest admission is then this one, in the current epoch.
-                (true, _) => reset_at(cur),
-                (false, Some(newest)) => reset_at(newest),
-                (false, None) => 0,
-            };
-            return Expected::allow(self.limit, self.limit - live - cost, reset_after);
-        }
-        let retry_after = if cost > self.limit {
-            U64_MAX
-        } else {
-            // The count only drops when an admission's epoch leaves the
-            // window: try those epochs in order.
-            let epoch = live_admissions
-                .iter()
-                .map(|&(e, _)| e + self.n)
-                .find(|&e| self.counting(admissions, e) + cost <= self.limit)
-                .expect(
-                    "sliding window model: a request within the limit fits once the wheel turns",
-                );
-            assert!(
-                epoch > cur,
-                "sliding window model: retry epoch {epoch} not after {cur}"
-            );
-            self.start(epoch) - now
-        };
-        let reset_after = newest_live.map_or(0, reset_at);
-        Expected::deny(self.limit, self.limit - live, retry_after, reset_after)
-    }
-}
-
-impl Model for SlidingWindowModel {
-    fn check(&self, now_ns: u64, cost: u64) -> Expected {
-        let mut admissions = self.admissions.lock().unwrap();
-        let expected = self.decide(&admissions, now_ns, cost);
-        if expected.allowed && cost > 0 {
-            let cur = self.epoch(i128::from(now_ns));
-            // Admissions that left the window never count again.
-            let gone = admissions.partition_point(|&(e, _)| e <= cur - self.n);
-            admissions.drain(..gone);
-            admissions.push((cur, i128::from(cost)));
-        }
-        expected
-    }
-
-    fn peek(&self, now_ns: u64, cost: u64) -> Expected {
-        self.decide(&self.admissions.lock().unwrap(), now_ns, cost)
     }
 
     fn capacity(&self) -> u64 {

@@ -139,6 +139,7 @@
 //!   [`FixedKey`]).
 
 pub mod batch;
+mod budget;
 mod key;
 mod table;
 
@@ -148,6 +149,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
 
+pub use self::budget::CompactReserved;
 pub use self::key::{FixedKey, KeyTooLong, ShortKey};
 use self::table::{Hasher, Probe, Shard};
 use super::entry::{Answer, Mode, run, within_capacity};
