@@ -102,6 +102,14 @@ pub struct SimulateArgs {
     /// Slots of the sliding window counter.
     #[arg(long, default_value_t = 10)]
     pub slots: i64,
+    /// Warm-up period of the warm-up algorithm (a cold start ramps to the
+    /// rate over it). By default, 3 periods.
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// Cold factor of the warm-up algorithm: a cold start runs at the rate
+    /// divided by it.
+    #[arg(long, default_value_t = 3)]
+    pub cold_factor: u32,
     /// The arrival pattern.
     #[arg(long, value_enum, default_value_t = PatternName::Spike)]
     pub pattern: PatternName,
@@ -161,6 +169,9 @@ pub enum AlgorithmName {
     SlidingLog,
     /// A time wheel of `--slots` slots.
     SlidingWindow,
+    /// Guava's warm-up: cold at the rate / `--cold-factor`, at the rate
+    /// after `--warmup` of use (not in the default set).
+    WarmUp,
 }
 
 /// The synthetic arrival patterns.

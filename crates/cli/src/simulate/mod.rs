@@ -44,7 +44,7 @@ use tollgate::Quota;
 use crate::cli::{AlgorithmName, SimulateArgs};
 use crate::messages::{self, UsageError};
 
-use algorithms::{Bounds, Built};
+use algorithms::{Bounds, Built, Warm};
 use pattern::Synthetic;
 
 /// The most arrivals a simulation holds.
@@ -114,9 +114,21 @@ impl Config {
         };
         names.sort_unstable();
         names.dedup();
+        if args.cold_factor == 0 {
+            return Err(UsageError::out_of_range(
+                "--cold-factor",
+                "a whole number from 1 to 4294967295",
+                args.cold_factor,
+            )
+            .into());
+        }
+        let warm = Warm {
+            period: args.warmup.unwrap_or(args.period.saturating_mul(3)),
+            cold_factor: args.cold_factor,
+        };
         let algorithms = names
             .into_iter()
-            .map(|name| Ok((name, Built::new(name, quota, slots)?)))
+            .map(|name| Ok((name, Built::new(name, quota, slots, warm)?)))
             .collect::<Result<Vec<_>, UsageError>>()?;
 
         if args.duration.is_some_and(|duration| duration.is_zero()) {
