@@ -597,7 +597,8 @@ async fn warm_up_beside_gcra_decides_as_the_cores_all_of() {
             denied_by_warm_up += 1;
         }
         if i % 13 == 12 {
-            core.refund(1);
+            // The refund's own answer is not compared: the next check is.
+            let _ = core.refund(1);
             limiter.refund(b"k", 1).await.unwrap();
         }
     }
