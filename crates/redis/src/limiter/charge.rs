@@ -69,8 +69,10 @@ enum Charged {
 }
 
 impl RedisLimiter {
-    /// Records `cost` permits of `key` whether or not they fit (see the
-    /// [module docs](self)), and answers whether they fitted, with the
+    /// Records `cost` permits of `key` whether or not they fit, into debt,
+    /// atomically over every GCRA limit of the key (the debt saturates at
+    /// what the state can hold; a listed or penalised key is not charged),
+    /// and answers whether they fitted, with the
     /// state after the charge.
     ///
     /// # Errors
