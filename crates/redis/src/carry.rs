@@ -39,9 +39,9 @@
 //!   above the new limit is capped at it: the key is spent until the window
 //!   ends, as the core's (larger) count leaves it.
 //! - **Sliding window** and a change of algorithm: not carried (the key
-//!   starts afresh, as [`Carry::Reset`]). Documented rather than
-//!   approximated: the wheel's slots do not map onto another geometry
-//!   without the core's "move into the newest slot" rule, left for later.
+//!   starts afresh, as [`Carry::Reset`]), rather than approximated: the
+//!   wheel's slots do not map onto another geometry without the core's
+//!   "move into the newest slot" rule, which the script does not have.
 //! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
 //!   whatever the rule, with their TTL, on the key's first decision.
 //!
@@ -50,8 +50,8 @@
 //! A deny or allow list entry has no TTL, and a penalty may outlive the
 //! carry period, so a key listed or penalised under the previous limits may
 //! not be decided during that period at all; its marker would stay under
-//! the old key and the key be decided as free (the bug this section fixes:
-//! a deny-listed key admitted again). So:
+//! the old key and the key be decided as free (a deny-listed key admitted
+//! again). So:
 //!
 //! - **The registries are carried**: every listed key is in the lists'
 //!   registry (a set, see [`controls`](crate::controls)) and every
