@@ -13,73 +13,59 @@
 //!
 //! # The default: the time-stamp counter
 //!
-//! Every constructor without a clock argument —
-//! [`Limiter::new`](crate::Limiter::new),
-//! [`KeyedLimiter::new`](crate::KeyedLimiter::new) and its builder,
-//! [`Shaper::new`](crate::Shaper::new) and its builder,
-//! [`StripedLimiter::new`](crate::StripedLimiter::new) — reads the CPU's
-//! time-stamp counter through [quanta](https://docs.rs/quanta), governor's
-//! default clock class, where the CPU says the counter is invariant (ticks
-//! at a constant rate through frequency changes and sleep states), and the
-//! monotonic clock everywhere else. Detection happens once, at run time:
-//! on x86-64, CPUID leaf `0x8000_0007` must report an invariant TSC
-//! (EDX bit 8) and leaf `0x8000_0001` the `RDTSCP` instruction; on AArch64
-//! the generic timer is always used; on any other target, and where either
-//! CPUID bit is missing, the readings come from the monotonic clock
-//! (`clock_gettime(CLOCK_MONOTONIC)`). The counter is calibrated against the
-//! monotonic clock once per process, when the first clock is made (at least
-//! 0.5 ms and at most 200 ms of spinning, on the thread that builds the first
-//! limiter).
-//!
-//! Drift against `Instant`, measured on this project's 2-core KVM guest by
-//! `examples/clock_drift.rs` over 7 minutes (one offset sample every 5 s,
-//! least-squares slope, extrapolated linearly: an hour cannot be waited
-//! for in CI): the counter ran 0.31 ppm slow (−309 ns per second, linear to
-//! within the 30 ns sampling bracket), **−1.1 ms over an hour**. A
-//! limiter's arithmetic only ever subtracts two readings of the same clock,
-//! so a rate error of that size changes a quota by that many parts per
-//! million; where waiting hands a deadline to an `Instant`-based timer
-//! ([`Clock::instant_at`]), the deadline is off by the drift accumulated
-//! since the process started (and waiting re-reads the clock on waking).
-//!
-//! The monotonic clock is one line away:
-//! `Limiter::with_clock(algorithm, MonotonicClock::new())`, or
-//! `KeyedLimiter::builder(algorithm).clock(MonotonicClock::new())`,
-//! `Shaper::builder(quota).clock(MonotonicClock::new())`,
-//! `StripedLimiter::with_clock(quota, stripes, MonotonicClock::new())`.
-//!
-//! Why the default stops at quanta's reading rather than an inlined
-//! `rdtsc`: the reading is one call into quanta (not inlined across the
-//! crate) and a scaling, and on this project's KVM guest an inlined `rdtsc`
-//! with the same scaling measured the same (16.1–17.3 ns against quanta's
-//! 16.5, interleaved, 20 million readings, load average 2–4): the counter
-//! read itself is the cost, and the call overlaps it. It is nearly all of
-//! a direct check: 8.45 of 8.56 ns in `benches/defaults.rs`
-//! (`clock_read_alone` against `tollgate_default`), so that no
-//! check on this clock class can be much cheaper than one counter read.
+//! Every constructor without a clock argument ([`Limiter::new`](crate::Limiter::new),
+//! [`KeyedLimiter::new`](crate::KeyedLimiter::new),
+//! [`Shaper::new`](crate::Shaper::new),
+//! [`StripedLimiter::new`](crate::StripedLimiter::new) and their builders)
+//! reads the CPU's time-stamp counter through [quanta](https://docs.rs/quanta),
+//! governor's default clock class, where the CPU says the counter is
+//! invariant, and the monotonic clock (`clock_gettime(CLOCK_MONOTONIC)`)
+//! everywhere else. Detected once, at run time: on x86-64, CPUID must
+//! report an invariant TSC (leaf `0x8000_0007`, EDX bit 8) and `RDTSCP`
+//! (leaf `0x8000_0001`); AArch64 always uses its generic timer. The counter
+//! is calibrated against the monotonic clock once per process, when the
+//! first clock is made (0.5 to 200 ms of spinning, on that thread). Its
+//! drift against `Instant` is parts per million (−1.1 ms over an hour,
+//! measured), which changes a quota by as many parts per million. The
+//! monotonic clock is one line away:
+//! `Limiter::with_clock(algorithm, MonotonicClock::new())` (or `.clock(…)`
+//! on a builder).
 //!
 //! # Clocks that go backwards
 //!
-//! No clock here promises that two readings taken on *different threads*
-//! are ordered as the threads' real times are: a time-stamp counter can be
-//! a few cycles apart between cores (governor#299 reports readings going
-//! backwards when a thread moves), and a [`ManualClock`] can be set back,
-//! and a clock of your own may misbehave. The limiters do not need it.
-//! Every algorithm decides at the later of the reading and the time its
-//! state already holds, so a reading that goes backwards is decided as "no
-//! time has passed" or as a longer wait, never as a refill: whatever state
-//! earlier readings left, a reading before the latest one is decided no
-//! more generously than the latest one (never an admission the latest
-//! reading would deny, never more permits remaining for the same answer;
-//! pinned for every algorithm by `tests/clock.rs`). A keyed limiter's sweeps take part:
-//! a key re-created after a sweep removed it is decided at the later of
-//! the reading and the sweep's own reading (see [`keyed`](crate::keyed)).
+//! No clock here promises that readings on *different threads* are ordered
+//! as the threads' real times are (a time-stamp counter can differ by a few
+//! cycles between cores; a [`ManualClock`] can be set back), and the
+//! limiters do not need it: every algorithm decides at the later of the
+//! reading and the time its state already holds, so **a reading before the
+//! latest one is decided no more generously than the latest one** (never an
+//! admission the latest would deny, never more permits remaining for the
+//! same answer; pinned for every algorithm by `tests/clock.rs`). A keyed
+//! limiter's sweeps take part: a key re-created after a sweep is decided at
+//! the later of the reading and the sweep's (see [`keyed`](crate::keyed)).
+//! So [`QuantaClock`] keeps no shared maximum (an atomic read-modify-write
+//! per read, to fix what the algorithms already absorb); a reading a hair
+//! behind its origin is 0.
 //!
-//! [`QuantaClock`] does not guard its readings with a shared maximum (as
-//! [`CachedClock`] does for its single writer): that would make every read
-//! an atomic read-modify-write on one shared word, many times the cost of
-//! the read itself, to fix what the algorithms already absorb. A reading a
-//! hair behind the clock's origin is 0.
+//! How the drift was measured, and why the default stops at quanta's
+//! reading rather than an inlined `rdtsc`: `crates/core/docs/clock.md`.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Gcra, Limiter, ManualClock, Quota};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let clock = ManualClock::new(); // clones share one time
+//! let limiter = Limiter::with_clock(Gcra::new(Quota::per_second(1)?)?, clock.clone());
+//! assert!(limiter.check().is_allowed());
+//! assert!(limiter.check().is_denied());
+//! clock.advance(Duration::from_secs(1));
+//! assert!(limiter.check().is_allowed());
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 use std::sync::OnceLock;

@@ -7,127 +7,54 @@
 //!   find, insert, retag, promote);
 //! - [`KeyMap::retain`]: exclusive access to each entry while it is judged.
 //!
-//! # Design: shards of `hashbrown` tables behind a spinlock
+//! # The model: shards of `hashbrown` tables behind a spinlock
 //!
-//! The keys are split by hash over a power of two of shards, each an
-//! exclusive lock ([`ShardLock`]) around `hashbrown` tables, cache-padded
-//! so that two threads on keys of different shards never write the same
-//! line. A known key's check is one hash, one atomic read-modify-write on
-//! its shard's lock word, a plain load and store of the key's state (the
-//! lock makes it exclusive), and a plain store to release; nothing else is
-//! shared. Until then the shards were `std::sync::RwLock`s and a check
-//! took its read lock, compare-and-swapped the state and released the read
-//! lock: three serialising instructions where there is now one, which took
-//! a check at 10^3 keys from 21.4 to 12.9 ns and at 10^6 keys from 84.7 to
-//! 57.6 (`benches/defaults.rs`; the reasons and the waiting strategy are in
-//! `shard_lock.rs`). Two checks of keys in one shard now take turns instead
-//! of overlapping; with 16 shards per thread and holds of nanoseconds, the
-//! threads benches gained too (one hot key, 2 threads: 134 → 114 ns per
-//! check; disjoint keys: 59 → 50).
+//! Keys are split by hash over a power of two of shards, each a
+//! cache-padded exclusive lock ([`ShardLock`]) around two `hashbrown`
+//! tables. A known key's check is one hash, one atomic read-modify-write
+//! on its shard's lock word, a plain load and store of the key's state and
+//! a plain store to release: nothing else is shared, and no memory
+//! outlives the lock that guards it (what a sweep removes is freed before
+//! it returns, on the sweeping thread; no epochs, no deferred reclamation).
 //!
-//! Chosen over `scc::HashMap`, which this map replaced: scc's bucket locks
-//! bound a sweep's hold time well, but every scc read also takes an epoch
-//! guard (a full barrier) to keep a concurrently resized array alive, and
-//! frees removed entries only once every thread has moved past their epoch.
-//! Measured in one loop at 1,000 keys with a constant time, an scc read
-//! plus one compare-and-swap cost 11.9 ns, the same through dashmap (a
-//! sharded `RwLock<hashbrown>`, as here then) 7.3 ns. Here no memory outlives
-//! the lock that guards it, so there is no deferred reclamation at all:
-//! what a sweep removes is freed before it returns, on the sweeping thread.
+//! Each shard holds a **tag** (for the limiter: the default algorithm of
+//! the rules' generation) and two tables:
 //!
-//! What the shards cost, and how it is bounded:
+//! - **hot**: `(key, cell)`, 16 bytes for a `u64` key and a one-word state,
+//!   every entry running under the shard's tag;
+//! - **other**: `(key, E)`, where `E` names what the key runs under (24
+//!   bytes with a `u64` key): keys on an override, and keys not yet
+//!   brought up to a change of rules. Empty, allocating nothing, while
+//!   every key runs the default.
 //!
-//! - **A sweep** ([`KeyMap::retain`]) holds one shard's lock for at
-//!   most [`SWEEP_CHUNK`] slots of one of its tables at a time, then
-//!   releases it, so a request never waits for more than one chunk of one
-//!   shard. If a table was resized (or its shard retagged) between chunks
-//!   the walk goes on at the same slot index: an entry may be judged twice
-//!   or not at all in that sweep (never wrongly removed, since it is judged
-//!   under the lock), and the next sweep sees it.
-//! - **Shrinking**: a table under a quarter full after a sweep is rehashed
-//!   into one half full (and an empty one frees its memory), under its
-//!   shard's lock: a hold of O(keys in the shard), only after the
-//!   sweep removed most of them.
-//! - **Growing** doubles one table under its shard's lock, a hold of
-//!   O(keys in the shard): with the default cap of 2^24 keys over 256
-//!   shards (16 threads or more), about 65,536 keys (one rehash of that
-//!   many entries), on 2 threads (32 shards) 2^19, and only for requests
-//!   to that shard. `scc` grew incrementally; this map trades that for
-//!   reads without barriers.
-//! - **How many**: one shard per 2^16 keys of the cap, at most 16 per
-//!   thread the machine runs, between 8 and 256 (see `shard_count` for why
-//!   the second bound: the memory that tables' growth frees stays resident
-//!   when there are many small tables).
+//! A lookup probes the hot table, and the other one only on a miss when it
+//! holds anything. A change of rules ([`ShardMut::retag`]) moves a shard's
+//! hot entries to its other table on the shard's first request after it;
+//! each key then re-resolves on its own next request and moves back
+//! ([`ShardMut::promote`]).
 //!
-//! # Layout: 16-byte entries for keys on the shard's tag
+//! # Bounds
 //!
-//! Each shard holds a **tag** `T` (for the limiter: the default algorithm,
-//! as the rules of one generation resolved it) and two tables:
+//! - **A sweep** ([`KeyMap::retain`]) holds a shard's lock for at most
+//!   [`SWEEP_CHUNK`] (16) slots of one table at a time: a request never
+//!   waits for more. An entry moved by a resize between chunks may be
+//!   judged twice or not at all in that sweep (never wrongly removed: it
+//!   is judged under the lock); the next sweep sees it.
+//! - **Shrinking, growing, retagging** each hold one shard's lock for
+//!   O(keys in the shard): a table under a quarter full after a sweep is
+//!   rehashed half full; a full one doubles (about 65,536 keys at the
+//!   default cap of 2^24 over 256 shards).
+//! - **Shards**: one per 2^16 keys of the cap, at most 16 per thread the
+//!   machine runs, between 8 and 256 (`shard_count`).
+//! - **Memory**: a table holds at most 7/8 of its power-of-two slots:
+//!   35.7 bytes per `u64` key at 10^6 keys (the `memory` bench).
 //!
-//! - **hot**: `(key, cell)`, nothing else: 16 bytes for a `u64` key and a
-//!   one-word state (GCRA's TAT and the fixed window's packed count are one
-//!   `AtomicU64`; the sliding log's and window's `Locked` cells are larger,
-//!   and an `AllOf` cell holds one cell per limit, all without a pointer to
-//!   their algorithm). Every hot entry runs under its shard's tag;
-//! - **other**: `(key, E)`, where `E` says itself what the key runs under
-//!   (for the limiter, a pointer to the key's own tier beside the cell: 24
-//!   bytes with a `u64` key). Keys on an override, and keys not yet
-//!   brought up to a change of rules, live here. It is empty, and
-//!   allocates nothing, while every key runs the default.
+//! Under `--cfg loom` the shard lock is loom's `Mutex` and there is one
+//! shard, so the model checks run this very code.
 //!
-//! A known key's lookup probes the hot table and, only if it misses and the
-//! other table holds anything, the other one. The tag, the tables' headers
-//! and the lock word are in the shard's own cache-padded lines, which
-//! taking the lock has just brought in: a key on the default costs its control
-//! group and its slot, the lines governor's dashmap touches, and no line for
-//! a tier pointer. A table holds at most 7/8 of its power-of-two slots, so
-//! 10^6 keys take 2^21 slots: 35.7 bytes per `u64` key (measured by the
-//! `memory` bench; governor's dashmap 35.7), 52.4 with the 24-byte entries
-//! this layout replaced.
-//!
-//! Why this layout is the fastest that fits:
-//!
-//! - **A tier index packed beside the state** has nowhere to go: GCRA's
-//!   TAT and the fixed window's word use all 64 bits, and a separate 4-byte
-//!   index pads a `u64`-keyed entry back to 24 bytes.
-//! - **One table per tier per shard** would also make a key on an override
-//!   miss in the default's table first; one side table holds any number of
-//!   tiers (the override function's included) with the same single probe
-//!   for the default's keys.
-//! - **A dense vector behind 4-byte indices** is the one layout under 32
-//!   bytes per key (31.5 with a 4-byte tier id beside each entry), but its
-//!   key comparison is one more dependent load, in another cache line: in
-//!   the `layout` bench, a check at 10^6 keys took about twice as long as
-//!   with the entry inline.
-//!
-//! Profiled under cachegrind at 10^6 keys (`benches/defaults.rs`,
-//! `--profile`; simulated, so independent of the machine's load), per
-//! check: this map with GCRA 261 instructions and 2.39 L1 read misses,
-//! governor with foldhash 203 and 1.99, governor by default (SipHash) 347
-//! and 1.97. Both take a miss on the control group and one on the slot
-//! (two trips to memory when the table is far larger than the cache); the
-//! 0.4 more here was the shard's own line (then 256 shards of 128 bytes,
-//! 32 KB, competing with the table's lines for L1; dashmap's 8 stay in it;
-//! since the shard count follows the threads, 32 on this machine, 4 KB),
-//! an L2 hit; of the instructions, 52 are GCRA's decision (limit, remaining,
-//! `retry_after`, `reset_after`).
-//!
-//! What it costs:
-//!
-//! - **A change of rules** ([`ShardMut::retag`]): the first request to a
-//!   shard after a change moves the shard's hot entries to its other table,
-//!   each carrying the old tag (a hold of O(keys in the shard), like growing
-//!   its table, once per change). Each key then re-resolves on its own next
-//!   request exactly as before (its state carried at that request's time,
-//!   by the change's rule) and, back on the default, moves to the hot table
-//!   again ([`ShardMut::promote`]). Until then it takes 24 bytes and a
-//!   second probe.
-//! - **Keys on an override** take 24 bytes and a second probe (a miss in
-//!   the hot table first).
-//!
-//! Under `--cfg loom` the shard lock is loom's `Mutex` (see
-//! [`ShardLock`]) and there is one shard, so the model checks run this
-//! very code.
+//! What this design replaced and why (`RwLock` shards, `scc::HashMap`),
+//! the layouts measured and dropped, and the cachegrind profile against
+//! governor: `crates/core/docs/keymap.md`.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};

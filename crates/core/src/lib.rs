@@ -122,3 +122,9 @@ pub use wall_clock::SystemClock;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeTour;
+
+/// The guide's examples (`docs/guide.md`, where the README's tour goes on),
+/// compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide.md")]
+struct Guide;

@@ -1,108 +1,68 @@
 //! [`StripedLimiter`]: one very hot GCRA limiter split over several
-//! cache-padded words (Java's `LongAdder` idea).
+//! cache-padded words (Java's `LongAdder` idea), for one direct limiter
+//! admitting from several cores at once.
 //!
-//! A [`Limiter`](crate::Limiter) keeps its whole state in one word: every
-//! admission is a compare-and-swap on it, so threads admitting from several
-//! cores at once take turns on one cache line. A striped limiter splits the
+//! # The model
+//!
+//! A [`Limiter`](crate::Limiter) keeps its state in one word, so threads on
+//! several cores take turns on one cache line. A striped limiter splits the
 //! quota into `n` independent [`Gcra`] meters ("stripes"), each in its own
-//! cache line; a thread works on its own stripe, and the line stays in its
-//! core's cache.
+//! cache line. Stripe `i` runs `limit / n` permits per period and a burst
+//! of `burst / n` (one more of each for the first `limit % n`, `burst % n`
+//! stripes): the stripes add up exactly to the quota (10 per second, burst
+//! 10, over 3 stripes: 4 + 3 + 3 of each). So `n` is at most
+//! `min(limit, burst)` and [`MAX_STRIPES`] (1,024).
 //!
-//! # The split
+//! Each thread takes a round-robin ticket on its first check and works on
+//! stripe `ticket % n` (stable, so its line stays in its core's cache;
+//! [`check_n_from`](StripedLimiter::check_n_from) picks the first stripe
+//! instead). A check tries that stripe, then the others in order, and
+//! admits on the first that admits; only if every stripe denies is the
+//! request denied, and a denial writes nothing.
 //!
-//! Stripe `i` runs `limit / n` permits per period (one more for the first
-//! `limit % n` stripes) and a burst of `burst / n` (one more for the first
-//! `burst % n`), so that the stripes' rates and bursts add up exactly to the
-//! quota's: 10 per second with a burst of 10 over 3 stripes is 4 + 3 + 3 per
-//! second with bursts 4 + 3 + 3. Every stripe needs at least one permit of
-//! each, so `n` may not exceed `min(limit, burst)` (nor [`MAX_STRIPES`]).
-//!
-//! # Which stripe
-//!
-//! Each thread draws a ticket from one global counter on its first check
-//! (round robin) and keeps it in a thread-local; its stripe in a limiter of
-//! `n` stripes is `ticket % n`. Round robin spreads `n` threads over `n`
-//! stripes exactly, without hashing thread ids (which may collide); and the
-//! stripe is stable, so a thread keeps finding its line in its own cache.
-//! [`check_n_from`](StripedLimiter::check_n_from) lets a caller pick the
-//! first stripe itself (a runtime's worker index, say).
-//!
-//! A check tries the thread's stripe first; if that stripe denies, it tries
-//! the others in order (`own + 1, own + 2, …` modulo `n`) and admits on the
-//! first that admits. Only if every stripe denies is the request denied.
-//!
-//! # What a decision reports
-//!
-//! - `limit`: the quota's burst, as for an unstriped [`Gcra`].
-//! - An admission: `remaining` is the sum of what every stripe has left
-//!   right after it (the admitting stripe as its compare-and-swap left it,
-//!   the others read one after the other), `reset_after` the latest of the
-//!   stripes'.
-//! - A denial (every stripe denied): `retry_after` is the earliest at which
-//!   any stripe admits the same request (for one thread alone, exact as
-//!   for a [`Gcra`]: admitted at `now + retry_after`, not a nanosecond
-//!   earlier, if nothing else happens); `remaining` is the most one stripe
-//!   holds, the largest request that would be admitted now (below `cost`,
-//!   although the stripes together may hold more); `reset_after` the
-//!   latest of the stripes'. A denial writes nothing.
+//! A [`Decision`] reports `limit` = the quota's burst; on admission,
+//! `remaining` = the sum of what the stripes have left (read one after the
+//! other, not a snapshot) and `reset_after` the latest stripe's; on denial,
+//! `retry_after` = the earliest any stripe admits the request (exact for
+//! one thread alone) and `remaining` = the most one stripe holds.
+//! [`admit`](StripedLimiter::admit) takes the same permits and reads no
+//! other stripe: the fast path.
 //!
 //! # Guarantee
 //!
 //! **No over-admission: any interval of length `t` admits at most
-//! `burst + rate·t` permits in all** (`rate = limit / period`), the bound of
-//! an unstriped [`Gcra`], under any number of threads. Each stripe is a
-//! [`Gcra`] on its own word, updated by the same compare-and-swap loop as a
-//! [`Limiter`](crate::Limiter) (`store::word_update`), so stripe `i` admits
-//! at most `burst_i + rate_i·t` in the interval; the split is exact
-//! (`Σ burst_i = burst`, `Σ rate_i = rate`; a stripe's rate may be rounded
-//! down to whole ticks as any [`Gcra`]'s, never up), so the sum is at most
-//! `burst + rate·t`. The tests check it over every interval of the recorded
-//! admissions of several threads (`tests/striped.rs`).
+//! `burst + rate·t` permits in all**, the bound of an unstriped [`Gcra`],
+//! under any number of threads: each stripe is a [`Gcra`] on its own word
+//! (the compare-and-swap loop of a [`Limiter`](crate::Limiter), which the
+//! loom models in `tests/loom.rs` check; stripes share no state) and the
+//! split is exact (a stripe's rate may round down to whole ticks, never
+//! up). Checked over every interval of several threads' recorded
+//! admissions (`tests/striped.rs`).
 //!
-//! The compare-and-swap path of each stripe is exactly the one the loom
-//! models of [`Limiter`](crate::Limiter) check (`tests/loom.rs`); the
-//! stripes share no state, so the striped limiter adds no interleaving of
-//! its own to model.
+//! What it gives up: it is **not linearizable** (a request denied by every
+//! stripe was denied by each at a different instant; without concurrency a
+//! cost of 1 is denied only when every stripe is empty, a larger one also
+//! when the permits left are spread over stripes); **a cost must fit in one
+//! stripe** (at most `⌈burst / n⌉`, else [`CostError`]); `remaining` is
+//! approximate under concurrency. Prefer a [`Limiter`](crate::Limiter)
+//! unless one limiter is hot on several cores and checked with `admit`:
+//! there it ran 3.0× a `Limiter`'s `check` on 2 threads, while `check`
+//! (which reads every stripe) gained only 1.1–1.45×, on one thread lost,
+//! and keyed limiters gain nothing. The figures: `crates/core/docs/striped.md`.
 //!
-//! # What it gives up
+//! # Example
 //!
-//! - **Not linearizable.** A request denied by every stripe was denied by
-//!   each at a different instant; another thread may have freed room in a
-//!   stripe already tried, or taken room in one not yet tried. Without
-//!   concurrency (one thread, or threads that do not overlap) a request of
-//!   cost 1 is denied only when every stripe is empty, as by one [`Gcra`];
-//!   a larger request is also denied when the permits left are spread over
-//!   stripes none of which holds `cost` of them (fragmentation).
-//! - **A cost must fit in one stripe.** The largest request is the largest
-//!   stripe's burst, `⌈burst / n⌉`; above it `check_n` returns a
-//!   [`CostError`], where an unstriped limiter accepts up to `burst`.
-//! - **`remaining` is approximate under concurrency.** An admission reports
-//!   the sum of what each stripe has left, read one stripe after the other
-//!   right after the admission: a sum of separate reads, not a snapshot.
-//! - **A [`Decision`] reads every stripe.** `remaining` and `reset_after`
-//!   of an admission need the other stripes, whose lines their own threads
-//!   are writing: each read is a cache miss, and it costs most of
-//!   striping's gain (below). [`admit`](StripedLimiter::admit) takes the
-//!   same permits and answers only whether, reading no other stripe.
+//! ```
+//! use tollgate::{Quota, StripedLimiter};
 //!
-//! # When to use it
-//!
-//! For one direct limiter admitting from several cores at once, checked
-//! with [`admit`](StripedLimiter::admit): on the 2-core machine of
-//! `BENCHMARKS.md` ("Striped mode", `cargo bench -p tollgate --bench
-//! striped`), a striped GCRA prototype ran 4.3× the throughput of one
-//! compare-and-swap word at 2 threads. This type, in the same bench
-//! (`tollgate_striped_*` rows, not yet in `BENCHMARKS.md`): `admit` ran 3.0× a
-//! [`Limiter`](crate::Limiter)'s `check` (26.5 against 79.2 ns per check,
-//! aggregate), but its `check`, which builds the [`Decision`] from every
-//! stripe, only 1.1× to 1.45× (57 to 74 ns), and on 1 thread it is slower
-//! than a `Limiter` (55 to 66 ns against 44 to 62). Not for keyed
-//! limiters, where the map's shard lock, shared by every thread on the
-//! key, dominates (the same bench: no gain), and not to speed up denials,
-//! which only read and already scale (a striped denial reads every
-//! stripe: about twice a `Limiter`'s). Otherwise prefer
-//! [`Limiter`](crate::Limiter): exact, linearizable, faster on one
-//! thread, and a request may cost the whole burst.
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // 10,000 per second, burst 1,000, over 4 stripes of 2,500/s and 250 each.
+//! let hot = StripedLimiter::new(Quota::per_second(10_000)?.with_burst(1_000)?, 4)?;
+//! assert!(hot.admit()); // the fast path: yes or no
+//! assert!(hot.check().is_allowed()); // a full `Decision`, reading every stripe
+//! # Ok(())
+//! # }
+//! ```
 
 use std::cell::Cell;
 use std::fmt;

@@ -6,82 +6,79 @@
 //! # Why
 //!
 //! A limit's keys are named by its quota (see [`key`](crate::key)), so a
-//! changed quota has new keys: without a carry, every client found a fresh
-//! key and briefly had a whole new quota.
+//! changed quota has new keys: without a carry, every client would find a
+//! fresh key and briefly have a whole new quota.
 //!
 //! # How
 //!
 //! While the previous limits' keys may still live (until the longest of
 //! their reset horizons plus the TTL slack has passed on this node's clock,
 //! counted from the build), every decision runs `src/carry.lua` before
-//! `src/decide.lua`, in one script call: for each limit whose new key is
-//! absent and whose old key (same hash tag, so the same slot on a cluster)
-//! holds a state, the state is converted by the rule, written under the new
-//! key with its TTL, and the old key deleted; then the decision is taken as
-//! usual. A key written under the new limits is never carried again, so two
-//! clients racing on the first decision carry once. After that period, and
-//! once the lists and penalties were carried (below), the limiter decides
-//! on the ordinary path (lean scripts or module) again.
+//! `src/decide.lua`, in one script call: each limit whose new key is absent
+//! and whose old key (same hash tag, so the same slot on a cluster) holds a
+//! state has it converted by the rule, written under the new key with its
+//! TTL, and the old key deleted; then the decision is taken as usual. A key
+//! written under the new limits is never carried again, so two clients
+//! racing on the first decision carry once. After that period, and once the
+//! lists and penalties were carried (below), the limiter decides on the
+//! ordinary path (lean scripts or module) again.
 //!
 //! # The rules (the core's `carry_cell`, per algorithm)
 //!
 //! - **GCRA**: the debt, in permits, in the new quota's ticks:
-//!   [`Carry::Keep`] scales it by the emission intervals, [`Carry::Proportional`]
-//!   by the capacities, rounded up. Exact while `debt · new value` stays
-//!   below 2^53; beyond, within one tick (1/scale ns) in the doubles of Lua,
-//!   still rounded up. A carried debt is capped at 2·10^15 ticks (what the
-//!   state reads exactly; a quarter-day at 16 ticks per ns, more at lower
-//!   scales): a limit lowered so far that the old debt is longer than that
-//!   waits that long, not longer.
+//!   [`Carry::Keep`] scales it by the emission intervals,
+//!   [`Carry::Proportional`] by the capacities, rounded up. Exact while
+//!   `debt · new value` stays below 2^53; beyond, within one tick (1/scale
+//!   ns) in Lua's doubles, still rounded up. A carried debt is capped at
+//!   2·10^15 ticks (what the state reads exactly; a quarter-day at 16 ticks
+//!   per ns, more at lower scales): a limit lowered so far that the old
+//!   debt is longer waits that long, not longer.
 //! - **Fixed window**: the count if its window is still current under the
-//!   old period, counted in the window current under the new period;
-//!   [`Carry::Proportional`] scales it by the limits, rounded up. A count
-//!   above the new limit is capped at it: the key is spent until the window
-//!   ends, as the core's (larger) count leaves it.
+//!   old period, counted in the window current under the new one;
+//!   [`Carry::Proportional`] scales it by the limits, rounded up; a count
+//!   above the new limit is capped at it (the key is spent until the window
+//!   ends, as the core's larger count leaves it).
 //! - **Sliding window** and a change of algorithm: not carried (the key
-//!   starts afresh, as [`Carry::Reset`]). Documented rather than
-//!   approximated: the wheel's slots do not map onto another geometry
-//!   without the core's "move into the newest slot" rule, left for later.
+//!   starts afresh, as [`Carry::Reset`]) rather than approximated: the
+//!   wheel's slots do not map onto another geometry without the core's
+//!   "move into the newest slot" rule, which the script does not have.
 //! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
 //!   whatever the rule, with their TTL, on the key's first decision.
 //!
 //! # Listed and penalised keys stay so
 //!
-//! A deny or allow list entry has no TTL, and a penalty may outlive the
-//! carry period, so a key listed or penalised under the previous limits may
-//! not be decided during that period at all; its marker would stay under
-//! the old key and the key be decided as free (the bug this section fixes:
-//! a deny-listed key admitted again). So:
+//! A list entry has no TTL and a penalty may outlive the carry period, so
+//! a listed or penalised key not decided during it would keep its marker
+//! under the old key and be decided as free (a deny-listed key admitted
+//! again). So:
 //!
 //! - **The registries are carried**: every listed key is in the lists'
-//!   registry (a set, see [`controls`](crate::controls)) and every
-//!   penalised key in the penalties' registry (a sorted set by the
-//!   penalty's end, in the same slot; [`penalize`](crate::RedisLimiter::penalize)
-//!   adds to it and drops the penalties that ended, in one pipelined call
-//!   after the penalty's own). Building a carrying limiter spawns a task
-//!   (when a tokio runtime runs) that walks both (`SSCAN`, `ZSCAN`) and
-//!   moves each key's markers to its new keys, one atomic call of
-//!   `controls.lua` per key ([`RedisLimiter::carry_controls`](crate::RedisLimiter::carry_controls); retried,
-//!   after a fault, until done or the limiter is dropped).
-//! - **The carry lasts until then**: decisions keep carrying (and so keep
-//!   moving markers themselves) until the previous keys cannot live any
-//!   more *and* the registries have been carried, so no decision ever
-//!   meets a listed or penalised key as free. Without a runtime, call
+//!   registry (a set, see [`controls`](crate::controls)), every penalised
+//!   key in the penalties' (a sorted set by the penalty's end, in the same
+//!   slot; [`penalize`](crate::RedisLimiter::penalize) adds to it and drops
+//!   ended penalties, pipelined after the penalty's own call). Building a
+//!   carrying limiter spawns a task (when a tokio runtime runs) that walks
+//!   both (`SSCAN`, `ZSCAN`) and moves each key's markers to its new keys,
+//!   one atomic call of `controls.lua` per key
+//!   ([`RedisLimiter::carry_controls`](crate::RedisLimiter::carry_controls);
+//!   retried after a fault until done or the limiter is dropped).
+//! - **The carry lasts until then**: decisions keep carrying (and moving
+//!   markers) until the previous keys cannot live any more *and* the
+//!   registries were carried, so no decision meets a listed or penalised
+//!   key as free. Without a runtime, call
 //!   [`carry_controls`](crate::RedisLimiter::carry_controls) yourself, or
 //!   decisions carry for the limiter's life (correct, on the general
 //!   script).
-//! - **Controls see the old keys**: while the carry lasts, each control is
-//!   sent the previous keys too, moves their markers first and, when it
-//!   drops the key's state (reset, penalty, listing, unlisting), drops the
-//!   old keys' state as well (else the next decision would carry it back).
-//!   A refund on a key whose state is still under the old key only (not
-//!   decided since the change) changes nothing and answers `Ok(false)`:
-//!   never more permits than the refund meant.
-//! - **Limits**: a penalty set before this version (not in the registry)
-//!   is carried only by a decision during the carry period. Markers set by
-//!   nodes still running the previous limits after the registries were
-//!   carried are not moved: finish a rolling change before it, or call
-//!   [`carry_controls`](crate::RedisLimiter::carry_controls) again after it.
+//! - **Controls see the old keys** while the carry lasts: each moves their
+//!   markers first and, when it drops the key's state (reset, penalty,
+//!   listing, unlisting), drops the old keys' too (else the next decision
+//!   would carry it back). A refund on a key whose state is still under the
+//!   old key only (not decided since the change) changes nothing and answers `Ok(false)`: never more
+//!   permits than the refund meant.
+//! - **Limits**: a penalty set before the registries existed is carried
+//!   only by a decision during the carry period; markers set by nodes still
+//!   on the previous limits after the registries were carried are not
+//!   moved: finish a rolling change first, or call `carry_controls` again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -12,91 +12,78 @@
 //! # Guarantees
 //!
 //! - **Atomic, one round trip**: each control is one call of
-//!   `src/controls.lua` over every limit's key of the user key. Those keys
-//!   share the user key's hash tag (see [`key`](crate::key)), so the call is
-//!   atomic on a single server and on Redis Cluster alike, and a decision
-//!   sees the key either wholly before or wholly after a control.
-//! - **The registries, beside**: listing and penalising also write the
-//!   key to a registry in the limiter's own slot (a second call: the lists'
-//!   is reserved first, below; a penalty is registered after it was set),
-//!   so that a change of the limits can carry every marker (see
-//!   [`carry`](crate::carry#listed-and-penalised-keys-stay-so)).
+//!   `src/controls.lua` over every limit's key of the user key; those keys
+//!   share its hash tag (see [`key`](crate::key)), so on a single server
+//!   and on Redis Cluster alike a decision sees the key wholly before or
+//!   wholly after a control.
 //! - **Never "done" on a fault**: a timeout, a connection error, an open
-//!   breaker or a refused call is [`ControlError::Backend`], never `Ok`; the
-//!   failure policy (which answers *decisions* when Redis cannot) never
-//!   answers a control. A timed-out control may still have been applied:
-//!   every control but [`refund`](RedisLimiter::refund) is idempotent and
-//!   can be sent again.
-//! - **The server's clock**: a penalty's end is `TIME` + duration, read in
-//!   the same script, so every client of the key sees the same end.
+//!   breaker or a refused call is [`ControlError::Backend`], never `Ok`;
+//!   the failure policy answers decisions, never a control. A timed-out
+//!   control may still have been applied: every control but
+//!   [`refund`](RedisLimiter::refund) is idempotent and can be sent again.
+//! - **The server's clock**: a penalty ends at `TIME` + duration, read in
+//!   the same script, the same end for every client of the key.
+//! - **Registries beside**: listing and penalising also write the key to a
+//!   registry in the limiter's own slot (a second call), so that a change
+//!   of the limits carries every marker (see
+//!   [`carry`](crate::carry#listed-and-penalised-keys-stay-so)).
 //!
-//! # Markers, not extra reads (the hot path is unchanged)
+//! # Markers in place of the state: the hot path is unchanged
 //!
-//! A penalty or a list entry is written **in place of the key's state**, in
-//! each of its limits' keys, as a string starting with `!`: `!d` (deny
+//! A list entry or a penalty is written **in place of the key's state**,
+//! in each of its limits' keys, as a string starting with `!`: `!d` (deny
 //! list), `!a` (allow list), `!p<end>` (penalty until `end`, in the
-//! scripts' clock units, with the key's TTL set to the penalty's end plus
-//! the slack) or `!pn` (a penalty past the clock's end: "never"). Every
-//! decision already reads that value; the scripts and the module recognise
-//! a marker only where the value is not a state of the limit (the branch
-//! that reads a foreign value), so an ordinary decision pays no extra read
-//! and no extra comparison on its common path. The controls always run as a
-//! script, with or without the native module: they are rare, and the module
-//! reads the same markers in its decisions (`crates/redis-module`,
-//! `controls.rs`).
+//! scripts' clock units, the key's TTL its end plus the slack) or `!pn`
+//! (past the clock's end: "never"). The scripts and the module recognise a
+//! marker only in the branch that reads a value that is not a state, so an
+//! ordinary decision pays no extra read or comparison. Controls (rare) run
+//! always as a script, with or without the native module (which reads the same
+//! markers: `crates/redis-module`, `controls.rs`). A decision that meets:
 //!
-//! Decisions that meet a marker:
+//! - **the deny list**: denied, `remaining` 0, `retry_after` and
+//!   `reset_after` "never" (`u64::MAX` ns);
+//! - **the allow list**: admitted, reporting the key full (`remaining` =
+//!   the capacity: listing dropped the state, so full *is* its state);
+//! - **a penalty**: denied, `remaining` 0, `retry_after` = `reset_after` =
+//!   the time left (the key is full when it ends);
 //!
-//! - **deny list**: denied, `remaining` 0, `retry_after` and `reset_after`
-//!   "never" (`u64::MAX` ns); counts nothing.
-//! - **allow list**: admitted, counts nothing, and reports the key full
-//!   (`remaining` = the limit's capacity): the state was dropped when the
-//!   key was listed (see below), so full *is* its current state.
-//! - **penalty**: denied, `remaining` 0, `retry_after` = `reset_after` = the
-//!   time left (the key is full when the penalty ends, so the time to full
-//!   after it is zero); counts nothing.
-//!
-//! The lists are checked before the penalty (a listed key cannot carry one:
-//! see below).
+//! and counts nothing. Lists are checked before the penalty.
 //!
 //! # Decisions where the contract is silent
 //!
-//! - **Listing drops the key's state** (and any penalty): one value holds
-//!   either a state or a marker. An allowed key therefore reports full, and
-//!   a key unlisted from either list starts full. (Keeping the state inside
-//!   an allow marker would keep it past its TTL, where the GCRA state's
-//!   modular reading is no longer exact; see [`script`](crate::script).)
+//! - **Listing drops the key's state and any penalty** (one value holds a
+//!   state or a marker): an allowed key reports full, an unlisted one
+//!   starts full. Keeping the state inside an allow marker would keep it
+//!   past its TTL, where the GCRA state's modular reading is no longer
+//!   exact (see [`script`](crate::script)).
 //! - **A listed key takes no penalty and no refund, and `reset` leaves it
-//!   listed** ("does not touch lists"): each answers `Ok(false)`.
-//! - **A penalty drops the state**: when it ends the key is full, as the
-//!   contract says; a refund during a penalty changes nothing.
-//! - **Lists live with the limits' keys**: a list entry has no TTL, and
-//!   survives everything but [`unlist`](RedisLimiter::unlist) and a `DEL`
-//!   of the key by hand. A change of the limits' quotas names new keys (see
-//!   [`key`](crate::key)): without
-//!   [`carry_from`](crate::RedisLimiterBuilder::carry_from) the lists start
-//!   empty under them (as every state does); with it, every listed (and
-//!   penalised) key stays so (the registries are carried, see
-//!   [`carry`](crate::carry#listed-and-penalised-keys-stay-so)), and while the carry
-//!   lasts each control also sees the previous keys.
-//! - **Local copies**: after a control that changed something, this node
-//!   forgets its cached denial and its lease for the key. Other nodes keep
-//!   theirs until they end by themselves: a cached denial until its
-//!   `retry_after` (never past a penalty's end), a lease until its TTL.
+//!   listed**: each answers `Ok(false)`.
+//! - **A penalty drops the state**: the key is full when it ends; a refund
+//!   during a penalty changes nothing.
+//! - **A list entry has no TTL**: it lives until [`unlist`](RedisLimiter::unlist)
+//!   or a `DEL` by hand. Changed quotas name new keys (see [`key`](crate::key)):
+//!   without [`carry_from`](crate::RedisLimiterBuilder::carry_from) the lists
+//!   start empty under them, as every state does; with it every listed and
+//!   penalised key stays so, and while the carry lasts each control also
+//!   sees the previous keys.
+//! - **Local copies**: after a control that changed something this node
+//!   forgets its cached denial and its lease for the key; other nodes keep
+//!   theirs until they end (a cached denial at its `retry_after`, never
+//!   past a penalty's end; a lease at its TTL).
 //!
 //! # Bounded lists
 //!
 //! The deny and allow lists hold at most
 //! [`list_capacity`](crate::RedisLimiterBuilder::list_capacity) keys
-//! together. The keys listed are counted in a registry, a set in the
-//! limiter's own slot (`<prefix>{<name>|#}lists`): the user keys live in
-//! many slots, so the count cannot be kept in the same atomic call as the
-//! marker on a cluster. Listing first reserves the key in the registry
-//! (refused with [`ControlError::ListFull`] when full: never a silent
-//! drop), then writes the marker; unlisting removes the marker, then the
-//! registry entry. The registry may thus over-count after a failure between
-//! the two calls (never under-count: the cap errs on refusing), and listing
-//! or unlisting the key again repairs it.
+//! together, counted in a registry (a set in the limiter's own slot,
+//! `<prefix>{<name>|#}lists`: user keys live in many slots, so the count
+//! cannot share the marker's atomic call on a cluster). Listing reserves
+//! the key in the registry first (refused with [`ControlError::ListFull`]
+//! when full, never a silent drop), then writes the marker; unlisting
+//! removes the marker, then the entry; a penalty is registered after it
+//! was set. A failure between the two calls may leave the registry
+//! over-counting (never under: the cap errs on refusing); listing or
+//! unlisting the key again repairs it.
 
 use std::time::Duration;
 

@@ -4,81 +4,74 @@
 //! # Guarantees
 //!
 //! Redis replicates asynchronously: a master that dies may take with it the
-//! writes its replicas had not received yet, and the replica promoted in
-//! its place admits those permits again. With the default,
-//! [`Durability::Master`], that over-admission is bounded per key and per
-//! failover by what the limit admits within the replication lag `L` (see
-//! [`limiter`](crate::limiter), "Over-admission after a failover"):
-//! `burst + rate·L` for GCRA, `limit` for a window. `L` is a millisecond on
-//! a healthy link, but any length when the replica falls behind (a stalled
-//! or slow replica, a full link), which is when a master is most likely to
-//! be lost: the bound that holds whatever `L` is, is a whole `limit` (a
-//! whole `burst`, plus the rate over the lag, for GCRA).
+//! writes its replicas had not received, and the promoted replica admits
+//! those permits again.
 //!
-//! With [`Durability::Replicas`], every check sends `WAIT replicas timeout`
-//! in the same pipeline as its decision, on a connection of its own (see
-//! `dedicated`), so that Redis answers it once `replicas` replicas hold
-//! every write made on that connection so far — the decision's. An **admission** that
-//! fewer replicas acknowledged within `timeout` is not answered as Redis's:
-//! it goes to the failure policy as [`Fault::Unreplicated`](crate::Fault::Unreplicated) (fail closed
-//! refuses it, fail open admits it, a local share decides it), and counts
-//! towards the circuit breaker like an error. A **denial** stands as Redis
-//! gave it (it wrote nothing). An admission answered as Redis's is then held
-//! by `replicas` replicas; Redis Cluster promotes the replica furthest in
-//! the replication stream (it ranks them by offset; Sentinel does too, after
-//! their configured priority), so with `replicas` equal to each master's
-//! count of replicas, a failover forgets no admission that was answered:
-//! the over-admission of the failover is **0** (measured: see
-//! [`cluster`](crate::cluster)), and what remains is the policy's own
-//! (nothing with fail closed). With fewer, the bound holds for the
-//! admissions that reached none of the promoted replica: Redis's own
-//! caveat, `WAIT` does not make Redis strongly consistent, applies.
+//! - [`Durability::Master`] (the default): that over-admission is bounded
+//!   per key and per failover by what the limit admits within the
+//!   replication lag `L` (`burst + rate·L` for GCRA, `limit` for a window;
+//!   see [`limiter`](crate::limiter), "Over-admission after a failover").
+//!   `L` is a millisecond on a healthy link but any length when the replica
+//!   falls behind, which is when a master is most likely to be lost: the
+//!   bound whatever `L` is, is a whole `limit` (a whole `burst` plus the
+//!   rate over the lag, for GCRA).
+//! - [`Durability::Replicas`]: each check pipelines `WAIT replicas timeout`
+//!   after its decision, on a connection of its own (`dedicated`). An
+//!   **admission** fewer replicas acknowledged within `timeout` goes to the
+//!   failure policy as [`Fault::Unreplicated`](crate::Fault::Unreplicated)
+//!   (and counts towards the breaker like an error); a **denial** stands.
+//!   Redis Cluster and Sentinel promote the replica furthest in the
+//!   replication stream, so with `replicas` equal to each master's replica
+//!   count a failover forgets no answered admission: **0** over-admission
+//!   (measured: see [`cluster`](crate::cluster)), the policy's own aside.
+//!   With fewer, the bound holds for admissions that reached no promoted
+//!   replica (Redis's caveat: `WAIT` does not make it strongly consistent).
 //!
-//! The cost is availability as well as latency: a master left without
-//! `replicas` replicas (its replica promoted elsewhere, or down) admits
-//! nothing by Redis; every admission goes to the policy until a replica
-//! is back.
+//! The cost: one replica acknowledgement added to each check's latency (no
+//! round trip: `WAIT` is pipelined, as Redis refuses it in scripts), and
+//! availability: a master left without `replicas` replicas admits nothing
+//! by Redis until one is back.
 //!
-//! # Decisions
+//! # Parameters and rules
 //!
-//! - **A pipelined `WAIT`, not one inside the script**: Redis refuses
-//!   `WAIT` in scripts. Pipelined after the decision, it adds no round
-//!   trip; it adds the replica's acknowledgement (one more network hop, on
-//!   the replica's side) to each check's latency. Measured in
-//!   `BENCHMARKS.md`, "Cluster under change".
-//! - **On a dedicated connection**: a blocked `WAIT` blocks its
-//!   connection, and Redis answers a connection in order. On the shared
-//!   one, every call pipelined behind it — other keys, other limiters,
-//!   other durable checks — waited for it: on a master left without a
-//!   replica, 252–295 durable admissions ended as timeouts queued behind
-//!   one another, 4–6 as `Unreplicated`. Each durable check now takes a
-//!   connection of its own for its exchange (kept idle for the next, up to
-//!   16 per node; one more connection per concurrent durable check):
-//!   measured, every refusal on that master `Unreplicated`, and the calls
-//!   without `WAIT` on it decided by Redis throughout.
-//! - **Checks and leases wait; peeks and refunds do not**: a peek writes
-//!   nothing, and a refund lost in a failover leaves fewer permits, never
-//!   more. Controls (reset, refund, penalty, lists) do not wait either.
-//! - **Per rate limiter**: the concurrency limiter
-//!   ([`concurrency`](crate::concurrency)) does not take this setting.
-//! - **Not batched**: a limiter that waits never joins a
-//!   [`Batcher`](crate::Batcher)'s batches (one `WAIT` per batch would hold
-//!   every entry for the slowest replica); its decisions take its own path.
-//! - **Redis's timer, not the setting, ends an unanswered `WAIT`**: Redis
-//!   checks a blocked client's timeout on its cron tick (`hz 10` by
-//!   default: every 100 ms), so `WAIT 1 10` with no replica to answer
-//!   returns after up to 100 ms (measured: 100 ms with `redis-cli` on
-//!   7.0.15). The dedicated connection has no response timeout of its own
-//!   (the deadline bounds the call): with a deadline shorter than the
-//!   timeout plus a tick, such an admission reaches the failure policy as
-//!   a timeout, not as [`Fault::Unreplicated`](crate::Fault::Unreplicated):
-//!   the same decision, counted under another reason. Give the deadline at
-//!   least the timeout plus 100 ms (or raise Redis's `hz`) where the
-//!   reason matters; the check below does not refuse a shorter one.
-//! - **Validated when the limiter is built**: at least one replica, a
-//!   timeout of at least a millisecond (`WAIT … 0` would block forever) and
-//!   shorter than the limiter's deadline (else every unreplicated admission
-//!   would end as a timeout rather than reach the policy as what it is).
+//! - `replicas` at least 1; `timeout` at least 1 ms (`WAIT … 0` blocks
+//!   forever) and shorter than the limiter's deadline: checked when the
+//!   limiter is built.
+//! - Give the deadline at least `timeout` + 100 ms where the reason
+//!   matters: Redis ends an unanswered `WAIT` on its cron tick (`hz 10`:
+//!   every 100 ms), and one the deadline ends first reaches the policy as
+//!   a timeout, not as `Unreplicated` (the same decision, another reason).
+//! - Up to 16 idle dedicated connections kept per node, one more per
+//!   concurrent durable check: a blocked `WAIT` never holds back the calls
+//!   pipelined behind it.
+//! - Checks and leases wait; peeks, refunds and controls do not (a refund
+//!   lost in a failover leaves fewer permits, never more). A waiting
+//!   limiter never joins a [`Batcher`](crate::Batcher)'s batches. The
+//!   concurrency limiter ([`concurrency`](crate::concurrency)) does not
+//!   take this setting.
+//!
+//! The measurements behind the dedicated connection and the `WAIT` timer:
+//! `crates/redis/docs/durability.md`; the latency: `BENCHMARKS.md`,
+//! "Cluster under change".
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tollgate::{Gcra, Quota};
+//! use tollgate_redis::{Durability, Options, Redis, RedisLimiter};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let redis = Redis::connect("redis://127.0.0.1:6379", &Options::default()).await?;
+//! let limiter = RedisLimiter::builder(redis, "api")
+//!     .limit(Gcra::new(Quota::per_second(100)?)?)
+//!     .durability(Durability::Replicas { replicas: 1, timeout: Duration::from_millis(2) })
+//!     .deadline(Duration::from_millis(150)) // the timeout, plus Redis's 100 ms tick
+//!     .build()?;
+//! # let _ = limiter;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::time::Duration;
 

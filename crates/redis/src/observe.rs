@@ -41,9 +41,9 @@
 //! as the denial or admission it is, not as `Listed` or `Penalized`: the
 //! scripts' reply (shared with the native module) does not say which marker
 //! decided, and a penalty's reply is indistinguishable from a full fixed
-//! window's. Telling them apart needs a reply field (left for the scripts'
-//! owner); until then, count list and penalty decisions with the controls'
-//! own return values.
+//! window's. Telling them apart would need a reply field the scripts do
+//! not have: count list and penalty decisions with the controls' own
+//! return values.
 //!
 //! # Dry-run
 //!

@@ -1,126 +1,79 @@
 //! The adaptive limits: [`Controller`] picks one ([`Knee`], the default,
 //! in [`knee`](super::knee); or [`Vegas`], below), and the machinery that
-//! feeds a limit's samples to it.
+//! feeds a limit's finished permits to it.
 //!
 //! # Vegas
 //!
-//! TCP Vegas applied to concurrency, after Netflix's
-//! concurrency-limits (`com.netflix.concurrency.limits.limit.VegasLimit`,
-//! <https://github.com/Netflix/concurrency-limits>), with the two parts of
-//! TCP Vegas that Netflix leaves out (one adjustment per round trip, and a
-//! slow start) and Envoy's way of re-measuring the unloaded latency.
-//!
-//! # The algorithm
-//!
-//! Every finished permit is a sample: its round-trip time `rtt` (from
-//! acquire to drop, on the limiter's clock) and the slots in flight when it
-//! started (its own included). The controller keeps `rtt_noload`, the
-//! smallest `rtt` seen, as the latency of an unloaded service.
-//!
-//! **Rounds.** The limit moves at most once per round trip, as TCP Vegas
-//! moves its window (Brakmo and Peterson, *TCP Vegas: End to End
-//! Congestion Avoidance on a Global Internet*, 1995; Linux's
-//! `tcp_vegas.c`): a round starts when the limit was last adjusted, and
-//! ends at the first sample of a request that *started* after that, the
-//! first to have seen the new limit. The round's samples are aggregated
-//! (mean `rtt`, mean and most in flight, any overload drop) and the limit
-//! is adjusted once from the aggregate. The service then holds
+//! TCP Vegas applied to concurrency, after Netflix's concurrency-limits
+//! (`VegasLimit`), with TCP Vegas's one adjustment per round trip and slow
+//! start, and Envoy's way of re-measuring the unloaded latency. Each
+//! finished permit is a sample: its round trip `rtt` (acquire to drop, on
+//! the limiter's clock) and the slots in flight when it started.
+//! `rtt_noload` is the smallest `rtt` seen. A **round** ends at the first
+//! sample of a request started after the last adjustment; its samples are
+//! aggregated (mean `rtt`, mean and most in flight, any drop) and the
+//! service's queue is read as
 //!
 //! ```text
 //! queue = ⌈in_flight · (1 − rtt_noload / rtt)⌉
 //! ```
 //!
-//! requests beyond what it serves at its unloaded speed (the round's mean
-//! `in_flight` requests at latency `rtt` are served at the rate
-//! `in_flight / rtt`, of which `in_flight · rtt_noload / rtt` would be in
-//! service at the unloaded latency; Vegas's `Diff`). With
-//! `l = max(1, ⌊log10 limit⌋)`, `alpha = 3·l`, `beta = 6·l` and
+//! With `l = max(1, ⌊log10 limit⌋)`, `alpha = 3·l`, `beta = 6·l`,
 //! `threshold = l` (Netflix's functions), the round moves the limit:
 //!
 //! | condition (first that holds) | new limit |
 //! |---|---|
 //! | a permit of the round was marked dropped (overload, timeout) | `limit − l` |
 //! | `queue > beta` | `limit − l` |
-//! | fewer than `limit / 2` were ever in flight in the round (the limit is not what holds the callers back) | unchanged |
+//! | fewer than `limit / 2` were ever in flight in the round | unchanged |
 //! | `queue ≤ threshold`, in slow start | `limit + beta` |
 //! | `queue < alpha` | `limit + l` |
-//! | otherwise (`alpha ≤ queue ≤ beta`) | unchanged |
+//! | otherwise | unchanged |
 //!
-//! then clamped to `[min, max]` and smoothed:
-//! `limit ← (1 − smoothing)·limit + smoothing·new`. **Slow start** (the
-//! `+beta` steps) lasts from the start until the first round whose queue
-//! passes `threshold`, as TCP Vegas leaves slow start once it sees a
-//! queue; after it, the limit moves by `l` per round in either direction.
-//! So the limit climbs while latency stays at the unloaded level and
-//! settles where the service holds `alpha` to `beta` requests in its
-//! queue: just past the knee of the latency curve. When the service slows
-//! (its knee moves down), `rtt` rises, the queue grows past `beta` and the
-//! limit backs off by `l` per round trip.
+//! then clamped to `[min, max]` and smoothed
+//! (`limit ← (1 − smoothing)·limit + smoothing·new`). Slow start ends at the first round whose queue passes
+//! `threshold`. Every `probe_multiplier · limit` samples a **probe** drops
+//! the limit to `probe_limit` while the in flight drains, times the next
+//! `probe_limit` requests, takes the smallest as `rtt_noload` and restores
+//! the limit (about two round trips; a request costing more than
+//! `probe_limit` is refused meanwhile). No jitter: the controller is a pure
+//! function of its samples.
 //!
-//! **The probe.** Every `probe_multiplier · limit` samples, the controller
-//! re-measures the unloaded latency the way Envoy's adaptive-concurrency
-//! filter recalculates its minRTT (its gradient controller, `min_rtt_calc_params`,
-//! <https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/adaptive_concurrency_filter>):
-//! the limit drops to `probe_limit` (Envoy's `min_concurrency`, 3) while
-//! the requests in flight drain, the next `probe_limit` requests, which
-//! start with at most `probe_limit` in flight, are timed, `rtt_noload`
-//! becomes the smallest of their latencies, and the limit returns to its
-//! value before the probe. A probe lasts about two round trips. So a
-//! service that became uniformly slower is re-measured instead of being
-//! read as a queue forever.
+//! **What it holds.** The limit settles where the service queues `alpha`
+//! to `beta` requests, just past the knee of its latency curve, when
+//! service times barely vary; it reads any spread of service times as a
+//! queue (with exponential ones it sheds most of a healthy service's
+//! load), which is why [`Knee`] is the default.
 //!
-//! # Decisions
+//! | parameter | default | from |
+//! |---|---|---|
+//! | [`initial`](Vegas::initial) | 20 | Netflix's |
+//! | [`min`](Vegas::min) / [`max`](Vegas::max) | 1 / 1,000 | Netflix's |
+//! | [`smoothing`](Vegas::smoothing) | 1.0: none | Netflix's |
+//! | [`probe_multiplier`](Vegas::probe_multiplier) | 30 | Netflix's |
+//! | [`probe_limit`](Vegas::probe_limit) | 3 | Envoy's `min_concurrency` |
 //!
-//! - **Why not Netflix's update and probe as they are.** Netflix adjusts the
-//!   limit on every sample, but a sample reports the load of a limit set a
-//!   round trip earlier: the controller steps `limit` times per round trip
-//!   on stale news, overshoots, and swings (between 14 and 90 around a
-//!   knee of 40 in `tollgate simulate --concurrency`, whose time mean came
-//!   out at 1.5× the knee). Its `+beta` step on any sample that shows no
-//!   queue, against `−l` on a queue, turns the noise of arrivals into an
-//!   upward drift. Its probe resets `rtt_noload` to the current sample,
-//!   which under load is a loaded latency: the queue reads short and the
-//!   limit ratchets up after each probe. The rounds, the slow start and
-//!   Envoy's probe remove the three (the simulation now holds the in
-//!   flight within 1.05× the knee and the limit within 1.35×, see below).
-//! - **The queue from the in flight, not the limit.** Netflix multiplies
-//!   by the limit, which is the in flight only when the limit binds. With
-//!   priorities the limit rarely binds: default work stops at its share
-//!   (90 % of the limit) and the queue read from the limit counts slots
-//!   that nobody uses.
-//! - **Priorities.** The limit also bounds critical work, above the share
-//!   of default work: with the default [`Shares`](super::Shares) and
-//!   traffic that is mostly not critical, default work stops at 90 % of
-//!   the limit and arrives in bursts and lulls below it, so the limit
-//!   settles a quarter above the in flight, which is what the knee bounds
-//!   (52 for 42 in flight before a knee of 40 in the simulation, which
-//!   reports both).
-//! - **What a probe costs.** For about two round trips every
-//!   `probe_multiplier · limit` samples (about 30 round trips when the
-//!   limit binds), at most `probe_limit` slots are granted: a few per cent
-//!   of the throughput, the price Envoy's filter pays for the same
-//!   measurement.
-//!   A request costing more than `probe_limit` is refused meanwhile
-//!   ([`Vegas::probe_limit`]).
-//! - **Determinism.** Netflix and Envoy jitter the probe's interval; here
-//!   it is fixed so that the controller is a pure function of its samples.
-//!
-//! # Parameters and defaults
-//!
-//! | parameter | default |
-//! |---|---|
-//! | `initial` | 20 (Netflix's) |
-//! | `min` | 1 (Netflix's) |
-//! | `max` | 1,000 (Netflix's) |
-//! | `smoothing` | 1.0: no smoothing (Netflix's) |
-//! | `probe_multiplier` | 30 (Netflix's) |
-//! | `probe_limit` | 3 (Envoy's `min_concurrency`) |
+//! Where it departs from Netflix's and Envoy's controllers, and why (with
+//! the simulation's figures): `crates/core/docs/vegas.md`.
 //!
 //! # Cost
 //!
 //! A controller is a small mutex taken once per finished permit of an
-//! adaptive limiter (never by a fixed one), after the permit's slots are
-//! released.
+//! adaptive limiter (never by a fixed one), after its slots are released.
+//!
+//! # Example
+//!
+//! ```
+//! use tollgate::concurrency::{ConcurrencyLimiter, Vegas};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = ConcurrencyLimiter::builder(20)
+//!     .adaptive(Vegas::new().probe_limit(5))
+//!     .build()?;
+//! assert_eq!(limiter.limit(), 20); // Vegas's `initial` until the first round
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 use std::sync::Arc as StdArc;

@@ -1,266 +1,100 @@
-//! The default adaptive limit: [`Knee`], which finds the knee of a
-//! service (the concurrency past which requests queue instead of being
-//! served) from its *throughput*, by Little's law, and so survives
-//! service-time variance that a latency controller reads as a queue.
+//! The default adaptive limit: [`Knee`] finds the knee of a service (the
+//! concurrency past which requests queue instead of being served) from its
+//! *throughput*, by Little's law, and holds the limit just past it.
 //!
-//! # Why not the fastest sample
+//! # The model
 //!
-//! A delay-based controller (TCP Vegas, Netflix's Vegas and Gradient,
-//! Envoy's gradient controller, BBR's `RTprop`) compares the latency under
-//! load with an *unloaded* latency. Taken as the fastest sample (Vegas,
-//! BBR) or a low percentile of a few samples (Envoy: the median of 50 at a
-//! concurrency of 3), the unloaded latency is the service's *fastest*
-//! time, not its usual one: when service times vary (exponential,
-//! long-tailed, bimodal), every request reads as queued, the queue
-//! estimate is the spread of service times, and the limit collapses (the
-//! table: with exponential service times, Vegas shed 91–96 % of
-//! the load of a healthy service).
-//!
-//! # The estimate
-//!
-//! With `N` requests in flight on average, completing at a rate `X`, Little's
-//! law says each spends `N / X` in the service. If the service's **mean**
-//! service time is `S` (not its fastest), the requests *being served* are
+//! With `N` requests in flight on average, completing at a rate `X`, and
+//! the service's probed **mean** service time `S`, the requests being
+//! served, and the limit, are
 //!
 //! ```text
-//! busy = X · S          (≤ N; the other N − busy wait in a queue)
+//! busy  = X · S                                        (≤ N; N − busy wait)
+//! limit = ⌈ max(busy · (1 + headroom), busy + least) ⌉
 //! ```
 //!
-//! Below the knee `busy = N` (nothing waits); past it `busy` stops growing:
-//! it is the knee itself (the service's workers), however much the service
-//! times vary, because `X` and `S` are both averages. The limit is then
-//! set just past it:
+//! Below the knee `busy = N`; past it `busy` stops growing at the knee,
+//! however much the service times vary, because `X` and `S` are both
+//! means. A delay-based controller ([`Vegas`](super::Vegas), Envoy's
+//! gradient, BBR) compares latency with the *fastest* sample instead and
+//! reads the spread of service times as a queue: with exponential service
+//! times Vegas shed 91–96 % of a healthy service's load.
 //!
-//! ```text
-//! limit = ⌈ max(busy · (1 + headroom), busy + min_headroom) ⌉
-//! ```
+//! - **Windows.** `X`, `N` and `busy` are measured over at least
+//!   [`Knee::window_samples`] samples and two mean service times (or 20
+//!   mean service times and 16 samples); `busy` is smoothed across windows
+//!   (weight 1/2).
+//! - **The least queue** is 2.5 requests, or one request when the limit
+//!   was full in the window (mean in flight within 0.6 of it), the knee then
+//!   being `busy` rounded up from 0.3 past a whole number.
+//! - **Climbing.** When nothing queued (`busy ≥ u · N`, `u` = 0.95 less
+//!   three relative standard errors of `S`, at least 0.85) with at least
+//!   half the limit in use, the limit climbs 10 % (rounded down, at least
+//!   one request); past the knee it falls to the knee in one window.
+//! - **Probes** measure `S`: the limit drops to half (to the margin
+//!   `min(⌊busy⌋, ⌊0.95 busy⌋)` once two measures agree) and the mean
+//!   latency of the requests started under it is a sample of `S`, taken
+//!   until its standard error is 3 % (¼ to 4× [`Knee::probe_samples`]). A
+//!   probe that agrees with `S` within three standard errors is averaged
+//!   in; one that does not is asked again at once, and two that agree with
+//!   each other replace `S`. Probes run at the start and every
+//!   [`Knee::probe_interval`], an eighth of it sooner after one short of
+//!   its precision or run at or past the knee.
+//! - **Free probes.** Between probes, a request that started with at most
+//!   `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` in flight met a free worker: batches of
+//!   `probe_samples` of them are averaged into `S` when they agree, bring
+//!   the next probe forward when not, and stand in for at most two probes
+//!   in a row.
+//! - **Losses and large requests.** A dropped request (overload, timeout)
+//!   lowers `busy` by 10 % at once; a request costing more than half the
+//!   limit is refused during a probe.
+//! - **Determinism.** No jitter: the controller is a pure function of its
+//!   samples, and a simulation on a manual clock replays exactly.
 //!
-//! a small queue (10 %, at least 2.5 requests, by default) that keeps
-//! every worker fed between arrivals. The least queue is one request
-//! instead when the limit was full in the window (the mean in flight
-//! within 0.6 of the limit): demand is then far past the limit, a freed
-//! worker is refilled at once, and one queued request is enough. By
-//! M/M/c/N, at a knee of 10 with arrivals at 3× capacity, one queued
-//! request keeps 98.6 % of the goodput and the limit sits 0.47 above the
-//! mean in flight. At 1.5× the gap is 1.5, and the table's fixed limits
-//! say how much queue it takes: 12 keeps 94–95 % of the goodput of
-//! exponential service times, 13 keeps 95.5–97 % with the median in flight
-//! at 12. As `busy` reads about 0.3 under the knee at that load, 2.5 makes
-//! 13 the middle of what its noise gives (2 made it 12). With a full limit
-//! the knee is `busy` rounded up from 0.3 past a whole number (plus one):
-//! with one queued request the workers are busy all but a few percent of
-//! the time, so `busy` sits a hair under the knee and its noise falls on
-//! either side; `⌈busy⌉ + 1` queued a second request (1.4× a knee of 5)
-//! whenever it read a hair above. Not from 0.5: a limit *at* the knee
-//! idles its workers more (92 % busy at a knee of 5 under 3× its
-//! capacity, Erlang's loss formula), and `busy` rounded down from there
-//! held the limit at the knee.
+//! # Guarantee
 //!
-//! When nothing queued while at least half the limit was in use, the limit
-//! also climbs 10 % from itself (rounded down, at least one request: a
-//! climb that meets the knee falls back the next window, and rounded up it
-//! added two at a limit of 12, so that the limit alternated 12 and 14 at a
-//! knee of 10): with priority shares the in flight stays
-//! under the limit, and a limit set from the in flight alone would never
-//! pass the knee. "Nothing queued" is `busy ≥ u · N` with `u` 0.95 less
-//! three relative standard errors of the probed `S` (at least 0.85): a
-//! probe that read `S` 10 % low makes every unqueued window look 10 %
-//! queued, and with `u` fixed at 0.95 the limit then followed the in
-//! flight down to a fraction of the knee until the next probe (the table
-//! had cells at 23–55 % goodput). Below the knee the target is 10 % above
-//! the in flight, so the limit climbs by 10 % a window until `busy` stops
-//! following it; past the knee it falls to the knee in one window.
+//! In `tollgate simulate --concurrency --table` (`K` workers, FIFO, mean
+//! 10 ms, Poisson arrivals at 1.5× capacity, six service-time shapes from
+//! constant to bimodal, `K` from 10 to 400, halved over the middle third),
+//! the median in flight settles within `[K, 1.25 K]` with goodput ≥ 95 %
+//! of capacity: 938 of 960 cells over 32 seeds, every cell at `K ≥ 40`.
+//! That holds when the service times have a finite mean that does not
+//! depend on the load, no probe falls inside a burst of slow requests, the
+//! knee is at least 10 (or demand far past it), and the limit is what holds
+//! the callers back. Outside those, it errs on shedding: a uniform slowdown
+//! reads as a lower knee until the next probe, never as zero.
 //!
-//! **Windows.** `X`, `N` and `busy` are measured over a window of at least
-//! [`Knee::window_samples`] samples and two mean service times (or 20 mean
-//! service times with at least 16 samples, so that a small limit is not
-//! stuck waiting for samples), and `busy` is smoothed across windows
-//! (weight 1/2), so that the noise of a few completions does not move the
-//! limit.
+//! # Parameters
 //!
-//! **The probe** measures `S`: the limit drops to half its value (below the
-//! knee when the limit sits at most 1.25× past it, so nothing waits), and
-//! the mean latency of [`Knee::probe_samples`] requests that started under
-//! it is a sample of `S`. Not the first that answer: those are the fastest
-//! (a mean over them read a lognormal service as 40 % faster than it is,
-//! and the limit fell with each probe). The probe takes the requests that
-//! started at least 20 mean service times before its end (a cohort chosen
-//! by start, all but a negligible tail of it answered). Its standard error is computed
-//! from the same samples, and a probe goes on past `probe_samples` until
-//! that error is 3 % of the mean (up to four times the samples; a second
-//! after its start, it ends once it has `probe_samples`): a long-tailed
-//! service needs more samples for the same precision (lognormal σ = 1:
-//! 1,900), and the second bounds what a small knee pays for them. A
-//! service of little spread reaches it sooner, and the probe then ends at
-//! a quarter of `probe_samples` (at a knee of 5 and 30 ms, 500 answers
-//! took 4 s). A probe that agrees with the current `S` (within three
-//! standard errors) is averaged into it (up to four probes). One that does
-//! not is asked again at once, under
-//! the same limit: two in a row that agree with each other replace `S`
-//! (the service's speed changed); a lone one is dropped (the table had a
-//! probe read a bimodal service 22 % fast, 39 slow requests of 704 where
-//! 70 ± 8 were due, and halve the limit for 20 s). A probe runs at the
-//! start and every [`Knee::probe_interval`], or an eighth of it after a
-//! probe short of its precision when a probe now would run more
-//! requests at once: the first probe runs at half the initial limit
-//! whatever the knee, and at a knee of 400 its ~950 requests, one time in
-//! a few 10 % off, were all the limit had for 20 s (the table's misses at
-//! K ≥ 40, 8 of 32 seeds' 576 cells, came from it: a median of 1.26–1.31 K,
-//! or 0.97 K with 93–95 % goodput). There a second probe times 2,000
-//! requests in a tenth of a second; at a knee of 10, where it would run at
-//! 6 instead of 10, it is not asked. A probe also comes an eighth of the
-//! interval early, and lower, after one that ran full at or past the knee:
-//! its requests queued, so it read the service slow, and the first window
-//! after it, measuring `busy` with that time, reads the probe's own limit
-//! rather than the 1.3–1.6× of it or more a probe below the knee leaves (the
-//! initial 20 puts the first probe at 10, past a knee of 5). A probe whose
-//! limit was not full held nothing back and says nothing of the knee. The
-//! probe after one found past the knee *replaces* the mean instead of being
-//! averaged with it: the mean it would be averaged with read queueing as
-//! service time, and averaged (within three standard errors, as a probe
-//! read 12.4 ms against a later 10.9 at a new knee of 10) it kept the limit
-//! at 1.4× the knee until the next interval.
-//!
-//! **Probes at the margin.** Once the mean rests on two measures that agree
-//! (probes, or batches of free probes), and the last probe was not found
-//! past the knee, a probe runs at the margin, `min(⌊busy⌋, ⌊0.95 busy⌋)`
-//! of the lower of the smoothed `busy` and the last window's own (right
-//! after the knee falls the smoothed one is still high), rather than at
-//! half the limit. It is below the knee while `busy` reads up to 5 % high
-//! (10 % at a knee of 10), and its cost is a fraction of a probe at half:
-//! at a knee of 40 it holds back 5 % of the throughput for its half-second
-//! instead of 45 %, at a knee of 10, 10 % instead of 40 %. A probe at the
-//! margin that disagrees with the mean (one past the knee reads it slow)
-//! is asked again at once at half the limit, where nothing can queue, so
-//! that a probe which met a falling knee cannot, with its own
-//! confirmation, replace the mean. It is
-//! not judged against the knee either: `busy` after it is about 1.1× its
-//! limit whether it was below the knee or not.
-//!
-//! **Free probes.** Between probes, a request that started with at most
-//! `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` in flight (its own included) found a free
-//! worker: its latency is a service time, as a probe's are. Each
-//! [`Knee::probe_samples`] of them are averaged into `S` like a probe when
-//! they agree with it; one that does not is dropped, never put in its
-//! place (a `busy` read high would let queued requests in, so only a real
-//! probe may say the service changed), and brings the next probe forward,
-//! at once. The margin keeps them served at once while `busy` reads up to
-//! 11 % over the knee. Under arrivals at 1.5× a knee of 10, one request in
-//! 25 qualifies: a batch every ten seconds or so. Over the table's 32
-//! seeds they cut the cells that miss from 54 to 34 (at K = 10, from 36
-//! to 20).
-//!
-//! **Batches stand in for probes.** A probe that falls due when every
-//! batch since the last probe (or the last one they stood in for) agreed
-//! with `S` is not run: the batches measured what it would have, without
-//! holding back any throughput. At most two in a row, so that a real probe
-//! still runs every third interval (60 s by default), and never after a
-//! probe found past the knee: the batches' margin comes from `busy`, so
-//! from the `S` they check, and an `S` read over 11 % slow reads `busy`
-//! high enough to let queued requests into them, which then read slow
-//! too, and agree. At a knee of 10 a probe at the margin holds back a
-//! tenth of the throughput for up to a second (2–3 % of a 10 s measure
-//! that holds one); over runs of 45, 60, 75 and 90 s (8 seeds each) the
-//! cells that miss fell from 79 of 960 to 31 (at K = 10 from 65 to 24),
-//! where removing every probe after the first would give 31 at K ≤ 20.
-//! Where a batch is rare (the table's middle third at K = 10, a knee of 5
-//! under arrivals at 3× its capacity, seldom leaves a worker free), the
-//! probes run every interval, as before.
-//!
-//! # The band it holds, and under which assumptions
-//!
-//! In `tollgate simulate --concurrency --table` (the table is in
-//! `BENCHMARKS.md`) (a service of `K` workers,
-//! FIFO, mean 10 ms, open-loop Poisson arrivals at 1.5× capacity, service
-//! times constant, uniform ±10 % and ±25 %, exponential, lognormal σ = 1,
-//! bimodal; `K` from 10 to 400, halved over the middle third of the run),
-//! the median in flight settles within `[K, 1.25 K]` and the goodput at
-//! ≥ 95 % of capacity (see `BENCHMARKS.md`). That holds when
-//!
-//! - the service times have a finite mean that does not depend on the load
-//!   (a service that slows as load grows has its knee where its throughput
-//!   stops growing, which is what `busy` finds);
-//! - the load between probes is not a different service. A sudden uniform
-//!   slowdown from `S` to `S'` is read as a lower knee until the next
-//!   probe, at most `probe_interval` later, and its confirmation: `busy`
-//!   reads `S / S'` of the in flight, so a slowdown of a few percent is
-//!   within the "nothing queued" tolerance and the limit keeps climbing,
-//!   but a larger one lowers the limit each window to where the least
-//!   queue meets it, whatever the knee: with the limit full, where
-//!   `busy` rounded up (plus one) does (4–5 requests for a service 1.5×
-//!   slower; a fluid model of a knee of 20 settles there), with gaps, where
-//!   `busy + 2.5` does, `2.5 / (1 − S / S')` (7.5). It sheds most of the
-//!   load until the probe puts it back, and never reaches zero. A probe
-//!   is not brought forward when a queue's signature is missing (a queue's
-//!   latency falls with the limit, a slower service's does not): a burst of
-//!   slow requests has the same signature, and a probe inside it reads the
-//!   slow service as the usual one and leaves the limit far past the knee
-//!   when the burst ends. Erring, this errs on shedding;
-//! - no probe falls inside a burst of slow requests (one that does reads
-//!   the slow service as the usual one, and the limit sits above the knee
-//!   until the next probe, at most `probe_interval` later: a batch of
-//!   free probes that reads the usual service disagrees with it and
-//!   brings that probe forward);
-//! - the knee is at least 10, or demand is far past it (at a knee of 5
-//!   with arrivals at 1.5× its capacity, no limit meets both targets: by
-//!   M/M/c/N a limit of 6 keeps 89 % of the goodput, and 95 % needs 8,
-//!   1.6× the knee);
-//! - the probes read the mean service time within a few percent: at a
-//!   knee of 10 one request is 10 %, and a probe at half a small limit
-//!   times few requests in its second (3.5–6 % of standard error for
-//!   exponential to bimodal services). A probe that reads high puts the
-//!   limit a request or two past the band; one that reads low, under the
-//!   knee until the next probe or batch of free probes. Over 32 seeds of
-//!   the table (960 cells), 22 miss: 20 at K = 10 (11 of them bimodal,
-//!   8 lognormal) and 2 at K = 20, none at K ≥ 40; the worst is 84 %
-//!   (K = 10 bimodal, in the first third). At K = 10 the
-//!   target is at the edge of its own noise: fixed limits of 13 and 6,
-//!   the best a controller could choose, miss 3–4 of the 32 cells of each
-//!   shape with exponential to bimodal service times (ten seconds of a
-//!   knee of 10 are 10,000 answers, ±1.0–1.4 %; see `BENCHMARKS.md`);
-//! - the goodput is measured over more than a probe at a small knee where
-//!   no batch of free probes stands in for it: at a knee of 5 under
-//!   arrivals at 3× its capacity (the table's middle third at K = 10) a
-//!   worker is seldom free, and a probe at 3 or 4 runs 1.5–2.3 s at
-//!   51–83 % of capacity (ending a probe at 1 s once it had a quarter of
-//!   its samples missed more cells, one of them at 35 %). Runs of 45, 60,
-//!   75 and 90 s (8 seeds each) miss 3–9 of their 48 cells at K = 10,
-//!   0–4 at K = 20, 1 of 576 at K ≥ 40; runs of 105 s, whose middle
-//!   measure holds the real probe of every third interval, 11 at K = 10
-//!   (see `BENCHMARKS.md`);
-//! - the limit is what holds the callers back (a caller who sends fewer
-//!   than the knee never reveals it: the limit stays between 1.1× and 2×
-//!   what is in flight).
-//!
-//! # Parameters and their sources
-//!
-//! | parameter | default | source |
+//! | parameter | default | from |
 //! |---|---|---|
-//! | `initial` | 20 | Netflix's `initialLimit` |
-//! | `min` / `max` | 1 / 1,000 | Netflix's Vegas bounds; Envoy's `max_concurrency_limit` 1,000 |
-//! | `headroom` | 10 %, at least 2.5 (1 when the limit is full) | chosen: the least queue that keeps goodput ≥ 95 % at a knee of 10 with arrivals at 1.5× (a gap between arrivals leaves a worker idle): 13 by the table's fixed limits, which `busy` + 2.5 gives; one request when demand is far past the limit (98.6 % at 3×, M/M/c/N) |
-//! | full limit's knee | `busy` rounded up from 0.3 past a whole number | chosen: a limit at the knee keeps its workers 92 % busy at a knee of 5 under 3× its capacity (Erlang's loss formula), `busy` then reads 4.6 and rounding from 0.5 held it there; K = 10 cells of runs of 45–105 s, 8 seeds each: 43 of 240 missed from 0.5, 46 from 0.4, 33 from 0.3, 37 from 0.2 |
-//! | free probes | in flight ≤ `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)`, batches of `probe_samples` | chosen: served at once while `busy` reads up to 11 % high; a batch as large as a probe weighs as one |
-//! | stand-in | batches that agree stand in for at most 2 probes in a row; one that disagrees brings the probe at once | chosen: a real probe every 60 s, Envoy's example `interval`; runs of 45–90 s, 8 seeds each: 79 cells of 960 missed without, 31 with 2, 35 with 3 (105 s: 20, 12) |
-//! | `window_samples` | 256 | chosen: the throughput of 256 exponential completions is within ±6 % (one standard error) |
-//! | `probe_samples` | 500 | chosen: the mean of 500 lognormal (σ = 1) service times is within ±6 %; Envoy times 50 (its `request_count`), enough for a median, not a mean |
-//! | probe precision | 3 %, ≥ ¼ and ≤ 4× `probe_samples`, ≤ 1 s from its start | chosen: one standard error of 3 % keeps `busy` within a request at a knee of 20 most of the time; the caps bound a probe at half the limit to ≤ 5 % of the interval; a quarter (125) holds a bimodal 90/10 service's slow tenth all but 2 in 10⁶ times |
-//! | "nothing queued" | `busy ≥ (0.95 − 3 σ_S) N`, ≥ 0.85 | chosen on the table's 16 seeds: 0.88 and 0.90 floors miss more cells (37, 43 of 480 against 29); 0.95 alone let a low probe collapse the limit |
-//! | `probe_interval` | 20 s | Envoy's `min_rtt_calc_params.interval` example is 60 s; shorter here because a probe at the margin costs little, and batches of free probes stand in for most of them |
-//! | early probe | `probe_interval / 8` (2.5 s) after a probe short of 3 % that ran at less than half the limit now | chosen: late enough for the limit to climb to the knee first (7 windows of 10 % from half of it), early enough to leave 7 s before the table's first measure |
-//! | past-the-knee probe | `probe_interval / 8` after a full probe whose next window's `busy` is under 1.1× its limit, when a probe now would run lower | chosen: below the knee a probe runs at half a limit ≤ 1.25× the knee, so `busy` is ≥ 1.6× its limit (1.3× at a knee of 5 whose workers idle a fifth of the time); at or past it, about 1× |
-//! | confirming probe | at once, same limit, after one that disagrees | chosen: a lone outlier costs one more probe, not 20 s under half the knee |
-//! | probe limit | half the limit; `min(⌊busy⌋, ⌊0.95 busy⌋)` once two measures agree | Envoy pins 3 (`min_concurrency`); half keeps most of the throughput and still sits below a knee the limit passes by at most 25 %; the margin holds back 5–10 % of the throughput instead of 40–45 % (runs of 45–90 s, 8 seeds each: 192 cells of 960 missed at half, 91 at the free probes' margin, 79 at this one) |
+//! | [`initial`](Knee::initial) | 20 | Netflix's `initialLimit` |
+//! | [`min`](Knee::min) / [`max`](Knee::max) | 1 / 1,000 | Netflix's Vegas bounds; Envoy's `max_concurrency_limit` |
+//! | [`headroom`](Knee::headroom) | 10 %, at least 2.5 requests (1 when full) | the least queue keeping ≥ 95 % goodput at a knee of 10 (the table's fixed limits) |
+//! | [`window_samples`](Knee::window_samples) | 256 | the throughput of 256 exponential completions is within ±6 % |
+//! | [`probe_samples`](Knee::probe_samples) | 500 | the mean of 500 lognormal (σ = 1) service times is within ±6 % |
+//! | [`probe_interval`](Knee::probe_interval) | 20 s | Envoy's example is 60 s; shorter, as a probe at the margin costs little and free probes stand in |
 //!
-//! # Decisions
+//! Why each rule and constant is what it is (the seeds, the cells that
+//! missed, what was tried and dropped), and every assumption with its
+//! figures: `crates/core/docs/knee-tuning.md`.
 //!
-//! - **Determinism.** Envoy jitters its probe's start (15 %); here the
-//!   interval is fixed, so that the controller is a pure function of its
-//!   samples and a simulation on a manual clock replays exactly.
-//! - **A dropped request** (overload, timeout) lowers the smoothed `busy`
-//!   by 10 % at once, as a loss does a TCP window.
-//! - **Requests costing more than half the limit** are refused during a
-//!   probe, as under any limit below their cost.
+//! # Example
+//!
+//! ```
+//! use tollgate::concurrency::{ConcurrencyLimiter, Knee};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Start at 20 in flight, never above 200: the limit follows the knee.
+//! let limiter = ConcurrencyLimiter::builder(20)
+//!     .adaptive(Knee::new().max(200))
+//!     .build()?;
+//! let permit = limiter.try_acquire(1)?; // a slot, until `permit` drops
+//! assert_eq!(limiter.in_flight(), 1);
+//! drop(permit); // its latency is a sample for the controller
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::clock::Nanos;
 

@@ -57,7 +57,7 @@
 //! it and every lower priority (no starvation of large requests). At most
 //! `max_waiters` wait per limit (per key); beyond, refused at once.
 //!
-//! # Decisions where the issue is silent
+//! # Decisions where the contract is silent
 //!
 //! - A refusal is an `Err(`[`Denied`]`)` (like tokio's `try_acquire`), not a
 //!   decision value: the success case must carry the permit. It says why,
@@ -70,6 +70,22 @@
 //!   wait, not tower's unbounded one.
 //! - Keyed limits drop idle keys and refuse new keys when full of busy
 //!   ones; see [`keyed`].
+//!
+//! # Example
+//!
+//! ```
+//! use tollgate::concurrency::{ConcurrencyLimiter, Priority};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = ConcurrencyLimiter::new(2)?; // at most 2 slots in use
+//! let first = limiter.try_acquire(1)?;
+//! let _second = limiter.try_acquire_as(1, Priority::Critical)?;
+//! assert!(limiter.try_acquire(1).is_err()); // full: refused at once
+//! drop(first); // its slot is back
+//! assert!(limiter.try_acquire(1).is_ok());
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod adaptive;
 mod config;

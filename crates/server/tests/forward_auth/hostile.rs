@@ -7,7 +7,7 @@
 //! anything else unlimited.
 //!
 //! Where the proxies differ (what each answers to many headers, or when
-//! tollgate hangs), the caller passes the answer the README documents.
+//! tollgate hangs), the caller passes the answer `docs/reverse-proxies.md` documents.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -242,7 +242,7 @@ const REFUSED_PATHS: &[&str] = &[
 pub async fn path_spellings_count_against_the_rule_served(target: Target, source: [u8; 4]) {
     let test = target.test("paths");
     use_up_limited(target, source, &test).await;
-    // What the proxy answered each, printed (--nocapture) for the README.
+    // What the proxy answered each, printed (--nocapture) for `docs/reverse-proxies.md`.
     let mut answers = Vec::new();
     for path in LIMITED_SPELLINGS.iter().chain(REFUSED_PATHS) {
         let answer = send(target.addr, source, &test, &Raw::get(path)).await;

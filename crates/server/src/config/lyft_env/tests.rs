@@ -398,12 +398,12 @@ fn force_start_starts_without_the_directory() {
 }
 
 #[test]
-fn the_readme_table_lists_every_variable() {
-    let readme = include_str!("../../../README.md");
+fn the_docs_table_lists_every_variable() {
+    let readme = include_str!("../../../docs/replacing-envoyproxy-ratelimit.md");
     for variable in VARIABLES {
         assert!(
             readme.contains(&format!("| `{}` |", variable.name)),
-            "{} is missing from crates/server/README.md",
+            "{} is missing from crates/server/docs/replacing-envoyproxy-ratelimit.md",
             variable.name
         );
     }
