@@ -155,6 +155,13 @@ pub struct SimulateArgs {
     /// policy.
     #[arg(long, requires = "concurrency")]
     pub table: bool,
+    /// Simulate a token budget for LLM traffic instead of the rate limits:
+    /// 100,000 tokens a minute, Poisson arrivals (--rate, by default 2 a
+    /// second; --duration, by default 10 minutes; --seed) of lognormal
+    /// costs, kept by check-then-charge, reserve-then-settle and a request
+    /// count; tokens spent against the budget (--json, --out for a picture).
+    #[arg(long, conflicts_with = "concurrency")]
+    pub budget: bool,
 }
 
 /// The algorithms `simulate` can run.

@@ -28,6 +28,7 @@
 //!   `--duration` above 584 years are refused, never saturated.
 
 mod algorithms;
+mod budget;
 mod concurrency;
 mod pattern;
 mod plot;
@@ -228,6 +229,9 @@ struct Outcome {
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     if args.concurrency {
         return concurrency::command(&args);
+    }
+    if args.budget {
+        return budget::command(&args);
     }
     let config = Config::from_args(args)?;
     let (arrivals, left_out) = config.arrivals();
