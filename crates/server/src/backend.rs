@@ -572,13 +572,11 @@ impl Installed {
     /// Decides `cost` for `key` on the rule's own limits: its compact
     /// table for a fixed-size value, else its keyed limiter.
     fn decide_own(&self, key: &str, cost: u64) -> Result<Decision, tollgate::CostError> {
-        if let Some(compact) = &self.compact
-            && let Some(value) = compact.value_of(key)
-            && let Some(decision) = compact.decide(value, cost)
-        {
-            return decision;
-        }
-        self.limiter.decide(key, cost)
+        let compact = self.compact.as_ref().and_then(|compact| {
+            let value = compact.value_of(key)?;
+            compact.decide(value, cost)
+        });
+        compact.unwrap_or_else(|| self.limiter.decide(key, cost))
     }
 
     /// Decides `cost` for `key` under the rule's limiter and, while a

@@ -47,6 +47,16 @@
 //! overlap the next group's misses, since each lock waits for every load
 //! before it, and a key costs about two lines of the floor, not one.
 //!
+//! # In cache
+//!
+//! A table of at most [`CACHED_TABLE_BYTES`] (1 MiB: 57,000 `u64` keys)
+//! is hashed a group at a time and decided without touches: where every
+//! line is a few ns away, the touches cost more than they hide (measured
+//! at 10^4 `u64` keys: 29.6 ns a key with them; `BENCHMARKS.md`). Hashing
+//! the group first still pays: each lock waits for the work before it, so
+//! a key hashed between two locks is hashed alone (27.5 ns a key when the
+//! keys were hashed one by one between their checks).
+//!
 //! # Why a load and not `_mm_prefetch`
 //!
 //! The core crate is `#![forbid(unsafe_code)]` and `_mm_prefetch` is an
@@ -87,6 +97,10 @@ use crate::sync::AtomicU64;
 /// slower at 10^7 keys).
 pub const BATCH: usize = 256;
 
+/// The largest table decided key by key, without the passes: one that
+/// fits a core's L2 cache (1 MiB here), whose lines are a few ns away.
+const CACHED_TABLE_BYTES: usize = 1 << 20;
+
 /// Where a known key's mean probe at a load of 7/8 (4.5 slots) reaches,
 /// in half slots past the home slot's start: the start of its last slot,
 /// which the touches reach.
@@ -105,6 +119,13 @@ where
     pub fn check_batch(&self, keys: &[K], decisions: &mut Vec<Decision>) {
         let now = self.shared.clock.now();
         decisions.reserve(keys.len());
+        if self.table_bytes() <= CACHED_TABLE_BYTES {
+            // In cache, the touches only add work (module docs, "In cache").
+            for group in keys.chunks(BATCH) {
+                self.check_group::<0>(group, 0, now, decisions);
+            }
+            return;
+        }
         // Words from a slot's first to the last slot of a mean probe, and
         // the touches that cover them: one a cache line (16 words), then
         // that word: 2 for `u32` and `u64` keys (10 and 14 words on), 3
@@ -120,7 +141,8 @@ where
         }
     }
 
-    /// One group of at most [`BATCH`] keys, `TOUCHES` words touched a key.
+    /// One group of at most [`BATCH`] keys, `TOUCHES` words touched a key
+    /// (none: hashed first, then decided).
     #[inline(always)]
     fn check_group<const TOUCHES: usize>(
         &self,
@@ -150,7 +172,9 @@ where
                 touched ^= word.load(Ordering::Relaxed);
             }
         }
-        std::hint::black_box(touched);
+        if TOUCHES > 0 {
+            std::hint::black_box(touched);
+        }
         for (&(shard, slot), key) in homes.iter().zip(group) {
             decisions.push(shared.decide_in(&shared.shards[shard], slot, key, 1, Mode::Check, now));
         }
