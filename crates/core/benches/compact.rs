@@ -1,7 +1,22 @@
-//! Checks per key at 10^7 uniform `u64` keys: the compact keyed table's
-//! batched check (`check_batch`, groups of 64 keys) and its single check,
-//! beside tollgate's `KeyedLimiter`, governor's keyed limiter (by default,
-//! and with foldhash), and pingora-limits' `Rate`.
+//! Checks per key at 10^7 uniform keys: the compact keyed table's batched
+//! check (`check_batch`, calls of 256 keys) on `u64`, `Ipv6Addr` and
+//! `ShortKey` keys and its single check, beside tollgate's `KeyedLimiter`,
+//! governor's keyed limiter (by default, and with foldhash), and
+//! pingora-limits' `Rate`, and **the memory's floor** measured in the same
+//! process and rounds.
+//!
+//! # The floor
+//!
+//! What a batched check cannot beat: one independent random 8-byte read
+//! per key from a plain array as large as the key type's table
+//! (`floor_<key>_read`: the key's bits scaled to the array's length, the
+//! reads summed so that none waits for another), and the same with the
+//! key's hash computed as the table computes it (`floor_<key>_hash`:
+//! foldhash of the key, the home slot's multiply-shift). Every batched
+//! row is printed as a ratio to both, round by round (the median of the
+//! rounds' ratios) and fastest against fastest: a ratio taken within one
+//! process and one round holds from a quiet machine to a loaded one where
+//! the nanoseconds do not.
 //!
 //! `Rate` is Cloudflare's estimator: a count-min sketch of events per key
 //! over an interval, of fixed size whatever the keys. It is approximate
@@ -20,21 +35,24 @@
 //! wall time also counts the waits for a CPU). The load average is printed
 //! before and after.
 //!
-//! `cargo bench -p tollgate --bench compact` (10^7 keys, about 3 GB and a
-//! few minutes; `TOLLGATE_COMPACT_KEYS` sets another count). Under
-//! `cargo test --all-targets` it is a smoke test at 10^4 keys.
+//! `cargo bench -p tollgate --bench compact` (10^7 keys, about 4 GB and a
+//! few minutes; `TOLLGATE_COMPACT_KEYS` sets another count,
+//! `TOLLGATE_COMPACT_CALL` the keys a batched call, `TOLLGATE_COMPACT_ROUNDS`
+//! the rounds, 9 by default; names after `--bench` keep the contenders
+//! whose names contain one of them). Under `cargo test --all-targets` it
+//! is a smoke test at 10^4 keys.
 
+use std::hash::BuildHasher;
 use std::hint::black_box;
+use std::net::Ipv6Addr;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use governor::clock::DefaultClock;
 use governor::state::keyed::DashMapStateStore;
-use tollgate::keyed::compact::{CompactKeyedLimiter, ShortKey};
+use tollgate::keyed::compact::{CompactKeyedLimiter, FixedKey, ShortKey};
 use tollgate::{Gcra, KeyedLimiter, Quota};
 
-/// Keys in a batch call.
-const BATCH: usize = 64;
 const BURST: u32 = 100_000_000;
 
 #[derive(Clone, Copy)]
@@ -70,10 +88,15 @@ fn key_of(i: u64) -> u64 {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-/// The `u64` key's 8 bytes as a string key (the conversion is in the
-/// timed loop: a few ns, stated beside the row in `BENCHMARKS.md`).
+/// The `u64` key's 8 bytes as a string key.
 fn short_of(key: u64) -> ShortKey {
     ShortKey::from_bytes(&key.to_le_bytes()).expect("8 bytes")
+}
+
+/// The `u64` key as an IPv6 address: distinct for distinct keys, all 16
+/// bytes varying.
+fn ipv6_of(key: u64) -> Ipv6Addr {
+    Ipv6Addr::from((u128::from(key) << 64) | u128::from(key.rotate_left(29) ^ 0x2001_0db8))
 }
 
 /// Uniform draws among `n` (wyrand, then Lemire's reduction), as keys.
@@ -89,13 +112,22 @@ fn draws(n: u64, count: usize, seed: u64) -> Vec<u64> {
         .collect()
 }
 
-/// Checks every key of a round's sequence, returns how many were admitted.
-type Run<'a> = Box<dyn FnMut(&[u64]) -> usize + 'a>;
+/// One round's keys, the same draws as each key type (converted before
+/// the clock starts).
+struct Round {
+    u64s: Vec<u64>,
+    ipv6: Vec<Ipv6Addr>,
+    short: Vec<ShortKey>,
+}
+
+/// Checks every key of a round, returns how many were admitted.
+type Run<'a> = Box<dyn FnMut(&Round) -> usize + 'a>;
 
 /// A contender: a name and its run.
 struct Contender<'a> {
     name: &'static str,
     run: Run<'a>,
+    /// ns per check, in the order of the rounds.
     rounds: Vec<f64>,
     /// The same rounds in time on a CPU (see [`on_cpu_ns`]).
     cpu_rounds: Vec<f64>,
@@ -112,7 +144,7 @@ fn on_cpu_ns() -> u64 {
 }
 
 impl<'a> Contender<'a> {
-    fn new(name: &'static str, run: impl FnMut(&[u64]) -> usize + 'a) -> Contender<'a> {
+    fn new(name: &'static str, run: impl FnMut(&Round) -> usize + 'a) -> Contender<'a> {
         Contender {
             name,
             run: Box::new(run),
@@ -122,22 +154,101 @@ impl<'a> Contender<'a> {
     }
 }
 
+/// A plain array of 8-byte words as large as a table, written once so
+/// that it is resident.
+fn floor_array(bytes: usize) -> Vec<u64> {
+    (0..(bytes / 8).max(1) as u64).collect()
+}
+
+/// The floor: one independent read per key from `array`, at the index
+/// `spread(key)` scaled to its length (Lemire's multiply-shift, as the
+/// table's home slot). The reads are summed, so no load's address waits
+/// for another's value.
+#[inline(never)]
+fn floor_reads<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
+    let len = array.len() as u128;
+    let mut sum = 0u64;
+    for key in keys {
+        let at = ((u128::from(spread(key)) * len) >> 64) as usize;
+        sum = sum.wrapping_add(array[at]);
+    }
+    black_box(sum);
+    keys.len()
+}
+
+/// The floor of a probe that reads two lines: as [`floor_reads`], each
+/// key's word and the one 64 bytes on (the next cache line, or the array's
+/// last word).
+#[inline(never)]
+fn floor_two_lines<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
+    let len = array.len() as u128;
+    let last = array.len() - 1;
+    let mut sum = 0u64;
+    for key in keys {
+        let at = ((u128::from(spread(key)) * len) >> 64) as usize;
+        sum = sum
+            .wrapping_add(array[at])
+            .wrapping_add(array[(at + 8).min(last)]);
+    }
+    black_box(sum);
+    keys.len()
+}
+
+/// Admitted checks of `keys` through `check_batch`, `call` keys a call.
+fn batched<K: FixedKey>(
+    limiter: &CompactKeyedLimiter<K>,
+    keys: &[K],
+    call: usize,
+    decisions: &mut Vec<tollgate::Decision>,
+) -> usize {
+    let mut admitted = 0;
+    for group in keys.chunks(call) {
+        decisions.clear();
+        limiter.check_batch(group, decisions);
+        admitted += decisions.iter().filter(|d| d.is_allowed()).count();
+    }
+    admitted
+}
+
 type GovernorFoldhash =
     governor::RateLimiter<u64, DashMapStateStore<u64, foldhash::fast::RandomState>, DefaultClock>;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: a number")))
+        .unwrap_or(default)
+}
+
+/// The batched (or other) row, its floors: printed as ratios.
+const RATIOS: [(&str, &str, &str); 6] = [
+    (
+        "compact_batch",
+        "floor_u64_two_lines",
+        "floor_u64_two_lines",
+    ),
+    ("compact_batch", "floor_u64_read", "floor_u64_hash"),
+    ("compact_single", "floor_u64_read", "floor_u64_hash"),
+    ("keyed_single", "floor_u64_read", "floor_u64_hash"),
+    ("compact_ipv6_batch", "floor_ipv6_read", "floor_ipv6_hash"),
+    (
+        "compact_short_batch",
+        "floor_short_read",
+        "floor_short_hash",
+    ),
+];
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let size = if bench {
         Size {
-            keys: std::env::var("TOLLGATE_COMPACT_KEYS")
-                .map(|k| k.parse().expect("TOLLGATE_COMPACT_KEYS: a number"))
-                .unwrap_or(10_000_000),
+            keys: env_or("TOLLGATE_COMPACT_KEYS", 10_000_000) as u64,
             checks: 1_000_000,
-            rounds: 9,
+            rounds: env_or("TOLLGATE_COMPACT_ROUNDS", 9),
         }
     } else {
         SMOKE
     };
+    let call = env_or("TOLLGATE_COMPACT_CALL", 256);
     let only: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -149,15 +260,54 @@ fn main() {
     };
     load("before");
     let n = size.keys;
+    println!(
+        "keys {n}, {call} keys a batched call, {} rounds",
+        size.rounds
+    );
     let started = Instant::now();
     let compact: CompactKeyedLimiter<u64> = CompactKeyedLimiter::builder(gcra(), n as usize)
         .sweep_every(None)
         .build()
         .expect("table");
-    let short: CompactKeyedLimiter<ShortKey> = CompactKeyedLimiter::builder(gcra(), n as usize)
+    // A table no contender uses is built for one key.
+    let uses = |kind: &str| {
+        [
+            format!("compact_{kind}_batch"),
+            format!("floor_{kind}_read"),
+            format!("floor_{kind}_hash"),
+        ]
+        .iter()
+        .any(|name| wanted(name))
+    };
+    let sized = |kind: &str| if uses(kind) { n as usize } else { 1 };
+    let ipv6: CompactKeyedLimiter<Ipv6Addr> = CompactKeyedLimiter::builder(gcra(), sized("ipv6"))
         .sweep_every(None)
         .build()
         .expect("table");
+    let short: CompactKeyedLimiter<ShortKey> = CompactKeyedLimiter::builder(gcra(), sized("short"))
+        .sweep_every(None)
+        .build()
+        .expect("table");
+    // The floors' arrays, each as large as its key type's table; empty
+    // when no floor of that type runs.
+    let floor_of = |name: &str, bytes: usize| {
+        if wanted(&format!("floor_{name}_read")) || wanted(&format!("floor_{name}_hash")) {
+            floor_array(bytes)
+        } else {
+            Vec::new()
+        }
+    };
+    let floor_u64 = floor_of("u64", compact.table_bytes());
+    let floor_ipv6 = floor_of("ipv6", ipv6.table_bytes());
+    let floor_short = floor_of("short", short.table_bytes());
+    println!(
+        "table (and floor array) bytes: u64 {}, ipv6 {}, short {}",
+        compact.table_bytes(),
+        ipv6.table_bytes(),
+        short.table_bytes()
+    );
+    // Hashed as the table hashes: foldhash, seeded at random.
+    let hasher = foldhash::fast::RandomState::default();
     let keyed: KeyedLimiter<u64> = KeyedLimiter::builder(gcra()).sweep_every(None).build();
     let governor_default = governor::RateLimiter::keyed(governor_quota());
     let governor_foldhash: GovernorFoldhash = governor::RateLimiter::dashmap_with_hasher(
@@ -166,8 +316,7 @@ fn main() {
     );
     let pingora = pingora_limits::rate::Rate::new(Duration::from_secs(60));
     let all: Vec<u64> = (0..n).map(key_of).collect();
-    let mut decisions = Vec::with_capacity(BATCH);
-    let mut short_decisions = Vec::with_capacity(BATCH);
+    let mut decisions = Vec::with_capacity(call);
     let populate = |name: &str, admitted: usize, began: Instant| {
         assert_eq!(
             admitted as u64, n,
@@ -179,24 +328,25 @@ fn main() {
             began.elapsed().as_nanos() as f64 / n as f64
         );
     };
-    if wanted("compact") {
+    if wanted("compact_batch") || wanted("compact_single") {
         let began = Instant::now();
-        let mut admitted = 0;
-        for group in all.chunks(BATCH) {
-            decisions.clear();
-            compact.check_batch(group, &mut decisions);
-            admitted += decisions.iter().filter(|d| d.is_allowed()).count();
-        }
+        let admitted = batched(&compact, &all, call, &mut decisions);
         populate("compact (batched)", admitted, began);
         assert_eq!(compact.stats().overflowed, 0, "{:?}", compact.stats());
     }
-    if wanted("short") {
+    if wanted("compact_ipv6_batch") {
         let began = Instant::now();
-        let admitted = all
-            .iter()
-            .filter(|&&k| short.check(&short_of(k)).is_allowed())
-            .count();
-        populate("compact short strings", admitted, began);
+        let keys: Vec<Ipv6Addr> = all.iter().map(|&k| ipv6_of(k)).collect();
+        let admitted = batched(&ipv6, &keys, call, &mut decisions);
+        populate("compact ipv6 (batched)", admitted, began);
+        assert_eq!(ipv6.stats().overflowed, 0, "{:?}", ipv6.stats());
+    }
+    if wanted("compact_short_batch") {
+        let began = Instant::now();
+        let keys: Vec<ShortKey> = all.iter().map(|&k| short_of(k)).collect();
+        let admitted = batched(&short, &keys, call, &mut decisions);
+        populate("compact short strings (batched)", admitted, began);
+        assert_eq!(short.stats().overflowed, 0, "{:?}", short.stats());
     }
     if wanted("keyed") {
         let began = Instant::now();
@@ -225,57 +375,85 @@ fn main() {
         }
     }
     drop(all);
+    let mut ipv6_decisions = Vec::with_capacity(call);
+    let mut short_decisions = Vec::with_capacity(call);
     let mut contenders = vec![
-        Contender::new("compact_batch", |keys| {
-            let mut admitted = 0;
-            for group in keys.chunks(BATCH) {
-                decisions.clear();
-                compact.check_batch(group, &mut decisions);
-                admitted += decisions.iter().filter(|d| d.is_allowed()).count();
-            }
-            admitted
+        Contender::new("floor_u64_read", |round| {
+            floor_reads(&floor_u64, &round.u64s, |&k| k)
         }),
-        Contender::new("compact_single", |keys| {
-            keys.iter()
+        Contender::new("floor_u64_hash", |round| {
+            floor_reads(&floor_u64, &round.u64s, |k| hasher.hash_one(k) << 8)
+        }),
+        Contender::new("floor_u64_two_lines", |round| {
+            floor_two_lines(&floor_u64, &round.u64s, |k| hasher.hash_one(k) << 8)
+        }),
+        Contender::new("compact_batch", |round| {
+            batched(&compact, &round.u64s, call, &mut decisions)
+        }),
+        Contender::new("compact_single", |round| {
+            round
+                .u64s
+                .iter()
                 .filter(|k| compact.check(*k).is_allowed())
                 .count()
         }),
-        Contender::new("compact_short_batch", |keys| {
-            let mut admitted = 0;
-            let mut named = Vec::with_capacity(BATCH);
-            for group in keys.chunks(BATCH) {
-                named.clear();
-                named.extend(group.iter().map(|&k| short_of(k)));
-                short_decisions.clear();
-                short.check_batch(&named, &mut short_decisions);
-                admitted += short_decisions.iter().filter(|d| d.is_allowed()).count();
-            }
-            admitted
+        // The raw floor indexes by the `u64` the key was made from: the
+        // same spread, no hashing.
+        Contender::new("floor_ipv6_read", |round| {
+            floor_reads(&floor_ipv6, &round.u64s, |&k| k)
         }),
-        Contender::new("keyed_single", |keys| {
-            keys.iter().filter(|k| keyed.check(*k).is_allowed()).count()
+        Contender::new("floor_ipv6_hash", |round| {
+            floor_reads(&floor_ipv6, &round.ipv6, |k| hasher.hash_one(k) << 8)
         }),
-        Contender::new("governor_default", |keys| {
-            keys.iter()
+        Contender::new("compact_ipv6_batch", |round| {
+            batched(&ipv6, &round.ipv6, call, &mut ipv6_decisions)
+        }),
+        Contender::new("floor_short_read", |round| {
+            floor_reads(&floor_short, &round.u64s, |&k| k)
+        }),
+        Contender::new("floor_short_hash", |round| {
+            floor_reads(&floor_short, &round.short, |k| hasher.hash_one(k) << 8)
+        }),
+        Contender::new("compact_short_batch", |round| {
+            batched(&short, &round.short, call, &mut short_decisions)
+        }),
+        Contender::new("keyed_single", |round| {
+            round
+                .u64s
+                .iter()
+                .filter(|k| keyed.check(*k).is_allowed())
+                .count()
+        }),
+        Contender::new("governor_default", |round| {
+            round
+                .u64s
+                .iter()
                 .filter(|k| governor_default.check_key(*k).is_ok())
                 .count()
         }),
-        Contender::new("governor_foldhash", |keys| {
-            keys.iter()
+        Contender::new("governor_foldhash", |round| {
+            round
+                .u64s
+                .iter()
                 .filter(|k| governor_foldhash.check_key(*k).is_ok())
                 .count()
         }),
         // An estimate, not a decision: "admitted" is every observation.
-        Contender::new("pingora_rate", |keys| {
-            for key in keys {
+        Contender::new("pingora_rate", |round| {
+            for key in &round.u64s {
                 black_box(pingora.observe(key, 1));
             }
-            keys.len()
+            round.u64s.len()
         }),
     ];
     contenders.retain(|c| wanted(c.name));
     for round in 0..size.rounds {
-        let keys = draws(n, size.checks, 0x5EED ^ round as u64);
+        let u64s = draws(n, size.checks, 0x5EED ^ round as u64);
+        let keys = Round {
+            ipv6: u64s.iter().map(|&k| ipv6_of(k)).collect(),
+            short: u64s.iter().map(|&k| short_of(k)).collect(),
+            u64s,
+        };
         for offset in 0..contenders.len() {
             let at = (round + offset) % contenders.len();
             let contender = &mut contenders[at];
@@ -286,27 +464,59 @@ fn main() {
             let cpu = on_cpu_ns() - cpu;
             assert_eq!(
                 admitted,
-                keys.len(),
+                keys.u64s.len(),
                 "{}: a check was denied",
                 contender.name
             );
             contender
                 .rounds
-                .push(elapsed.as_nanos() as f64 / keys.len() as f64);
-            contender.cpu_rounds.push(cpu as f64 / keys.len() as f64);
+                .push(elapsed.as_nanos() as f64 / keys.u64s.len() as f64);
+            contender
+                .cpu_rounds
+                .push(cpu as f64 / keys.u64s.len() as f64);
         }
     }
-    for contender in &mut contenders {
-        contender.rounds.sort_by(f64::total_cmp);
-        contender.cpu_rounds.sort_by(f64::total_cmp);
-        let min = contender.rounds[0];
-        let median = contender.rounds[contender.rounds.len() / 2];
-        let cpu_min = contender.cpu_rounds[0];
-        let cpu_median = contender.cpu_rounds[contender.cpu_rounds.len() / 2];
+    let sorted = |rounds: &[f64]| {
+        let mut rounds = rounds.to_vec();
+        rounds.sort_by(f64::total_cmp);
+        rounds
+    };
+    for contender in &contenders {
+        let wall = sorted(&contender.rounds);
+        let cpu = sorted(&contender.cpu_rounds);
         println!(
-            "keys {n:<10} {:<20} wall min {min:7.2} ns  median {median:7.2} ns   on CPU min {cpu_min:7.2} ns  median {cpu_median:7.2} ns",
-            contender.name
+            "keys {n:<10} {:<20} wall min {:7.2} ns  median {:7.2} ns   on CPU min {:7.2} ns  median {:7.2} ns",
+            contender.name,
+            wall[0],
+            wall[wall.len() / 2],
+            cpu[0],
+            cpu[cpu.len() / 2]
         );
+    }
+    // Each ratio in time on a CPU: the median of the rounds' own ratios
+    // (the two measured a few hundred ms apart), then fastest ÷ fastest.
+    let find = |name: &str| contenders.iter().find(|c| c.name == name);
+    for (row, read, hash) in RATIOS {
+        let Some(row) = find(row) else { continue };
+        for floor in [read, hash] {
+            let Some(floor) = find(floor) else { continue };
+            let ratios: Vec<f64> = row
+                .cpu_rounds
+                .iter()
+                .zip(&floor.cpu_rounds)
+                .map(|(r, f)| r / f)
+                .collect();
+            let ratios = sorted(&ratios);
+            println!(
+                "ratio {:<20} ÷ {:<17} median of rounds {:5.2}×  (range {:.2}–{:.2})  fastest ÷ fastest {:5.2}×",
+                row.name,
+                floor.name,
+                ratios[ratios.len() / 2],
+                ratios[0],
+                ratios[ratios.len() - 1],
+                sorted(&row.cpu_rounds)[0] / sorted(&floor.cpu_rounds)[0]
+            );
+        }
     }
     load("after");
     println!("{:.0} s in all", started.elapsed().as_secs_f64());

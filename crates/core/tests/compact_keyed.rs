@@ -306,6 +306,75 @@ fn many_keys_over_many_shards_each_get_their_own_state_and_all_are_swept() {
     assert!(limiter.is_empty());
 }
 
+/// A table past the batch's in-cache size (1 MiB), where it touches each
+/// probe's lines before deciding: its decisions are the single checks', a
+/// key named several times in one batch and across batches included.
+#[test]
+fn batches_on_a_table_out_of_cache_decide_as_single_checks() {
+    let clock = ManualClock::new();
+    let keys = 100_000u64;
+    let build = || {
+        CompactKeyedLimiter::<u64>::builder(
+            Gcra::new(
+                Quota::per_second(1)
+                    .and_then(|q| q.with_burst(2))
+                    .expect("quota"),
+            )
+            .expect("gcra"),
+            keys as usize,
+        )
+        .clock(clock.clone())
+        .sweep_every(None)
+        .build()
+        .expect("table")
+    };
+    let (batched, single) = (build(), build());
+    assert!(batched.table_bytes() > 1 << 20, "{}", batched.table_bytes());
+    // Every key once, then draws with repeats (a key three times in a
+    // row, and scattered), in calls of several groups.
+    let mut named: Vec<u64> = (0..keys)
+        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
+    let mut state = 7u64;
+    for _ in 0..60_000 {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        let key = ((state >> 33) % keys).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        named.push(key);
+        if state % 17 == 0 {
+            named.extend([key, key]);
+        }
+    }
+    let mut decisions = Vec::new();
+    let mut denied = 0;
+    for call in named.chunks(1_000) {
+        decisions.clear();
+        batched.check_batch(call, &mut decisions);
+        denied += decisions.iter().filter(|d| d.is_denied()).count();
+        assert_eq!(decisions.len(), call.len());
+        for (key, decision) in call.iter().zip(&decisions) {
+            let expected = single.check(key);
+            assert_eq!(
+                (
+                    decision.is_allowed(),
+                    decision.remaining(),
+                    decision.retry_after()
+                ),
+                (
+                    expected.is_allowed(),
+                    expected.remaining(),
+                    expected.retry_after()
+                ),
+                "key {key}"
+            );
+        }
+        clock.advance(Duration::from_millis(40));
+    }
+    assert_eq!(batched.len(), single.len());
+    assert!(denied > 0, "the burst was reached");
+}
+
 /// Real threads on one table, half of them checking in batches, a sweeper
 /// running throughout, the clock still: every key admits exactly its burst
 /// in all, however the checks interleave, and the cap is never passed.

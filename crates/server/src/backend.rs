@@ -12,8 +12,13 @@
 //! live, so that a backend can build, keep or drop per-rule state.
 //!
 //! [`MemoryBackend`] (the default) runs one `tollgate::KeyedLimiter` per
-//! rule, keyed by bucket. [`RedisBackend`](crate::redis_backend::RedisBackend)
-//! runs one `tollgate_redis::RedisLimiter` per rule behind the same trait.
+//! rule, keyed by bucket. Given a capacity
+//! ([`MemoryBackend::with_compact_keys`]), it also serves a rule whose
+//! bucket is one client address or numeric id under one GCRA or fixed
+//! window from the core's compact keyed tables, about 14 to 27 bytes a key
+//! (which rules qualify, and what they give up: `backend/compact.rs`).
+//! [`RedisBackend`](crate::redis_backend::RedisBackend) runs one
+//! `tollgate_redis::RedisLimiter` per rule behind the same trait.
 //!
 //! Run from envoyproxy/ratelimit's environment
 //! ([`MemoryBackend::with_lyft_counts`]), the in-memory backend counts its
@@ -76,7 +81,10 @@ use tollgate::{Algorithm, AllOf, Carry, ClockSource, Decision, KeyedLimiter};
 use crate::config::BuiltAlgorithm;
 use crate::rules::{Rule, RuleSet};
 
+pub(crate) mod compact;
 pub(crate) mod lyft_counts;
+
+use compact::CompactRule;
 
 /// One bucket to decide.
 #[derive(Debug, Clone, Copy)]
@@ -490,6 +498,13 @@ impl RuleLimiter {
 struct Installed {
     algorithm: BuiltAlgorithm,
     limiter: RuleLimiter,
+    /// The rule's compact tables, where it qualifies (`backend/compact.rs`):
+    /// its fixed-size values are decided there, the others by `limiter`.
+    compact: Option<Arc<CompactRule>>,
+    /// The rule's compact tables from before a change of its limits,
+    /// newest first, until the sweep finds them empty: a bridge, as
+    /// `bridges` (`backend/compact.rs`, "What such a rule gives up").
+    compact_bridges: ArcSwap<Vec<Arc<CompactRule>>>,
     /// The rule's limiters from before a change of its algorithm, newest
     /// first, for as long as they hold a state that counts: a *bridge*
     /// (module docs, "State across a reload").
@@ -505,8 +520,63 @@ impl Installed {
         Installed {
             algorithm,
             limiter,
+            compact: None,
+            compact_bridges: ArcSwap::from_pointee(Vec::new()),
             bridges: ArcSwap::from_pointee(bridges),
         }
+    }
+
+    /// Puts the rule's fixed-size values on `compact`, and keeps the
+    /// compact tables of `previous` (the rule before this reload) as
+    /// bridges.
+    fn with_compact(
+        mut self,
+        compact: Option<CompactRule>,
+        previous: Option<&Installed>,
+    ) -> Installed {
+        self.compact = compact.map(Arc::new);
+        if let Some(previous) = previous {
+            let mut bridges: Vec<Arc<CompactRule>> = previous.compact.iter().cloned().collect();
+            bridges.extend(previous.compact_bridges.load().iter().cloned());
+            self.compact_bridges = ArcSwap::from_pointee(bridges);
+        }
+        self
+    }
+
+    /// The compact tables' verdict on `key` under the old limits of a
+    /// bridge: a denial that ends the request, taking nothing else.
+    fn decide_compact_bridges(&self, key: &str, cost: u64) -> Option<Decision> {
+        let bridges = self.compact_bridges.load();
+        let value = bridges.first()?.value_of(key)?;
+        for bridge in bridges.iter() {
+            // A fresh state there has nothing to remember (and taking
+            // from it would make a state the bridge must outlive).
+            if !bridge.holds(value) {
+                continue;
+            }
+            // A cost the old limits can never hold takes their capacity.
+            let taken = match bridge.decide(value, cost)? {
+                Ok(decision) => decision,
+                Err(error) => match bridge.decide(value, error.capacity())? {
+                    Ok(decision) => decision,
+                    Err(error) => never(error.capacity()),
+                },
+            };
+            if taken.is_denied() {
+                return Some(taken);
+            }
+        }
+        None
+    }
+
+    /// Decides `cost` for `key` on the rule's own limits: its compact
+    /// table for a fixed-size value, else its keyed limiter.
+    fn decide_own(&self, key: &str, cost: u64) -> Result<Decision, tollgate::CostError> {
+        let compact = self.compact.as_ref().and_then(|compact| {
+            let value = compact.value_of(key)?;
+            compact.decide(value, cost)
+        });
+        compact.unwrap_or_else(|| self.limiter.decide(key, cost))
     }
 
     /// Decides `cost` for `key` under the rule's limiter and, while a
@@ -516,9 +586,12 @@ impl Installed {
     /// (a full state there has nothing to remember, and charging it would
     /// make a state the bridge must then outlive).
     fn decide(&self, key: &str, cost: u64) -> Result<Decision, tollgate::CostError> {
+        if let Some(denied) = self.decide_compact_bridges(key, cost) {
+            return Ok(denied);
+        }
         let bridges = self.bridges.load();
         if bridges.is_empty() {
-            return self.limiter.decide(key, cost);
+            return self.decide_own(key, cost);
         }
         let mut holding = Vec::with_capacity(bridges.len());
         for bridge in bridges.iter() {
@@ -538,7 +611,7 @@ impl Installed {
             }
             holding.push(bridge);
         }
-        let decision = self.limiter.decide(key, cost)?;
+        let decision = self.decide_own(key, cost)?;
         if decision.is_allowed() && cost > 0 {
             for bridge in holding {
                 bridge.charge(key, cost);
@@ -565,6 +638,11 @@ impl Installed {
     /// The rule's limiter answers: a bridge that cannot hold a list entry
     /// refuses more, never less, so its error is not the caller's.
     fn control(&self, key: &str, control: Control) -> Result<(), ControlError> {
+        if self.compact.is_some() {
+            // The tables hold no lists, penalties or overrides: one answer
+            // for the whole rule (`backend/compact.rs`).
+            return Err(ControlError::Unsupported(control.name()));
+        }
         self.limiter.control(key, control)?;
         for bridge in self.bridges.load().iter() {
             let _ = bridge.control(key, control);
@@ -575,6 +653,23 @@ impl Installed {
     /// Sweeps the limiter and the bridges, and ends the bridges left empty.
     fn sweep(&self) {
         self.limiter.sweep();
+        if let Some(compact) = &self.compact {
+            compact.sweep();
+        }
+        let compact_bridges = self.compact_bridges.load();
+        if !compact_bridges.is_empty() {
+            for bridge in compact_bridges.iter() {
+                bridge.sweep();
+            }
+            if compact_bridges.iter().any(|b| b.is_empty()) {
+                let left: Vec<Arc<CompactRule>> = compact_bridges
+                    .iter()
+                    .filter(|b| !b.is_empty())
+                    .cloned()
+                    .collect();
+                self.compact_bridges.store(Arc::new(left));
+            }
+        }
         let bridges = self.bridges.load();
         if bridges.is_empty() {
             return;
@@ -591,7 +686,10 @@ impl Installed {
 
     /// Nothing to remember: every bucket fresh, no bridge left.
     fn is_empty(&self) -> bool {
-        self.limiter.is_empty() && self.bridges.load().is_empty()
+        self.limiter.is_empty()
+            && self.bridges.load().is_empty()
+            && self.compact.as_ref().is_none_or(|c| c.is_empty())
+            && self.compact_bridges.load().is_empty()
     }
 }
 
@@ -609,6 +707,9 @@ pub struct MemoryBackend {
     /// Lyft's counts of its fixed-window rules, when asked
     /// ([`with_lyft_counts`](Self::with_lyft_counts)).
     lyft: Option<lyft_counts::LyftCounts>,
+    /// The capacity of each compact table, when rules that qualify are
+    /// placed on them ([`with_compact_keys`](Self::with_compact_keys)).
+    compact_keys: Option<usize>,
 }
 
 /// The most override rules (distinct keys and limits) held at once by the
@@ -629,7 +730,46 @@ impl MemoryBackend {
             retired: std::sync::Mutex::new(HashMap::new()),
             dynamic: std::sync::Mutex::new(HashMap::new()),
             lyft: None,
+            compact_keys: None,
         }
+    }
+
+    /// Places every rule that qualifies (one client address or numeric id
+    /// a bucket, one GCRA or fixed window: `backend/compact.rs`) on
+    /// compact tables of `max_keys` keys each, one a kind of value, each
+    /// built at its first value; `None` (the default) keeps every rule in
+    /// its keyed map. Rules installed from then on are placed.
+    #[must_use]
+    pub fn with_compact_keys(mut self, max_keys: Option<usize>) -> MemoryBackend {
+        self.compact_keys = max_keys.filter(|&n| n > 0);
+        self
+    }
+
+    /// Values held in compact tables, over every rule in force (for tests
+    /// and the load example).
+    pub fn compact_keys_live(&self) -> usize {
+        self.limiters
+            .load()
+            .values()
+            .filter_map(|installed| installed.compact.as_ref())
+            .map(|compact| compact.live())
+            .sum()
+    }
+
+    /// Whether the rule `id` in force is placed on compact tables.
+    pub fn is_compact(&self, id: &str) -> bool {
+        self.limiters
+            .load()
+            .get(id)
+            .is_some_and(|installed| installed.compact.is_some())
+    }
+
+    /// The rule's compact tables for `algorithm`, where it qualifies.
+    fn compact_of(&self, rule: &Rule, algorithm: &BuiltAlgorithm) -> Option<CompactRule> {
+        if self.lyft_of(rule).is_some() {
+            return None;
+        }
+        CompactRule::new(rule, algorithm, &self.clock, self.compact_keys?)
     }
 
     /// Counts fixed-window rules of Lyft's units as envoyproxy/ratelimit
@@ -734,11 +874,16 @@ impl Backend for MemoryBackend {
                     return Some(Arc::clone(installed));
                 }
                 installed.limiter.adopt(&limits.algorithm).then(|| {
-                    Arc::new(Installed::new(
-                        limits.algorithm.clone(),
-                        installed.limiter.clone(),
-                        installed.bridges.load().to_vec(),
-                    ))
+                    // The keyed limiter adopts the new limits; compact
+                    // tables cannot, and stay as a bridge.
+                    Arc::new(
+                        Installed::new(
+                            limits.algorithm.clone(),
+                            installed.limiter.clone(),
+                            installed.bridges.load().to_vec(),
+                        )
+                        .with_compact(self.compact_of(rule, &limits.algorithm), Some(installed)),
+                    )
                 })
             });
             let installed = match kept {
@@ -759,7 +904,12 @@ impl Backend for MemoryBackend {
                         bridges.push(previous.limiter.clone());
                         bridges.extend(previous.bridges.load().iter().cloned());
                     }
-                    Arc::new(Installed::new(limits.algorithm.clone(), limiter, bridges))
+                    Arc::new(
+                        Installed::new(limits.algorithm.clone(), limiter, bridges).with_compact(
+                            self.compact_of(rule, &limits.algorithm),
+                            previous.as_deref(),
+                        ),
+                    )
                 }
             };
             new.insert(Arc::clone(&rule.id), installed);

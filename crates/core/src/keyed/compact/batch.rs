@@ -1,14 +1,61 @@
-//! Batched checks: many keys in one call, each key's slot on its way from
-//! memory before any of them is decided.
+//! Batched checks: many keys in one call, each key's slots on their way
+//! from memory before any of them is decided.
+//!
+//! # The model
 //!
 //! At 10^7 keys a table is far larger than the caches, and a check waits
-//! about 100 ns for its slot's cache line; one check at a time, that wait
-//! is the check. A batch first hashes every key of a group of
-//! [`BATCH`] and reads the first word of each home slot (the cache lines
-//! are then fetched together, as many at once as the core has fill
-//! buffers for), and only then decides the group's keys one by one, each
-//! under its shard's lock, exactly as [`check`](CompactKeyedLimiter::check)
-//! would.
+//! a whole memory latency for its slot's cache line (hundreds of ns on a
+//! virtual machine, with its two-level page walk); one check at a time,
+//! that wait is the check. What a batch can reach instead is the memory's
+//! *throughput* of independent random reads: the floor that
+//! `benches/compact.rs` measures beside it, in the same run (one random
+//! 8-byte read per key from an array as large as the table). A group of
+//! [`BATCH`] keys goes through three passes:
+//!
+//! 1. **hash**: every key's shard and home slot, and references to the
+//!    words to touch (`Shard::lines` in `table.rs`: the home slot's first
+//!    word and one a cache line on up to where a 4.5-slot probe ends, the
+//!    mean for a known key at a load of 7/8), gathered into an array;
+//! 2. **touch**: one `Relaxed` load of each of those words, in a loop of a
+//!    load and an `xor` a word, so that the core's reorder window holds as
+//!    many outstanding misses as it can, as the floor's loop does;
+//! 3. **decide**: the group's keys one by one, each under its shard's
+//!    lock, exactly as [`check`](CompactKeyedLimiter::check) would, on
+//!    lines that are now in the cache.
+//!
+//! # What serialised the misses before (measured: `BENCHMARKS.md`)
+//!
+//! The first version (groups of 16) hashed and touched in one loop, about
+//! 30 instructions a key, and touched the home slot only. Three things
+//! kept its misses from overlapping:
+//!
+//! - the probe of a known key reads 4.5 slots on average at 7/8, 72 bytes
+//!   of 16-byte slots, so it crosses into the next cache line more often
+//!   than not; that line was fetched in the decide pass, behind the
+//!   shard lock's `lock cmpxchg`, which x86 lets no later load pass and
+//!   which waits for every earlier one: each crossing paid a whole memory
+//!   latency alone;
+//! - the hashing between the loads filled the reorder window, so fewer
+//!   misses were in flight than in the floor's loop;
+//! - a group waits for its last touch's line before its first lock, a
+//!   full latency every 16 keys.
+//!
+//! The passes above touch the lines a probe will cross too, issue the
+//! loads from a loop of two instructions a word, and spread the wait of a
+//! group over 256 keys. What remains is structural: the decide pass's
+//! compute (the lock, the probe, the algorithm, the decision) cannot
+//! overlap the next group's misses, since each lock waits for every load
+//! before it, and a key costs about two lines of the floor, not one.
+//!
+//! # In cache
+//!
+//! A table of at most [`CACHED_TABLE_BYTES`] (1 MiB: 57,000 `u64` keys)
+//! is hashed a group at a time and decided without touches: where every
+//! line is a few ns away, the touches cost more than they hide (measured
+//! at 10^4 `u64` keys: 29.6 ns a key with them; `BENCHMARKS.md`). Hashing
+//! the group first still pays: each lock waits for the work before it, so
+//! a key hashed between two locks is hashed alone (27.5 ns a key when the
+//! keys were hashed one by one between their checks).
 //!
 //! # Why a load and not `_mm_prefetch`
 //!
@@ -16,11 +63,11 @@
 //! `unsafe fn` (it takes a raw pointer). A `Relaxed` load whose value goes
 //! to [`black_box`](std::hint::black_box) sends the same request to
 //! memory; on an out-of-order core the loads of one group do not wait for
-//! one another (nothing depends on their values), so the group's misses
-//! overlap as prefetches' would. What differs: a load holds its place in
-//! the reorder buffer until its line arrives, so a group is kept to
-//! [`BATCH`] keys, whose hashing fits the buffer with room to spare (32
-//! measured no faster at 10^7 keys: `BENCHMARKS.md`).
+//! one another (nothing depends on their values). What differs: a load
+//! holds its place in the reorder window until its line arrives, and the
+//! first lock of the decide pass waits for every load before it (a
+//! prefetch would not), so the next group's loads cannot be issued while
+//! this group is decided.
 //!
 //! # Exactness
 //!
@@ -30,19 +77,34 @@
 //! twice is decided twice, the second time after the first). Each is
 //! linearizable on its own, as a single check is: its reading precedes its
 //! hold. The batch as a whole is not atomic: another thread's check can
-//! land between two of its keys.
+//! land between two of its keys. The touches decide nothing: their values
+//! are thrown away.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{CompactKeyedLimiter, FixedKey};
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
+use crate::clock::Nanos;
 use crate::decision::Decision;
 use crate::keyed::entry::Mode;
 use crate::sync::AtomicU64;
 
-/// Keys whose slots are fetched together before they are decided.
-pub const BATCH: usize = 16;
+/// Keys whose slots are fetched together before they are decided: enough
+/// that a group's one unhidden latency (its last line, waited for before
+/// its first lock) is a few ns a key (`BENCHMARKS.md`: 16 and 64 measured
+/// slower at 10^7 keys).
+pub const BATCH: usize = 256;
+
+/// The largest table decided key by key, without the passes: one that
+/// fits a core's L2 cache (1 MiB here), whose lines are a few ns away.
+const CACHED_TABLE_BYTES: usize = 1 << 20;
+
+/// Where a known key's mean probe at a load of 7/8 (4.5 slots) reaches,
+/// in half slots past the home slot's start: the start of its last slot,
+/// which the touches reach.
+const PROBE_HALF_SLOTS: usize = 7;
 
 impl<K, A> CompactKeyedLimiter<K, A>
 where
@@ -55,28 +117,66 @@ where
     /// have answered at the batch's clock reading. See the
     /// [module docs](super::batch) for how it hides the memory's latency.
     pub fn check_batch(&self, keys: &[K], decisions: &mut Vec<Decision>) {
-        let shared = &*self.shared;
-        let now = shared.clock.now();
+        let now = self.shared.clock.now();
         decisions.reserve(keys.len());
+        if self.table_bytes() <= CACHED_TABLE_BYTES {
+            // In cache, the touches only add work (module docs, "In cache").
+            for group in keys.chunks(BATCH) {
+                self.check_group::<0>(group, 0, now, decisions);
+            }
+            return;
+        }
+        // Words from a slot's first to the last slot of a mean probe, and
+        // the touches that cover them: one a cache line (16 words), then
+        // that word: 2 for `u32` and `u64` keys (10 and 14 words on), 3
+        // for 16-byte keys (21) and `ShortKey` (31).
+        let ahead = (K::WORDS + 2) * PROBE_HALF_SLOTS / 2;
         for group in keys.chunks(BATCH) {
-            let mut homes = [(0usize, 0usize); BATCH];
-            for (home, key) in homes.iter_mut().zip(group) {
-                let hash = shared.hasher.hash_one(key);
-                let shard = shared.shard_index(hash);
-                let slot = shared.shards[shard].home(hash);
-                shared.shards[shard].touch(slot);
-                *home = (shard, slot);
+            if ahead < 16 {
+                self.check_group::<2>(group, ahead, now, decisions);
+            } else {
+                debug_assert!(ahead < 32, "a slot of {} words", K::WORDS + 2);
+                self.check_group::<3>(group, ahead, now, decisions);
             }
-            for (&(shard, slot), key) in homes.iter().zip(group) {
-                decisions.push(shared.decide_in(
-                    &shared.shards[shard],
-                    slot,
-                    key,
-                    1,
-                    Mode::Check,
-                    now,
-                ));
+        }
+    }
+
+    /// One group of at most [`BATCH`] keys, `TOUCHES` words touched a key
+    /// (none: hashed first, then decided).
+    #[inline(always)]
+    fn check_group<const TOUCHES: usize>(
+        &self,
+        group: &[K],
+        ahead: usize,
+        now: Nanos,
+        decisions: &mut Vec<Decision>,
+    ) {
+        let shared = &*self.shared;
+        let mut homes = [(0usize, 0usize); BATCH];
+        let homes = &mut homes[..group.len()];
+        let unused: &AtomicU32 = shared.shards[0].lines::<1>(0, 0)[0];
+        let mut lines = [[unused; TOUCHES]; BATCH];
+        let lines = &mut lines[..group.len()];
+        for ((home, line), key) in homes.iter_mut().zip(lines.iter_mut()).zip(group) {
+            let hash = shared.hasher.hash_one(key);
+            let shard = shared.shard_index(hash);
+            let slot = shared.shards[shard].home(hash);
+            *home = (shard, slot);
+            *line = shared.shards[shard].lines(slot, ahead);
+        }
+        // Relaxed: the values are thrown away; only the loads matter. One
+        // `black_box` for the group, so that no load waits on another.
+        let mut touched = 0u32;
+        for line in lines.iter() {
+            for word in line {
+                touched ^= word.load(Ordering::Relaxed);
             }
+        }
+        if TOUCHES > 0 {
+            std::hint::black_box(touched);
+        }
+        for (&(shard, slot), key) in homes.iter().zip(group) {
+            decisions.push(shared.decide_in(&shared.shards[shard], slot, key, 1, Mode::Check, now));
         }
     }
 }

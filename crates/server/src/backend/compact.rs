@@ -1,0 +1,548 @@
+//! Rules served from the core's compact keyed table
+//! (`tollgate::keyed::compact`): about 14 bytes a client IPv4 address, 27
+//! an IPv6 one and 18 a numeric id, where the keyed map takes a `String`
+//! bucket and its entry (about 100 bytes a client address at 10^7,
+//! `BENCHMARKS.md`).
+//!
+//! # Which rules qualify
+//!
+//! Only when the in-memory backend was given a capacity
+//! ([`MemoryBackend::with_compact_keys`](super::MemoryBackend::with_compact_keys);
+//! off by default), a rule is placed on compact tables when all of these
+//! hold:
+//!
+//! - its path is **one value-less entry** (`- key: remote_address`, or
+//!   any key whose values are ids): every value is its own bucket, and
+//!   the bucket is the value alone;
+//! - its limit is **one quota, GCRA or fixed window** (no sliding window
+//!   or log, calendar window, warm-up, or several quotas: the table keeps
+//!   one 8-byte state a key);
+//! - it is not a request's `limit` override, nor counted as Lyft counts
+//!   (those never reach this module).
+//!
+//! Such a rule keeps its keyed map beside the tables. A value goes to a
+//! table when it is one fixed-size value written as the type prints it: an
+//! IPv4 address (`10.0.0.1`), an IPv6 address (`2001:db8::1`) or a decimal
+//! `u64` (`42`); any other value (a name, `042`, `0::1`, an address with
+//! a port) stays in the keyed map. Because only the printed form is taken,
+//! two distinct bucket strings are never one table key, and every bucket
+//! has exactly one state in one place: **the decisions are the keyed
+//! map's** (the compact table decides exactly as the keyed limiter under
+//! the same quota).
+//!
+//! # Memory
+//!
+//! A table per kind of value, each built at the rule's first value of
+//! that kind and sized once for the capacity (`max_keys`): 13.7 bytes a
+//! key for IPv4, 27.4 for IPv6, 18.3 for ids, whatever the traffic. A
+//! table whose memory the allocator refuses is not built: its values stay
+//! in the keyed map (logged once), decided exactly as before. When a
+//! table holds `max_keys` live values, a new value is decided on the
+//! table's one shared overflow state until the sweep frees slots (the
+//! compact table's rule: no live key is evicted); the keyed map has no
+//! such cap. Size the capacity above the distinct values a sweep period
+//! can bring.
+//!
+//! # What such a rule gives up
+//!
+//! - **Admin controls** (lists, penalties, reset, refund): the table
+//!   keeps no lists, penalties or per-key overrides, so every control on a
+//!   compact rule is refused as unsupported, loudly, for its keyed values
+//!   too (one rule, one answer).
+//! - **Carrying state across a change of its limits.** The table cannot
+//!   adopt a new quota in place: a reload that changes the rule's limits
+//!   builds new tables and keeps the old ones as a *bridge* until the sweep
+//!   finds them empty. A value with a state there (not a full one) is
+//!   decided by the old limits first, taking the permits: if they refuse,
+//!   the request is refused with nothing taken under the new limits; if
+//!   they admit and the new limits refuse, the old limits stay charged
+//!   (counted, never handed out: a bridge errs towards refusing, never
+//!   towards a fresh quota).
+
+use std::fmt;
+use std::io::Write as _;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::OnceLock;
+
+use tollgate::keyed::compact::{CompactKeyedLimiter, FixedKey};
+use tollgate::{Algorithm, ClockSource, CostError, Decision, FixedWindow, Gcra};
+
+use crate::config::BuiltAlgorithm;
+use crate::rules::Rule;
+
+/// A bucket's value as a fixed-size key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Value {
+    V4(Ipv4Addr),
+    V6(Ipv6Addr),
+    Id(u64),
+}
+
+impl Value {
+    /// `value` as a fixed-size key, if it is one written as its type
+    /// prints it (module docs, "Which rules qualify").
+    pub(crate) fn parse(value: &str) -> Option<Value> {
+        let parsed = if value.contains(':') {
+            Value::V6(value.parse().ok()?)
+        } else if value.contains('.') {
+            Value::V4(value.parse().ok()?)
+        } else {
+            Value::Id(value.parse().ok()?)
+        };
+        // The printed form, on the stack: an IPv6 address prints in at
+        // most 45 bytes, a u64 in 20.
+        let mut printed = [0u8; 48];
+        let len = {
+            let mut out = &mut printed[..];
+            let room = out.len();
+            match parsed {
+                Value::V4(a) => write!(out, "{a}"),
+                Value::V6(a) => write!(out, "{a}"),
+                Value::Id(n) => write!(out, "{n}"),
+            }
+            .ok()?;
+            room - out.len()
+        };
+        (printed[..len] == *value.as_bytes()).then_some(parsed)
+    }
+}
+
+/// A rule's compact tables, for one algorithm.
+struct Tables<A> {
+    algorithm: A,
+    clock: ClockSource,
+    max_keys: usize,
+    v4: OnceLock<Option<CompactKeyedLimiter<Ipv4Addr, A>>>,
+    v6: OnceLock<Option<CompactKeyedLimiter<Ipv6Addr, A>>>,
+    id: OnceLock<Option<CompactKeyedLimiter<u64, A>>>,
+}
+
+impl<A> Tables<A>
+where
+    A: Algorithm<Cell = std::sync::atomic::AtomicU64> + Clone,
+{
+    fn new(algorithm: A, clock: &ClockSource, max_keys: usize) -> Tables<A> {
+        Tables {
+            algorithm,
+            clock: clock.clone(),
+            max_keys,
+            v4: OnceLock::new(),
+            v6: OnceLock::new(),
+            id: OnceLock::new(),
+        }
+    }
+
+    /// The table of `K`, built at its first use (`None`: its memory was
+    /// refused, and its values stay in the keyed map).
+    fn table<'a, K: FixedKey>(
+        &self,
+        cell: &'a OnceLock<Option<CompactKeyedLimiter<K, A>>>,
+        kind: &str,
+    ) -> Option<&'a CompactKeyedLimiter<K, A>> {
+        cell.get_or_init(|| {
+            CompactKeyedLimiter::builder(self.algorithm.clone(), self.max_keys)
+                .clock(self.clock.clone())
+                // One sweeper for every rule, driven by the server.
+                .sweep_every(None)
+                .build()
+                .inspect_err(|error| {
+                    tracing::warn!(%error, kind, "compact table not built: these values stay in the keyed map");
+                })
+                .ok()
+        })
+        .as_ref()
+    }
+
+    fn decide(&self, value: Value, cost: u64) -> Option<Result<Decision, CostError>> {
+        Some(match value {
+            Value::V4(a) => self.table(&self.v4, "ipv4")?.check_n(&a, cost),
+            Value::V6(a) => self.table(&self.v6, "ipv6")?.check_n(&a, cost),
+            Value::Id(n) => self.table(&self.id, "id")?.check_n(&n, cost),
+        })
+    }
+
+    /// Whether `value` has a state here, without creating one.
+    fn holds(&self, value: Value) -> bool {
+        let look = |decision: Result<Decision, CostError>| {
+            decision.is_ok_and(|d| d.is_denied() || d.remaining() < d.limit())
+        };
+        match value {
+            Value::V4(a) => self
+                .v4
+                .get()
+                .and_then(Option::as_ref)
+                .is_some_and(|t| look(t.check_n(&a, 0))),
+            Value::V6(a) => self
+                .v6
+                .get()
+                .and_then(Option::as_ref)
+                .is_some_and(|t| look(t.check_n(&a, 0))),
+            Value::Id(n) => self
+                .id
+                .get()
+                .and_then(Option::as_ref)
+                .is_some_and(|t| look(t.check_n(&n, 0))),
+        }
+    }
+
+    fn sweep(&self) {
+        for swept in [
+            self.v4.get().and_then(Option::as_ref).map(|t| t.sweep()),
+            self.v6.get().and_then(Option::as_ref).map(|t| t.sweep()),
+            self.id.get().and_then(Option::as_ref).map(|t| t.sweep()),
+        ] {
+            let _ = swept;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.v4
+            .get()
+            .and_then(Option::as_ref)
+            .is_none_or(|t| t.is_empty())
+            && self
+                .v6
+                .get()
+                .and_then(Option::as_ref)
+                .is_none_or(|t| t.is_empty())
+            && self
+                .id
+                .get()
+                .and_then(Option::as_ref)
+                .is_none_or(|t| t.is_empty())
+    }
+
+    fn live(&self) -> usize {
+        self.v4
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, |t| t.len())
+            + self
+                .v6
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(0, |t| t.len())
+            + self
+                .id
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(0, |t| t.len())
+    }
+}
+
+enum ByAlgorithm {
+    Gcra(Tables<Gcra>),
+    FixedWindow(Tables<FixedWindow>),
+}
+
+/// A qualifying rule's compact tables (module docs).
+pub(crate) struct CompactRule {
+    /// What precedes the value in the rule's bucket keys: the entry's key,
+    /// length-prefixed (`rules.rs`, "Buckets").
+    prefix: String,
+    tables: ByAlgorithm,
+}
+
+impl fmt::Debug for CompactRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompactRule")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompactRule {
+    /// `rule`'s compact tables for `algorithm`, with room for `max_keys`
+    /// values of each kind, if the rule qualifies (module docs).
+    pub(crate) fn new(
+        rule: &Rule,
+        algorithm: &BuiltAlgorithm,
+        clock: &ClockSource,
+        max_keys: usize,
+    ) -> Option<CompactRule> {
+        let [(key, None)] = rule.path.as_slice() else {
+            return None;
+        };
+        if rule.dynamic {
+            return None;
+        }
+        let tables = match algorithm {
+            BuiltAlgorithm::Gcra(all) => match all.limits() {
+                [one] => ByAlgorithm::Gcra(Tables::new(one.clone(), clock, max_keys)),
+                _ => return None,
+            },
+            BuiltAlgorithm::FixedWindow(all) => match all.limits() {
+                [one] => ByAlgorithm::FixedWindow(Tables::new(one.clone(), clock, max_keys)),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        Some(CompactRule {
+            prefix: format!("{}:{key}", key.len()),
+            tables,
+        })
+    }
+
+    /// The value of a bucket key of this rule, if it is a fixed-size one.
+    pub(crate) fn value_of(&self, bucket: &str) -> Option<Value> {
+        let (len, value) = bucket.strip_prefix(&self.prefix)?.split_once(':')?;
+        if len.parse::<usize>().ok()? != value.len() {
+            return None;
+        }
+        Value::parse(value)
+    }
+
+    /// Decides `cost` for `value` (a cost of 0 only looks); `None` if its
+    /// table could not be built (the keyed map decides it).
+    pub(crate) fn decide(&self, value: Value, cost: u64) -> Option<Result<Decision, CostError>> {
+        match &self.tables {
+            ByAlgorithm::Gcra(t) => t.decide(value, cost),
+            ByAlgorithm::FixedWindow(t) => t.decide(value, cost),
+        }
+    }
+
+    /// Whether `value` has a state that is not fresh (a bridge decides only
+    /// those: module docs).
+    pub(crate) fn holds(&self, value: Value) -> bool {
+        match &self.tables {
+            ByAlgorithm::Gcra(t) => t.holds(value),
+            ByAlgorithm::FixedWindow(t) => t.holds(value),
+        }
+    }
+
+    pub(crate) fn sweep(&self) {
+        match &self.tables {
+            ByAlgorithm::Gcra(t) => t.sweep(),
+            ByAlgorithm::FixedWindow(t) => t.sweep(),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        match &self.tables {
+            ByAlgorithm::Gcra(t) => t.is_empty(),
+            ByAlgorithm::FixedWindow(t) => t.is_empty(),
+        }
+    }
+
+    /// Values with a state in the tables.
+    pub(crate) fn live(&self) -> usize {
+        match &self.tables {
+            ByAlgorithm::Gcra(t) => t.live(),
+            ByAlgorithm::FixedWindow(t) => t.live(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use tollgate::ManualClock;
+
+    use super::*;
+    use crate::backend::{Backend, Control, ControlError, DecideFuture, Hit, MemoryBackend};
+    use crate::config::Config;
+    use crate::rules::RuleSet;
+
+    #[test]
+    fn only_the_printed_form_of_a_fixed_size_value_is_one() {
+        assert_eq!(
+            Value::parse("10.0.0.1"),
+            Some(Value::V4(Ipv4Addr::new(10, 0, 0, 1)))
+        );
+        assert_eq!(
+            Value::parse("2001:db8::1"),
+            Some(Value::V6("2001:db8::1".parse().unwrap()))
+        );
+        assert_eq!(Value::parse("0"), Some(Value::Id(0)));
+        assert_eq!(
+            Value::parse("18446744073709551615"),
+            Some(Value::Id(u64::MAX))
+        );
+        for other in [
+            "",
+            "010.0.0.1",
+            "10.0.0.01",
+            "0::1",
+            "2001:DB8::1",
+            "2001:0db8::1",
+            "::ffff:10.0.0.1x",
+            "042",
+            "+42",
+            "-1",
+            "18446744073709551616",
+            "10.0.0.1:80",
+            "user",
+            "1e3",
+            " 1",
+        ] {
+            assert_eq!(Value::parse(other), None, "{other:?}");
+        }
+    }
+
+    const RULES: &str = "domain: rl
+descriptors:
+  - key: remote_address
+    rate_limit: {period: 1s, requests_per_unit: 3, algorithm: gcra}
+  - key: account
+    rate_limit: {period: 1s, requests_per_unit: 2, algorithm: fixed_window}
+  - key: sliding
+    rate_limit: {period: 1s, requests_per_unit: 3, algorithm: sliding_window}
+  - key: tenant
+    descriptors:
+      - key: remote_address
+        rate_limit: {period: 1s, requests_per_unit: 3, algorithm: gcra}
+";
+
+    fn rules(yaml: &str) -> RuleSet {
+        RuleSet::new(&Config::from_yaml(Path::new("t.yaml"), yaml).expect("config"))
+    }
+
+    /// The backend's futures are ready at once.
+    fn ready(future: DecideFuture<'_>) -> Vec<Decision> {
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        let mut future = future;
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(decisions) => decisions.expect("decided"),
+            std::task::Poll::Pending => panic!("the memory backend never waits"),
+        }
+    }
+
+    /// What a decision tells, for comparing two backends' answers.
+    fn told(d: &Decision) -> (bool, u64, u64, Duration, Duration) {
+        (
+            d.is_allowed(),
+            d.limit(),
+            d.remaining(),
+            d.retry_after(),
+            d.reset_after(),
+        )
+    }
+
+    fn decide(
+        backend: &MemoryBackend,
+        rules: &RuleSet,
+        entries: &[(&str, &str)],
+        cost: u64,
+    ) -> Decision {
+        let (rule, key) = rules
+            .find_bucket("rl", entries.iter().copied())
+            .expect("a rule");
+        let hit = Hit {
+            rule,
+            key: &key,
+            cost,
+        };
+        ready(backend.decide(std::slice::from_ref(&hit)))[0]
+    }
+
+    #[test]
+    fn a_qualifying_rule_is_placed_on_compact_tables_and_decides_as_the_keyed_map() {
+        let clock = ManualClock::new();
+        let compact = MemoryBackend::new(clock.clone()).with_compact_keys(Some(1_000));
+        let keyed = MemoryBackend::new(clock.clone());
+        let set = rules(RULES);
+        compact.install(&set).expect("install");
+        keyed.install(&set).expect("install");
+
+        // One value-less entry under one GCRA or fixed window: placed.
+        assert!(compact.is_compact("rl.remote_address"));
+        assert!(compact.is_compact("rl.account"));
+        // A sliding window, or a path of two entries: not placed.
+        assert!(!compact.is_compact("rl.sliding"));
+        assert!(!compact.is_compact("rl.tenant.remote_address"));
+        // Without a capacity, nothing is.
+        assert!(!keyed.is_compact("rl.remote_address"));
+
+        let values = [
+            "10.0.0.1",
+            "2001:db8::7",
+            "42",
+            // Not the printed form of a fixed-size value: the keyed map.
+            "010.0.0.1",
+            "alice",
+        ];
+        let mut requests: Vec<Vec<(&str, &str)>> = Vec::new();
+        for value in values {
+            requests.push(vec![("remote_address", value)]);
+            requests.push(vec![("account", value)]);
+            requests.push(vec![("sliding", value)]);
+            requests.push(vec![("tenant", "t"), ("remote_address", value)]);
+        }
+        for step in 0..12u64 {
+            for entries in &requests {
+                // Costs of 1 and 2, and a look, in turn.
+                let cost = (step + entries.len() as u64) % 3;
+                let a = decide(&compact, &set, entries, cost);
+                let b = decide(&keyed, &set, entries, cost);
+                assert_eq!(told(&a), told(&b), "step {step}, {entries:?}, cost {cost}");
+            }
+            clock.advance(Duration::from_millis(150));
+        }
+        // The three fixed-size values of each of the two placed rules live
+        // in tables; the two others in the keyed maps.
+        assert_eq!(compact.compact_keys_live(), 6);
+        assert_eq!(keyed.compact_keys_live(), 0);
+    }
+
+    #[test]
+    fn controls_are_refused_on_a_compact_rule_and_a_change_of_limits_hands_out_no_fresh_quota() {
+        let clock = ManualClock::new();
+        let backend = MemoryBackend::new(clock.clone()).with_compact_keys(Some(1_000));
+        let set = rules(RULES);
+        backend.install(&set).expect("install");
+        let (rule, key) = set
+            .find_bucket("rl", [("remote_address", "10.0.0.9")])
+            .expect("rule");
+        let refused = ready_control(backend.control(rule, &key, Control::Reset));
+        assert_eq!(refused, Err(ControlError::Unsupported("reset")));
+
+        let address = [("remote_address", "10.0.0.9")];
+        for _ in 0..3 {
+            assert!(decide(&backend, &set, &address, 1).is_allowed());
+        }
+        assert!(decide(&backend, &set, &address, 1).is_denied());
+
+        // Raised from 3 to 5 a second: the spent address stays refused
+        // (the old tables bridge), a new one gets the new limits.
+        let raised = rules(&RULES.replacen(
+            "requests_per_unit: 3, algorithm: gcra}",
+            "requests_per_unit: 5, algorithm: gcra}",
+            1,
+        ));
+        backend.install(&raised).expect("reload");
+        assert!(backend.is_compact("rl.remote_address"));
+        assert!(decide(&backend, &raised, &address, 1).is_denied());
+        let fresh = [("remote_address", "10.0.0.10")];
+        for _ in 0..5 {
+            assert!(decide(&backend, &raised, &fresh, 1).is_allowed());
+        }
+        assert!(decide(&backend, &raised, &fresh, 1).is_denied());
+
+        // Once the old state is fresh, the sweep ends the bridge.
+        clock.advance(Duration::from_secs(1));
+        backend.sweep();
+        let bridges: usize = backend
+            .limiters
+            .load()
+            .values()
+            .map(|i| i.compact_bridges.load().len())
+            .sum();
+        assert_eq!(bridges, 0);
+        for _ in 0..5 {
+            assert!(decide(&backend, &raised, &address, 1).is_allowed());
+        }
+    }
+
+    fn ready_control(future: crate::backend::ControlFuture<'_>) -> Result<(), ControlError> {
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        let mut future = future;
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(result) => result,
+            std::task::Poll::Pending => panic!("the memory backend never waits"),
+        }
+    }
+}
