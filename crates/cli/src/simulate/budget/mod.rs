@@ -9,7 +9,8 @@
 //!   (median 500, σ = 1.2: mean about 1,030, one in eight above 2,000, a
 //!   few above 10,000), generated at 200 tokens a second, so that its
 //!   response ends `cost / 200` s after it starts and its cost is known
-//!   only then. By default the offered tokens are about twice the budget.
+//!   only then. By default the offered tokens are about 1.2 times the
+//!   budget's rate.
 //! - **check-then-charge**: admitted while the budget has a token left,
 //!   charged the whole cost when the response ends (Envoy AI Gateway's
 //!   flow, the tower layer's default). Requests in flight when the budget
@@ -391,7 +392,7 @@ mod tests {
                 "seed {seed}: {reserve:?}"
             );
             assert!(check.spent >= allowed * 8 / 10, "seed {seed}: {check:?}");
-            // Twice the budget is offered: everyone refuses some.
+            // More than the budget is offered: everyone refuses some.
             assert!(check.refused > 0 && reserve.refused > 0 && count.refused > 0);
             // No minute spends more than GCRA allows in one (burst + a
             // minute's rate) plus the overshoot of what was in flight.
