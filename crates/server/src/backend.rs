@@ -921,43 +921,43 @@ impl Backend for MemoryBackend {
     fn decide<'a>(&'a self, hits: &'a [Hit<'a>]) -> DecideFuture<'a> {
         let limiters = self.limiters.load();
         let now = || tollgate::Clock::now(&wall_clock(&self.clock));
-        let decisions =
-            hits.iter()
-                .map(|hit| {
-                    if let Some((counts, rule)) = self.lyft_of(hit.rule) {
-                        let bucket = format!("{}|{}", hit.rule.id, hit.key);
-                        return counts.decide(&bucket, rule, hit.cost, now());
+        let decisions = hits
+            .iter()
+            .map(|hit| {
+                if let Some((counts, rule)) = self.lyft_of(hit.rule) {
+                    let bucket = format!("{}|{}", hit.rule.id, hit.key);
+                    return counts.decide(&bucket, rule, hit.cost, now());
+                }
+                let decision = match (limiters.get(&hit.rule.id), &hit.rule.limits) {
+                    (_, Some(limits)) if hit.rule.dynamic => self.decide_dynamic(hit, limits),
+                    // A budget's charge is recorded, fitting or not.
+                    (Some(installed), _) if hit.rule.budget.is_some() && hit.cost > 0 => {
+                        Ok(installed.charge_budget(hit.key, hit.cost))
                     }
-                    let decision = match (limiters.get(&hit.rule.id), &hit.rule.limits) {
-                        (_, Some(limits)) if hit.rule.dynamic => self.decide_dynamic(hit, limits),
-                        // A budget's charge is recorded, fitting or not.
-                        (Some(installed), _) if hit.rule.budget.is_some() && hit.cost > 0 => {
-                            Ok(installed.charge_budget(hit.key, hit.cost))
+                    (Some(installed), _) => installed.decide(hit.key, hit.cost),
+                    // Raced a reload: decided as a fresh bucket.
+                    (None, Some(limits)) => {
+                        let fresh = RuleLimiter::new(&limits.algorithm, &self.clock);
+                        if hit.rule.budget.is_some() && hit.cost > 0 {
+                            Ok(fresh.charge_budget(hit.key, hit.cost))
+                        } else {
+                            fresh.decide(hit.key, hit.cost)
                         }
-                        (Some(installed), _) => installed.decide(hit.key, hit.cost),
-                        // Raced a reload: decided as a fresh bucket.
-                        (None, Some(limits)) => {
-                            let fresh = RuleLimiter::new(&limits.algorithm, &self.clock);
-                            if hit.rule.budget.is_some() && hit.cost > 0 {
-                                Ok(fresh.charge_budget(hit.key, hit.cost))
-                            } else {
-                                fresh.decide(hit.key, hit.cost)
-                            }
-                        }
-                        // Unlimited rules never reach a backend; if one did, it is unlimited.
-                        (None, None) => Ok(Decision::from_parts(
-                            true,
-                            u64::MAX,
-                            u64::MAX,
-                            Duration::ZERO,
-                            Duration::ZERO,
-                        )),
-                    };
-                    // The server checks costs first; only a reload that lowered
-                    // the capacity in between lands here: a denial, never to fit.
-                    decision.unwrap_or_else(|error| never(error.capacity()))
-                })
-                .collect();
+                    }
+                    // Unlimited rules never reach a backend; if one did, it is unlimited.
+                    (None, None) => Ok(Decision::from_parts(
+                        true,
+                        u64::MAX,
+                        u64::MAX,
+                        Duration::ZERO,
+                        Duration::ZERO,
+                    )),
+                };
+                // The server checks costs first; only a reload that lowered
+                // the capacity in between lands here: a denial, never to fit.
+                decision.unwrap_or_else(|error| never(error.capacity()))
+            })
+            .collect();
         Box::pin(std::future::ready(Ok(decisions)))
     }
 

@@ -34,8 +34,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::config::budget::BudgetConfig;
 use crate::config::actions::ForwardAuthConfig;
+use crate::config::budget::BudgetConfig;
 use crate::config::{
     ConcurrencyConfig, Config, DescriptorConfig, LimitConfig, Limits, QuotaConfig,
 };
