@@ -52,7 +52,7 @@ pub struct CompletionsArgs {
 /// `tollgate man`.
 #[derive(Debug, Args)]
 pub struct ManArgs {
-    /// Write tollgate.1 and tollgate-<command>.1 for every command into DIR
+    /// Write tollgate.1 and tollgate-COMMAND.1 for every command into DIR
     /// instead of printing tollgate.1.
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,

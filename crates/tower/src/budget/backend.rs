@@ -12,7 +12,7 @@ use std::hash::Hash;
 
 use tollgate::{Algorithm, Clock, CostError, Decision, KeyedLimiter, Limiter, Quota};
 
-/// A token budget per key: see the [module docs](self).
+/// A token budget per key: see the [module docs](crate::budget).
 pub trait BudgetBackend<K>: Send + Sync + 'static {
     /// What taking `cost` tokens for `key` would be told now, taking
     /// nothing.

@@ -53,9 +53,10 @@
 //! whole cost of each request in flight when it did (so concurrent
 //! requests that all passed their check are all charged, and a GCRA budget
 //! carries that debt into later intervals); in reserve-then-settle, only
-//! what each cost above its estimate. With the window algorithms today the
-//! excess over a window's limit is not carried (the window is full, then
-//! forgets it): prefer [`tollgate::Gcra`] budgets for an exact account.
+//! what each cost above its estimate. Every algorithm carries that debt:
+//! a window that ends over its limit starts the next with the excess, and
+//! one charge is capped at [`tollgate::algorithm::DEBT_PERIODS`] periods of
+//! the quota (the rest is forgiven), as the core's `charge` states.
 //!
 //! # Decisions
 //!

@@ -49,7 +49,7 @@
 //!
 //! # In cache
 //!
-//! A table of at most [`CACHED_TABLE_BYTES`] (1 MiB: 57,000 `u64` keys)
+//! A table of at most `CACHED_TABLE_BYTES` (1 MiB: 57,000 `u64` keys)
 //! is hashed a group at a time and decided without touches: where every
 //! line is a few ns away, the touches cost more than they hide (measured
 //! at 10^4 `u64` keys: 29.6 ns a key with them; `BENCHMARKS.md`). Hashing
