@@ -31,17 +31,15 @@
 //! - `404`: a domain without `forward_auth:`; `405`: another method;
 //!   `503`: the backend could not record the charge, or overloaded.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::HttpBody as _;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::answer::DenyStatus;
-use super::forwarded::Forwarded;
 use super::params::Params;
 use super::{actions, bad};
 use crate::config::budget::BudgetConfig;
@@ -166,24 +164,18 @@ pub(super) async fn charge(service: Arc<Service>, request: Request) -> Response 
             "too many requests in flight",
         );
     };
-    let Some(peer) = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|info| info.0.ip())
-    else {
-        return super::answer::unavailable(DenyStatus::TooManyRequests, "no peer address");
-    };
-    let forwarded = match Forwarded::new(
+    let forwarded = match super::read_forwarded(
+        &service,
         config,
-        peer,
-        request.headers(),
-        params.source_cluster.as_deref(),
-        params.destination_cluster.as_deref(),
+        &request,
+        (
+            params.source_cluster.as_deref(),
+            params.destination_cluster.as_deref(),
+        ),
+        DenyStatus::TooManyRequests,
     ) {
         Ok(forwarded) => forwarded,
-        Err(unreadable) => {
-            return super::answer::unreadable(&service, DenyStatus::TooManyRequests, &unreadable);
-        }
+        Err(refused) => return *refused,
     };
     // Budgets only: the auth call already took the gates' permits.
     let descriptors: Vec<_> = actions::descriptors(config, &forwarded)

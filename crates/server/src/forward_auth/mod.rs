@@ -121,6 +121,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 
+use crate::config::actions::ForwardAuthConfig;
 use crate::metrics::{Api, Refusal};
 use crate::request::Descriptor;
 use crate::rules::RuleSet;
@@ -160,6 +161,35 @@ fn bad(service: &Service, status: StatusCode, message: String) -> Response {
     (status, message + "\n").into_response()
 }
 
+/// The request the proxy forwarded, read from the headers `config`
+/// believes: the auth call and the charge call read it alike. A refusal
+/// (no peer address, a believed header missing or repeated, a path that
+/// cannot be normalised) is the answer to send.
+fn read_forwarded<'a>(
+    service: &Service,
+    config: &ForwardAuthConfig,
+    request: &'a Request,
+    (source_cluster, destination_cluster): (Option<&'a str>, Option<&'a str>),
+    deny: DenyStatus,
+) -> Result<Forwarded<'a>, Box<Response>> {
+    let Some(peer) = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
+    else {
+        // The server inserts it on every connection (crate::http::serve).
+        return Err(Box::new(answer::unavailable(deny, "no peer address")));
+    };
+    Forwarded::new(
+        config,
+        peer,
+        request.headers(),
+        source_cluster,
+        destination_cluster,
+    )
+    .map_err(|unreadable| Box::new(answer::unreadable(service, deny, &unreadable)))
+}
+
 async fn check(service: Arc<Service>, request: Request) -> Response {
     params::warn_of_query_parameters(request.uri().query());
     let params = match Params::from_path(request.uri().path()) {
@@ -189,23 +219,18 @@ async fn check(service: Arc<Service>, request: Request) -> Response {
     let Some(_slot) = service.admit(Api::Http) else {
         return answer::unavailable(deny, "too many requests in flight");
     };
-    let Some(peer) = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|info| info.0.ip())
-    else {
-        // The server inserts it on every connection (crate::http::serve).
-        return answer::unavailable(deny, "no peer address");
-    };
-    let forwarded = match Forwarded::new(
+    let forwarded = match read_forwarded(
+        &service,
         config,
-        peer,
-        request.headers(),
-        params.source_cluster.as_deref(),
-        params.destination_cluster.as_deref(),
+        &request,
+        (
+            params.source_cluster.as_deref(),
+            params.destination_cluster.as_deref(),
+        ),
+        deny,
     ) {
         Ok(forwarded) => forwarded,
-        Err(unreadable) => return answer::unreadable(&service, deny, &unreadable),
+        Err(refused) => return *refused,
     };
     let mut descriptors = actions::descriptors(config, &forwarded);
     for descriptor in &mut descriptors {
