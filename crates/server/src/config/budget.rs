@@ -45,7 +45,9 @@
 //!   exactly full is admitted: every look would pass while every charge is
 //!   forgiven, an unlimited budget. So a budget under `fixed_window`,
 //!   `sliding_window`, `sliding_log`, `calendar:` or `warmup:` is refused
-//!   at its line until the core carries their debt too.
+//!   at its line. The core now carries their debt in memory; the Redis
+//!   backend's rule script still reads a count above the limit as no state,
+//!   so the refusal stays until it does.
 //! - **The debt a single charge can make is capped** at
 //!   [`MAX_CHARGE_PERIODS`] times the rule's capacity: one absurd charge
 //!   (`hits_addend: 18446744073709551615`) cannot lock a key out for ever.
@@ -57,8 +59,10 @@
 use serde::Deserialize;
 
 /// The most one charge records: this many times the rule's capacity (its
-/// burst), so at most this many quota periods of debt from one charge.
-pub const MAX_CHARGE_PERIODS: u64 = 1_000;
+/// burst), so at most this many quota periods of debt from one charge. The
+/// core's own debt cap ([`tollgate::algorithm::DEBT_PERIODS`]), so that a
+/// charge on the Redis backend records what one in memory records.
+pub const MAX_CHARGE_PERIODS: u64 = tollgate::algorithm::DEBT_PERIODS;
 
 /// `budget:` as written.
 #[derive(Deserialize, Clone)]
