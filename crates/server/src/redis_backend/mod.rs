@@ -2,148 +2,61 @@
 //! `tollgate-redis`. Configured by the file's `backend:` section
 //! ([`RedisSettings`]); without one the server counts in memory.
 //!
-//! # Decisions
+//! # Model
 //!
-//! - **One `RedisLimiter` per rule**, named by the rule's path
-//!   (`domain.key_value…`, so the Redis keys read
-//!   `<key_prefix>{<rule>|<bucket>}:<limit>`), holding the rule's limits;
-//!   every limiter shares one multiplexed connection (or the cluster
-//!   client). A request's descriptors are decided concurrently on it.
-//! - **Batched across requests**: every decision goes through one
-//!   `tollgate_redis::Batcher`, so that the decisions of concurrent
-//!   requests (and of one request's descriptors) share script calls: a
-//!   decision made while none other is in flight is sent alone at once; one
-//!   made while others are in flight joins the next batch, which holds only
-//!   what is already queued (never a timer). Each decision stays
-//!   independent (its own reply, its own refusal), with its limiter's
-//!   deadline, breaker and failure policy (see `tollgate_redis::limiter::batch`'s
-//!   guarantees). Rules of several limits, sliding windows, Redis Cluster
-//!   and the native module keep one call per decision.
-//! - **Failure policy, deadline, breaker, deny cache, leases** are the
-//!   Redis limiter's own, one setting for every rule. On a cluster (the
-//!   YAML's `cluster:` or Lyft's `REDIS_TYPE=cluster`, the same code) each
-//!   limiter keeps a breaker per master: a dead, stopped or replica-less
-//!   master sends only its own slots to the policy (see
-//!   `tollgate_redis::cluster`). Every decision
-//!   returns within the deadline plus the policy's (local) time, whatever
-//!   Redis does; a decision taken by the policy is a decision like any
-//!   other for the APIs (a fail-closed denial is `OVER_LIMIT` with the
-//!   time until Redis is tried again as `retry_after`), and is counted
-//!   under the metrics below. With `failure_policy: error` (from
-//!   envoyproxy/ratelimit's environment, its behaviour) a request one of
-//!   whose decisions Redis did not take fails instead ([`BackendError`]:
-//!   gRPC `UNAVAILABLE`, HTTP 503), and the caller's own setting (Envoy's
-//!   `failure_mode_deny`) decides.
-//! - **Never silent** ([`watch`]): whatever the policy, a Redis that fails
-//!   (refuses the server's credentials, stops, times out, errors) is
-//!   logged at WARN (its first failure at once with the error's text, then
-//!   at most a line per ten seconds, and a line when it answers again),
-//!   counted (`tollgate_redis_policy_faults_total`, `tollgate_redis_up`,
-//!   and per call envoyproxy/ratelimit's `redis_error` when the call
-//!   fails), shown on the status page (`down`, the last error), and with
-//!   `health_check: true` fails `/healthcheck`, `/readyz` and gRPC's
-//!   health. A probe `PING`s each Redis every second, so that a failure
-//!   and a recovery are seen without traffic.
-//! - **Redis must answer `PING` at start** (see the `connect` submodule):
-//!   a wrong URL, refused credentials (a `requirepass` the settings lack)
-//!   or TLS handshake, no sentinel naming the master, a module required
-//!   but absent, or a Redis down when the server starts is an error at
-//!   start (better found then than as a policy decision on every request),
-//!   or with `startup_retry` waited out with a WARN line per try; once
-//!   started, outages and restarts are the policy's and the breaker's
-//!   (reconnection included; behind Sentinel, the master is asked for
-//!   again each time the breaker opens, so that the server follows a
-//!   failover: see `tollgate_redis::backend`).
-//! - **Connection settings** (TLS, ACL user and password, Sentinel, the
-//!   native module) map field by field onto `tollgate_redis::RedisConfig`.
-//! - **Across a reload or an admin limit change** (both install a new rule
-//!   set), a rule that keeps its path and its exact limits keeps its
-//!   limiter (its leases, deny cache and counters). A rule whose limits
-//!   change gets a new limiter, and its keys' state follows the in-memory
-//!   backend's rule ([`crate::backend`]: `Carry::Keep`, permits taken stay
-//!   taken), so that a changed number never hands out a fresh quota:
-//!   - **GCRA → GCRA, fixed window → fixed window**: the new limiter is
-//!     built with `tollgate_redis`'s `carry_from(old limits, Carry::Keep)`:
-//!     each key's state is converted atomically on the server side on its
-//!     first decision under the new limits (see `tollgate_redis::carry`).
-//!     Limits are paired old → new by equality, then by period (a changed
-//!     number), then in file order; a limit added has nothing to carry
-//!     and starts full (the limits it joins still hold), a limit removed
-//!     is dropped.
-//!   - **Every other pair** (a sliding window or a calendar window whose
-//!     number changed, a limit whose algorithm changed): `tollgate-redis`
-//!     does not convert that state, so the new limiter is a *bridge*: it
-//!     holds the new limits and those previous ones (their keys, their
-//!     counts), decided all-or-nothing in the one script call, until the
-//!     longest of their periods (a calendar month: 31 days) plus a second
-//!     of slack for TTLs and clocks has passed; then the sweeper replaces
-//!     it by a limiter of the new limits alone. A request must fit both
-//!     while the bridge stands: a lowered limit holds at once, a raised
-//!     one takes full effect one old period later (reset a key through
-//!     the admin API to give it the new quota at once). Never a fresh
-//!     quota, at the cost of being stricter for one period. (In memory, a
-//!     change of the rule's algorithm is bridged too: see
-//!     [`crate::backend`].) The bridge lives in this
-//!     process: a server restarted with changed limits starts them on
-//!     fresh keys, as before.
+//! One `RedisLimiter` per rule, named by the rule's path (keys read
+//! `<key_prefix>{<rule>|<bucket>}:<limit>`), every limiter on one multiplexed
+//! connection (or the cluster client). Every decision goes through one
+//! `tollgate_redis::Batcher`: a decision made while none is in flight is sent
+//! at once, others join the next batch of what is already queued (never a
+//! timer); each stays independent, with its own reply, deadline, breaker and
+//! failure policy. Budgets' charges, warm-up and Lyft's key layout (the
+//! `lyft` submodule, `src/redis_backend/lyft.rs`) run on the same
+//! limiters.
 //!
-//!   A replaced or removed rule's limiter gives its leases back in the
-//!   background; its keys expire by their TTL (or are moved by the carry).
-//!   A rule restored with limits it had before finds its old keys. A rule
-//!   set with a limit the script cannot hold exactly (see
-//!   `tollgate_redis::limit`) is refused whole.
-//! - **Deny and allow lists across a limit change**: a list entry (and a
-//!   penalty) is a marker in the key's state (see
-//!   `tollgate_redis::controls`). A limiter built to carry from the
-//!   previous limits moves every listed and penalised key's marker to its
-//!   new keys itself, from the lists' registry in Redis (see
-//!   `tollgate_redis::carry`, "Listed and penalised keys stay so"), and
-//!   keeps carrying on decisions until that walk is done: so a listed key
-//!   stays listed whichever server listed it, and a bridge's new keys hold
-//!   the markers when the bridge ends.
-//! - **Budgets** (`budget:` rules, GCRA only): a hit of cost ≥ 1 is a
-//!   charge, recorded whether or not it fits by `tollgate_redis`'s atomic
-//!   charge (`RedisLimiter::charge_outcome`, one script call for every
-//!   limit of the key, debt capped by the state's width), then answered
-//!   with the state after it; a look (cost 0) is the usual peek, refused
-//!   once the debt passes the capacity. Charges go around the batcher, the
-//!   deny cache and leases (a charge only makes a key stricter).
-//! - **Warm-up** (`warmup:`) runs on Redis as in memory, on the general
-//!   script beside the rule's other limits (see `tollgate_redis::warm_up`,
-//!   "In the general script"): every server of a fleet warms the key's one
-//!   state, so a cold fleet starts at `rate / cold_factor` together. A
-//!   changed warm-up limit is bridged (above) until the old keys are as
-//!   cold as fresh ones (the cold cost of a burst plus the warm-up period).
-//! - **Sliding log** is not run on Redis: the configuration refuses it
-//!   under a Redis backend.
-//! - **Lyft's key layout** (`key_layout: lyft`): fixed-window rules count
-//!   in envoyproxy/ratelimit's own keys, shared with its pods during a
-//!   rolling upgrade; the other rules keep the keys above. See the `lyft`
-//!   submodule's docs (`src/redis_backend/lyft.rs`) for its decisions and
-//!   guarantees.
-//! - **Shutdown** gives every lease back (one round trip per key holding
-//!   one, each bounded by the deadline), after the last request.
+//! # Guarantees
+//!
+//! - **Bounded**: every decision returns within the deadline plus the
+//!   failure policy's local time, whatever Redis does; the policy's answer is
+//!   a decision like any other (a fail-closed denial is `OVER_LIMIT` with the
+//!   time until Redis is tried again), or with `failure_policy: error` the
+//!   call fails ([`BackendError`]: gRPC `UNAVAILABLE`, HTTP 503).
+//! - **Never silent** ([`watch`]): a failing Redis is logged at WARN, counted,
+//!   shown on the status page and, with `health_check: true`, fails the
+//!   health checks.
+//! - **Never a fresh quota across a reload or an admin change**: a rule that
+//!   keeps its limits keeps its limiter; changed limits carry each key's state
+//!   (`Carry::Keep`), converted on Redis for GCRA and fixed windows, bridged
+//!   (old and new limits decided together) for one old period otherwise;
+//!   list entries and penalties follow the key.
+//! - **Refused at start, not per request**: a Redis that does not answer
+//!   `PING` (wrong URL, credentials, TLS, Sentinel, a required module) stops
+//!   the start, unless `startup_retry` waits for it; `sliding_log` and a limit
+//!   the script cannot hold exactly are refused with the file's line.
+//!
+//! # Parameters (defaults from [`RedisSettings`] unless said)
+//!
+//! - `failure_policy`: `local`, a local share of 1/4 of each quota.
+//! - `deadline`: 5 ms, 20 ms on a cluster (`tollgate-redis`'s defaults).
+//! - `response_timeout`, `connection_timeout`: 50 ms; `retries`: 2.
+//! - `breaker`: 3 failures open it for 200 ms (`tollgate-redis`'s default).
+//! - `deny_cache`: 0 (off); `leases`: off; `wait:`: off; `key_prefix`: `tollgate`.
+//! - `health_check`: false; `startup_retry`: none (Redis must answer at once).
+//! - Probe: a `PING` every second ([`watch::PROBE_EVERY`]); WARN lines at most
+//!   one per 10 s ([`watch::LOG_EVERY`]).
+//! - Bridge: the longest old period plus 1 s of slack for TTLs and clocks
+//!   (`carry.rs`); leases given back at shutdown within 5 s.
 //!
 //! # Metrics
 //!
-//! Per rule (label `rule`), monotonic across reloads (a replaced limiter's
-//! counts are kept):
+//! `tollgate_redis_decisions_total{rule, source}`,
+//! `tollgate_redis_policy_faults_total{rule, fault}`,
+//! `tollgate_redis_policy_decisions_total{rule, result}` (monotonic across
+//! reloads) and `tollgate_redis_up{redis}`.
 //!
-//! - `tollgate_redis_decisions_total{rule, source}`: decisions by who took
-//!   them, `source` = `redis`, `deny_cache`, `lease` or `policy`;
-//! - `tollgate_redis_policy_faults_total{rule, fault}`: decisions Redis did
-//!   not take, by why, `fault` = `timeout`, `error`, `breaker_open`,
-//!   `overloaded`, `script`, `unreplicated` (Redis not answering in time,
-//!   answering an error, not asked while the breaker is open, not asked
-//!   because too many calls were waiting, the script refusing the call, an
-//!   admission too few replicas acknowledged with `wait:`), whether the
-//!   policy answered them or the call failed (`failure_policy: error`);
-//! - `tollgate_redis_policy_decisions_total{rule, result}`: the policy's
-//!   answers, `result` = `allowed` or `denied` (with `failure_policy:
-//!   error`, the limiters' fail-closed answers, never sent: the call
-//!   failed);
-//! - `tollgate_redis_up{redis}`: 1 while Redis answers, 0 while it fails,
-//!   `redis` = `main` or `per_second` (Lyft's layout's second Redis).
+//! Every decision in full (batching, the carry's pairing of limits, bridges,
+//! lists across a change, budgets, warm-up, shutdown, the metrics' labels):
+//! `crates/server/docs/redis.md`, "Inside the server".
 
 use std::collections::HashMap;
 use std::fmt;
