@@ -1,71 +1,49 @@
 //! Where the counts live: the [`Backend`] trait and the in-memory backend.
 //!
+//! # Model
+//!
 //! The server asks a backend one question: "decide these buckets, each under
 //! its rule, with this cost" → one [`Decision`] each, in order. A cost of 0
 //! only looks. The server has already checked every cost against its rule's
 //! capacity, so a backend never sees a request that can never fit, except a
-//! budget's charge: a hit of cost ≥ 1 under a rule with a `budget:` is
-//! recorded whether or not it fits, into debt (see
-//! [`crate::config::budget`]), and answered allowed only if it fitted; the
-//! server has clamped it to the budget's cap per charge.
-//! [`Backend::install`] is told about every new rule set before it goes
-//! live, so that a backend can build, keep or drop per-rule state.
+//! budget's charge (cost ≥ 1 under `budget:`, [`crate::config::budget`]):
+//! recorded whether or not it fits, into debt, allowed only if it fitted.
+//! [`Backend::install`] is told about every new rule set before it goes live
+//! (and may refuse it, naming the rule: the server does not start, or a reload
+//! keeps the old rules); [`Backend::register_metrics`] and
+//! [`Backend::shutdown`] (after the last request) complete the trait.
 //!
-//! [`MemoryBackend`] (the default) runs one `tollgate::KeyedLimiter` per
-//! rule, keyed by bucket. Given a capacity
-//! ([`MemoryBackend::with_compact_keys`]), it also serves a rule whose
-//! bucket is one client address or numeric id under one GCRA or fixed
-//! window from the core's compact keyed tables, about 14 to 27 bytes a key
-//! (which rules qualify, and what they give up: `backend/compact.rs`).
+//! [`MemoryBackend`] (the default) runs one `tollgate::KeyedLimiter` per rule,
+//! keyed by bucket; with [`MemoryBackend::with_compact_keys`] a rule keyed by
+//! one client address or numeric id under one GCRA or fixed window runs on the
+//! core's compact tables (about 14 to 27 bytes a key; `backend/compact.rs`);
+//! with [`MemoryBackend::with_lyft_counts`] fixed-window rules count as Lyft
+//! does (`backend/lyft_counts.rs`).
 //! [`RedisBackend`](crate::redis_backend::RedisBackend) runs one
 //! `tollgate_redis::RedisLimiter` per rule behind the same trait.
 //!
-//! Run from envoyproxy/ratelimit's environment
-//! ([`MemoryBackend::with_lyft_counts`]), the in-memory backend counts its
-//! fixed-window rules as Lyft does, refused hits too (see
-//! `backend/lyft_counts.rs`); admin controls are refused on those rules (their
-//! counts are not the keyed limiters').
+//! # Guarantee across a reload: never a fresh quota
 //!
-//! A backend may refuse a rule set ([`Backend::install`] fails, naming the
-//! rule): the server then does not start, or a reload keeps the old rules.
-//! It may export metrics of its own ([`Backend::register_metrics`]) and is
-//! told when the server stops ([`Backend::shutdown`], after the last
-//! request was answered).
+//! A rule is recognised by its path (`domain.key_value…`). Kept algorithm:
+//! its buckets adopt the new quotas with [`Carry::Keep`] (permits taken stay
+//! taken). Changed algorithm: the old limiter stays as a *bridge* until every
+//! bucket of it is fresh, and a request must fit both. Lists and penalties
+//! move to the new limiter; a removed rule's buckets are kept aside until
+//! fresh, so a rule that comes back resumes its counts.
 //!
-//! # State across a reload (decision)
+//! # Parameters
 //!
-//! A rule is recognised across reloads by its path (`domain.key_value…`).
-//! If it keeps its algorithm, its buckets keep their state and adopt the new
-//! quotas with [`Carry::Keep`]: permits already taken stay taken, so a
-//! reload can never hand out a fresh burst (nor lower a key below zero). If
-//! its algorithm changes, no state can be converted between the two
-//! algorithms, so the new limiter starts empty beside the old one, which
-//! stays as a *bridge* until the sweeper finds all its buckets fresh (the
-//! Redis backend bridges the same way, by time): a request must fit the old
-//! limits as its key's state left them and the new ones, an admission is
-//! charged to the old limits too where its key still holds a state there
-//! (not where it is full, so that the bridge ends), and a key the old
-//! limits refuse is refused with nothing taken. A lowered limit holds at
-//! once, a raised one takes full effect once the old state is spent out;
-//! never a fresh quota (a former bug: a spent key got the new
-//! limit's whole quota). Chained changes keep every bridge still counting.
-//! Admin controls (lists, penalties, reset, refund) apply to the rule's
-//! limiter and to its bridges alike; the deny and allow lists and running
-//! penalties also move to the new limiter (a listed key never turns
-//! admitted by a reload). A rule mixing algorithms (or holding a calendar
-//! window) runs the core's `AllOf<AnyAlgorithm>` on the wall clock, and
-//! across a change of its quotas carries what the core's `AnyAlgorithm`
-//! carries (permits counted, even across a change of one limit's
-//! algorithm). A request's `limit` override ([`Rule::dynamic`])
-//! is decided by a limiter of its own per override rule, made on first
-//! use and dropped by the sweeper once all its buckets are fresh; at most
-//! [`MAX_DYNAMIC_RULES`] exist at once, and a further one is answered as a
-//! denial (never as "no limit"). A removed rule's buckets are kept aside until the
-//! sweeper finds every one of them fresh (a fresh bucket holds nothing to
-//! remember), so that a rule that comes back (a file restored after a bad
-//! edit) resumes its counts instead of handing out a fresh burst. A request that
-//! raced a reload and names a rule the backend no longer has is decided on
-//! a fresh state, as a new bucket would be.
+//! - [`MAX_DYNAMIC_RULES`]: 10,000 override rules (a request's `limit`) at
+//!   once; one more is answered as a denial, never as "no limit".
+//! - The sweeper runs every second (`SWEEP_EVERY`), dropping fresh bridges,
+//!   removed rules and override limiters.
+//! - Compact tables: off unless given a capacity (`--compact-keys`, the
+//!   file's `server.compact_keys`); Lyft's counts: at most `lyft_counts::MAX_BUCKETS`
+//!   (2²⁰) buckets.
+//!
+//! The reload in full (bridges charged, chained changes, mixed algorithms,
+//! overrides, a request racing a reload): `crates/server/docs/configuration.md`,
+//! "Inside the server".
 
 use std::collections::HashMap;
 use std::fmt;

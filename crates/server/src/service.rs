@@ -1,98 +1,49 @@
 //! The decision both APIs share: validate, match, decide, count.
 //!
-//! # Semantics (envoyproxy/ratelimit's, with the choices written down)
+//! # Model
 //!
-//! - Each descriptor is matched on its own ([`crate::rules`]) and answered
-//!   in request order. No rule: OK with no limit. `unlimited`: OK, nothing
-//!   counted. Otherwise its bucket is decided by the backend.
-//! - Descriptors are decided independently: one over its limit does not
-//!   undo the others (as envoyproxy/ratelimit, which increments every
-//!   matched key). The overall answer is OVER_LIMIT if any is.
-//! - `shadow_mode`: the bucket is decided and counted as usual, but a
-//!   denial is answered OK (and counted in `rule_shadow_mode`).
-//! - Costs: a cost of 0 only looks.
-//! - `concurrency:` rules take a lease that only its TTL ends (neither
-//!   API's check has a release): see [`crate::concurrency`].
-//! - `replaces` (envoyproxy/ratelimit's): a named rule matched in a request
-//!   where another matched rule lists it under `replaces` is not applied;
-//!   its descriptor is answered OK with no limit, nothing counted. A rule
-//!   that is itself replaced still replaces (as envoyproxy/ratelimit).
+//! Each descriptor of a request is matched on its own ([`crate::rules`]),
+//! decided by the backend and answered in request order; the overall answer is
+//! OVER_LIMIT if any descriptor is. The semantics are envoyproxy/ratelimit's,
+//! with its choices written down:
 //!
-//! # A bad descriptor never fails the call (decision)
+//! - no rule: OK with no limit; `unlimited`: OK, nothing counted;
+//! - descriptors are independent (one over its limit does not undo the
+//!   others, as envoyproxy/ratelimit increments every matched key);
+//! - `shadow_mode` decides and counts but answers OK; a cost of 0 only looks;
+//! - `replaces`: a rule another matched rule replaces is answered OK with no
+//!   limit, nothing counted;
+//! - `concurrency:` rules take a lease that only its TTL ends
+//!   ([`crate::concurrency`]);
+//! - under `budget:` ([`crate::config::budget`]) a cost of 0 looks and a cost
+//!   of 1 or more is a charge recorded whether or not it fits, clamped at
+//!   [`crate::config::budget::MAX_CHARGE_PERIODS`] times the capacity;
+//! - a descriptor's `limit` (Envoy's dynamic limit) replaces the file's rule
+//!   as a fixed window in a rule named `domain.key1.key2|N/unit`, but the
+//!   file rule's deny list and penalties still refuse the key.
+//!
+//! # Guarantee: a bad descriptor never fails the call
 //!
 //! Envoy's default (`failure_mode_deny: false`) lets a request through when
-//! the call fails, so an error for the whole call is an "allow" for every
-//! descriptor in it, and a client choosing one header could bypass every
-//! limit of the call. So only what Envoy's own configuration sets can fail
-//! the call with `INVALID_ARGUMENT` / 400: an empty or oversize domain, no
-//! descriptors, more than `max_descriptors`. Everything a client's request
-//! can shape is decided per descriptor, and a descriptor that cannot be
-//! decided as sent is answered **OVER_LIMIT** ([`Status::Refused`], as
-//! envoyproxy/ratelimit answers a descriptor it cannot count), with
-//! nothing counted for it, while the other descriptors are decided
-//! normally. That rule can never admit more than a valid request would.
-//! The cases:
+//! the call fails, so a failed call would be an "allow" for every descriptor
+//! in it. Only what Envoy's own configuration sets fails the call with
+//! `INVALID_ARGUMENT` / 400 (an empty or oversize domain, no descriptors, more
+//! than `max_descriptors`). Everything a client can shape (entries, keys,
+//! values, a cost above the rule's capacity, an override of 0 or `UNKNOWN`
+//! unit) is answered **OVER_LIMIT** per descriptor ([`Status::Refused`]),
+//! nothing counted for it, the others decided normally: it can never admit
+//! more than a valid request would.
 //!
-//! - an empty entry list, more than `max_entries` entries, an empty key, a
-//!   key or value longer than `max_key_bytes`;
-//! - a cost above what the rule can ever admit (its capacity: the burst
-//!   for GCRA, the limit for windows), unless the rule is in
-//!   `shadow_mode` (which never denies: answered OK, counted as a shadow
-//!   denial). Its bucket is looked at (cost 0, nothing written), and the
-//!   denial is counted under the rule from the count found, as
-//!   envoyproxy/ratelimit counts a `hits_addend` above the limit
-//!   (`total_hits` by the cost, `over_limit` by the hits past the limit,
-//!   `near_limit` by those between the near threshold and the limit);
-//! - a `limit` override with `requests_per_unit: 0` (a limit of nothing,
-//!   as in envoyproxy/ratelimit) or an `UNKNOWN` unit.
+//! # Parameters
 //!
-//! A rule of the file with `requests_per_unit: 0` answers the same way
-//! (OVER_LIMIT with its limit of 0), as envoyproxy/ratelimit's block list
-//! does; it is not counted as bad input, but its denials are counted under
-//! the rule (`total_hits` and `over_limit` by the cost, `shadow_mode` too
-//! in shadow mode, where it answers OK), as envoyproxy/ratelimit counts
-//! them. Nothing reaches the backend for it.
+//! From the file's `server:` section ([`crate::config::ServerSettings`]):
+//! `max_descriptors` 64 per request, `max_entries` 32 per descriptor,
+//! `max_key_bytes` 1,024 for a domain, key or value.
 //!
-//! # Budgets
-//!
-//! Under a rule with `budget:` ([`crate::config::budget`]) a descriptor's
-//! cost of 0 looks (OVER_LIMIT only once the budget is overspent, as
-//! envoyproxy/ratelimit answers a `hits_addend` of 0), and a cost of 1 or
-//! more is a charge: recorded whether or not it fits (never answered as
-//! oversized, never dropped), clamped at the budget's cap per charge
-//! ([`crate::config::budget::MAX_CHARGE_PERIODS`] times the rule's
-//! capacity, logged), answered OK if it fitted and OVER_LIMIT if it went
-//! over. Envoy AI Gateway's flow is then: the request path's call with
-//! `hits_addend: 0` is refused once the budget is overspent, and the
-//! stream-done call with `hits_addend` = the tokens used is counted, so
-//! that the next request is refused.
-//!
-//! # Limit overrides (Envoy's dynamic limits)
-//!
-//! A descriptor's `limit` (`requests_per_unit` per `unit`, set by Envoy's
-//! route `rate_limits[].limit` from dynamic metadata) replaces the rule,
-//! as in envoyproxy/ratelimit: the descriptor is decided under that limit
-//! even when no rule of the file matches (in a domain the configuration
-//! names: a domain it does not name has no limit, override or not, as
-//! envoyproxy/ratelimit's `GetLimit` answers), never in shadow mode, as a
-//! fixed window (envoyproxy/ratelimit's algorithm). Its buckets belong to a
-//! rule named `domain.key1.key2|N/unit` (the entries' keys, not their
-//! values, so that metrics stay bounded; the limit in the name, so that two
-//! routes asking different limits for the same keys count apart), one
-//! bucket per list of values.
-//!
-//! An override replaces the file rule's limits, not the operators' word on
-//! a key (decision): where the descriptor also matches a limited rule of
-//! the file, that rule's deny list and running penalties still refuse the
-//! key (an override would otherwise let a deny-listed client through at
-//! whatever limit Envoy asks). The file rule's bucket is looked at with a
-//! cost of 0 in the same batch as the override's own (one round trip on
-//! Redis), which counts nothing there and is denied only by a list or a
-//! penalty; the override's bucket is charged as for any admission, as a
-//! descriptor is when another descriptor of its request is over the limit.
-//! An allow list does not lift an override's limit: it only ever refuses,
-//! never admits. A file rule in shadow mode, or blocked, adds nothing (the
-//! override replaces it, as in envoyproxy/ratelimit).
+//! Every case in full (oversized costs counted as envoyproxy/ratelimit
+//! counts a `hits_addend` above the limit, the block list, budgets with Envoy
+//! AI Gateway's flow, overrides and lists): `crates/server/docs/apis.md`,
+//! "Inside the server".
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

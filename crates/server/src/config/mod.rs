@@ -2,12 +2,9 @@
 //!
 //! A file is either one domain exactly as envoyproxy/ratelimit reads it
 //! (`domain:` and `descriptors:` at the top), or a list of them under
-//! `domains:`, with an optional `server:` section either way:
+//! `domains:`, with optional `server:` and `backend:` sections either way:
 //!
 //! ```yaml
-//! server:
-//!   grpc_listen: 127.0.0.1:8081      # the default; say 0.0.0.0:8081 to open it up
-//!   http_listen: 127.0.0.1:8080
 //! domain: api
 //! descriptors:
 //!   - key: remote_address            # no value: one bucket per address
@@ -17,121 +14,46 @@
 //!     rate_limits:                   # several limits, all-or-nothing
 //!       - {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
 //!       - {unit: day, requests_per_unit: 100, algorithm: sliding_log}
-//!   - key: plan
-//!     value: free
-//!     shadow_mode: true              # decide and count, but answer OK
-//!     rate_limit: {period: 10s, requests_per_unit: 20, burst: 5}
-//!   - key: plan
-//!     value: internal
-//!     rate_limit: {unlimited: true}
 //!   - key: tenant
 //!     concurrency: 10                # at most 10 in flight per tenant
 //! ```
 //!
 //! # Layout
 //!
-//! The path a file takes: this module reads the file ([`Config::from_yaml`]:
-//! blank files refused, then the raw YAML structs, each validated inside
-//! its own mapping so that errors keep their line; a descriptor's limits
-//! are read by `limits`) and turns it into the checked rules of [`checked`] (domains, descriptor trees, limits with the
-//! core's algorithm built), which [`crate::rules`] and the backends are
-//! built from. The `backend:` section is read by `backend`, the TLS
-//! identities by [`crate::tls`]; the serde plumbing that keeps error lines
-//! is shared with it.
+//! [`Config::from_yaml`] reads the raw YAML structs, each validated inside its
+//! own mapping so that errors keep their line (a descriptor's limits by
+//! `limits`, `backend:` by `backend`, TLS identities by [`crate::tls`]), into
+//! the checked rules of [`checked`] (domains, descriptor trees, limits with
+//! the core's algorithm built), from which [`crate::rules`] and the backends
+//! are built.
 //!
-//! # Decisions
+//! # Guarantees
 //!
-//! - Every envoyproxy/ratelimit key is read with its meaning (`unit` is
-//!   case-insensitive, `unlimited` forbids a unit). `replaces` (a named
-//!   limit matched in the same request as a limit replacing it is not
-//!   applied; an empty name or the limit's own name is refused) and
-//!   `share_threshold` (only on a value holding a `*`: every matching value
-//!   counts in one bucket) have envoyproxy/ratelimit's meaning (see
-//!   [`crate::rules`] and [`crate::service`]). `detailed_metric: true` and
-//!   `value_to_metric: true` put the request's values in
-//!   envoyproxy/ratelimit's metric labels, bounded per rule (see
-//!   [`crate::metrics`]). envoyproxy/ratelimit's newer keys: `quota_mode:
-//!   true` (a request is over the limit when a rule not in quota mode is,
-//!   or when every quota-mode descriptor of it is: see
-//!   [`crate::request::Outcome::is_over_limit`]) and `metadata:` (any
-//!   mapping; kept with the rule, not sent, as the server sends no dynamic
-//!   metadata).
-//! - Extensions, all inside `rate_limit`: `algorithm` (`gcra`, the
-//!   default; `fixed_window`, envoyproxy/ratelimit's own; `sliding_log`;
-//!   `sliding_window` with `slots`, 10 by default), `burst` (GCRA only;
-//!   by default the limit), `period` (`500ms`, `10s`, `5m`, `2h`, `1d`)
-//!   instead of `unit`, `calendar` (below) instead of either.
-//!   `rate_limits:` holds several limits for one descriptor, decided
-//!   all-or-nothing; each may run its own algorithm (a GCRA per second and
-//!   a calendar month: the core's `AllOf<AnyAlgorithm>`; limits sharing
-//!   one algorithm run the core's `AllOf` of that type).
-//! - **Calendar windows** (an extension): `calendar: minute | hour | day |
-//!   week | month` in place of `unit`/`period` is a fixed window aligned to
-//!   UTC calendar units (the minute, hour or day boundary; Monday 00:00;
-//!   the 1st 00:00), the core's `CalendarWindow`, on Redis
-//!   `tollgate_redis::calendar`: a monthly quota resets on the 1st for
-//!   every key at once, whatever its length. Lyft's `unit:` keeps its
-//!   meaning (`unit: month` is 30 days from the epoch, below), so no
-//!   envoyproxy/ratelimit file changes meaning; `calendar:` with `unit`,
-//!   `period`, `burst`, `slots` or another `algorithm` is refused at its
-//!   line, as are `calendar: second` / `year` and `algorithm: calendar`
-//!   without `calendar:`. In memory a rule holding a calendar window is
-//!   decided on the wall clock (UNIX time), or on the server's clock when
-//!   one is given (tests: a manual clock reads as UNIX time).
-//! - **Warm-up** (an extension): `warmup: {period: 60s, cold_factor: 3}`
-//!   in a `rate_limit` runs the core's `WarmUp` (Guava's
-//!   `SmoothWarmingUp`, `algorithm: warm_up`, implied by `warmup:`): a
-//!   cold bucket (new, or idle for the warm-up period) starts at
-//!   `requests_per_unit / cold_factor` and ramps to the rate as requests
-//!   are admitted, the first request served at once and each later one
-//!   once the one before is paid for. `cold_factor` is a whole number ≥ 1,
-//!   3 by default; `warmup:` under another algorithm, `algorithm: warm_up`
-//!   without `warmup:`, a period of 0 and a cold factor of 0 are refused at
-//!   their line. It runs in memory and on Redis alike (on Redis every
-//!   server of a fleet warms the bucket's one state: see the
-//!   `redis_backend` module).
-//! - **Budgets** (an extension): `budget: {unit: tokens}` on a descriptor
-//!   makes its limits a budget, charged what was spent (a cost of 1 or
-//!   more is recorded whether or not it fits, into debt; a cost of 0 looks,
-//!   refused once overspent), rather than a gate; GCRA only; see
-//!   [`budget`] for the model and the checks.
-//! - `concurrency:` (an extension, beside or instead of `rate_limit`): at
-//!   most N leases at once per bucket, with a lease TTL; see
-//!   [`concurrency`] for the keys and [`crate::concurrency`] for what each
-//!   API does with it.
-//! - `forward_auth:` (an extension, per domain): Envoy's route
-//!   `rate_limits` actions that turn a request forwarded by nginx, Caddy,
-//!   Traefik or HAProxy into descriptors; see [`actions`] for the keys and
-//!   [`crate::forward_auth`] for the endpoint.
-//! - `month` is 30 days and `year` 365 days, as in envoyproxy/ratelimit;
-//!   `week` is 7 days.
-//! - `requests_per_unit: 0` in a `rate_limit:` block is envoyproxy/ratelimit's
-//!   block list: every request matching it is over the limit (answered with
-//!   that limit, nothing counted). In a `rate_limits:` list it is refused.
-//! - A file must name at least one domain: an empty file (blank, or only
-//!   comments), a file with only `server:` / `backend:`, and `domains: []`
-//!   are refused (envoyproxy/ratelimit refuses a file without a domain
-//!   too). A truncated file is the common way to get one, and loading it
-//!   would turn every limit off.
+//! - Every envoyproxy/ratelimit key keeps its meaning, so no file of its
+//!   changes meaning here; tollgate's extensions (algorithms, `period`,
+//!   `calendar`, `warmup`, [`budget`], [`concurrency`], `forward_auth`
+//!   ([`actions`]), `backend`, TLS) are keys it does not have.
 //! - Unknown keys are errors, and every error names the file, the line and
-//!   the field (`descriptors[1].rate_limit.unit`).
-//! - The `server` and `backend` sections are read at start only; a reload
-//!   takes the rules and warns if either changed.
-//! - `server.grpc_tls` / `server.http_tls` (`{cert: PEM path, key: PEM
-//!   path}`) turn TLS on for one listener; the files are read and checked
-//!   (certificate chain, private key, and that they form a usable rustls
-//!   identity) while the file is validated, so that a bad path or a key that
-//!   is no key is an error naming the file's line, not a failure at the
-//!   first connection. Paths are relative to the working directory, as
-//!   `bearer_token_file`.
-//! - `backend:` (absent: in memory) puts the counts in Redis (`redis: URL`),
-//!   Redis Cluster (`cluster: [URL, …]`) or the master Redis Sentinel names
-//!   (`sentinel: {…}`), over TLS and as an ACL user where given (secrets
-//!   from the file, a file or the environment), with the Redis limiter's
-//!   failure policy, deadline, breaker, deny cache and leases; see
-//!   [`RedisSettings`] for every key and [`crate::redis_backend`] for the
-//!   decisions. Redis does not run `sliding_log` (see `tollgate-redis`): a
-//!   file naming it under a Redis backend is refused.
+//!   the field (`descriptors[1].rate_limit.unit`); files a key names (TLS,
+//!   secrets) are read and checked then, not at the first connection.
+//! - A file naming no domain (blank, only comments, only `server:` /
+//!   `backend:`, `domains: []`) is refused: a truncated file would turn every
+//!   limit off.
+//! - `server:` and `backend:` are read at start only; a reload takes the rules
+//!   and warns if either changed.
+//!
+//! # Defaults
+//!
+//! - `algorithm`: `gcra`; `sliding_window` `slots`: 10; GCRA `burst`: the limit.
+//! - `warmup` `cold_factor`: 3 (the core's `DEFAULT_COLD_FACTOR`, Guava's value).
+//! - `month`: 30 days, `year`: 365 days (envoyproxy/ratelimit's); `week`: 7 days.
+//! - `grpc_listen` / `http_listen`: `127.0.0.1:8081` / `127.0.0.1:8080`
+//!   (loopback until told otherwise).
+//! - No `backend:`: the counts are in memory ([`RedisSettings`] for Redis).
+//!
+//! Every key's decision in full (`replaces`, `share_threshold`, `quota_mode`,
+//! calendar windows, warm-up, `requests_per_unit: 0`, TLS, `backend:`):
+//! `crates/server/docs/configuration.md`, "Inside the server".
 
 use std::fmt;
 use std::net::SocketAddr;

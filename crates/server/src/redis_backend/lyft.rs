@@ -6,78 +6,45 @@
 //! descriptor's key, routes it to its Redis and applies Lyft's variables
 //! ([`LyftLayout`]).
 //!
-//! # Decisions and guarantees
+//! # Model
 //!
-//! - **Which rules**: a rule of one fixed-window quota whose period is one
-//!   of Lyft's units (`unit: second` … `year`, or a `period` of exactly
-//!   that length), and a request's `limit` override (always such a
-//!   window): these are Lyft's rules, and count in Lyft's keys. Every other
-//!   rule (GCRA, tollgate's default for a rule that names no algorithm;
-//!   sliding windows; calendar windows; several quotas on one rule; a
-//!   period Lyft has no unit for) keeps tollgate's keys and its exact
-//!   algorithm: Lyft's pods cannot share those counts, and need not (they
-//!   have no such rules). A Lyft deployment's rules run as fixed windows
-//!   when the configuration says so (Lyft's environment does).
-//! - **The key**: `<key_prefix><domain>_<k1>_<v1>_…_<kn>_<vn>_<window
-//!   start>`, the request's entries in order, a `share_threshold` wildcard's
-//!   values written as its pattern (as Lyft), the window start in UNIX
-//!   seconds aligned to the unit's length (a month is 30 days, a year 365,
-//!   as Lyft). Each decision reads the clock once.
-//! - **Fixed window, not GCRA**: the guarantee is the fixed window's weak
-//!   one: every aligned window admits ≤ limit, across both fleets; two
-//!   adjacent windows can admit up to 2 × limit within one unit across
-//!   their edge, where tollgate's default GCRA admits at most burst + rate
-//!   · t in any interval. That is Lyft's semantics, kept for the count to
-//!   be shared.
-//! - **What a refusal counts, with `count_over_limit`** (from Lyft's
-//!   environment): every hit, as Lyft's pods count — its own `INCRBY` then
-//!   `EXPIRE`, pipelined (`tollgate_redis::lyft::increment`), a hit of 0
-//!   included, decided on the count after (OVER_LIMIT above the limit,
-//!   `limit_remaining` 0). A mixed fleet and Lyft's `token-quota.sh` flow
-//!   (hits 0 on the request, 1 on stream done) then answer as an all-Lyft
-//!   fleet. The deny cache (`LOCAL_CACHE_SIZE_IN_BYTES`) answers a key it
-//!   holds without counting, as Lyft's local cache.
-//! - **What a refusal counts, without it** (the YAML's default): nothing
-//!   (tollgate's rule). Lyft's pods count their refused hits, so a key
-//!   they refused reads above its limit; tollgate reads such a count as
-//!   full. With hits of 1 both decide alike; with a larger `hits_addend`
-//!   tollgate may admit a small request after a large one was refused
-//!   where Lyft would not. Neither ever admits above the limit.
-//! - **`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`** (`stop_increment_when_over_limit`):
-//!   when on and a request has two or more descriptors counting in Lyft's
-//!   keys, each is first looked at (a read, in parallel). With
-//!   `count_over_limit`, as Lyft's `getHitsAddend`: if any would go over,
-//!   only those count their hits (the others `INCRBY 0`); else all count.
-//!   Without it: if one would go over, none is counted: the refused ones
-//!   are refused and the others answered by their look (OK, nothing
-//!   counted), as Lyft answers them. Otherwise each is checked and counted
-//!   atomically on its own. A race between the look and the count can
-//!   count the others of a request refused after all, as in Lyft. Off
-//!   (Lyft's default), each descriptor is counted on its own.
-//! - **Redis Cluster and all-or-nothing**: Lyft's keys have no hash tag,
-//!   so each descriptor's key is in its own slot; one call decides one key
-//!   atomically and no call spans two, so a request's descriptors are
-//!   never decided all-or-nothing (neither are they in Lyft, nor in
-//!   tollgate's service, which decides descriptors independently).
-//! - **`REDIS_PERSECOND`** (`per_second`): keys of unit `second` go to the
-//!   second Redis, the others to the backend's Redis, as Lyft.
-//! - **TTL**: each counting write sets the unit's length plus a uniform
-//!   `[0, expiration_jitter_max)` whole seconds, as Lyft's `EXPIRE`.
-//! - **Failure policy, deadline, breaker, deny cache**: the rule's
-//!   limiter's, as for tollgate's keys (`RedisLimiter::check_lyft`), and
-//!   its decisions are counted in the same metrics (with
-//!   `stop_increment_when_over_limit`, a request's looks are counted too;
-//!   while Redis is away a look decided by the local share takes from it,
-//!   which is stricter, never looser). Leases do not apply: Lyft's pods
-//!   could not see them. Each key is one script call on the multiplexed
-//!   connection (pipelined with the others, not batched into one call).
-//! - **Admin controls** (reset, refund, penalties, lists) are refused for
-//!   these rules: Lyft's keys hold a bare count, with no place for a
-//!   marker that Lyft's pods would honour.
-//! - **A `limit` override's look at the file rule** (see
-//!   [`crate::service`]): where that rule counts in Lyft's keys, the look
-//!   reads its count, so a window Lyft's pods pushed over its limit also
-//!   refuses the override.
+//! - **Which rules**: a rule of one fixed-window quota whose period is one of
+//!   Lyft's units (`second` … `year`), and a request's `limit` override. Every
+//!   other rule keeps tollgate's keys and its exact algorithm (Lyft's pods
+//!   have no such rules to share).
+//! - **The key**: `<key_prefix><domain>_<k1>_<v1>_…_<kn>_<vn>_<window start>`,
+//!   the window start in UNIX seconds aligned to the unit (a month 30 days, a
+//!   year 365, as Lyft); one script call per key, the clock read once.
+//!
+//! # Guarantees
+//!
+//! - Every aligned window admits ≤ limit across both fleets (the fixed
+//!   window's weak guarantee, Lyft's: two adjacent windows may admit up to 2 ×
+//!   limit across their edge). Neither fleet ever admits above the limit.
+//! - With `count_over_limit` a refusal counts as Lyft's pods count it, so a
+//!   mixed fleet answers as an all-Lyft one; without it a refusal counts
+//!   nothing (tollgate's rule).
+//! - Failure policy, deadline, breaker and deny cache are the rule's
+//!   limiter's; leases and admin controls do not apply (Lyft's pods could not
+//!   see them, its keys hold a bare count).
+//! - No request is decided all-or-nothing across descriptors (Lyft's keys
+//!   have no hash tag; neither is Lyft).
+//!
+//! # Parameters (defaults from [`LyftLayout`])
+//!
+//! - `key_prefix`: `""` (Lyft's `CACHE_KEY_PREFIX` default).
+//! - `expiration_jitter_max`: 300 s (`EXPIRATION_JITTER_MAX_SECONDS`); each
+//!   write's TTL is the unit plus a uniform `[0, jitter)` whole seconds.
+//! - `stop_increment_when_over_limit`: false (Lyft's default).
+//! - `count_over_limit`: false in the YAML; true from Lyft's environment.
+//! - `per_second`: none; set, keys of unit `second` go to that second Redis
+//!   (`REDIS_PERSECOND`).
+//!
+//! Every decision in full (the `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+//! look-then-count, what a refusal counts with and without
+//! `count_over_limit`, overrides' looks, cluster slots):
+//! `crates/server/docs/replacing-envoyproxy-ratelimit.md`, "Inside the
+//! server".
 
 use std::time::Duration;
 

@@ -12,68 +12,37 @@
 //!
 //! - A snapshot becomes the same checked domains a YAML file does
 //!   ([`snapshot_domains`]: each resource read by the file's own reader),
-//!   validated whole before anything changes, then put in force at once as
-//!   a reload is ([`crate::reload`]): a request is decided wholly under the
-//!   old rules or wholly under the new, and a rule that did not change
-//!   keeps its counts.
-//! - A snapshot that is applied is ACKed (`version_info` and
-//!   `response_nonce` of the response); one that is refused (a resource
-//!   that does not decode or that the file's checks refuse, a domain given
-//!   twice, a rule the backend cannot run) is NACKed: the request carries
-//!   the nonce, the last version applied and `error_detail` (code
-//!   `INVALID_ARGUMENT`, the reason naming the resource), and the rules in
-//!   force stay. Both are counted as file loads are
-//!   (`tollgate_config_loads`, `tollgate_config_last_load_ok`).
-//! - A stream that breaks, or a control plane that cannot be reached,
-//!   changes nothing in force: the client dials again every
-//!   `connect_retry_interval` until it connects, and after a stream ends
-//!   waits as Lyft does ([`crate::config::xds::Backoff`]) before dialing
-//!   again. The first request on a new stream carries the last version
+//!   validated whole, then put in force at once as a reload is
+//!   ([`crate::reload`]): a request is decided wholly under the old rules or
+//!   wholly under the new, and a rule that did not change keeps its counts.
+//! - An applied snapshot is ACKed; a refused one (a resource that does not
+//!   decode or that the file's checks refuse, a domain given twice, a rule the
+//!   backend cannot run) is NACKed with `error_detail` naming the resource,
+//!   and the rules in force stay. Both are counted as file loads are.
+//! - A broken stream or an unreachable control plane changes nothing in
+//!   force; the first request on a new stream carries the last version
 //!   applied.
+//! - The server listens only once a first snapshot is applied (as Lyft),
+//!   unless `force_start`: then every descriptor is answered OK with no
+//!   limit until the first snapshot, the operator's choice.
+//! - An xDS rule carries no algorithm: it is a fixed window aligned to its
+//!   unit, as Lyft counts.
 //!
-//! # Decisions
+//! # Parameters (defaults from [`XdsSettings`], Lyft's own)
 //!
-//! - **Before the first snapshot.** Lyft waits for its first
-//!   configuration before it listens at all, unless
-//!   `FORCE_START_WITHOUT_INITIAL_CONFIG`. So does
-//!   [`crate::Server::bind`]: it binds the listeners only once a first
-//!   snapshot is applied (a refused one does not count: its NACK goes
-//!   back and the server keeps waiting, where Lyft would start with no
-//!   configuration and answer every call with an error). With
-//!   `force_start` it listens at once with no rules: every descriptor is
-//!   answered OK with no limit until the first snapshot, which is what
-//!   Envoy does with Lyft's error under its default
-//!   `failure_mode_deny: false`; `tollgate_config_last_load_ok` reads 0
-//!   until then. Forcing the start is the operator's choice to serve
-//!   without limits for that time. Health (`/healthz`, `/readyz`,
-//!   `grpc.health.v1`) says serving once the listeners are up, as Lyft's
-//!   does by default; `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` (failing
-//!   health while no domain is in force) belongs to the environment's
-//!   module, which can read [`XdsClient::applied`] and the rules in force.
-//! - **Lyft's counting.** An xDS rule carries no algorithm: it is counted
-//!   as Lyft counts, a fixed window aligned to its unit (`algorithm:
-//!   fixed_window` in the file's terms), so that an Envoy Gateway
-//!   deployment sees Lyft's numbers.
-//! - **A domain named twice** (by two resources of one snapshot): refused,
-//!   as Lyft refuses it, unless `merge_domains` (`MERGE_DOMAIN_CONFIG`),
-//!   where the later resources' descriptors are added to the first's, in
-//!   order (Lyft's merge); a top-level descriptor given twice is still
+//! - `server_url`: `http://localhost:18000`; node id `default`; no TLS.
+//! - `connect_retry_interval`: 3 s between failed dials; after a stream
+//!   ends, [`crate::config::xds::Backoff`]: 10 s initial, 60 s at most.
+//! - Largest response: 4 MiB (gRPC's default).
+//! - `merge_domains` (`MERGE_DOMAIN_CONFIG`): off, a domain named twice is
 //!   refused.
-//! - **An empty snapshot** (no resource) is the control plane's word that
-//!   there are no rules: applied (every rule removed) and ACKed, as Lyft
-//!   applies it, and logged as a warning. Unlike a file, a response cannot
-//!   be truncated into emptiness: its framing is checked.
-//! - **Keys the file reader does not know** (`quota_mode`, `metadata`) are
-//!   passed to it, never dropped: it gives them their meaning or refuses
-//!   the snapshot.
-//! - A response of another type URL is NACKed (the client subscribes to
-//!   one type only). Resource names are not asked for (a wildcard
-//!   subscription), as Lyft's client does.
-//! - The back-off counter starts again after a stream that delivered a
-//!   response (Lyft's never does; with its default factor every wait is
-//!   the initial interval anyway). A dial waits at most 10 s for the
-//!   connection; HTTP/2 pings every 30 s (10 s to answer) find a control
-//!   plane that vanished without closing the connection.
+//! - A dial waits at most 10 s; HTTP/2 pings every 30 s (10 s to answer) find
+//!   a control plane that vanished without closing the connection.
+//!
+//! Every decision in full (before the first snapshot and health, merged
+//! domains, empty snapshots, unknown keys, type URLs, the back-off's reset):
+//! `crates/server/docs/replacing-envoyproxy-ratelimit.md`, "Inside the
+//! server".
 
 mod snapshot;
 
