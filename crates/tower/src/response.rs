@@ -1,70 +1,44 @@
 //! What a client is told: `429` with `Retry-After` and the IETF RateLimit
 //! headers, or the gRPC status `RESOURCE_EXHAUSTED`.
 //!
-//! # Decisions
+//! # Model
 //!
-//! - **`Retry-After`** is the decision's `retry_after` in whole seconds,
-//!   rounded up, and at least 1 on a denial: a client told `0` retries at
-//!   once and is denied again.
-//! - **`RateLimit-Policy` and `RateLimit`** follow
-//!   draft-ietf-httpapi-ratelimit-headers-11 (23 May 2026, the latest
-//!   revision): structured-field lists of one item per policy (§3, §4),
-//!   `RateLimit-Policy: "default";q=100;w=60` and
-//!   `RateLimit: "default";r=0;t=30`. Each parameter as -11 defines it:
-//!   - `q` (§3.1.1), the quota: the
-//!     [`policy_quota`](crate::Builder::policy_quota)'s limit when one is
-//!     set, else the decision's `limit` (the most permits at once);
-//!   - `w` (§3.1.3), the quota's window in whole seconds, never 0: sent only
-//!     with a [`policy_quota`](crate::Builder::policy_quota), whose period
-//!     must be whole seconds (checked at build), because a decision does not
-//!     carry its quota's period. `q` and `w` together are then a quota a
-//!     client can use: 10 per second with a burst of 20 is `q=10;w=1`;
-//!   - `r` (§4.1.1), the available quota: the decision's `remaining`;
-//!   - `t` (§4.1.2), the *effective window*: the seconds within which the
-//!     client can use no more than `r`. Sent where a decision states it
-//!     exactly: on a denial with nothing left, the decision's `retry_after`
-//!     rounded up, so never later than `Retry-After` (§6: `Retry-After`
-//!     must not point earlier than the end of the effective window). It is
-//!     not the time until the quota is full again (a daily limit's `t` on a
-//!     `429` is the wait for the next permit, not for the whole day), and it
-//!     is left out (it is optional) on admissions and on denials of a
-//!     request that cost more than remained: there no decision says when the
-//!     next permit frees up (a token bucket refills continuously);
-//!   - `qu` (§3.1.2) is not sent: the unit is the default, requests, or
-//!     whatever the layer's [`cost`](crate::Builder::cost) counts;
-//!   - `pk` (§3.1.4, §4.1.3) is never sent: it would echo the client's key
-//!     (an API key) into logs and caches.
-//! - **Appended, never replaced.** Each layer appends its item to the
-//!   fields already in the response (a list may be split over several field
-//!   lines, §3 and §4), so that stacked layers (an outer per-client limit, an
-//!   inner global one) all reach the client, and the `429` of an inner layer
-//!   keeps the item of the policy that denied it. Give stacked layers
-//!   different [`policy_name`](crate::Builder::policy_name)s.
-//! - **One policy item per layer, the limit that decided.** A backend
-//!   answers with one [`Decision`], and for an [`AllOf`](tollgate::AllOf)
-//!   the core's decision is that of the limit that bound: on a denial the
-//!   denying limit with the longest wait, on an admission the limit with the
-//!   fewest permits left. The other limits' counts are not in the decision,
-//!   so `r` (and `t`, and `q` without a `policy_quota`) can switch from one
-//!   limit to another between responses, as "10 per second AND 1,000 per
-//!   day" runs low on its day. `r` is then always the fewest requests left
-//!   under any of the limits, which is what a client pacing itself needs.
-//! - They are sent on every denial and, if
-//!   [`headers_on_success`](crate::Builder::headers_on_success), on every
-//!   admission (off by default: formatting them costs a few tens of
-//!   nanoseconds per request).
-//! - **gRPC** requests (`content-type: application/grpc*`) get a
-//!   trailers-only gRPC answer instead: HTTP `200`, `grpc-status: 8`
-//!   (`RESOURCE_EXHAUSTED`), a percent-encoded `grpc-message`, and the
-//!   retry information as metadata: `retry-after` (seconds) and
-//!   `grpc-retry-pushback-ms` (milliseconds, rounded up, as gRPC's retry
-//!   policy reads it). Other rejections map to `INVALID_ARGUMENT` (a
-//!   client's missing key), `INTERNAL` (server misconfiguration) and
-//!   `UNAVAILABLE` (backend down). The custom response hook does not apply
-//!   to gRPC: a gRPC client reads only the status and metadata.
+//! - **HTTP**: a denial is `429` with `Retry-After` (the decision's
+//!   `retry_after` in whole seconds, rounded up, at least 1: a client told
+//!   `0` retries at once and is denied again) and the
+//!   draft-ietf-httpapi-ratelimit-headers-11 fields, one item per layer:
+//!   `RateLimit-Policy: "default";q=100;w=60` and `RateLimit: "default";r=0;t=30`.
+//! - **gRPC** (`content-type: application/grpc*`): a trailers-only answer,
+//!   `grpc-status: 8` (`RESOURCE_EXHAUSTED`) with `retry-after` (seconds) and
+//!   `grpc-retry-pushback-ms` (milliseconds, rounded up) as metadata; other
+//!   rejections map to `INVALID_ARGUMENT`, `INTERNAL` and `UNAVAILABLE`.
 //! - **A custom response** ([`on_rejection`](crate::Builder::on_rejection))
-//!   builds the status, headers and body; the rate-limit headers are then
-//!   added where the hook did not set them.
+//!   builds status, headers and body; the rate-limit headers are added where
+//!   the hook did not set them (HTTP only).
+//!
+//! # Guarantees
+//!
+//! - `t` is never later than `Retry-After` (the draft's §6), and is sent only
+//!   where a decision states it exactly (a denial with nothing left).
+//! - Items are appended, never replaced, so stacked layers all reach the
+//!   client; give them different [`policy_name`](crate::Builder::policy_name)s.
+//! - `r` is the fewest requests left under any limit of an
+//!   [`AllOf`](tollgate::AllOf) (the limit that decided), what a client pacing
+//!   itself needs; `q`, `r` and `t` may switch from one limit to another
+//!   between responses.
+//! - `pk` is never sent: it would echo the client's key into logs and caches.
+//!
+//! # Parameters (on [`Builder`](crate::Builder))
+//!
+//! - [`policy_name`](crate::Builder::policy_name): `"default"`.
+//! - [`policy_quota`](crate::Builder::policy_quota): none; without it `q` is
+//!   the decision's `limit` and `w` is not sent (a decision does not carry its
+//!   quota's period); with it, whole seconds, checked at build.
+//! - [`headers_on_success`](crate::Builder::headers_on_success): off
+//!   (formatting the headers costs a few tens of nanoseconds per request).
+//!
+//! Each parameter of the draft (`q`, `w`, `r`, `t`, `qu`, `pk`) in full, and
+//! why one item per layer: `crates/tower/docs/responses.md`.
 
 use std::fmt;
 use std::fmt::Write as _;

@@ -1,68 +1,47 @@
 //! Concurrency limits in the server: a rule's `concurrency:` slots, held as
 //! **leases** that expire.
 //!
-//! # What each API can express
+//! # Model
 //!
-//! - **HTTP** (`POST /v1/acquire`, `POST /v1/release`, see
-//!   [`crate::concurrency_http`]): a caller takes a lease for one
-//!   descriptor and gives it back when its work is done. The lease holds
-//!   `cost` slots of the rule's bucket until released or until its TTL
-//!   (the rule's `lease_ttl`) passes, so that a caller that dies frees its
-//!   slots after at most the TTL. This is a true in-flight limit for
+//! - **HTTP** (`POST /v1/acquire`, `POST /v1/release`,
+//!   [`crate::concurrency_http`]): a lease holds `cost` slots of the rule's
+//!   bucket until released or until its TTL passes, so that a caller that
+//!   dies frees its slots after at most the TTL: a true in-flight limit for
 //!   callers that release.
-//! - **Envoy's RLS** (`ShouldRateLimit`) has no release call: Envoy asks
-//!   once before the request and never says when it ended. So a
-//!   `concurrency:` rule matched over gRPC takes a lease of one slot (or
-//!   the descriptor's `hits_addend`) that **only its TTL ends**: the limit
-//!   the RLS enforces is "at most N requests *started* within the last
-//!   `lease_ttl`", which approximates "at most N in flight" when
-//!   `lease_ttl` is about the upstream's latency (Little's law: in-flight =
-//!   rate × latency), and is stricter when requests finish faster than the
-//!   TTL (their slots stay taken). Envoy cannot express a true in-flight
-//!   limit through the RLS; its own circuit breakers
-//!   (`max_requests` per cluster) or the adaptive-concurrency filter do
-//!   that in the proxy. When no slot is free the descriptor is answered
-//!   **OVER_LIMIT** (with no `current_limit`: the slots are not a rate).
-//!   A descriptor granted its slot on a rule with no rate limit is
-//!   answered with the slots left (`limit_remaining`) and the concurrency
-//!   limit (`current_limit.requests_per_unit`, unit `UNKNOWN`), reset after
-//!   the lease TTL; over HTTP `/v1/check`, `remaining` and `limit` with
-//!   `algorithm: "concurrency"` (an Envoy showing "unlimited" for a
-//!   limited rule would mislead its operator).
+//! - **Envoy's RLS** has no release call, so a `concurrency:` rule matched
+//!   over gRPC takes a lease of one slot (or `hits_addend`) that **only its
+//!   TTL ends**: "at most N requests *started* within the last `lease_ttl`",
+//!   which approximates "at most N in flight" when the TTL is about the
+//!   upstream's latency (Little's law), stricter when requests finish
+//!   sooner. No free slot: **OVER_LIMIT**, never an allow (ignoring the rule
+//!   over gRPC would fail open).
 //!
-//! # Decisions
+//! # Guarantees
 //!
-//! - **RLS concurrency rules are allowed** (with the approximation above,
-//!   written in the README): refusing them would make a file shared by
-//!   Envoy and HTTP callers unusable, and ignoring them over gRPC would
-//!   silently admit everything (failing open).
-//! - The rate limit of the same rule (`rate_limit` beside `concurrency`)
-//!   is decided first, over RLS; a descriptor over its rate limit takes no
-//!   slot. `POST /v1/acquire` decides the concurrency limit only (`POST
-//!   /v1/check` decides the rate limits).
-//! - A request's `limit` override (Envoy's dynamic limits) replaces the
-//!   rule's rate limit, not its concurrency limit.
-//! - A slot refused is `retry_after` = the time until the first lease of
-//!   the bucket expires: a bound (leases are usually released earlier).
-//! - **Lowering a limit** by a reload revokes no lease: no new slot is
-//!   granted until the bucket is back under the new limit (as the core's
-//!   [`tollgate::concurrency`]). Leases outlive reloads; a lease of a rule
-//!   removed by a reload still releases.
-//! - **Lease ids** are opaque strings. In memory they are 128 random bits
-//!   (a client cannot guess another's); they are valid on the server that
-//!   granted them only. On Redis they name the Redis lease (rule, bucket,
-//!   id, cost), so that any server of the fleet can release it.
-//! - In memory, leases are held in one table under one mutex, at most
-//!   [`MAX_LEASES`] at once (then refused as unavailable, never granted
-//!   past the cap); expired leases are pruned, earliest first, on every
-//!   acquire and release and by the server's sweep, so their slots come
-//!   back without a timer.
-//! - On Redis, the leases are `tollgate-redis`'s concurrency leases
-//!   (`tollgate_redis::concurrency`), on the server's clock (`TIME`), one
-//!   round trip to acquire and one to release, with the backend's
-//!   failure policy: fail open grants a lease that holds nothing; fail
-//!   closed refuses (503 / OVER_LIMIT); local decides on this server's
-//!   memory leases holding `max(1, ⌊limit · share⌋)` slots per bucket.
+//! - Never more than the limit's slots granted in a bucket; a rate limit of
+//!   the same rule is decided first, and a descriptor over it takes no slot.
+//! - Lowering a limit by a reload revokes no lease, but grants no new slot
+//!   until the bucket is back under it; leases outlive reloads.
+//! - Lease ids are opaque: in memory 128 random bits, valid on the granting
+//!   server; on Redis they name the Redis lease, so any server can release it.
+//! - On Redis (`tollgate_redis::concurrency`, the server's clock) the
+//!   backend's failure policy decides when Redis does not: fail open grants a
+//!   lease that holds nothing, fail closed refuses, local holds
+//!   `max(1, ⌊limit · share⌋)` slots per bucket in memory.
+//!
+//! # Parameters
+//!
+//! - `limit` and `lease_ttl` per rule ([`crate::config::concurrency`]);
+//!   `lease_ttl` by default 30 s (as `tollgate-redis`'s leases).
+//! - [`MAX_LEASES`]: 2²⁰ leases at once in memory, then refused as
+//!   unavailable, never granted past the cap; expired leases are pruned,
+//!   earliest first, on every acquire and release and by the server's sweep.
+//! - A refused slot's `retry_after`: until the bucket's first lease expires (a
+//!   bound: leases are usually released earlier).
+//!
+//! Every decision in full (what each API answers for a granted slot, the
+//! `limit` override, the in-memory table): `crates/server/docs/apis.md`,
+//! "Inside the server".
 
 use std::collections::HashMap;
 use std::fmt;

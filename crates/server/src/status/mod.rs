@@ -5,61 +5,42 @@
 //!
 //! - **The loaded rules**: path, limits, algorithm, shadow mode.
 //! - **Decisions per second per rule** (allowed / denied / shadow) over the
-//!   last five minutes, as a chart, and each rule's totals. Both come from
-//!   the rule counters that feed `/metrics` (one source of truth, see
-//!   [`series`]): `allowed` is `tollgate_rule_within_limit`, `denied`
-//!   `tollgate_rule_over_limit` minus `tollgate_rule_shadow_mode`,
-//!   `shadow` `tollgate_rule_shadow_mode`, all in permits as
-//!   `/metrics` counts them. A rule with a concurrency limit and no rate
-//!   limit counts its slots instead: `allowed` is leases acquired,
-//!   `denied` leases refused (every reason), or `shadow` when the rule is
-//!   in shadow mode (its refusals are answered OK); its limit reads
-//!   `concurrency 2 (lease 10s)`. The totals are read when `/status.json`
-//!   is asked; the chart's points are sampled once a second by the server.
-//!   The page draws each chart over a fixed window of [`series::POINTS`]
-//!   seconds (a time axis in minutes, "now" at the right) and a y scale
-//!   from 0 to a round number at or above the highest point, per second.
-//! - **Concurrency leases per rule** (`concurrency:` rules): acquired,
-//!   refused by reason, released, expired, from the counters `/metrics`
-//!   exports as `tollgate_concurrency_*` (one set: see
-//!   [`crate::metrics::ConcurrencyStats`]).
-//! - **The most-denied keys right now**: a Space-Saving sketch of
-//!   [`TOP_COUNTERS`] counters per window fed with every denial answered
-//!   OVER_LIMIT, keyed by rule and bucket, and a second one, shown apart,
-//!   of the denials shadow mode answered OK (one sketch for both would show
-//!   a shadow key as denied, and let shadow keys push real ones out of its
-//!   counters), over the current window
-//!   of [`TOP_WINDOW_SECONDS`] and the one before (so "now" is the last one
-//!   to two minutes). Each key is shown with its count and its error:
-//!   its true denied permits lie in `[count - error, count]` ([`sketch`]).
-//!   Memory is bounded by the counters, whatever the keys sent.
-//! - **Backend health**: its kind; the time the backend took to decide a
-//!   request (mean and max per second: for Redis, the round trip plus the
-//!   policy's time, bounded by the deadline); for Redis, decisions per
-//!   second by who took them (Redis, or the failure policy by fault) and
-//!   the breaker as seen from them: `open` when the policy answered calls
-//!   because the breaker was open in the last second, `degraded` when it
-//!   answered for another fault, `ok` otherwise (the breaker's own state is
-//!   not exposed by `tollgate-redis`). Its `state`: `down` while Redis
-//!   does not answer or refuses the server (with the last error, and since
-//!   when: see `crate::redis_backend::watch`), `degraded` while it
-//!   answers but some decisions of the last second were not its, `ok`
-//!   otherwise (`n/a` for a backend without a store). A backend the
-//!   failure policy covers for is never shown `ok`, whatever the health
-//!   checks answer (they fail only with the backend's `health_check`).
+//!   last five minutes, and each rule's totals, from the rule counters that
+//!   feed `/metrics` (one source of truth: [`series`]); concurrency-only
+//!   rules count their leases instead.
+//! - **Concurrency leases per rule**: acquired, refused by reason, released,
+//!   expired ([`crate::metrics::ConcurrencyStats`]).
+//! - **The most-denied keys right now**, and apart the denials shadow mode
+//!   answered OK: Space-Saving sketches ([`sketch`]) over the current window
+//!   and the one before, each key with its count and its error.
+//! - **Backend health**: its kind, the time it took to decide, for Redis who
+//!   took the decisions (Redis or the policy, by fault) and its `state`
+//!   (`down`, `degraded`, `ok`).
 //!
-//! # Access (decision)
+//! # Guarantees
 //!
-//! The page itself (`/status`, `/status/status.js`, `/status/status.css`)
-//! is static and holds no data: it is served without the bearer token, so
-//! that a browser can open it. The data (`/status.json`: rules, rates,
-//! and client keys, which may name users) sits behind the bearer token
-//! like `/metrics`; when the server has a token, the page asks for it
-//! once, keeps it in the tab's `sessionStorage` (never in a URL, never a
-//! cookie) and sends it as `Authorization: Bearer`. Everything is
-//! embedded (`include_str!`): no CDN, no external font, and a
-//! `Content-Security-Policy` of `default-src 'self'` so that the page
-//! cannot load anything else either.
+//! - The page and `/metrics` never disagree: both read the same counters.
+//! - A key's true denied permits lie in `[count - error, count]`; memory is
+//!   bounded by the sketch's counters, whatever the keys sent.
+//! - A backend the failure policy covers for is never shown `ok`, whatever
+//!   the health checks answer.
+//! - The data (`/status.json`: rules, rates, client keys, which may name
+//!   users) sits behind the bearer token like `/metrics`; the static page
+//!   does not, and keeps the token in the tab's `sessionStorage` (never a URL
+//!   or a cookie). Nothing is loaded from elsewhere
+//!   (`Content-Security-Policy: default-src 'self'`).
+//!
+//! # Parameters
+//!
+//! - [`series::POINTS`]: 300 one-second points per rule (five minutes).
+//! - [`TOP_COUNTERS`]: 64 counters per window of the most-denied keys.
+//! - [`TOP_WINDOW_SECONDS`]: 60 s a window, so "now" is the last one to two
+//!   minutes.
+//!
+//! What each number is made of in full (the counters behind allowed, denied
+//! and shadow, the chart's axes, the breaker as seen from decisions, the
+//! backend's states): `crates/server/docs/admin-and-status.md`, "Inside the
+//! server".
 
 pub mod page;
 pub mod series;
