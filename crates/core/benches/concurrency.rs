@@ -16,8 +16,8 @@
 //!   the limiter. Its like-for-like peer is `tokio_borrowed`:
 //!   `Semaphore::try_acquire` (a `SemaphorePermit<'_>`).
 //!
-//! Both pairs are reported; the target (≤ 1.2× the semaphore) is
-//! read on each pair, never across them.
+//! Both pairs are reported; the target, a permit within 1.2× of the
+//! semaphore's cost, is read on each pair, never across them.
 //!
 //! Keyed: [`KeyedConcurrencyLimiter::try_acquire`] over 1,000 keys against
 //! a `DashMap<u64, Arc<Semaphore>>` (foldhash, the keys inserted

@@ -2,64 +2,30 @@
 //!
 //! Java's `LongAdder` spreads one contended counter over several cache
 //! lines; the same idea for a rate limiter splits one hot state over
-//! `STRIPES` cache-padded words, each thread working on its own. Two
-//! prototypes, written here and not in the library:
+//! `STRIPES` cache-padded words, each thread working on its own. Measured
+//! side by side, interleaved round by round:
 //!
-//! - `gcra_striped`: `STRIPES` independent GCRA words, each with the rate
-//!   and the burst divided by `STRIPES`; a thread tries its own stripe
-//!   first (picked once per thread, round robin, through a thread-local),
-//!   then the others on a denial. Each stripe keeps the GCRA bound for its
-//!   share, so the sum keeps `burst + rate · t`: it never over-admits. It
-//!   under-admits instead: a request larger than `burst / STRIPES` can
-//!   never pass, and a denial is not linearizable (each stripe was empty
-//!   when it was read, not all at once); `remaining` and `retry_after`
-//!   would need every stripe.
-//! - `window_striped`: a `LongAdder`-style fixed window, one `(window,
-//!   count)` word per stripe; a check reads every stripe's count for the
-//!   current window (the sum), then adds one to its own stripe if the sum
-//!   is below the limit. Read-the-sum-then-add is not linearizable: `T`
-//!   threads can all read `limit − 1` and all add, so a window admits up to
-//!   `limit + T − 1` (proof at [`StripedWindow`]).
+//! - `gcra_striped`, `window_striped`: two prototypes written here, a
+//!   striped GCRA (never over-admits, under-admits instead) and a
+//!   `LongAdder`-style fixed window (admits up to `limit + T − 1` for `T`
+//!   threads: proof at [`StripedWindow`]); `*_word`: each on one shared word;
+//! - `tollgate_striped_*`, `tollgate_striped_admit_*`: the library's
+//!   [`StripedLimiter`] (the first prototype made real), `check` and `admit`;
+//! - tollgate's `Limiter<Gcra>` (monotonic and cached clocks), governor's
+//!   direct limiter, and `keyed_*`: one hot key among 1,000 in a map
+//!   ([`KeyedHot`]).
 //!
-//! `tollgate_striped_*` is the library's [`StripedLimiter`], the
-//! first prototype made real: it also computes `remaining` (a read of every
-//! stripe after an admission), `retry_after` and `reset_after`;
-//! `tollgate_striped_admit_*` is its `admit()`, the same admission
-//! answering only a `bool` (no read of the other stripes).
-//!
-//! Beside them: the same prototypes with one stripe (`*_word`: the same
-//! kernel on one shared word, to tell striping from a lighter kernel),
-//! tollgate's `Limiter<Gcra>` (one compare-and-swap word) on the monotonic
-//! and the cached clock, and governor's direct limiter (quanta and
-//! monotonic clocks). `keyed_*`: one hot key among 1,000 in a map, every
-//! thread on it: tollgate's `KeyedLimiter`, and a dashmap (foldhash) whose
-//! values are the one-word or the striped GCRA ([`KeyedHot`]).
-//!
-//! **Throughput** on the allow path (10^9 per second, burst 10^9: every
-//! check must be admitted) and on the deny path (exhausted before the run:
-//! none may be): for 1 and 2 threads, each run spawns the threads, starts
-//! them at a barrier, lets them check for 100 ms and reports the aggregate
-//! ns per check (wall time ÷ checks of all threads). Runs rotate over the
-//! implementations for `ROUNDS` rounds so that load from the rest of the
-//! machine falls on all of them. Each thread's time on a CPU is read from
-//! `/proc/thread-self/schedstat`; a run's *parallelism* is their sum ÷ the
-//! wall time (2.0: both threads ran all along; 1.0: they took turns on one
-//! CPU, and did not contend). Of each case's runs, the `KEPT` with the
-//! highest parallelism are kept and their median reported, with their
-//! median parallelism.
-//!
-//! **Accuracy** (saturated: 10^6 per second, burst 1,000; the window
-//! variant 1,000 per 1 ms window): 2 threads hammer the limiter for 300 ms
-//! (`balanced`), then 1 thread alone (`skewed`: one stripe's owner is idle).
-//! Every GCRA run must admit at most `burst + rate · t` over its whole
-//! length `t`, every window of the window variant at most `limit + T − 1`,
-//! or the bench panics; the report gives the admissions as a fraction of
-//! that bound (how much of the quota the implementation lets through), the
-//! worst window's excess, and the aggregate ns per check when saturated.
+//! **Throughput**: the allow path (every check admitted) and the deny path,
+//! 1 and 2 threads for 100 ms a run, aggregate ns per check; of each case's
+//! runs the `KEPT` with the highest parallelism (threads' CPU time ÷ wall
+//! time) give the median. **Accuracy**: saturated runs must keep each
+//! implementation's bound, or the bench panics.
 //!
 //! `cargo bench -p tollgate --bench striped` prints one JSON object per
 //! measurement; `scripts/bench` puts them in `BENCHMARKS.md`. Without
-//! `--bench` (`cargo test --all-targets`) it is a short smoke test.
+//! `--bench` (`cargo test --all-targets`) it is a short smoke test. What each
+//! prototype does and how each figure is measured, in full:
+//! `crates/core/docs/striped.md`, "The bench".
 
 #[path = "shared/mod.rs"]
 mod shared;

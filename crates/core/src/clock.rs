@@ -19,36 +19,26 @@
 //! [`StripedLimiter::new`](crate::StripedLimiter::new) and their builders)
 //! reads the CPU's time-stamp counter through [quanta](https://docs.rs/quanta),
 //! governor's default clock class, where the CPU says the counter is
-//! invariant, and the monotonic clock (`clock_gettime(CLOCK_MONOTONIC)`)
-//! everywhere else. Detected once, at run time: on x86-64, CPUID must
-//! report an invariant TSC (leaf `0x8000_0007`, EDX bit 8) and `RDTSCP`
-//! (leaf `0x8000_0001`); AArch64 always uses its generic timer. The counter
-//! is calibrated against the monotonic clock once per process, when the
-//! first clock is made (0.5 to 200 ms of spinning, on that thread). Its
-//! drift against `Instant` is parts per million (−1.1 ms over an hour,
-//! measured), which changes a quota by as many parts per million. The
-//! monotonic clock is one line away:
+//! invariant (detected once, at run time), and the monotonic clock
+//! everywhere else. Its drift against `Instant` is parts per million
+//! (−1.1 ms over an hour, measured), which changes a quota by as many
+//! parts per million. The monotonic clock is one line away:
 //! `Limiter::with_clock(algorithm, MonotonicClock::new())` (or `.clock(…)`
 //! on a builder).
 //!
-//! # Clocks that go backwards
+//! # Guarantee: clocks that go backwards
 //!
-//! No clock here promises that readings on *different threads* are ordered
-//! as the threads' real times are (a time-stamp counter can differ by a few
-//! cycles between cores; a [`ManualClock`] can be set back), and the
-//! limiters do not need it: every algorithm decides at the later of the
-//! reading and the time its state already holds, so **a reading before the
-//! latest one is decided no more generously than the latest one** (never an
-//! admission the latest would deny, never more permits remaining for the
-//! same answer; pinned for every algorithm by `tests/clock.rs`). A keyed
-//! limiter's sweeps take part: a key re-created after a sweep is decided at
-//! the later of the reading and the sweep's (see [`keyed`](crate::keyed)).
-//! So [`QuantaClock`] keeps no shared maximum (an atomic read-modify-write
-//! per read, to fix what the algorithms already absorb); a reading a hair
-//! behind its origin is 0.
+//! Readings on different threads need not be ordered as real time is (a
+//! time-stamp counter can differ by a few cycles between cores; a
+//! [`ManualClock`] can be set back): every algorithm decides at the later
+//! of the reading and the time its state already holds, so **a reading
+//! before the latest one is decided no more generously than the latest
+//! one** (`tests/clock.rs`). A keyed limiter's sweeps take part (see
+//! [`keyed`](crate::keyed)). So [`QuantaClock`] keeps no shared maximum.
 //!
-//! How the drift was measured, and why the default stops at quanta's
-//! reading rather than an inlined `rdtsc`: `crates/core/docs/clock.md`.
+//! The detection (CPUID bits, the calibration), how the drift was
+//! measured, and why the default stops at quanta's reading rather than an
+//! inlined `rdtsc`: `crates/core/docs/clock.md`.
 //!
 //! # Example
 //!

@@ -8,41 +8,29 @@
 //! - **[`Decision`]**: allowed or not, with `limit`, `remaining`,
 //!   `retry_after` and `reset_after`, enough for `Retry-After` and the
 //!   `RateLimit-*` headers.
-//! - **algorithm**: a pure transition (state, now, cost) → (decision, state):
-//!   [`Gcra`] (token bucket, leaky bucket as a meter), [`FixedWindow`],
-//!   [`SlidingLog`], [`SlidingWindow`] (time wheel). Each states and proves
-//!   its guarantee; see [`algorithm`].
+//! - **algorithm**: a pure transition (state, now, cost) → (decision, state),
+//!   each with its proven guarantee: [`Gcra`] (token bucket, leaky bucket
+//!   as a meter), [`FixedWindow`], [`SlidingLog`], [`SlidingWindow`] (time
+//!   wheel), [`WarmUp`], calendar windows on UTC (on a [`SystemClock`]), and
+//!   [`AllOf`] for several limits all-or-nothing; see [`algorithm`].
 //! - **[`Limiter`]**: an algorithm, its state and a [`Clock`], shared by
 //!   clones across threads; linearizable.
-//! - **[`KeyedLimiter`]**: one state per key (`check(&key)`), per-key quotas
-//!   that can change live, idle keys dropped by themselves, a hard cap on
-//!   keys; see [`keyed`].
-//! - **[`StripedLimiter`]**: one very hot GCRA limiter split over several
+//! - **[`KeyedLimiter`]**: one state per key, per-key quotas that can change
+//!   live, idle keys dropped by themselves, a hard cap on keys; see [`keyed`].
+//! - **[`StripedLimiter`]**: one very hot GCRA limiter split over
 //!   cache-padded words, for admissions from several cores at once; never
 //!   over-admits, but is not linearizable.
-//! - **[`AllOf`]**: several limits on one state, all-or-nothing; of
-//!   different algorithms through [`AnyAlgorithm`](algorithm::any::AnyAlgorithm)
-//!   (a GCRA per second and a calendar month).
-//! - **calendar windows**: [`CalendarWindow`](algorithm::calendar::CalendarWindow),
-//!   a fixed window on UTC minutes, hours, days, weeks (Monday) or months
-//!   (the 1st), on a clock of UNIX time ([`SystemClock`]).
-//! - **live limits**: [`Limiter::set_algorithm`] and
-//!   [`KeyedLimiter::set_default`] change a quota while traffic flows, the
-//!   state carried over by a [`Carry`] rule.
-//! - **charge**: [`Limiter::charge_n`] / [`KeyedLimiter::charge_n`] record a
-//!   cost learnt after the fact (bytes sent, tokens generated), whether or
-//!   not it fits: *reserve, then settle*.
+//! - **live limits**, **charges**: [`Limiter::set_algorithm`] changes a quota
+//!   while traffic flows, the state carried by a [`Carry`] rule;
+//!   [`Limiter::charge_n`] records a cost learnt after the fact (*reserve,
+//!   then settle*).
 //! - **waiting**: [`Limiter::acquire`] blocks, `until_ready` awaits (feature
-//!   `tokio`); see [`wait`].
-//! - **[`Shaper`]**: the leaky bucket as a queue: FIFO releases spaced at
-//!   `1/rate`, `max_delay`, reservations that can be cancelled or settled.
-//! - **operating**: a name and an [`observe::Observer`] per limiter, dry-run
-//!   (shadow), and the controls of [`control`]: reset, refund, penalty, deny
-//!   and allow lists.
-//! - **[`Clock`]**: where time comes from: [`QuantaClock`] (default: the
-//!   CPU's time-stamp counter where it is invariant, the monotonic clock
-//!   elsewhere), [`MonotonicClock`] (`Instant`), [`CachedClock`] (fastest),
-//!   [`ManualClock`] (tests, simulation).
+//!   `tokio`); see [`wait`]. [`Shaper`]: the leaky bucket as a FIFO queue.
+//! - **operating**: a name and an [`observe::Observer`] per limiter, dry-run,
+//!   and the controls of [`control`]: reset, refund, penalty, deny and allow
+//!   lists.
+//! - **[`Clock`]**: where time comes from; [`QuantaClock`] by default,
+//!   [`ManualClock`] for tests; see [`clock`].
 //!
 //! # Examples
 //!

@@ -20,11 +20,8 @@
 //! admits on the first that admits; only if every stripe denies is the
 //! request denied, and a denial writes nothing.
 //!
-//! A [`Decision`] reports `limit` = the quota's burst; on admission,
-//! `remaining` = the sum of what the stripes have left (read one after the
-//! other, not a snapshot) and `reset_after` the latest stripe's; on denial,
-//! `retry_after` = the earliest any stripe admits the request (exact for
-//! one thread alone) and `remaining` = the most one stripe holds.
+//! A [`Decision`] reads every stripe (`remaining` is their sum, not a
+//! snapshot; a denial's `retry_after` is the earliest any stripe admits);
 //! [`admit`](StripedLimiter::admit) takes the same permits and reads no
 //! other stripe: the fast path.
 //!
@@ -40,15 +37,14 @@
 //! admissions (`tests/striped.rs`).
 //!
 //! What it gives up: it is **not linearizable** (a request denied by every
-//! stripe was denied by each at a different instant; without concurrency a
-//! cost of 1 is denied only when every stripe is empty, a larger one also
-//! when the permits left are spread over stripes); **a cost must fit in one
-//! stripe** (at most `⌈burst / n⌉`, else [`CostError`]); `remaining` is
-//! approximate under concurrency. Prefer a [`Limiter`](crate::Limiter)
-//! unless one limiter is hot on several cores and checked with `admit`:
-//! there it ran 3.0× a `Limiter`'s `check` on 2 threads, while `check`
-//! (which reads every stripe) gained only 1.1–1.45×, on one thread lost,
-//! and keyed limiters gain nothing. The figures: `crates/core/docs/striped.md`.
+//! stripe was denied by each at a different instant), **a cost must fit in
+//! one stripe** (at most `⌈burst / n⌉`, else [`CostError`]), and
+//! `remaining` is approximate under concurrency. Prefer a
+//! [`Limiter`](crate::Limiter) unless one limiter is hot on several cores
+//! and checked with `admit`: there it ran 3.0× a `Limiter`'s `check` on 2
+//! threads; `check` gained 1.1–1.45×, lost on one thread, and keyed
+//! limiters gain nothing. The figures, and each rule in full:
+//! `crates/core/docs/striped.md`.
 //!
 //! # Example
 //!

@@ -48,18 +48,10 @@
 //! limit leaves fewer than 5 spare bits in its count field, a calendar
 //! window's 32-bit count, the end of a GCRA's ticks), the cap is the field.
 //!
-//! **Guarantee with charges**: every permit admitted or charged is either
-//! within the quota's bound for the span it was recorded in or still owed at
-//! the span's end. Over any `m` consecutive windows of the algorithm's own
-//! guarantee (for GCRA, any interval of length `t`):
-//! `admitted + charged ≤ bound(m) + D`, where `D` is the debt still owed at
-//! the end of the span (≤ the cap). Proof for a window (`L`, `C_k` the count
-//! at the end of window `k`, `D_k = max(0, C_k − L)` carried out of it):
-//! window `k` records `C_k − D_(k−1) ≤ L + D_k − D_(k−1)`, which telescopes
-//! to `m·L + D_j − D_(i−1)`. A check is admitted only once the debt before
-//! it is repaid, so the overshoot beyond the bound is exactly what charges
-//! recorded past a full state: under concurrency, the charges of the
-//! requests already admitted when the budget ran out.
+//! **Guarantee with charges**: over any `m` consecutive windows of the
+//! algorithm's own guarantee (for GCRA, any interval of length `t`),
+//! `admitted + charged ≤ bound(m) + D`, `D` the debt still owed at the end
+//! (≤ the cap); the proof: `crates/core/docs/charges.md`.
 
 pub mod all_of;
 pub mod any;

@@ -17,102 +17,55 @@
 //! cold factor `c`:
 //!
 //! - `I = 1 / rate`, the stable interval; `c · I` the cold interval;
-//! - `threshold = P / (2·I)`: the flat part, below which every permit costs
-//!   `I`, takes half the warm-up period to spend;
+//! - `threshold = P / (2·I)`: the flat part takes half the warm-up period;
 //! - `max = threshold + 2·P / ((1 + c)·I)`: the ramp from `I` to `c·I` is a
-//!   trapezoid of area `P`, so spending a cold limiter's ramp at full speed
+//!   trapezoid of area `P`, so a cold limiter's ramp spent at full speed
 //!   takes exactly the warm-up period;
 //! - `slope = (c − 1)·I / (max − threshold)`.
 //!
 //! Taking `k` permits from level `s` costs the area under `interval` from
-//! `s − k` to `s` (permits beyond `s` cost `I` each): a cold limiter's
-//! first permits cost up to `c·I`, a hot one's `I`. Idle time adds idle
-//! permits at `max / P` per second, up to `max`: an idle limiter is fully
-//! cold again after the warm-up period. A fresh limiter is cold (`s = max`).
-//!
+//! `s − k` to `s` (permits beyond `s` cost `I` each). Idle time adds idle
+//! permits at `max / P` per second, up to `max`: an idle limiter is cold
+//! again after the warm-up period, and a fresh one is cold (`s = max`).
 //! For 2 per second, `P` = 4 s, `c` = 3: `I` = 0.5 s, threshold 4, max 8,
-//! slope 0.25 s per permit; the permits of a cold limiter cost 1.375 s,
+//! slope 0.25 s per permit; a cold limiter's permits cost 1.375 s,
 //! 1.125 s, 0.875 s, 0.625 s, then 0.5 s each.
 //!
-//! # Pay later
-//!
-//! As in Guava, a request is served at once when nothing is owed, and *its*
-//! cost is waited out by the next one: the state is the idle permits and
-//! the instant `F` (`next_free`) from which the next request may go.
-//!
-//! - [`check`](WarmUp::transition) (refuse): a request at `now` is admitted
-//!   iff `now ≥ F`; then the idle permits are brought up to `now` (`s :=
-//!   min(max, s + (now − F)·max/P)`), the request's cost `W` is charged
-//!   (`F := now + W`) and its permits are taken (`s := max(0, s − k)`). A
-//!   denial says `retry_after = F − now`. Any cost up to the quota's burst
-//!   may be asked at once (the capacity); `remaining` is the capacity when
-//!   nothing is owed, 0 otherwise.
-//! - [`reserve`](WarmUp::reserve) (wait, Guava's `acquire`): a request at
-//!   `now` is ready at `max(now, F)`, and is charged at once from there, so
-//!   that later callers queue behind it in order. A thread that calls
-//!   [`Limiter::acquire`](crate::Limiter::acquire) in a loop waits exactly
-//!   the same times (each retry is a `check` at `F`).
+//! **Pay later**, as in Guava: a request is served at once when nothing is
+//! owed, and *its* cost is waited out by the next one. The state is `s` and
+//! the instant `F` from which the next request may go. `check` admits at
+//! `now ≥ F`, then brings `s` up to `now`, sets `F := now + cost` and takes
+//! the permits; a denial says `retry_after = F − now` and writes nothing.
+//! [`reserve`](WarmUp::reserve) is ready at `max(now, F)` and charged at
+//! once, so that later callers queue behind it in order.
 //!
 //! # Guarantee
 //!
 //! **The time between two admissions is at least the cost of the first**,
-//! and the costs are those of the model above: a cold limiter admits at
-//! most `rate / c` at first, ramping to `rate` over the warm-up period as
-//! permits are taken. Since every permit costs at least `I`, any interval
-//! of length `t` admits at most `capacity + rate·t` permits (the last
-//! request's, plus what the earlier ones paid for inside it).
-//!
-//! # State: two numbers, behind a lock
-//!
-//! The state is `(F, s)`, and no single number can stand for both: after
-//! one permit taken from levels 4 and 1 (both below the threshold), `F` is
-//! `I` ahead of now in both, but `s` is 3 in one and 0 in the other, and
-//! after `2·P` idle the next permits cost `0.875 s` (from `s = 7`) in the
-//! first and `0.5 s` (from `s = 4`) in the second. Idleness read from how far
-//! `F` lags the clock cannot tell them apart. Both numbers need 64 bits (an
-//! instant in nanoseconds, and idle permits to a fraction exact enough for
-//! the costs to be exact), so the state is two words behind the project's
-//! small lock ([`Locked`]), as the sliding log's is: an admission is decided
-//! and written under the lock (linearizable by construction), and a request
-//! of cost 1 while something is owed is denied from the published hint
-//! `(F, cold again at)` without taking it: a denial never writes. 16 bytes
-//! of state per limiter, 48 with the lock and the hint (x86-64 Linux).
-//!
-//! Keyed: `KeyedLimiter<K, WarmUp>` holds one such cell per key, dropped
-//! once the key is as cold as a fresh one (idle for the cold cost of what
-//! it owes plus the warm-up period). Not in the compact keyed table
-//! ([`CompactKeyedLimiter`](crate::keyed::compact::CompactKeyedLimiter)),
-//! whose slots hold one 8-byte word: packing `(F, s)` into 64 bits would leave each too few
-//! bits to stay exact (an instant to the nanosecond needs 64 bits, or a
-//! modulus as GCRA's Redis state uses; the idle permits need up to 62 bits
-//! of units for every cost to be exact). It would take a table whose slots
-//! hold a 16-byte state under the shard's lock (see that module's docs).
-//!
-//! # Exactness
-//!
-//! Idle permits are counted in units of `1 / (2·(c + 1)·t)` permit, where
-//! `limit / period_ns = l / t` in lowest terms: with that unit, the
-//! threshold (`P·l·(c + 1)` units), `max` (`P·l·(c + 5)`), one permit and the
-//! idle gain per nanosecond (`l·(c + 5)` units) are whole numbers, so the
-//! state is exact. A cost is the exact area, in 128-bit arithmetic, rounded
-//! **up** to the nanosecond: each admission waits at most 1 ns more than the
-//! model, never less. [`WarmUp::new`] refuses a warm-up whose `max` passes
-//! 2^62 units or whose cost arithmetic would not fit in 128 bits
-//! ([`QuotaError::Overflow`]), a warm-up period of 0 and a cold factor of 0
-//! ([`QuotaError::InvalidParameter`]).
+//! the costs being the model's: a cold limiter admits at most `rate / c` at
+//! first, ramping to `rate` over the warm-up period. Since every permit
+//! costs at least `I`, any interval of length `t` admits at most
+//! `burst + rate·t` permits. The state is exact (idle permits in units
+//! of `1 / (2·(c + 1)·t)` permit, for `limit / period_ns = l / t` in lowest
+//! terms), and each cost is the exact area rounded **up** to the
+//! nanosecond. `F` only moves later, so a clock reading that goes back is
+//! denied and re-credits nothing.
 //!
 //! # Parameters
 //!
-//! The quota's rate is the stable rate; its burst is only the largest cost
-//! one request may ask. The warm-up period has no default; the cold factor
-//! is a whole number ≥ 1, by default 3 (Guava's and Sentinel's). A cold
-//! factor of 1 is a pay-later limiter at the stable rate, without warm-up.
+//! | parameter | default | from |
+//! |---|---|---|
+//! | the quota | — | its rate is the stable rate; its burst only the largest cost one request may ask |
+//! | the warm-up period `P` | none: required | — |
+//! | the cold factor `c` | 3 ([`DEFAULT_COLD_FACTOR`]) | Guava's and Sentinel's; 1 is a pay-later limiter without warm-up |
 //!
-//! # Clock going backwards
+//! [`WarmUp::new`] refuses a period or a cold factor of 0
+//! ([`QuotaError::InvalidParameter`]) and a `max` past 2^62 units or costs
+//! past 128-bit arithmetic ([`QuotaError::Overflow`]).
 //!
-//! `F` only moves later and lies after every admission's instant, so an
-//! earlier reading is before `F` and is denied: nothing is re-credited, and
-//! idle permits are only added for time after `F`.
+//! The rules in full (`check` and `reserve` step by step, why the state is
+//! two words behind a lock, why the compact keyed table cannot hold it, the
+//! units): `crates/core/docs/warm-up.md`. Examples: on [`WarmUp`].
 
 use std::fmt;
 use std::time::Duration;

@@ -8,36 +8,22 @@
 //! (`VegasLimit`), with TCP Vegas's one adjustment per round trip and slow
 //! start, and Envoy's way of re-measuring the unloaded latency. Each
 //! finished permit is a sample: its round trip `rtt` (acquire to drop, on
-//! the limiter's clock) and the slots in flight when it started.
-//! `rtt_noload` is the smallest `rtt` seen. A **round** ends at the first
-//! sample of a request started after the last adjustment; its samples are
-//! aggregated (mean `rtt`, mean and most in flight, any drop) and the
-//! service's queue is read as
+//! the limiter's clock) and the slots in flight when it started;
+//! `rtt_noload` is the smallest `rtt` seen. Once per **round** (the samples
+//! of requests started since the last adjustment) the service's queue is
+//! read as
 //!
 //! ```text
 //! queue = ⌈in_flight · (1 − rtt_noload / rtt)⌉
 //! ```
 //!
-//! With `l = max(1, ⌊log10 limit⌋)`, `alpha = 3·l`, `beta = 6·l`,
-//! `threshold = l` (Netflix's functions), the round moves the limit:
-//!
-//! | condition (first that holds) | new limit |
-//! |---|---|
-//! | a permit of the round was marked dropped (overload, timeout) | `limit − l` |
-//! | `queue > beta` | `limit − l` |
-//! | fewer than `limit / 2` were ever in flight in the round | unchanged |
-//! | `queue ≤ threshold`, in slow start | `limit + beta` |
-//! | `queue < alpha` | `limit + l` |
-//! | otherwise | unchanged |
-//!
-//! then clamped to `[min, max]` and smoothed
-//! (`limit ← (1 − smoothing)·limit + smoothing·new`). Slow start ends at the first round whose queue passes
-//! `threshold`. Every `probe_multiplier · limit` samples a **probe** drops
-//! the limit to `probe_limit` while the in flight drains, times the next
-//! `probe_limit` requests, takes the smallest as `rtt_noload` and restores
-//! the limit (about two round trips; a request costing more than
-//! `probe_limit` is refused meanwhile). No jitter: the controller is a pure
-//! function of its samples.
+//! and, with `l = max(1, ⌊log10 limit⌋)`, `alpha = 3·l`, `beta = 6·l`
+//! (Netflix's functions), the limit falls by `l` on a drop or a queue above
+//! `beta`, rises by `l` under `alpha` (by `beta` in slow start), else stays;
+//! then it is clamped to `[min, max]` and smoothed. Every
+//! `probe_multiplier · limit` samples a **probe** drops the limit to
+//! `probe_limit` to re-measure `rtt_noload`. No jitter: the controller is a
+//! pure function of its samples.
 //!
 //! **What it holds.** The limit settles where the service queues `alpha`
 //! to `beta` requests, just past the knee of its latency curve, when
@@ -53,8 +39,9 @@
 //! | [`probe_multiplier`](Vegas::probe_multiplier) | 30 | Netflix's |
 //! | [`probe_limit`](Vegas::probe_limit) | 3 | Envoy's `min_concurrency` |
 //!
-//! Where it departs from Netflix's and Envoy's controllers, and why (with
-//! the simulation's figures): `crates/core/docs/vegas.md`.
+//! Each rule of a round in full, where it departs from Netflix's and
+//! Envoy's controllers and why (with the simulation's figures):
+//! `crates/core/docs/vegas.md`.
 //!
 //! # Cost
 //!

@@ -16,53 +16,31 @@
 //! Below the knee `busy = N`; past it `busy` stops growing at the knee,
 //! however much the service times vary, because `X` and `S` are both
 //! means. A delay-based controller ([`Vegas`](super::Vegas), Envoy's
-//! gradient, BBR) compares latency with the *fastest* sample instead and
-//! reads the spread of service times as a queue: with exponential service
-//! times Vegas shed 91–96 % of a healthy service's load.
+//! gradient, BBR) compares latency with the *fastest* sample and reads the
+//! spread of service times as a queue (with exponential service times
+//! Vegas shed 91–96 % of a healthy service's load).
 //!
-//! - **Windows.** `X`, `N` and `busy` are measured over at least
-//!   [`Knee::window_samples`] samples and two mean service times (or 20
-//!   mean service times and 16 samples); `busy` is smoothed across windows
-//!   (weight 1/2).
-//! - **The least queue** is 2.5 requests, or one request when the limit
-//!   was full in the window (mean in flight within 0.6 of it), the knee then
-//!   being `busy` rounded up from 0.3 past a whole number.
-//! - **Climbing.** When nothing queued (`busy ≥ u · N`, `u` = 0.95 less
-//!   three relative standard errors of `S`, at least 0.85) with at least
-//!   half the limit in use, the limit climbs 10 % (rounded down, at least
-//!   one request); past the knee it falls to the knee in one window.
-//! - **Probes** measure `S`: the limit drops to half (to the margin
-//!   `min(⌊busy⌋, ⌊0.95 busy⌋)` once two measures agree) and the mean
-//!   latency of the requests started under it is a sample of `S`, taken
-//!   until its standard error is 3 % (¼ to 4× [`Knee::probe_samples`]). A
-//!   probe that agrees with `S` within three standard errors is averaged
-//!   in; one that does not is asked again at once, and two that agree with
-//!   each other replace `S`. Probes run at the start and every
-//!   [`Knee::probe_interval`], an eighth of it sooner after one short of
-//!   its precision or run at or past the knee.
-//! - **Free probes.** Between probes, a request that started with at most
-//!   `min(⌊busy⌋ − 1, ⌊0.9 busy⌋)` in flight met a free worker: batches of
-//!   `probe_samples` of them are averaged into `S` when they agree, bring
-//!   the next probe forward when not, and stand in for at most two probes
-//!   in a row.
-//! - **Losses and large requests.** A dropped request (overload, timeout)
-//!   lowers `busy` by 10 % at once; a request costing more than half the
-//!   limit is refused during a probe.
-//! - **Determinism.** No jitter: the controller is a pure function of its
-//!   samples, and a simulation on a manual clock replays exactly.
+//! `X`, `N` and `busy` are measured over windows of samples; when nothing
+//! queued the limit climbs 10 % a window, past the knee it falls to the
+//! knee in one. **Probes** measure `S`: the limit drops (to half, then to
+//! just under `busy`) and the mean latency of the requests started under it
+//! is a sample of `S`; between probes, requests that met a free worker are
+//! samples too. A dropped request (overload, timeout) lowers `busy` by
+//! 10 % at once. No jitter: the controller is a pure function of its
+//! samples, and a simulation on a manual clock replays exactly.
 //!
 //! # Guarantee
 //!
 //! In `tollgate simulate --concurrency --table` (`K` workers, FIFO, mean
-//! 10 ms, Poisson arrivals at 1.5× capacity, six service-time shapes from
-//! constant to bimodal, `K` from 10 to 400, halved over the middle third),
-//! the median in flight settles within `[K, 1.25 K]` with goodput ≥ 95 %
-//! of capacity: 938 of 960 cells over 32 seeds, every cell at `K ≥ 40`.
-//! That holds when the service times have a finite mean that does not
-//! depend on the load, no probe falls inside a burst of slow requests, the
-//! knee is at least 10 (or demand far past it), and the limit is what holds
-//! the callers back. Outside those, it errs on shedding: a uniform slowdown
-//! reads as a lower knee until the next probe, never as zero.
+//! 10 ms, Poisson arrivals at 1.5× capacity, six service-time shapes,
+//! `K` from 10 to 400), the median in flight settles within `[K, 1.25 K]`
+//! with goodput ≥ 95 % of capacity: 938 of 960 cells over 32 seeds, every
+//! cell at `K ≥ 40`. That holds when the service times have a finite mean
+//! that does not depend on the load, no probe falls inside a burst of slow
+//! requests, the knee is at least 10 (or demand far past it), and the limit
+//! is what holds the callers back. Outside those, it errs on shedding: a
+//! uniform slowdown reads as a lower knee until the next probe, never as
+//! zero.
 //!
 //! # Parameters
 //!
@@ -70,14 +48,14 @@
 //! |---|---|---|
 //! | [`initial`](Knee::initial) | 20 | Netflix's `initialLimit` |
 //! | [`min`](Knee::min) / [`max`](Knee::max) | 1 / 1,000 | Netflix's Vegas bounds; Envoy's `max_concurrency_limit` |
-//! | [`headroom`](Knee::headroom) | 10 %, at least 2.5 requests (1 when full) | the least queue keeping ≥ 95 % goodput at a knee of 10 (the table's fixed limits) |
+//! | [`headroom`](Knee::headroom) | 10 %, at least 2.5 requests (1 when full) | the least queue keeping ≥ 95 % goodput at a knee of 10 |
 //! | [`window_samples`](Knee::window_samples) | 256 | the throughput of 256 exponential completions is within ±6 % |
 //! | [`probe_samples`](Knee::probe_samples) | 500 | the mean of 500 lognormal (σ = 1) service times is within ±6 % |
-//! | [`probe_interval`](Knee::probe_interval) | 20 s | Envoy's example is 60 s; shorter, as a probe at the margin costs little and free probes stand in |
+//! | [`probe_interval`](Knee::probe_interval) | 20 s | Envoy's example is 60 s; shorter, as a probe at the margin costs little |
 //!
-//! Why each rule and constant is what it is (the seeds, the cells that
-//! missed, what was tried and dropped), and every assumption with its
-//! figures: `crates/core/docs/knee-tuning.md`.
+//! Every rule in full (windows, the least queue, climbing, probes at the
+//! margin, free probes), why each constant is what it is, and every
+//! assumption with its figures: `crates/core/docs/knee-tuning.md`.
 //!
 //! # Example
 //!

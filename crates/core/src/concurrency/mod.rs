@@ -14,62 +14,34 @@
 //! - **[`Priority`]** and **[`Shares`]**: critical, default and sheddable
 //!   requests, each allowed a share of the limit.
 //! - **[`Controller`]**: the optional adaptive limit: [`Knee`] (the
-//!   default, from throughput and the probed mean service time) or
-//!   [`Vegas`] (from latency). The band it holds, and the service-time
-//!   assumptions it holds under, are stated once, in [`knee`].
+//!   default, from throughput and the probed mean service time; see
+//!   [`knee`]) or [`Vegas`] (from latency).
 //!
 //! # Guarantee
 //!
 //! **At no instant do the live permits of a limit (of a key) hold more
-//! slots than its limit.** Every acquisition is one compare-and-swap on a
-//! word that holds both the slots in use and the limit, and it raises the
-//! count only if the result stays within the limit read in that same word;
-//! a permit gives its slots back in its `Drop`, which runs exactly once,
-//! on unwinding too. Decisions are linearizable: each takes effect at its
-//! compare-and-swap. When the limit is lowered (by
-//! [`ConcurrencyLimiter::set_limit`] or the adaptive controller), permits
-//! already held are not revoked; no slot is granted until the count is
-//! back under the new limit. Proven by the loom models in
-//! `tests/loom_concurrency.rs` (acquire/release, the queue's hand-off and
-//! cancellation), a hammer of many threads checked by an independent
-//! in-flight counter, and a property test against a reference model
-//! (`tests/concurrency_limit*.rs`).
+//! slots than its limit.** An acquisition is one compare-and-swap on a word
+//! holding both the slots in use and the limit; a permit's `Drop` gives its
+//! slots back exactly once, on unwinding too. Decisions are linearizable.
+//! A lowered limit revokes no permit; no slot is granted until the count is
+//! back under it. Checked by loom models (`tests/loom_concurrency.rs`), a
+//! many-thread hammer and a property test (`tests/concurrency_limit*.rs`).
 //!
-//! # Priorities
+//! # Parameters and rules
 //!
-//! A request of priority `p` is admitted only while the slots in use, its
-//! own included, stay within `p`'s threshold: the whole limit for
-//! [`Priority::Critical`], 90 % for [`Priority::Default`], 50 % for
-//! [`Priority::Sheddable`] by default; see [`Shares`] for the exact rule
-//! and its rounding (below a limit of 10, nothing is reserved for critical
-//! work). So sheddable work is refused first as the limit nears, and the
-//! last slots are kept for critical work.
+//! | parameter | default | from |
+//! |---|---|---|
+//! | priority shares ([`Shares`]) | critical 100 %, default 90 %, sheddable 50 % | sheddable work refused first, the last slots kept for critical work |
+//! | `max_delay` | 1 s ([`DEFAULT_MAX_DELAY`]) | a bounded wait, not tower's unbounded one |
+//! | `max_waiters` | 1,024 per limit ([`DEFAULT_MAX_WAITERS`]) | beyond, refused at once |
 //!
-//! # Waiting
-//!
-//! [`ConcurrencyLimiter::try_acquire`] answers at once.
-//! [`ConcurrencyLimiter::enqueue`] returns a [`Ticket`] (runtime-agnostic),
-//! and `acquire().await` (feature `tokio`) waits on it for at most
-//! `max_delay`. The queue is FIFO within a priority; a released slot goes to
-//! the highest-priority waiter first, and a newcomer never overtakes a
-//! queued waiter of its own or a higher priority (no barging), though it
-//! may overtake lower ones. A head that does not fit blocks those behind
-//! it and every lower priority (no starvation of large requests). At most
-//! `max_waiters` wait per limit (per key); beyond, refused at once.
-//!
-//! # Decisions where the contract is silent
-//!
-//! - A refusal is an `Err(`[`Denied`]`)` (like tokio's `try_acquire`), not a
-//!   decision value: the success case must carry the permit. It says why,
-//!   and the limit, the slots in use and what remains for the priority.
-//! - A cost above the limit, or above the share of its priority, is
-//!   refused with [`Reason::Cost`], at once, even by `enqueue` and
-//!   `acquire`: it could never be granted, and queued it would block every
-//!   waiter behind it.
-//! - `max_delay` defaults to 1 s and `max_waiters` to 1,024: a bounded
-//!   wait, not tower's unbounded one.
-//! - Keyed limits drop idle keys and refuse new keys when full of busy
-//!   ones; see [`keyed`].
+//! [`ConcurrencyLimiter::try_acquire`] answers at once; `enqueue` returns a
+//! [`Ticket`] and `acquire().await` (feature `tokio`) waits on it. The queue
+//! is FIFO within a priority, highest priority first, with no barging and no
+//! starvation of large requests. A refusal is an `Err(`[`Denied`]`)` that
+//! says why; a cost above the limit or its priority's share is refused at
+//! once ([`Reason::Cost`]), even by `acquire`. Keyed limits: see [`keyed`].
+//! Each rule in full: `crates/core/docs/concurrency.md`.
 //!
 //! # Example
 //!

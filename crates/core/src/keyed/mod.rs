@@ -1,123 +1,58 @@
 //! [`KeyedLimiter`]: one state per key, for millions of keys.
 //!
-//! `is_allow(resource)`: each key (a user, an IP, an API key, a route) has
-//! its own state under its own quota, created on first use and dropped by
-//! itself once it can no longer change a decision.
+//! `check(&key)`: each key (a user, an IP, an API key, a route) has its own
+//! state under its own quota, created on first use and dropped by itself
+//! once it can no longer change a decision. For 10^7 to 10^8 keys of a
+//! fixed size (`u64`, IP addresses) under one quota,
+//! [`compact::CompactKeyedLimiter`] holds the same decisions in a table
+//! sized once, at about half the bytes a key, and checks keys in batches.
 //!
-//! For 10^7 to 10^8 keys of a fixed size (`u64`, IP addresses) under one
-//! quota, [`compact::CompactKeyedLimiter`] holds the same decisions in a
-//! table sized once, at about half the bytes a key, and checks keys in
-//! batches.
+//! # Guarantees
+//!
+//! - **Per key, a [`Limiter`](crate::Limiter)'s**: decisions are
+//!   linearizable per key, with the same instant rule.
+//! - **A reading that goes back never re-credits a key**: a known key is
+//!   decided at the later of the reading and its state's time; a key
+//!   created after a sweep, at the later of the reading and that sweep's.
+//!   `retry_after` and `reset_after` count from the request's own reading.
+//!   There is no limiter-wide maximum of the readings
+//!   (`tests/keyed_clock_back.rs`).
+//! - **Hashing an attacker cannot aim**: foldhash, seeded at random per limiter.
 //!
 //! # Per-key quotas
 //!
 //! Every key runs the default algorithm unless an exact override or the
-//! override function gives it another. Both the default and the exact
-//! overrides can change while traffic flows
+//! override function gives it another; both can change while traffic flows
 //! ([`set_default`](KeyedLimiter::set_default),
-//! [`set_override`](KeyedLimiter::set_override)); a key picks the change up on
-//! its next request, and its state is carried over by the [`Carry`] rule
-//! given with the change. Several limits on one key, all-or-nothing, are an
+//! [`set_override`](KeyedLimiter::set_override)). A key picks a change up on
+//! its next request, its state carried over by the [`Carry`] rule given
+//! with it. Several limits on one key, all-or-nothing, are an
 //! [`AllOf`](crate::AllOf) algorithm.
 //!
 //! # Memory: bounded, and lossless
 //!
-//! A key whose state is indistinguishable from a fresh one (bucket full,
-//! window over, log expired: [`Algorithm::is_idle`]) is removed, atomically
-//! with respect to requests for that key, so that no future decision
-//! changes. A background thread sweeps the map every
-//! [`sweep_every`](KeyedBuilder::sweep_every) (1 s by default; it stops when
-//! the limiter is dropped), 16 slots at a time: a request waits
-//! for at most one such chunk of its own shard, and no caller's thread ever
-//! pays for a sweep. [`sweep`](KeyedLimiter::sweep) runs one now. What a
-//! sweep removed is freed before it returns, and a shard it left mostly
-//! empty shrinks: 1,000,000 idle keys leave nothing, to the byte, above the
-//! empty limiter (measured in `tests/keyed_memory.rs`, GCRA at 1,000,000
-//! keys in 2^21 slots: 35.7 bytes per `u64` key, 69.2 per 16-byte
-//! [`CompactString`] key, 85.2 per 16-byte `String` key plus the
-//! allocator's overhead on its heap block; the empty limiter, with its 256
-//! shards, is 33 KB).
-//!
-//! A key on the default quota is a 16-byte entry for a `u64` key and a
-//! one-word state: the key and the cell, nothing else. The algorithm it
-//! runs is its shard's, shared by every such key of the shard and tagged
-//! with the generation of the rules that resolved it, so that a change of
-//! quota is noticed without a per-key generation (see `src/keymap.rs` for
-//! the layout and why it was chosen). A key on an override, or one that
-//! has not had a request since the last change, holds a pointer to its own
-//! algorithm beside its cell (24 bytes), until it is back on the default.
-//! The first request to a shard after a change of quota moves that shard's
-//! keys aside (a hold of its lock for O(keys in the shard), as when
-//! its table grows); each key's state is still carried over at its own
-//! next request.
-//!
-//! # String keys
-//!
-//! Requests name a key by any borrowed form `Q` of it (`K: Borrow<Q>`), and
-//! a new key is made from `Q`'s owned form (`K: From<Q::Owned>`): `&str` for
-//! `KeyedLimiter<String>` and for `KeyedLimiter<CompactString>`, `&u64` for
-//! `u64`. A known key is looked up without allocating. A `String` key holds
-//! its bytes in a heap block of its own (32 bytes from the allocator for a
-//! 16-byte key); a [`CompactString`] keeps up to 24 bytes inline in its
-//! 24-byte header, so that `"user:00001234"` costs no allocation at all, and
-//! longer ones go to the heap as a `String`'s do. It hashes and compares
-//! as its `str`, so that `check("alice")` finds it.
-
-//! # Clocks that go back
-//!
-//! A sweep judges a key idle at its own clock reading `t1`: the key's state
-//! is then indistinguishable from a fresh one at `t1` and at every later
-//! instant, not before. So that a removal never re-credits a key whose
-//! clock then reads an earlier `t0 < t1` (a clock set back, a sweeper on a
-//! core whose counter runs ahead, or a sweep racing the request), a key
-//! created fresh is decided at the later of the reading and the latest
-//! reading any sweep took: exactly what the removed state would have
-//! answered there. What is true of time is per key:
-//!
-//! - a known key is decided at the request's own reading, as a
-//!   [`Limiter`](crate::Limiter) is: each algorithm decides at the later of
-//!   that reading and its state's own time, so a reading that goes back
-//!   never re-credits the key;
-//! - a key created after a miss is decided, and its permits counted, at the
-//!   later of the reading and the latest sweep's reading `t1`;
-//! - in both cases `retry_after` and `reset_after` count from the request's
-//!   own reading: a key created at `t1` for a reading `t0 < t1` reports its
-//!   waits `t1 − t0` longer than the decision at `t1` did, so that
-//!   `t0 + reset_after` is the instant it is full again.
-//!
-//! There is no limiter-wide running maximum of the readings: two keys can
-//! be decided at different times by requests that read the clock together.
-//! Pinned by `tests/keyed_clock_back.rs`.
-//!
-//! The number of live keys is capped ([`max_keys`](KeyedBuilder::max_keys),
-//! 2^24 by default). When the map is full, no live key is ever evicted
+//! A key whose state is indistinguishable from a fresh one
+//! ([`Algorithm::is_idle`]: bucket full, window over, log expired) is
+//! removed, atomically with respect to its requests, so no decision changes;
+//! what a sweep removed is freed before it returns (1,000,000 idle keys
+//! leave nothing above the empty limiter). A full map evicts no live key
 //! (evicting a throttled key would let it escape, as LRU eviction does):
-//! requests for new keys are decided together on one **overflow state**
-//! under the default quota, so a flood of fresh keys shares one key's quota
-//! until idle keys are swept (a full map wakes the sweeper at once). A cost
-//! above the overflow state's capacity (a key whose own quota is larger) is
-//! denied with `retry_after` set to the sweep interval. A key decided on the
-//! overflow state has no state of its own: once it gets a slot, it starts
-//! fresh, within what the overflow state let through.
+//! new keys share one **overflow state** under the default quota until
+//! sweeps make room, and a key decided there starts fresh once it has a
+//! slot. Entries are 16 bytes for a `u64` key on the default quota, 24 on an
+//! override; [`CompactString`] keys keep up to 24 bytes inline.
 //!
-//! # Concurrency and hashing
+//! | parameter | default | why that default |
+//! |---|---|---|
+//! | [`max_keys`](KeyedBuilder::max_keys) | 2^24 ([`DEFAULT_MAX_KEYS`]) | bounds a `u64`-keyed GCRA map near 600 MB (35.7 B a key); also sizes it: a shard per 2^16 keys, 8 to 256 |
+//! | [`sweep_every`](KeyedBuilder::sweep_every) | 1 s ([`DEFAULT_SWEEP_EVERY`]) | idle keys freed within a second, by a thread of the limiter's own, 16 slots at a time; `None`: call [`sweep`](KeyedLimiter::sweep) |
+//! | [`clock`](KeyedBuilder::clock) | [`QuantaClock`](crate::QuantaClock) | the crate's default clock (see [`clock`](crate::clock)) |
 //!
-//! The map is split by hash into shards, each a lock around `hashbrown`
-//! tables (see `src/keymap.rs` and `src/shard_lock.rs` for the choice and
-//! its bounds): a request for an existing key takes its shard's lock (one
-//! atomic read-modify-write on a word of its own cache line; the release
-//! is a plain store) and runs the algorithm on the key's own state, which
-//! the lock makes exclusive, so a one-word state is written with a plain
-//! store. A new key takes the same lock, which also grows the shard's table
-//! when it is full (a hold of O(keys in the shard): at most 65,536 keys at
-//! the default cap).
-//! There are enough shards that a full one holds about 2^16 keys at the cap
-//! ([`max_keys`](KeyedBuilder::max_keys)), from 8 to 256. The hasher is
-//! foldhash, seeded at random per limiter, so that keys chosen by an
-//! attacker cannot be made to collide.
+//! The rules for each case (clocks, the overflow state, string keys, a
+//! change of quota), the bytes per key measured, and the locking:
+//! `crates/core/docs/keyed.md`; the map itself: `crates/core/docs/keymap.md`.
 //!
-//! Decisions are linearizable per key, with the same instant rule as
-//! [`Limiter`](crate::Limiter).
+//! Examples: on [`KeyedLimiter`].
 
 mod builder;
 mod check;
