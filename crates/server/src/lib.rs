@@ -56,7 +56,6 @@ pub mod request;
 pub mod rules;
 pub mod server;
 pub mod service;
-pub mod statsd_mapping;
 pub mod status;
 pub mod tls;
 pub mod traces;

@@ -1,6 +1,6 @@
 //! envoyproxy/ratelimit's stats, kept as it keeps them: one counter per
 //! StatsD-style name, from which both its StatsD lines
-//! ([`super::statsd`]) and its Prometheus series ([`crate::statsd_mapping`]) are
+//! ([`super::statsd`]) and its Prometheus series ([`super::statsd_mapping`]) are
 //! drawn, as its `gostats` store feeds its StatsD sink or its embedded
 //! statsd_exporter.
 //!

@@ -4,7 +4,7 @@
 //! 1.0.0 to a scraper whose `Accept` asks for it ([`text`]): the series
 //! names are the same in both. envoyproxy/ratelimit's stats are kept as it
 //! keeps them ([`lyft`]), named for Prometheus by its statsd_exporter
-//! mapping ([`crate::statsd_mapping`]) and sent to StatsD by [`statsd`];
+//! mapping ([`statsd_mapping`]) and sent to StatsD by [`statsd`];
 //! [`crate::config::telemetry`] says where they go.
 //!
 //! `prometheus-client` (the Prometheus project's own Rust client) rather
@@ -70,6 +70,7 @@ pub mod budget;
 pub mod lyft;
 pub mod response_time;
 pub mod statsd;
+pub mod statsd_mapping;
 pub mod text;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -81,7 +82,7 @@ use prometheus_client::registry::Registry;
 use tollgate::Decision;
 
 use crate::rules::Rule;
-use crate::statsd_mapping::{Mapping, Series};
+use statsd_mapping::{Mapping, Series};
 use lyft::LyftStats;
 pub use lyft::StatCounters;
 use text::Format;

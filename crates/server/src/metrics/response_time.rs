@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::statsd_mapping::{Mapping, TimerSeries};
+use super::statsd_mapping::{Mapping, TimerSeries};
 
 /// The timer's StatsD name.
 pub const STAT: &str = "ratelimit_server.ShouldRateLimit.response_time";

@@ -32,7 +32,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::statsd_mapping::Series;
+use super::statsd_mapping::Series;
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
