@@ -138,7 +138,8 @@ for s in "${order[@]}"; do
 done
 
 # Every round's usec_per_call, and its ratio to the same round's bare script
-# (the target is a ratio in every round, not only the median's).
+# (the lean script's target is its ratio to the bare script in every round,
+# not only the median's).
 echo
 printf '| round |'
 for s in "${order[@]}"; do printf ' %s |' "$s"; done

@@ -25,60 +25,31 @@
 //!
 //! # The rules (the core's `carry_cell`, per algorithm)
 //!
-//! - **GCRA**: the debt, in permits, in the new quota's ticks:
-//!   [`Carry::Keep`] scales it by the emission intervals,
-//!   [`Carry::Proportional`] by the capacities, rounded up. Exact while
-//!   `debt · new value` stays below 2^53; beyond, within one tick (1/scale
-//!   ns) in Lua's doubles, still rounded up. A carried debt is capped at
-//!   2·10^15 ticks (what the state reads exactly; a quarter-day at 16 ticks
-//!   per ns, more at lower scales): a limit lowered so far that the old
-//!   debt is longer waits that long, not longer.
-//! - **Fixed window**: the count if its window is still current under the
-//!   old period, counted in the window current under the new one;
-//!   [`Carry::Proportional`] scales it by the limits, rounded up; a count
-//!   above the new limit is capped at it (the key is spent until the window
-//!   ends, as the core's larger count leaves it).
+//! - **GCRA**: the debt, in the new quota's ticks, scaled by the emission
+//!   intervals ([`Carry::Keep`]) or the capacities
+//!   ([`Carry::Proportional`]), rounded up; capped at 2·10^15 ticks.
+//! - **Fixed window**: the count, if its window is still current, in the
+//!   window current under the new period; scaled by the limits for
+//!   [`Carry::Proportional`], rounded up; capped at the new limit.
 //! - **Sliding window** and a change of algorithm: not carried (the key
-//!   starts afresh, as [`Carry::Reset`]) rather than approximated: the
-//!   wheel's slots do not map onto another geometry without the core's
-//!   "move into the newest slot" rule, which the script does not have.
+//!   starts afresh, as [`Carry::Reset`]) rather than approximated.
 //! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
-//!   whatever the rule, with their TTL, on the key's first decision.
+//!   whatever the rule, with their TTL.
 //!
 //! # Listed and penalised keys stay so
 //!
 //! A list entry has no TTL and a penalty may outlive the carry period, so
-//! a listed or penalised key not decided during it would keep its marker
-//! under the old key and be decided as free (a deny-listed key admitted
-//! again). So:
+//! the lists' and penalties' registries are carried too: building a
+//! carrying limiter spawns a task (when a tokio runtime runs) that moves
+//! every registered key's markers, one atomic call per key
+//! ([`RedisLimiter::carry_controls`](crate::RedisLimiter::carry_controls),
+//! retried until done); decisions keep carrying until that is done and the
+//! previous keys cannot live any more, so no decision meets a listed or
+//! penalised key as free. Controls see the old keys meanwhile.
 //!
-//! - **The registries are carried**: every listed key is in the lists'
-//!   registry (a set, see [`controls`](crate::controls)), every penalised
-//!   key in the penalties' (a sorted set by the penalty's end, in the same
-//!   slot; [`penalize`](crate::RedisLimiter::penalize) adds to it and drops
-//!   ended penalties, pipelined after the penalty's own call). Building a
-//!   carrying limiter spawns a task (when a tokio runtime runs) that walks
-//!   both (`SSCAN`, `ZSCAN`) and moves each key's markers to its new keys,
-//!   one atomic call of `controls.lua` per key
-//!   ([`RedisLimiter::carry_controls`](crate::RedisLimiter::carry_controls);
-//!   retried after a fault until done or the limiter is dropped).
-//! - **The carry lasts until then**: decisions keep carrying (and moving
-//!   markers) until the previous keys cannot live any more *and* the
-//!   registries were carried, so no decision meets a listed or penalised
-//!   key as free. Without a runtime, call
-//!   [`carry_controls`](crate::RedisLimiter::carry_controls) yourself, or
-//!   decisions carry for the limiter's life (correct, on the general
-//!   script).
-//! - **Controls see the old keys** while the carry lasts: each moves their
-//!   markers first and, when it drops the key's state (reset, penalty,
-//!   listing, unlisting), drops the old keys' too (else the next decision
-//!   would carry it back). A refund on a key whose state is still under the
-//!   old key only (not decided since the change) changes nothing and answers `Ok(false)`: never more
-//!   permits than the refund meant.
-//! - **Limits**: a penalty set before the registries existed is carried
-//!   only by a decision during the carry period; markers set by nodes still
-//!   on the previous limits after the registries were carried are not
-//!   moved: finish a rolling change first, or call `carry_controls` again.
+//! Each rule in full, with its exactness, the controls' behaviour during
+//! the carry, and its limits (penalties set before the registries
+//! existed, a rolling change): `crates/redis/docs/carry.md`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -31,59 +31,30 @@
 //! # Markers in place of the state: the hot path is unchanged
 //!
 //! A list entry or a penalty is written **in place of the key's state**,
-//! in each of its limits' keys, as a string starting with `!`: `!d` (deny
-//! list), `!a` (allow list), `!p<end>` (penalty until `end`, in the
-//! scripts' clock units, the key's TTL its end plus the slack) or `!pn`
-//! (past the clock's end: "never"). The scripts and the module recognise a
-//! marker only in the branch that reads a value that is not a state, so an
-//! ordinary decision pays no extra read or comparison. Controls (rare) run
-//! always as a script, with or without the native module (which reads the same
-//! markers: `crates/redis-module`, `controls.rs`). A decision that meets:
+//! in each of its limits' keys, as a string starting with `!` (`!d`, `!a`,
+//! `!p<end>`, `!pn` for "never"). The scripts and the native module
+//! recognise a marker only where they read a value that is not a state, so
+//! an ordinary decision pays no extra read. A decision that meets the deny
+//! list is denied with `retry_after` "never" (`u64::MAX` ns); the allow
+//! list, admitted with the key reported full; a penalty, denied until it
+//! ends. It counts nothing. Lists are checked before the penalty.
 //!
-//! - **the deny list**: denied, `remaining` 0, `retry_after` and
-//!   `reset_after` "never" (`u64::MAX` ns);
-//! - **the allow list**: admitted, reporting the key full (`remaining` =
-//!   the capacity: listing dropped the state, so full *is* its state);
-//! - **a penalty**: denied, `remaining` 0, `retry_after` = `reset_after` =
-//!   the time left (the key is full when it ends);
+//! Where the contract is silent: listing and a penalty **drop the key's
+//! state** (one value holds a state or a marker); a listed key takes no
+//! penalty and no refund, and `reset` leaves it listed (each answers
+//! `Ok(false)`); a list entry has **no TTL**; after a change of quota the
+//! lists start empty unless the limiter is built with
+//! [`carry_from`](crate::RedisLimiterBuilder::carry_from).
 //!
-//! and counts nothing. Lists are checked before the penalty.
+//! # Parameters
 //!
-//! # Decisions where the contract is silent
+//! | parameter | default | from |
+//! |---|---|---|
+//! | [`list_capacity`](crate::RedisLimiterBuilder::list_capacity) | 100,000 keys, both lists together | a bound on the registry; listing past it is [`ControlError::ListFull`], never a silent drop |
 //!
-//! - **Listing drops the key's state and any penalty** (one value holds a
-//!   state or a marker): an allowed key reports full, an unlisted one
-//!   starts full. Keeping the state inside an allow marker would keep it
-//!   past its TTL, where the GCRA state's modular reading is no longer
-//!   exact (see [`script`](crate::script)).
-//! - **A listed key takes no penalty and no refund, and `reset` leaves it
-//!   listed**: each answers `Ok(false)`.
-//! - **A penalty drops the state**: the key is full when it ends; a refund
-//!   during a penalty changes nothing.
-//! - **A list entry has no TTL**: it lives until [`unlist`](RedisLimiter::unlist)
-//!   or a `DEL` by hand. Changed quotas name new keys (see [`key`](crate::key)):
-//!   without [`carry_from`](crate::RedisLimiterBuilder::carry_from) the lists
-//!   start empty under them, as every state does; with it every listed and
-//!   penalised key stays so, and while the carry lasts each control also
-//!   sees the previous keys.
-//! - **Local copies**: after a control that changed something this node
-//!   forgets its cached denial and its lease for the key; other nodes keep
-//!   theirs until they end (a cached denial at its `retry_after`, never
-//!   past a penalty's end; a lease at its TTL).
-//!
-//! # Bounded lists
-//!
-//! The deny and allow lists hold at most
-//! [`list_capacity`](crate::RedisLimiterBuilder::list_capacity) keys
-//! together, counted in a registry (a set in the limiter's own slot,
-//! `<prefix>{<name>|#}lists`: user keys live in many slots, so the count
-//! cannot share the marker's atomic call on a cluster). Listing reserves
-//! the key in the registry first (refused with [`ControlError::ListFull`]
-//! when full, never a silent drop), then writes the marker; unlisting
-//! removes the marker, then the entry; a penalty is registered after it
-//! was set. A failure between the two calls may leave the registry
-//! over-counting (never under: the cap errs on refusing); listing or
-//! unlisting the key again repairs it.
+//! Each rule in full (the markers' formats, what each decision reports,
+//! local copies on other nodes, how the lists' registry counts and is
+//! repaired): `crates/redis/docs/controls.md`.
 
 use std::time::Duration;
 

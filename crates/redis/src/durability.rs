@@ -12,47 +12,32 @@
 //!   replication lag `L` (`burst + rate·L` for GCRA, `limit` for a window;
 //!   see [`limiter`](crate::limiter), "Over-admission after a failover").
 //!   `L` is a millisecond on a healthy link but any length when the replica
-//!   falls behind, which is when a master is most likely to be lost: the
-//!   bound whatever `L` is, is a whole `limit` (a whole `burst` plus the
-//!   rate over the lag, for GCRA).
+//!   falls behind: whatever `L` is, a whole `limit` (for GCRA, a whole
+//!   `burst` plus the rate over the lag).
 //! - [`Durability::Replicas`]: each check pipelines `WAIT replicas timeout`
-//!   after its decision, on a connection of its own (`dedicated`). An
-//!   **admission** fewer replicas acknowledged within `timeout` goes to the
-//!   failure policy as [`Fault::Unreplicated`](crate::Fault::Unreplicated)
-//!   (and counts towards the breaker like an error); a **denial** stands.
-//!   Redis Cluster and Sentinel promote the replica furthest in the
-//!   replication stream, so with `replicas` equal to each master's replica
-//!   count a failover forgets no answered admission: **0** over-admission
-//!   (measured: see [`cluster`](crate::cluster)), the policy's own aside.
-//!   With fewer, the bound holds for admissions that reached no promoted
-//!   replica (Redis's caveat: `WAIT` does not make it strongly consistent).
-//!
-//! The cost: one replica acknowledgement added to each check's latency (no
-//! round trip: `WAIT` is pipelined, as Redis refuses it in scripts), and
-//! availability: a master left without `replicas` replicas admits nothing
-//! by Redis until one is back.
+//!   after its decision, on a connection of its own. An **admission** fewer
+//!   replicas acknowledged within `timeout` goes to the failure policy as
+//!   [`Fault::Unreplicated`](crate::Fault::Unreplicated); a **denial**
+//!   stands. With `replicas` equal to each master's replica count a
+//!   failover forgets no answered admission: **0** over-admission
+//!   (measured: see [`cluster`](crate::cluster)). The cost: a replica's
+//!   acknowledgement added to each check's latency, and a master left
+//!   without `replicas` replicas admits nothing by Redis.
 //!
 //! # Parameters and rules
 //!
-//! - `replicas` at least 1; `timeout` at least 1 ms (`WAIT … 0` blocks
-//!   forever) and shorter than the limiter's deadline: checked when the
-//!   limiter is built.
+//! - `replicas` at least 1; `timeout` at least 1 ms and shorter than the
+//!   limiter's deadline: checked when the limiter is built. No default:
+//!   durability is asked for.
 //! - Give the deadline at least `timeout` + 100 ms where the reason
-//!   matters: Redis ends an unanswered `WAIT` on its cron tick (`hz 10`:
-//!   every 100 ms), and one the deadline ends first reaches the policy as
-//!   a timeout, not as `Unreplicated` (the same decision, another reason).
-//! - Up to 16 idle dedicated connections kept per node, one more per
-//!   concurrent durable check: a blocked `WAIT` never holds back the calls
-//!   pipelined behind it.
-//! - Checks and leases wait; peeks, refunds and controls do not (a refund
-//!   lost in a failover leaves fewer permits, never more). A waiting
-//!   limiter never joins a [`Batcher`](crate::Batcher)'s batches. The
-//!   concurrency limiter ([`concurrency`](crate::concurrency)) does not
-//!   take this setting.
+//!   matters: Redis ends an unanswered `WAIT` on its cron tick (`hz 10`).
+//! - Checks and leases wait; peeks, refunds and controls do not. A waiting
+//!   limiter never joins a [`Batcher`](crate::Batcher)'s batches; the
+//!   concurrency limiter does not take this setting.
 //!
-//! The measurements behind the dedicated connection and the `WAIT` timer:
-//! `crates/redis/docs/durability.md`; the latency: `BENCHMARKS.md`,
-//! "Cluster under change".
+//! Each rule in full, and the measurements behind the dedicated connection
+//! and the `WAIT` timer: `crates/redis/docs/durability.md`; the latency:
+//! `BENCHMARKS.md`, "Cluster under change".
 //!
 //! # Example
 //!

@@ -17,9 +17,8 @@
 //! - **failure policy**: fail open, fail closed or a local share, with a
 //!   deadline, a circuit breaker and counters ([`policy`], [`breaker`]).
 //! - **cluster changes**: tollgate's router (a connection and a breaker per
-//!   node, so that one node's fault stays that node's), what holds while
-//!   slots migrate, a master fails over, stops or joins, and the bound on
-//!   over-admission when a master is lost ([`cluster`], "Guarantees").
+//!   node), what holds while slots migrate, a master fails over, stops or
+//!   joins, and the bound on over-admission ([`cluster`], "Guarantees").
 //! - **durability**: an admission answered once the master applied it (the
 //!   default) or once replicas acknowledged it, `WAIT` ([`durability`]).
 //! - **deny cache**: standing denials answered locally ([`deny_cache`]).

@@ -35,15 +35,14 @@
 //!
 //! ## Outcomes
 //!
-//! [`Outcome::Allowed`](tollgate::observe::Outcome::Allowed), [`Outcome::Denied`](tollgate::observe::Outcome::Denied) or, in dry-run, a denial as
-//! [`Outcome::Shadow`](tollgate::observe::Outcome::Shadow). A decision taken by a control's marker (a deny or
-//! allow list, a penalty: see [`controls`](crate::controls)) is reported
-//! as the denial or admission it is, not as `Listed` or `Penalized`: the
-//! scripts' reply (shared with the native module) does not say which marker
-//! decided, and a penalty's reply is indistinguishable from a full fixed
-//! window's. Telling them apart would need a reply field the scripts do
-//! not have: count list and penalty decisions with the controls' own
-//! return values.
+//! [`Outcome::Allowed`](tollgate::observe::Outcome::Allowed),
+//! [`Outcome::Denied`](tollgate::observe::Outcome::Denied) or, in dry-run,
+//! a denial as [`Outcome::Shadow`](tollgate::observe::Outcome::Shadow). A
+//! decision taken by a control's marker (see [`controls`](crate::controls))
+//! is reported as the denial or admission it is, not as `Listed` or
+//! `Penalized`: the scripts' reply (shared with the native module) does not
+//! say which marker decided, and a penalty's is a full fixed window's.
+//! Count those with the controls' own return values.
 //!
 //! # Dry-run
 //!

@@ -219,7 +219,7 @@ async fn a_fresh_connection_finds_every_script_compiled() {
     }
 }
 
-/// The same issue: a reply later than the connection's `response_timeout`
+/// The same regression: a reply later than the connection's `response_timeout`
 /// (Redis paused for 300 ms, the limiter's deadline 2 s) is a timeout, not
 /// an error (it was `Fault::Error`: failed before the fix).
 #[tokio::test]

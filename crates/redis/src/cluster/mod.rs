@@ -3,44 +3,30 @@
 //!
 //! # The router
 //!
-//! tollgate routes cluster calls itself (`cluster/router.rs`), on the redis
-//! crate's single-server connections: **one multiplexed connection per
-//! node** and a **slot map** (slot → master, read with `CLUSTER SLOTS`
-//! from the masters; the owner most of them name wins). Each call goes to
-//! the master of its key's hash slot (every key of one user key shares a
-//! slot: [`key`](crate::key)). `MOVED` updates its slot at once; `ASK` is
-//! followed with `ASKING` on the target. The map is refreshed **in the
-//! background**, after a `MOVED`, a call that got no answer, or while a
-//! node's breaker is open: no call ever waits for a refresh, a
-//! reconnection or another node. A call refused **before it ran**
-//! (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) is sent again after a short
-//! pause until its deadline: decisions, controls, the concurrency limiter's
-//! and the Lyft layout's calls alike.
+//! tollgate routes cluster calls itself (`cluster/router.rs`): **one
+//! multiplexed connection per node** and a **slot map** read with `CLUSTER
+//! SLOTS`. Each call goes to the master of its key's hash slot (every key
+//! of one user key shares a slot: [`key`](crate::key)); `MOVED` and `ASK`
+//! are followed, and the map is refreshed **in the background**: no call
+//! ever waits for a refresh, a reconnection or another node. A call refused
+//! **before it ran** (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`) is sent
+//! again after a short pause until its deadline.
 //!
 //! | parameter | value | where, and what it serves |
 //! |---|---|---|
 //! | redirections per attempt | 5 | `router.rs` `MAX_REDIRECTS`: then the call pauses and is sent again within its deadline |
 //! | map refresh | at most once per 100 ms | `router.rs` `MIN_REFRESH`: slots follow a promoted replica within about one refresh |
 //! | resend pause | 1 ms, doubling to 16 ms | `FIRST_PAUSE`, `MAX_PAUSE`: a migration can keep a call bouncing longer than a few redirections |
-//! | deadline | 20 ms (5 ms on one server) | [`CLUSTER_DEADLINE`](crate::limiter::CLUSTER_DEADLINE): room for a redirection or two while slots move; at 5 ms, 3 in 3,790 calls outside the moving slots went to the policy during a reshard, none at 20 ms |
+//! | deadline | 20 ms (5 ms on one server) | [`CLUSTER_DEADLINE`](crate::limiter::CLUSTER_DEADLINE): room for a redirection or two while slots move (at 5 ms, 3 in 3,790 calls went to the policy during a reshard, none at 20 ms) |
 //!
-//! # Faults stay with their node
-//!
-//! - **A breaker per node** (see [`breaker`](crate::breaker)): a node that
-//!   times out, errs or (with [`Durability::Replicas`](crate::Durability::Replicas))
-//!   leaves admissions unreplicated opens its own; only its slots go to the
-//!   failure policy.
-//! - **Resharding is not a fault**: a deadline passed while the cluster
-//!   refuses the call goes to the policy as a
-//!   [`Fault::Timeout`](crate::Fault::Timeout) and counts towards no
-//!   breaker (`counts_as_node_fault`).
-//! - **`WAIT` on a connection of its own** (`dedicated`): a durable check
-//!   never holds back the calls pipelined behind it, and its refusal says
-//!   what happened ([`Fault::Unreplicated`](crate::Fault::Unreplicated), or
-//!   a timeout only when the deadline passed first).
-//! - **Run the cluster with `cluster-require-full-coverage no`**: with
-//!   Redis's default every node refuses every slot from a master's failure
-//!   until its replica's promotion, and every key goes to the policy then.
+//! **Faults stay with their node**: each node has its own
+//! [`breaker`](crate::breaker), so only a failing node's slots go to the
+//! failure policy; resharding is not a fault (a deadline passed while the
+//! cluster refuses the call is a [`Fault::Timeout`](crate::Fault::Timeout)
+//! counted by no breaker); a durable check's `WAIT` runs on a connection of
+//! its own. Run the cluster with `cluster-require-full-coverage no`: with
+//! Redis's default every node refuses every slot from a master's failure
+//! until its replica's promotion.
 //!
 //! # Guarantees
 //!
@@ -57,20 +43,15 @@
 //! | master killed | the policy (errors, then its breaker) | until its replica is promoted and the next refresh | `burst + rate·L` for GCRA, `limit` for a window, `L` the replication lag |
 //! | a master without a replica, `Durability::Replicas` | admissions to the policy (`Unreplicated`, then its breaker); denials stand | until a replica acknowledges again | the policy's |
 //!
-//! A migration is **exact** (a key moves atomically with its TTL and lives
-//! on one node at every instant; a call runs where it is). A lost master's
-//! replica may lack the last `L` of writes (about a millisecond on a
-//! healthy link, unbounded when it lags) and admits them again; with
-//! [`Durability::Replicas`](crate::Durability::Replicas) an admission is
-//! Redis's only once replicas hold it: **0** (see
-//! [`durability`](crate::durability)). A node added is followed without a
-//! restart (`NOSCRIPT` there is answered by `EVAL`, see
-//! [`script`](crate::script)).
+//! A migration is **exact** (a key lives on one node at every instant). A
+//! lost master's replica may lack the last `L` of writes and admits them
+//! again, unless [`Durability::Replicas`](crate::Durability::Replicas)
+//! makes it **0** (see [`durability`](crate::durability)). A node added is
+//! followed without a restart.
 //!
-//! Each figure with its run (times, counts, the lagging replica, the node
-//! added) and why the redis crate's own cluster client was replaced:
-//! `crates/redis/docs/cluster.md`; the runs: `BENCHMARKS.md`, "Cluster
-//! under change".
+//! Each rule in full, each figure with its run, and why the redis crate's
+//! own cluster client was replaced: `crates/redis/docs/cluster.md`; the
+//! runs: `BENCHMARKS.md`, "Cluster under change".
 //!
 //! # Example
 //!
