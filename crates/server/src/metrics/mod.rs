@@ -82,9 +82,9 @@ use prometheus_client::registry::Registry;
 use tollgate::Decision;
 
 use crate::rules::Rule;
-use statsd_mapping::{Mapping, Series};
 use lyft::LyftStats;
 pub use lyft::StatCounters;
+use statsd_mapping::{Mapping, Series};
 use text::Format;
 
 /// Which API a request came through (label value `grpc` or `http`).
