@@ -36,8 +36,12 @@ fn json(addr: SocketAddr, body: &str) -> String {
 /// memory instead of its Redis service, on loopback ports the OS picks).
 fn lyft_command(root: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    command.arg("serve");
+    with_lyft_env(command, root)
+}
+
+fn with_lyft_env(mut command: Command, root: &std::path::Path) -> Command {
     command
-        .arg("serve")
         .env_clear()
         .env("USE_STATSD", "false")
         .env("LOG_LEVEL", "info")
@@ -71,7 +75,28 @@ fn temp_root(name: &str) -> std::path::PathBuf {
 #[test]
 fn serve_without_config_runs_from_lyfts_environment() {
     let root = temp_root("serve");
-    let mut child = lyft_command(&root)
+    serves_and_stops(lyft_command(&root));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Envoy Gateway's ratelimit Deployment runs `/bin/ratelimit` with no
+/// arguments: the binary under that name is `tollgate serve`.
+#[test]
+fn the_binary_named_ratelimit_serves_as_envoyproxys_does() {
+    let root = temp_root("named");
+    let ratelimit = root.join("ratelimit-bin");
+    std::fs::create_dir_all(&ratelimit).expect("bin dir");
+    let ratelimit = ratelimit.join("ratelimit");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tollgate"), &ratelimit).expect("symlink");
+    serves_and_stops(with_lyft_env(Command::new(&ratelimit), &root));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Starts `command` (a server on the example rules), checks /healthcheck and
+/// that the fourth call of a rule of 3 a minute is refused, then stops it
+/// with SIGTERM: exit 0.
+fn serves_and_stops(mut command: Command) {
+    let mut child = command
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -129,7 +154,6 @@ fn serve_without_config_runs_from_lyfts_environment() {
     };
     assert!(status.success(), "{status:?}");
     reader.join().expect("the stderr reader");
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
