@@ -13,46 +13,26 @@
 //! - **The TTL in the same step**: the value and its expiry are written in
 //!   one command, before anything else runs.
 //!
-//! # Decisions (what an admission costs, and why)
+//! # Cost
 //!
-//! Redis CPU per admission is the module's target (≤ `CL.THROTTLE`'s, see
-//! `BENCHMARKS.md`), and in a module command most of it is allocation:
-//! every Redis object and every Rust heap value goes through Redis's
-//! allocator and its memory accounting. Hence:
+//! The aim is Redis CPU per admission no more than redis-cell's
+//! `CL.THROTTLE` (`BENCHMARKS.md`); in a module command most of it is
+//! allocation, so:
 //!
-//! - **In place.** The value is written through the key's DMA buffer. A
-//!   state of the stored value's length (nearly every admission: a GCRA TAT
-//!   keeps its number of digits for days) is overwritten without any
-//!   allocation. A key that is empty, holds another type or a string of
-//!   another length is deleted and re-created at the exact length (not
-//!   `RedisModule_StringTruncate` on the old one, which grows a string
-//!   greedily, doubling it). The string is stored raw: Redis's DMA read
-//!   decodes an embedded or integer-encoded string on **every** read, even
-//!   from a key opened read-only, so the `SET` of the older code made each
-//!   next decision re-allocate the value it read. (A raw 16-digit value
-//!   takes the same 48 bytes of jemalloc classes as an embedded one; the
-//!   lean script's `SET` stores an integer-encoded value, 16 bytes, which
-//!   no module API makes or reads without `RedisModule_Call`: see
-//!   `BENCHMARKS.md`, bytes per key.)
-//! - **One `RedisModule_Replicate` with a static format** (`"sbss"`: the
-//!   key as it came, the value's bytes, `PXAT`, the time): no Rust
-//!   allocation. `PXAT` is one string made at load, and the time's string
-//!   is kept and reused while admissions expire at the same millisecond
-//!   (every new key of a quota, a hot key): Redis takes references to
-//!   them instead of making new strings. What remains is Redis's own work
-//!   in `RedisModule_Replicate`, which this module cannot avoid: looking
-//!   the command up (three allocations in 7.0), the argument vector, the
-//!   command name and the value's copy (about 2,000 instructions per
-//!   admission, profiled with callgrind, see `BENCHMARKS.md`), even on a
-//!   server without replicas or AOF, where Redis then drops it. We keep
-//!   it: that Redis has no listener is not visible to a module (a
-//!   replication backlog outlives its replicas, and one is created at
-//!   load), and a write that misses a replica is the inexactness this
-//!   module exists to avoid.
-//! - **Not `RedisModule_ReplicateVerbatim`**: the decision depends on the
-//!   master's clock, so a replica re-running `TOLLGATE.DECIDE` would decide
-//!   on its own clock and state (and would need the module). Effects are
-//!   exact; the command is not.
+//! - **In place**: the value is written through the key's DMA buffer, raw;
+//!   a state of the stored value's length (nearly every admission) is
+//!   overwritten without any allocation, any other is re-created at the
+//!   exact length.
+//! - **One `RedisModule_Replicate` with a static format** (`"sbss"`), its
+//!   `PXAT` and time strings reused: no Rust allocation; Redis's own work
+//!   in it remains, even without replicas, as a module cannot see that no
+//!   one listens.
+//! - **Effects, not `RedisModule_ReplicateVerbatim`**: the decision depends
+//!   on the master's clock, so a replica re-running the command would
+//!   decide on its own.
+//!
+//! Why each choice, with the profiles and the bytes per key:
+//! `crates/redis-module/docs/effects.md`.
 //!
 //! # Safety
 //!
