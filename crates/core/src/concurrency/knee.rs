@@ -15,10 +15,8 @@
 //!
 //! Below the knee `busy = N`; past it `busy` stops growing at the knee,
 //! however much the service times vary, because `X` and `S` are both
-//! means. A delay-based controller ([`Vegas`](super::Vegas), Envoy's
-//! gradient, BBR) compares latency with the *fastest* sample and reads the
-//! spread of service times as a queue (with exponential service times
-//! Vegas shed 91–96 % of a healthy service's load).
+//! means (a controller that compares latency with the *fastest* sample,
+//! as [`Vegas`](super::Vegas) does, reads that spread as a queue).
 //!
 //! `X`, `N` and `busy` are measured over windows of samples; when nothing
 //! queued the limit climbs 10 % a window, past the knee it falls to the
