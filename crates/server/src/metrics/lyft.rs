@@ -4,13 +4,15 @@
 //! drawn, as its `gostats` store feeds its StatsD sink or its embedded
 //! statsd_exporter.
 //!
+//! # Model
+//!
 //! Names, from its `src/stats/manager_impl.go` and `src/metrics/`:
 //!
 //! | stat | when |
 //! |---|---|
 //! | `ratelimit.service.rate_limit.<key>.total_hits` | permits asked for under a rule |
 //! | `….<key>.over_limit` | the part of them over the limit |
-//! | `….<key>.near_limit` | the part admitted (or denied) between `NEAR_LIMIT_RATIO` of the limit and the limit |
+//! | `….<key>.near_limit` | the part between `NEAR_LIMIT_RATIO` of the limit and the limit |
 //! | `….<key>.within_limit` | permits admitted |
 //! | `….<key>.shadow_mode` | the part over the limit of a rule in shadow mode |
 //! | `ratelimit.service.config_load_success`, `_error` | configuration loads |
@@ -19,51 +21,31 @@
 //! | `ratelimit_server.ShouldRateLimit.response_time` | their time, a timer ([`super::response_time`]) |
 //! | `ratelimit.service.rate_limit.<domain>.domain_not_found` | descriptors of a domain no configuration names |
 //!
-//! `<key>` is the rule's key as its config loader builds it: the domain,
-//! then per entry of the rule's path `key_value` (or `key` for a value-less
-//! entry, `key_prefix*` for a wildcard), joined by `.`; under
-//! `detailed_metric` / `value_to_metric`, the request's values instead
-//! (see [`crate::rules::Rule::metric_parts`]). The key is sanitized as its
-//! `SanitizeStatName` does: `:` and `|` become `_`, and the dots of
-//! anything shaped like an IPv4 address become `_`.
+//! `<key>` is the rule's key as its config loader builds it (the domain, then
+//! `key_value` per entry of the rule's path), or under `detailed_metric` /
+//! `value_to_metric` the request's values
+//! ([`crate::rules::Rule::metric_parts`]), sanitized as its
+//! `SanitizeStatName` does.
 //!
-//! # Counting
+//! # Guarantees
 //!
-//! envoyproxy/ratelimit splits a request's hits where they cross a
-//! threshold (`src/limiter/base_limiter.go`): with `before` the window's
-//! count before the request, `after = before + hits`, `limit` the rule's
-//! limit and `near = floor(limit × NEAR_LIMIT_RATIO)` (in `f32`, as its
-//! code):
-//! - admitted: `within_limit += hits`; `near_limit +=` the hits above
-//!   `near` (`hits` if `before ≥ near`, else `after − near`, if positive);
-//! - denied: `over_limit +=` the hits above the limit (`hits` if
-//!   `before ≥ limit`, else `after − limit`, and then `near_limit +=
-//!   limit − max(near, before)`); `shadow_mode` as `over_limit` when the
-//!   rule is in shadow mode.
+//! - A request's hits are split where they cross a threshold exactly as its
+//!   `src/limiter/base_limiter.go` splits them, `before` and `after` read from
+//!   the decision (for a fixed window, the window's counts).
+//! - Request values never name a stat unless the file says so (a `limit`
+//!   override counts under the descriptor's keys), and unknown domains are
+//!   capped at [`MAX_DOMAINS_NOT_FOUND`] (100) counters (later ones under `_other`):
+//!   clients cannot grow the stats without bound.
+//! - A stat shows in Prometheus once it has counted, as its store flushes only
+//!   counters that moved.
 //!
-//! tollgate reads `before` and `after` from the decision: admitted,
-//! `after = limit − remaining`; denied (a rejection writes nothing),
-//! `before = limit − remaining`. For a fixed window these are the window's
-//! counts, as envoyproxy/ratelimit's; for the other algorithms they are
-//! the permits in use that the decision reports.
+//! # Parameters
 //!
-//! # Decisions
+//! `NEAR_LIMIT_RATIO`: [`DEFAULT_NEAR_LIMIT_RATIO`], 0.8 (envoyproxy/ratelimit's), from the
+//! configuration's telemetry settings.
 //!
-//! - A stat shows in Prometheus once it has counted (its store flushes
-//!   only counters that moved, so its exporter never sees a zero).
-//! - A request's `limit` override (Envoy's dynamic limits) counts under
-//!   the descriptor's keys (`domain.key1.key2`), where envoyproxy/ratelimit
-//!   names its values (`domain.key1_value1…`): request values never name a
-//!   stat unless the file says so, so that clients cannot grow the stats
-//!   without bound.
-//! - `ratelimit_server.ShouldRateLimit.total_requests` counts every call
-//!   that reaches the RLS handler (after the token check), and its timer
-//!   `response_time` times it.
-//! - `domain_not_found` is counted per descriptor (its `GetLimit` runs
-//!   per descriptor), under the domain sanitized; at most
-//!   [`MAX_DOMAINS_NOT_FOUND`] domains get their own counter, later ones
-//!   count under `_other`, so that callers naming ever new domains cannot
-//!   grow the stats without bound.
+//! The counting formula and each decision in full:
+//! `crates/server/docs/metrics.md`, "Inside the server".
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

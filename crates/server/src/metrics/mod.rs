@@ -1,64 +1,53 @@
 //! Metrics: tollgate's own, and envoyproxy/ratelimit's under its names.
 //!
+//! # Model
+//!
 //! `/metrics` serves Prometheus text 0.0.4 by default and OpenMetrics
 //! 1.0.0 to a scraper whose `Accept` asks for it ([`text`]): the series
 //! names are the same in both. envoyproxy/ratelimit's stats are kept as it
 //! keeps them ([`lyft`]), named for Prometheus by its statsd_exporter
 //! mapping ([`statsd_mapping`]) and sent to StatsD by [`statsd`];
-//! [`crate::config::telemetry`] says where they go.
+//! [`crate::config::telemetry`] says where they go. Built on
+//! `prometheus-client` (typed label sets, no global recorder, so that two
+//! servers in one process keep apart).
 //!
-//! `prometheus-client` (the Prometheus project's own Rust client) rather
-//! than `metrics` + an exporter: one crate, typed label sets, no global
-//! recorder, so that two servers in one process (the tests) keep apart.
+//! The series:
 //!
-//! Per rule (label `rule`, the rule's path: bounded by the file, never by
-//! request values), counted in permits as envoyproxy/ratelimit does:
-//! `tollgate_rule_total_hits_total`, `_over_limit_total`,
-//! `_near_limit_total` (admitted with more than `NEAR_LIMIT_RATIO`, by
-//! default 0.8, of the limit in use), `_within_limit_total`,
-//! `_shadow_mode_total` (denials answered OK); the same decisions counted
-//! as envoyproxy/ratelimit counts them ([`lyft`]), under its names
-//! exactly: with its default mapping,
-//! `ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
-//! within_limit,shadow_mode}{domain,key1}` (a two-part key) or
-//! `{domain,key1,key2}` (longer keys), `ratelimit_service_config_load_
-//! {success,error}` and `ratelimit_service_total_requests{grpc_method=
-//! "ShouldRateLimit"}`, each shown once it has counted (its store flushes
-//! only counters that moved). A rule under `detailed_metric: true` or
-//! `value_to_metric: true` counts envoyproxy/ratelimit's stats under the
-//! request's values instead (`key1="key1_unspecified_value"`, as its
-//! Example 8), at most [`DETAILED_VALUES_PER_RULE`] keys per rule: later
-//! ones are folded into the key `<domain>._other._other`, so that a
-//! client sending ever new values cannot grow memory without bound. The
-//! keys seen are kept per rule path for the life of the process (a reload
-//! does not reset them), so that reloads cannot raise the bound either.
-//! tollgate's own names stay per rule. Also the decision latency per API, requests
-//! refused before a decision (by reason), configuration loads by result, and
-//! backend errors. Label values are lower case (`api="grpc"`), as
-//! envoyproxy/ratelimit's and Prometheus' conventions have them.
+//! - per rule (label `rule`, the rule's path): `tollgate_rule_total_hits_total`,
+//!   `_over_limit_total`, `_near_limit_total`, `_within_limit_total`,
+//!   `_shadow_mode_total`, in permits as envoyproxy/ratelimit counts;
+//! - envoyproxy/ratelimit's own under its names
+//!   (`ratelimit_service_rate_limit_{total_hits,…}{domain,key1[,key2]}`,
+//!   `ratelimit_service_config_load_{success,error}`,
+//!   `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`);
+//! - decision latency per API, requests refused before a decision (by
+//!   reason), configuration loads by result, `tollgate_backend_errors`;
+//! - budgets: `tollgate_budget_{spent,overdrawn,refused_looks}_total{rule, unit}`
+//!   ([`budget`]); leases: `tollgate_concurrency_{acquired,released,expired,refused}_total`
+//!   ([`ConcurrencyStats`], which the status page reads too).
 //!
-//! Budget rules (`budget:`): `tollgate_budget_spent_total{rule, unit}`,
-//! `_overdrawn_total`, `_refused_looks_total`, in the budget's unit (see
-//! [`budget`]).
+//! # Guarantees
 //!
-//! Concurrency rules' leases: `tollgate_concurrency_{acquired,released,
-//! expired}_total{rule}` and `tollgate_concurrency_refused_total{rule,
-//! reason}`, read at each scrape from the lease store's counters, which
-//! the status page reads too ([`ConcurrencyStats`]).
+//! - Bounded by the file, never by request values: `rule` is the rule's
+//!   path; under `detailed_metric` / `value_to_metric` at most
+//!   [`DETAILED_VALUES_PER_RULE`] (100) keys per rule, later ones folded into
+//!   `<domain>._other._other`, kept across reloads so that a reload cannot
+//!   raise the bound.
+//! - `tollgate_backend_errors` counts exactly the requests that got no
+//!   decision (503 / `UNAVAILABLE`); decisions the Redis failure policy took
+//!   are counted by fault under `tollgate_redis_policy_faults_total`
+//!   ([`crate::redis_backend`]), so an alert on it means "requests got no
+//!   decision".
+//! - Label values are lower case (`api="grpc"`), as envoyproxy/ratelimit's
+//!   and Prometheus' conventions have them.
 //!
-//! `tollgate_backend_errors` counts requests answered 503 / `UNAVAILABLE`
-//! because the backend returned an error instead of decisions (so does
-//! envoyproxy/ratelimit's `ratelimit.service.call.should_rate_limit.redis_error`):
-//! the Redis backend with `failure_policy: error` (envoyproxy/ratelimit's
-//! behaviour, the default from its environment) when Redis did not decide,
-//! a backend given through
-//! [`Server::with_backend`](crate::Server::with_backend), and the server's
-//! own consistency check (a backend answering the wrong number of
-//! decisions). The in-memory backend cannot fail, and under any other
-//! failure policy the Redis backend's policy decides whenever Redis does
-//! not; those decisions are counted, by fault, in
-//! `tollgate_redis_policy_faults_total` (see [`crate::redis_backend`]), not
-//! here, so that an alert on this counter means "requests got no decision".
+//! # Parameters
+//!
+//! `NEAR_LIMIT_RATIO`: [`lyft::DEFAULT_NEAR_LIMIT_RATIO`], 0.8 (envoyproxy/ratelimit's); where the
+//! stats go: [`crate::config::telemetry`].
+//!
+//! Each series in full (labels, the mapping's names, what counts as a backend
+//! error): `crates/server/docs/metrics.md`, "Inside the server".
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
