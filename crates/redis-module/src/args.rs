@@ -19,6 +19,8 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
+use crate::warm_up::WarmArgs;
+
 /// Values per limit: key, algorithm, four parameters, refund value.
 pub const STRIDE: usize = 7;
 /// The call's own values after the limits.
@@ -68,6 +70,8 @@ pub enum Params {
         /// Permits per window.
         limit: i128,
     },
+    /// `w<cold> burst l t warmup`: warm-up (see [`crate::warm_up`]).
+    WarmUp(WarmArgs),
 }
 
 /// One limit of the call.
@@ -114,7 +118,7 @@ pub const MODULUS: i128 = 9_000_000_000_000_000;
 const MAX_SLACK: i128 = 86_400_000;
 
 #[inline]
-fn number(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
+pub(crate) fn number(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
     match digits(raw) {
         Some(value) if value < 1 << 53 => Ok(i128::from(value)),
         _ => Err(not_a_number(what, raw)),
@@ -157,7 +161,7 @@ fn digits(raw: &[u8]) -> Option<u64> {
 }
 
 #[inline]
-fn positive(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
+pub(crate) fn positive(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
     let value = number(what, raw)?;
     if value == 0 {
         return Err(ArgError(format!("ERR tollgate: {what} must be positive")));
@@ -234,6 +238,7 @@ pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
                 }
                 Params::Sliding { period, n, limit }
             }
+            [b'w', cold @ ..] => Params::WarmUp(WarmArgs::parse(cold, a(0), a(1), a(2), a(3))?),
             other => {
                 return Err(ArgError(format!(
                     "ERR tollgate: unknown algorithm {}",
@@ -284,7 +289,7 @@ pub fn parse_lean<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
 }
 
 /// `g scale interval capacity m`, checked as the scripts check it.
-fn gcra(
+pub(crate) fn gcra(
     unit: i128,
     scale: &[u8],
     interval: &[u8],

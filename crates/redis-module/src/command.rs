@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis_module::{Context, RedisError, RedisString, RedisValue, Status, raw, redis_module};
 
 use crate::args::{self, Call, LimitArgs, Params, STRIDE};
+use crate::charge;
 use crate::effects;
 use crate::handle::{Arg, Held, ReadKey, WriteKey};
 use crate::lean;
@@ -37,6 +38,15 @@ fn lean(ctx: &Context, args: &[Arg]) -> Result<(), String> {
         }
         lean::Reply::General(reply) => reply_array(ctx, &reply),
     }
+    Ok(())
+}
+
+/// `TOLLGATE.CHARGE`: see [`charge`].
+fn charge(ctx: &Context, args: &[Arg]) -> Result<(), String> {
+    let call = charge::parse(args).map_err(|e| e.0)?;
+    let (now, mut store) = bind(ctx, args, &call);
+    let reply = charge::run(&call, now.0, now.1, &mut store)?;
+    reply_array(ctx, &reply);
     Ok(())
 }
 
@@ -253,6 +263,14 @@ extern "C" fn lean_command(
     run(ctx, argv, argc, lean)
 }
 
+extern "C" fn charge_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    run(ctx, argv, argc, charge)
+}
+
 /// Registers `name` as `function`, with its flags and key specification.
 fn create_command(
     ctx: &Context,
@@ -289,11 +307,14 @@ fn create_command(
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     effects::init();
     // `TOLLGATE.DECIDE`: keys `(first 1, last −6, step 7)` (see the crate
-    // docs); `TOLLGATE.LEAN`: its one key.
-    if create_command(ctx, c"tollgate.decide", Some(decide_command), (1, -6, 7)) == Status::Err {
+    // docs); `TOLLGATE.LEAN`: its one key; `TOLLGATE.CHARGE`: DECIDE's
+    // stride with a tail of 3.
+    if create_command(ctx, c"tollgate.decide", Some(decide_command), (1, -6, 7)) == Status::Err
+        || create_command(ctx, c"tollgate.lean", Some(lean_command), (1, 1, 1)) == Status::Err
+    {
         return Status::Err;
     }
-    create_command(ctx, c"tollgate.lean", Some(lean_command), (1, 1, 1))
+    create_command(ctx, c"tollgate.charge", Some(charge_command), (1, -4, 7))
 }
 
 /// At unload: the strings kept between commands.

@@ -91,6 +91,7 @@ pub(crate) fn marked(
                 capacity, scale, ..
             } => (capacity, scale),
             Params::Fixed { limit, .. } | Params::Sliding { limit, .. } => (limit, 1),
+            Params::WarmUp(w) => (i128::from(w.burst), 1),
         };
         let verdict: [i128; 4] = match found {
             Marker::Allow => [1, full, 0, 0],

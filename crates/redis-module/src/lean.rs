@@ -127,7 +127,9 @@ mod tests {
                 limit: u64::try_from(limit).unwrap(),
                 unit_nanos: 1,
             },
-            Params::Sliding { .. } => unreachable!("no lean sliding window"),
+            Params::Sliding { .. } | Params::WarmUp(_) => {
+                unreachable!("no lean sliding window or warm-up")
+            }
         };
         let cost = u64::try_from(cost).unwrap();
         expand_lean(&[v], shape, check, cost, now).expect("a reply the client reads")

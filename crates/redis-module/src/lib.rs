@@ -23,6 +23,10 @@
 //! state and replaced by the next admission, as the scripts do
 //! ([`transition`], "Foreign values"). `TOLLGATE.LEAN`, for one GCRA or
 //! fixed window limit, answers as the lean scripts do ([`lean`]).
+//! Warm-up limits (`w<cold> …`) are decided as the general script decides
+//! them ([`warm_up`]). `TOLLGATE.CHARGE` records a budget's charge on GCRA
+//! limits into debt, as `charge.lua` does, capped as the core caps it
+//! ([`charge`]).
 //!
 //! # Guarantees
 //!
@@ -54,10 +58,12 @@
 //! writes, detection and fallback): `crates/redis-module/docs/module.md`.
 
 pub mod args;
+pub mod charge;
 mod controls;
 pub mod lean;
 pub mod store;
 pub mod transition;
+pub mod warm_up;
 
 /// The lean scripts' off-vector cases, shared with `tollgate-redis`'s
 /// tests, which replay them against Redis (`lean.rs`'s tests replay them

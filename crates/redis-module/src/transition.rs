@@ -25,6 +25,7 @@ use std::collections::HashMap;
 
 use crate::args::{Call, Op, Params};
 use crate::store::{Fields, Store, lua_number, plain_integer};
+use crate::warm_up::Warm;
 
 /// The clock of a call.
 #[derive(Clone, Copy, Debug)]
@@ -118,6 +119,8 @@ pub(crate) enum State {
         until_next: i128,
     },
     Sliding(Wheel),
+    /// Boxed: the others stay small on the common path.
+    WarmUp(Box<Warm>),
 }
 
 pub(crate) struct Wheel {
@@ -189,6 +192,7 @@ pub(crate) fn blank(state: &State) -> bool {
         State::Gcra { debt, .. } => *debt == 0,
         State::Fixed { count, .. } => *count == 0,
         State::Sliding(w) => w.foreign,
+        State::WarmUp(w) => w.blank(),
     }
 }
 
@@ -274,6 +278,12 @@ pub(crate) fn load(
             };
             Ok(State::Sliding(wheel))
         }
+        Params::WarmUp(w) => {
+            // Another type reads as no state, as the script's `get`.
+            let raw = store.get(i).ok().flatten();
+            let now_ns = u128::try_from(c.now * c.unit).unwrap_or(0);
+            Ok(State::WarmUp(Box::new(Warm::load(&w, raw, now_ns))))
+        }
     }
 }
 
@@ -320,6 +330,7 @@ fn avail(p: &Params, state: &State) -> i128 {
         }
         (Params::Fixed { limit, .. }, State::Fixed { count, .. }) => limit - count,
         (Params::Sliding { limit, .. }, State::Sliding(w)) => limit - w.live,
+        (Params::WarmUp(_), State::WarmUp(w)) => w.avail(),
         _ => unreachable_state(),
     }
 }
@@ -387,6 +398,7 @@ pub(crate) fn decide(p: &Params, state: &State, c: &Clock, take: i128) -> Verdic
             }
             [0, limit - w.live, retry, w.reset(c, period, n)]
         }
+        (Params::WarmUp(_), State::WarmUp(w)) => w.decide(take),
         _ => unreachable_state(),
     }
 }
@@ -455,6 +467,11 @@ pub(crate) fn admit(
             );
             store.pexpire(i, c.ttl_ms(full_at(c, period, n, w.current)));
         }
+        (Params::WarmUp(_), State::WarmUp(w)) => {
+            if let Some((value, until_cold)) = w.admit(take) {
+                store.set(i, &value, c.ttl_ms(until_cold));
+            }
+        }
         _ => unreachable_state(),
     }
 }
@@ -520,6 +537,12 @@ fn refund(
                 }
             }
         }
+        (Params::WarmUp(_), State::WarmUp(w)) => {
+            // `x` is unused, as in the script.
+            if let Some((value, until_cold)) = w.refund(r) {
+                store.set(i, &value, c.ttl_ms(until_cold));
+            }
+        }
         _ => unreachable_state(),
     }
 }
@@ -530,7 +553,7 @@ fn unreachable_state() -> ! {
 }
 
 /// Stores the TAT `now + debt` modulo M (`at`: `now mod M` and `M`).
-fn gcra_store(
+pub(crate) fn gcra_store(
     store: &mut dyn Store,
     i: usize,
     c: &Clock,
