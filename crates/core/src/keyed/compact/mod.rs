@@ -89,7 +89,7 @@
 //! only atomic read-modify-writes besides the lock are the count of live
 //! keys (`fetch_update`, `Relaxed`: a bound, publishing nothing) and the
 //! overflow state's compare-and-swap (the [`Limiter`](crate::Limiter)'s
-//! own path, model-checked in `tests/loom.rs`); `tests/loom_compact.rs`
+//! own path, model-checked in `crates/loom/tests/loom.rs`); `crates/loom/tests/loom_compact.rs`
 //! models every race between inserts, checks, batches, the cap and sweeps.
 //!
 //! # Speed

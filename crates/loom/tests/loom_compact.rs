@@ -6,9 +6,9 @@
 //! `Mutex` (`src/shard_lock.rs`), and the live-key count, the sweep's
 //! reading and the overflow state are loom's atomics, so every order of the
 //! holds and of those read-modify-writes is explored. The overflow state's
-//! compare-and-swap is the `Limiter`'s own, modelled in `tests/loom.rs`.
+//! compare-and-swap is the `Limiter`'s own, modelled in `loom.rs` beside this file.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate --test loom_compact --release`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --test loom_compact --release --target-dir target/loom`
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};

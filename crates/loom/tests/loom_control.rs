@@ -5,7 +5,7 @@
 //! Run with
 //!
 //! ```text
-//! RUSTFLAGS="--cfg loom" cargo test -p tollgate --test loom_control --release --target-dir target/loom
+//! RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --test loom_control --release --target-dir target/loom
 //! ```
 //!
 //! Each model checks every explored run against the sequential orders of
