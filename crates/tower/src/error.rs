@@ -42,6 +42,14 @@ pub enum BuildError {
         /// The name.
         name: String,
     },
+    /// A token budget's backend cannot keep a budget: it cannot record a
+    /// charge that does not fit, so a spent budget would keep admitting.
+    UnfitBudget {
+        /// The budget's name.
+        name: String,
+        /// Why, as the backend says.
+        reason: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -75,6 +83,9 @@ impl fmt::Display for BuildError {
                     f,
                     "two token budgets are named {name:?}: give each its own name"
                 )
+            }
+            BuildError::UnfitBudget { name, reason } => {
+                write!(f, "the token budget {name:?} cannot be kept: {reason}")
             }
         }
     }

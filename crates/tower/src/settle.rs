@@ -34,16 +34,17 @@
 //!   default) unless a request is sure to cost more.
 //! - **A charge is never refused** (the work is done), so a request can take
 //!   its key past the limit. What the backend then owes is the core's rule
-//!   ([`tollgate::Limiter::charge_n`]): a GCRA key waits until the debt is
-//!   paid at its rate; a window algorithm counts up to its limit, and is
-//!   then full until the window moves on.
+//!   ([`tollgate::Limiter::charge`]): the excess is a debt in every
+//!   algorithm, a GCRA key waiting until it is paid at its rate, a window
+//!   carrying it into the windows that follow.
 //! - **Settled once, when the body is done**: at its end, at an error from
 //!   it, or when it is dropped unfinished, whichever comes first. A
 //!   response the layer answered itself (a rejection) is never settled.
 //! - **Local backends only**: [`tollgate::KeyedLimiter`] and
-//!   [`tollgate::Limiter`] ([`Charge`](crate::Charge)). The Redis script has
-//!   no unconditional charge yet, and a shaper's slots are handed out before
-//!   the cost is known.
+//!   [`tollgate::Limiter`] ([`Charge`](crate::Charge)), whose charge is
+//!   synchronous. A charge on Redis is a script call to await: the token
+//!   budget layer ([`budget`](crate::budget)) settles on Redis. A shaper's
+//!   slots are handed out before the cost is known.
 
 use std::fmt;
 use std::num::NonZeroU64;

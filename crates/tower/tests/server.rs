@@ -376,3 +376,170 @@ async fn a_tonic_server_answers_resource_exhausted_with_retry_metadata() {
         .expect("admitted again a minute later");
     assert_eq!(third.into_inner(), Bytes::from_static(b"hi"));
 }
+
+/// The budgets a user's streamed completion is charged against, and what
+/// each response was settled at.
+struct Streamed {
+    budget: KeyedLimiter<String>,
+    settled: std::sync::Arc<std::sync::Mutex<Vec<tollgate_tower::budget::Settled>>>,
+    /// Body bytes the endless stream handed to the server.
+    yielded: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A token budget (10,000 a minute, 50 reserved per request) in front of
+/// `/stream`, an event stream of chunks every 5 ms that never ends (its
+/// final `usage` chunk never comes), and `/done`, a completion of 300
+/// tokens.
+async fn serve_streams(clock: &ManualClock) -> (SocketAddr, Streamed) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use tollgate_tower::HeaderKey;
+    use tollgate_tower::budget::TokenBudgetLayer;
+
+    let budget = KeyedLimiter::builder(Gcra::new(Quota::per_minute(10_000).unwrap()).unwrap())
+        .clock(clock.clone())
+        .sweep_every(None)
+        .build();
+    let settled = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&settled);
+    let layer = TokenBudgetLayer::builder(HeaderKey::new(http::HeaderName::from_static("x-user")))
+        .budget("per-minute", budget.clone())
+        .estimate(|_| 50)
+        .on_settled(move |settled| seen.lock().unwrap().push(*settled))
+        .build()
+        .unwrap();
+    let yielded = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&yielded);
+    let stream = move || {
+        let counter = Arc::clone(&counter);
+        let chunks = futures_util::stream::unfold(0_u64, move |n| {
+            let counter = Arc::clone(&counter);
+            async move {
+                if n > 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                let chunk = format!(
+                    "data: {{\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"token {n}\"}}}}],\"usage\":null}}\n\n"
+                );
+                counter.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+                Some((Ok::<_, std::convert::Infallible>(Bytes::from(chunk)), n + 1))
+            }
+        });
+        async move {
+            (
+                [(http::header::CONTENT_TYPE, "text/event-stream")],
+                axum::body::Body::from_stream(chunks),
+            )
+        }
+    };
+    let done = || async {
+        (
+            [(http::header::CONTENT_TYPE, "application/json")],
+            r#"{"object":"chat.completion","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":200,"total_tokens":300}}"#,
+        )
+    };
+    let app = Router::new()
+        .route("/stream", post(stream))
+        .route("/done", post(done))
+        .layer(layer);
+    let addr = serve(app).await;
+    let streamed = Streamed {
+        budget,
+        settled,
+        yielded,
+    };
+    (addr, streamed)
+}
+
+/// Waits until `n` responses have been settled.
+async fn settled(streamed: &Streamed, n: usize) -> Vec<tollgate_tower::budget::Settled> {
+    let wait = async {
+        loop {
+            let settled = streamed.settled.lock().unwrap().clone();
+            if settled.len() >= n {
+                return settled;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    timeout(NETWORK_TIMEOUT, wait)
+        .await
+        .expect("the response was never settled")
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_stream_pays_for_what_was_streamed_and_nothing_leaks() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let clock = ManualClock::new();
+    let (addr, streamed) = serve_streams(&clock).await;
+    // A real client: asks for a stream, reads three of its chunks, and
+    // goes away (the connection closed mid-stream).
+    let mut client = timeout(NETWORK_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .expect("no connection in time")
+        .expect("connects");
+    client
+        .write_all(b"POST /stream HTTP/1.1\r\nhost: tollgate\r\nx-user: ada\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut read = Vec::new();
+    let three_chunks = async {
+        let mut buffer = [0_u8; 4096];
+        while String::from_utf8_lossy(&read).matches("data: ").count() < 3 {
+            let n = client.read(&mut buffer).await.expect("reads");
+            assert!(n > 0, "the server closed the stream");
+            read.extend_from_slice(&buffer[..n]);
+        }
+    };
+    timeout(NETWORK_TIMEOUT, three_chunks)
+        .await
+        .expect("no chunks in time");
+    let head = String::from_utf8_lossy(&read).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    // Reserved before the response: its headers show the estimate taken.
+    assert!(
+        head.contains("x-ratelimit-remaining-tokens: 9950"),
+        "{head}"
+    );
+    drop(client);
+
+    // The server notices at its next write and drops the body: settled
+    // once, cut, on the fallback (no usage came): one token per started 4
+    // bytes the stream handed over, at least the reservation.
+    let cut = settled(&streamed, 1).await[0];
+    let yielded = streamed.yielded.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(!cut.complete);
+    assert!(cut.fallback);
+    assert_eq!(cut.usage, None);
+    assert_eq!(cut.reserved, 50);
+    assert_eq!(cut.tokens, yielded.div_ceil(4).max(50));
+    // At least what the client read of the body (three chunks of 109
+    // bytes or more), above the 50 reserved.
+    assert!(cut.tokens >= (3 * 109_u64).div_ceil(4), "{cut:?}");
+    assert_eq!(cut.unrecorded, 0);
+    // Nothing more than the charge is held: no reservation is left over.
+    let left = |budget: &KeyedLimiter<String>| budget.peek_n("ada", 0).unwrap().remaining();
+    assert_eq!(left(&streamed.budget), 10_000 - cut.tokens);
+
+    // The server lives on: the next request is admitted and charged its
+    // usage exactly.
+    let client = Client::builder(TokioExecutor::new()).build_http::<http_body_util::Full<Bytes>>();
+    let request = http::Request::post(format!("http://{addr}/done"))
+        .header("x-user", "ada")
+        .body(http_body_util::Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let response = timeout(NETWORK_TIMEOUT, client.request(request))
+        .await
+        .expect("no answer in time")
+        .expect("request failed");
+    assert_eq!(response.status(), StatusCode::OK);
+    timeout(NETWORK_TIMEOUT, response.into_body().collect())
+        .await
+        .expect("no body in time")
+        .expect("body failed");
+    let done = settled(&streamed, 2).await[1];
+    assert!(done.complete && !done.fallback);
+    assert_eq!(done.tokens, 300);
+    assert_eq!(left(&streamed.budget), 10_000 - cut.tokens - 300);
+}

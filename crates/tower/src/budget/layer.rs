@@ -39,6 +39,7 @@ impl<E: KeyExtractor> TokenBudgetLayer<E> {
                 on_settled: None,
             },
             names: Vec::new(),
+            unfit: None,
         }
     }
 }
@@ -74,6 +75,8 @@ pub struct Builder<E: KeyExtractor> {
     config: Config<E>,
     /// The budgets' names as given, checked by `build`.
     names: Vec<String>,
+    /// The first budget whose backend cannot keep one, and why.
+    unfit: Option<(String, String)>,
 }
 
 impl<E: KeyExtractor> Builder<E> {
@@ -84,6 +87,9 @@ impl<E: KeyExtractor> Builder<E> {
     /// admit a request, and every one is charged what it cost.
     pub fn budget(mut self, name: impl Into<String>, backend: impl BudgetBackend<E::Key>) -> Self {
         let name = name.into();
+        if let Some(reason) = backend.unfit() {
+            self.unfit.get_or_insert((name.clone(), reason));
+        }
         let quotas = backend.quotas();
         // `w` only for one quota of whole seconds.
         let quota = match quotas.as_slice() {
@@ -163,10 +169,15 @@ impl<E: KeyExtractor> Builder<E> {
     ///
     /// [`BuildError::NoBudget`] without a budget,
     /// [`BuildError::PolicyName`] for a name outside printable ASCII,
-    /// [`BuildError::DuplicateBudget`] for a name given twice.
+    /// [`BuildError::DuplicateBudget`] for a name given twice,
+    /// [`BuildError::UnfitBudget`] for a backend that cannot record a
+    /// charge into debt (a Redis limiter holding a warm-up limit).
     pub fn build(mut self) -> Result<TokenBudgetLayer<E>, BuildError> {
         if self.config.budgets.is_empty() {
             return Err(BuildError::NoBudget);
+        }
+        if let Some((name, reason)) = self.unfit {
+            return Err(BuildError::UnfitBudget { name, reason });
         }
         for (i, name) in self.names.iter().enumerate() {
             if self.names[..i].contains(name) {

@@ -125,4 +125,9 @@ pub struct Settled {
     pub fallback: bool,
     /// Whether the body reached its end.
     pub complete: bool,
+    /// The most tokens one budget did not record of its charge (see
+    /// [`Settlement::unrecorded`](super::Settlement::unrecorded)): 0
+    /// unless a charge passed the debt cap, the key was listed or
+    /// penalised, or a remote store did not take it.
+    pub unrecorded: u64,
 }

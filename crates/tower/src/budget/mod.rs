@@ -39,11 +39,17 @@
 //!   response ends, the difference is charged, or given back (never above
 //!   full) when it cost less. A request refused by one budget gives its
 //!   estimate back to those that had reserved it.
+//! - **One operation each**: the reservation is the backend's
+//!   (the core's `reserve_estimate`, a check of the estimate), and so is
+//!   the settle (the core's `settle`: the excess charged or the difference
+//!   refunded); check-then-charge is a reservation of 0 settled at the
+//!   whole cost. See [`BudgetBackend`] and [`Reservation`].
 //! - **A charge is never refused** (the tokens are spent): it can take a
-//!   budget past its limit. A GCRA budget then owes the excess and refuses
-//!   every request until it is paid back at the quota's rate; a window
-//!   budget counts up to its limit and is full until the window moves on
-//!   (the core's rule, [`tollgate::Limiter::charge_n`]).
+//!   budget past its limit, and the excess is a debt in every algorithm
+//!   (the core's rule, [`tollgate::Limiter::charge`]): a GCRA budget
+//!   refuses every request until it is paid back at the quota's rate; a
+//!   window budget that ends over its limit starts the next window with
+//!   the excess.
 //!
 //! # Guarantee
 //!
@@ -56,7 +62,10 @@
 //! what each cost above its estimate. Every algorithm carries that debt:
 //! a window that ends over its limit starts the next with the excess, and
 //! one charge is capped at [`tollgate::algorithm::DEBT_PERIODS`] periods of
-//! the quota (the rest is forgiven), as the core's `charge` states.
+//! the quota (the rest is forgiven), as the core's `charge` states. On
+//! Redis the bound is the same across every process sharing the budget
+//! (each reservation and each settle is atomic over the key's limits),
+//! with the debt capped as the core caps it.
 //!
 //! # Decisions
 //!
@@ -70,7 +79,14 @@
 //!   inner service failed (no response) keeps its estimate.
 //! - **A stream cut** (the client gone, the upstream broken) is charged
 //!   what is known when the body is dropped: its usage if the final chunk
-//!   was seen, else the fallback on the bytes passed on so far.
+//!   was seen, else the [`NoUsage`] fallback on the bytes passed on so far
+//!   (by default one token per started 4 bytes, at least the reservation):
+//!   the bytes seen, not the estimate alone, since a long stream cut late
+//!   has cost far more than it reserved, and not nothing, since its tokens
+//!   were generated. The reservation is settled then, once; nothing stays
+//!   held. A request dropped before its response head (the client gone
+//!   while the upstream thinks) keeps its reservation, the core's rule for
+//!   a reservation never settled: the estimate is what it is known to cost.
 //! - **Never buffered**: each frame is passed on as it comes; a byte-level
 //!   scanner follows the JSON and copies only the value of the top-level
 //!   `usage` (at most 4 KiB), so a body of any size costs constant memory.
@@ -93,8 +109,31 @@
 //!   `413` with `"code":"request_too_large"`, nothing taken.
 //! - **No key**: `400` (or `500` for a server that attached no connection
 //!   address), as the rate-limit layer answers; never a shared bucket.
-//! - **Local budgets** ([`BudgetBackend`]: the core's keyed and plain
-//!   limiters), decided at once: no waiting, no remote store yet.
+//! - **A store that cannot answer**: `503` with
+//!   `"code":"budget_unavailable"`, nothing taken; a backend's own failure
+//!   policy (Redis's) answers before that can happen.
+//!
+//! # Backends
+//!
+//! The core's [`KeyedLimiter`](tollgate::KeyedLimiter) (a budget per key)
+//! and [`Limiter`](tollgate::Limiter) (one for every key) decide at once,
+//! in `call`. With the `redis` feature, a
+//! `tollgate_redis::RedisLimiter` keeps one budget per key
+//! for every process: its reservation and its settle are one script call
+//! each, and the layer awaits the admission before calling the inner
+//! service (the ready service goes with the request; a clone takes its
+//! place). Its settle runs in a task of its own once the body is done,
+//! and [`Builder::on_settled`] is told when it has landed.
+//!
+//! # On Redis
+//!
+//! When Redis does not answer, the limiter's failure policy decides,
+//! within its deadline: a look or a reservation is answered by it (fail
+//! closed refuses; a local share decides on this process's share of the
+//! quota; fail open admits, as configured, never by the layer's choice),
+//! and a charge Redis did not take is reported in
+//! [`Settled::unrecorded`]. A limiter holding a warm-up limit cannot
+//! record a debt, and is refused by [`Builder::build`].
 
 mod backend;
 mod body;
@@ -103,6 +142,8 @@ mod future;
 pub mod headers;
 mod layer;
 mod meter;
+#[cfg(feature = "redis")]
+mod redis;
 mod scan;
 mod service;
 #[cfg(test)]
@@ -111,7 +152,7 @@ mod tests;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 
-pub use backend::BudgetBackend;
+pub use backend::{BudgetBackend, Pending, Reservation, Settlement};
 pub use body::MeteredBody;
 pub use future::BudgetFuture;
 pub use layer::{Builder, TokenBudgetLayer};
