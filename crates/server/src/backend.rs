@@ -283,7 +283,7 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Applies an operator's `control` to one bucket of `rule` (the admin
-    /// API, [`crate::admin`]): atomically, one round trip on a remote
+    /// API, [`crate::http::admin`]): atomically, one round trip on a remote
     /// store. By default, [`ControlError::Unsupported`].
     fn control<'a>(&'a self, rule: &'a Rule, key: &'a str, control: Control) -> ControlFuture<'a> {
         let _ = (rule, key);

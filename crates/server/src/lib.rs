@@ -27,28 +27,24 @@
 //! # Modules
 //!
 //! [`config`] (the YAML), [`rules`] (matching), [`backend`] (state),
-//! [`concurrency`] (concurrency rules' leases; [`concurrency_http`] their
-//! HTTP routes),
-//! [`service`] (the decision both APIs share), [`grpc`] (Envoy RLS v3),
-//! [`forward_auth`] (reverse proxies' auth calls),
-//! [`http`] (JSON API), [`lyft_http`] (envoyproxy/ratelimit's endpoints), [`listen`] (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
-//! [`auth`], [`server`], [`status`] (the status page), [`admin`] (the admin API),
-//! [`xds`] (rules from an xDS control plane).
+//! [`concurrency`] (concurrency rules' leases), [`service`] (the decision
+//! every door shares), [`grpc`] (Envoy RLS v3), [`http`] (every HTTP door:
+//! the JSON API, envoyproxy/ratelimit's endpoints, leases, forward-auth,
+//! the admin API; every route in [`http::router`]), [`listen`]
+//! (accepting), [`redis_backend`], [`tls`], [`reload`], [`metrics`],
+//! [`auth`], [`server`], [`status`] (the status page), [`xds`] (rules from
+//! an xDS control plane).
 
 #![forbid(unsafe_code)]
 
-pub mod admin;
 pub mod auth;
 pub mod backend;
 pub mod concurrency;
-pub mod concurrency_http;
 pub mod config;
-pub mod forward_auth;
 pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod listen;
-pub mod lyft_http;
 pub mod metrics;
 pub mod redis_backend;
 pub mod reload;

@@ -204,7 +204,7 @@ impl RuleSet {
     }
 
     /// The forward-auth actions of `domain`, if it has a `forward_auth:`
-    /// section ([`crate::forward_auth`]).
+    /// section ([`crate::http::forward_auth`]).
     pub fn forward_auth(&self, domain: &str) -> Option<&Arc<ForwardAuthConfig>> {
         self.forward_auth.get(domain)
     }
@@ -255,7 +255,7 @@ impl RuleSet {
 
 impl RuleSet {
     /// A copy of these rules where the rule `id` runs `limits` instead (the
-    /// admin API's run-time change, [`crate::admin`]): the same tree, every
+    /// admin API's run-time change, [`crate::http::admin`]): the same tree, every
     /// other rule the same `Arc`. `None` if no rule has that id.
     pub fn with_limits(&self, id: &str, limits: Limits) -> Option<RuleSet> {
         let old = self.rules.iter().find(|rule| &*rule.id == id)?;

@@ -481,7 +481,7 @@ pub struct BoundServer {
     service: Arc<Service>,
     reloader: Arc<Reloader>,
     token: Option<Arc<str>>,
-    /// The admin API's token, when it is enabled ([`crate::admin`]).
+    /// The admin API's token, when it is enabled ([`crate::http::admin`]).
     admin: Option<Arc<str>>,
     settings: crate::config::ServerSettings,
     grpc_tls: Option<Identity>,
@@ -602,21 +602,15 @@ impl BoundServer {
                 Acceptor::new(self.grpc_listener, idle).into_stream(),
                 stopped(),
             );
-        let router = crate::http::router(
-            Arc::clone(&self.service),
-            self.token.clone(),
-            Arc::clone(&self.ready),
-            self.settings.max_request_bytes,
-        );
-        let router = router.merge(crate::lyft_http::routes(rls, self.token.clone(), health));
-        let router = match &self.admin {
-            Some(token) => router.merge(crate::admin::router(
-                Arc::clone(&self.service),
-                Arc::clone(token),
-                self.settings.max_request_bytes,
-            )),
-            None => router,
-        };
+        let router = crate::http::router::listener(crate::http::router::Doors {
+            service: Arc::clone(&self.service),
+            token: self.token.clone(),
+            ready: Arc::clone(&self.ready),
+            max_request_bytes: self.settings.max_request_bytes,
+            rls,
+            health,
+            admin_token: self.admin.clone(),
+        });
         let http_stopped = stopped();
         let http = async move {
             match &self.http_tls {
@@ -650,21 +644,7 @@ impl BoundServer {
             ))
         });
         let prometheus = self.prometheus.map(|(listener, path)| {
-            let service = Arc::clone(&self.service);
-            let router = axum::Router::new().route(
-                &path,
-                axum::routing::get(move || {
-                    let service = Arc::clone(&service);
-                    // envoyproxy/ratelimit's endpoint: always text 0.0.4.
-                    async move {
-                        let format = crate::metrics::text::Format::Text;
-                        (
-                            [(http::header::CONTENT_TYPE, format.content_type())],
-                            service.metrics().encode_as(format),
-                        )
-                    }
-                }),
-            );
+            let router = crate::http::router::prometheus(Arc::clone(&self.service), &path);
             let stopped = stopped();
             tokio::spawn(async move {
                 crate::http::serve::serve(Acceptor::new(listener, idle), router, idle, stopped)
@@ -716,7 +696,7 @@ impl BoundServer {
                 Some((listener, _)) => {
                     crate::http::serve::serve(
                         Acceptor::new(listener, idle),
-                        crate::lyft_http::debug_routes(debug_service),
+                        crate::http::router::debug(debug_service),
                         idle,
                         debug_stopped,
                     )

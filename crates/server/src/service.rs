@@ -259,7 +259,7 @@ impl Service {
     /// Puts in force what `change` makes of the rules in force, as
     /// [`replace_rules`](Self::replace_rules) does: one change at a time
     /// (reloads included), so that a change made from the rules in force
-    /// never undoes another (the admin API's, [`crate::admin`]).
+    /// never undoes another (the admin API's, [`crate::http::admin`]).
     ///
     /// # Errors
     ///

@@ -4,7 +4,7 @@
 //! # Model
 //!
 //! - **HTTP** (`POST /v1/acquire`, `POST /v1/release`,
-//!   [`crate::concurrency_http`]): a lease holds `cost` slots of the rule's
+//!   [`crate::http::concurrency`]): a lease holds `cost` slots of the rule's
 //!   bucket until released or until its TTL passes, so that a caller that
 //!   dies frees its slots after at most the TTL: a true in-flight limit for
 //!   callers that release.

@@ -25,7 +25,7 @@
 //!     descriptors: [...]
 //! ```
 //!
-//! What each action produces is in [`crate::forward_auth`]; this module only
+//! What each action produces is in [`crate::http::forward_auth`]; this module only
 //! reads and checks the section. `forwarded_headers:` and `path:` are in
 //! [`super::forwarded_request`].
 //!

@@ -1,4 +1,4 @@
-//! The `admin:` section: the admin API ([`crate::admin`]), off by default.
+//! The `admin:` section: the admin API ([`crate::http::admin`]), off by default.
 //!
 //! ```yaml
 //! admin:

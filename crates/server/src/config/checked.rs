@@ -17,7 +17,7 @@ pub struct DomainConfig {
     /// The top-level descriptors.
     pub descriptors: Vec<DescriptorConfig>,
     /// How a request forwarded by a reverse proxy becomes descriptors
-    /// ([`super::actions`], [`crate::forward_auth`]); `None`: the domain
+    /// ([`super::actions`], [`crate::http::forward_auth`]); `None`: the domain
     /// is not served by the forward-auth endpoint.
     pub forward_auth: Option<std::sync::Arc<super::actions::ForwardAuthConfig>>,
 }

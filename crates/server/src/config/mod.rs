@@ -157,7 +157,7 @@ pub struct Config {
     pub server: ServerSettings,
     /// Where the counts live: read at start.
     pub backend: BackendSettings,
-    /// The admin API ([`crate::admin`]): read at start.
+    /// The admin API ([`crate::http::admin`]): read at start.
     pub admin: AdminSettings,
     /// The rules, one tree per domain.
     pub domains: Vec<DomainConfig>,

@@ -7,8 +7,8 @@
 //!   hyper's header-read timer runs from the moment the server waits for a
 //!   head (after accept, after each answer on a keep-alive connection) to
 //!   the head's last byte, so a client trickling one byte at a time is
-//!   closed at `idle_timeout`, whatever the gap between its bytes (bug of
-//!   Regression: only the gap was bounded).
+//!   closed at `idle_timeout`, whatever the gap between its bytes (not
+//!   only the gap between two bytes).
 //! - **An HTTP/2 peer must answer PINGs**: sent every `idle_timeout / 2`
 //!   without a new request, each to be answered within `idle_timeout / 2`,
 //!   as on the gRPC listener; a peer trickling a frame that never ends is
@@ -17,7 +17,8 @@
 //!   stops, every connection is asked to finish its requests in flight and
 //!   close, and [`serve`] returns once all are closed.
 //!
-//! The connection's opening (before any protocol timer runs) is bounded by
+//! `idle_timeout` is `server.idle_timeout_ms` (30 s by default). The
+//! connection's opening (before any protocol timer runs) is bounded by
 //! [`crate::listen`].
 
 use std::future::Future;
@@ -69,7 +70,7 @@ where
             () = &mut shutdown => break,
         };
         // The peer's address, as axum's `ConnectInfo` (the forward-auth
-        // endpoint's trusted-proxy rule reads it: crate::forward_auth).
+        // endpoint's trusted-proxy rule reads it: super::forward_auth).
         let service = TowerToHyperService::new(router.clone().map_request(
             move |mut request: http::Request<hyper::body::Incoming>| {
                 request

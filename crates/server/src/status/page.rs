@@ -1,11 +1,9 @@
 //! The page's static files, served without the token (see the
 //! [module docs](super)): `/status`, `/status/status.js`,
-//! `/status/status.css`.
+//! `/status/status.css`, routed by [`crate::http::router`].
 
-use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 
 use super::{CSP, PAGE, SCRIPT, STYLE};
 
@@ -24,19 +22,17 @@ fn file(content_type: &'static str, body: &'static str) -> Response {
     response
 }
 
-/// The routes of the page's files, for any router state.
-pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route(
-            "/status",
-            get(|| async { file("text/html; charset=utf-8", PAGE) }),
-        )
-        .route(
-            "/status/status.js",
-            get(|| async { file("text/javascript; charset=utf-8", SCRIPT) }),
-        )
-        .route(
-            "/status/status.css",
-            get(|| async { file("text/css; charset=utf-8", STYLE) }),
-        )
+/// `GET /status`: the page.
+pub async fn page() -> Response {
+    file("text/html; charset=utf-8", PAGE)
+}
+
+/// `GET /status/status.js`: its script.
+pub async fn script() -> Response {
+    file("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// `GET /status/status.css`: its style sheet.
+pub async fn style() -> Response {
+    file("text/css; charset=utf-8", STYLE)
 }

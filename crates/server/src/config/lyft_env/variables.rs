@@ -1,6 +1,7 @@
 //! Every variable of envoyproxy/ratelimit's `src/settings/settings.go`,
-//! with its default there and what tollgate does with it: the table the
-//! README prints, and the names that say "this is Lyft's environment".
+//! with its default there and what tollgate does with it: the table
+//! `docs/replacing-envoyproxy-ratelimit.md` prints, and the names that say
+//! "this is Lyft's environment".
 //!
 //! No variable is silently ignored: a variable set is read with its
 //! meaning, refused at start with its name, or logged once at start (at

@@ -295,7 +295,7 @@ fn router(yaml: &str) -> axum::Router {
         8,
     )
     .expect("service");
-    crate::http::router(
+    crate::http::router::api(
         Arc::new(service),
         None,
         Arc::new(std::sync::atomic::AtomicBool::new(true)),
@@ -641,7 +641,8 @@ forward_auth:
         pair("host", "shop.example"),
         pair("path", "/cart?id=1"),
     ];
-    // nginx (as the README's snippet sets them), Caddy, Traefik.
+    // nginx (as its recipe in docs/reverse-proxies.md sets them), Caddy,
+    // Traefik.
     assert_eq!(
         seen(&[
             ("x-forwarded-method", "POST"),

@@ -1,4 +1,5 @@
-//! The HTTP routes of concurrency rules: take a lease, give it back.
+//! The HTTP routes of concurrency rules: take a lease, give it back
+//! (routed by [`super::router`]; the leases are [`crate::concurrency`]'s).
 //!
 //! | route | body | answers |
 //! |---|---|---|
@@ -33,31 +34,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use serde::{Deserialize, Serialize};
 
 use crate::concurrency::{Denial, Released};
 use crate::metrics::Api;
 use crate::service::Service;
-
-/// The two routes, on `service`, for any router state (the HTTP API
-/// merges them under its token check and body limit).
-pub fn routes<S: Clone + Send + Sync + 'static>(service: Arc<Service>) -> Router<S> {
-    let for_release = Arc::clone(&service);
-    Router::new()
-        .route(
-            "/v1/acquire",
-            post(move |body: Bytes| acquire(Arc::clone(&service), body)),
-        )
-        .route(
-            "/v1/release",
-            post(move |body: Bytes| release(Arc::clone(&for_release), body)),
-        )
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -142,7 +127,8 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Response>> 
         .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e.to_string())))
 }
 
-async fn acquire(service: Arc<Service>, body: Bytes) -> Response {
+/// `POST /v1/acquire` (module docs).
+pub(super) async fn acquire(State(service): State<Arc<Service>>, body: Bytes) -> Response {
     let Some(_admitted) = service.admit(Api::Http) else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "overloaded");
     };
@@ -249,7 +235,8 @@ async fn acquire(service: Arc<Service>, body: Bytes) -> Response {
     }
 }
 
-async fn release(service: Arc<Service>, body: Bytes) -> Response {
+/// `POST /v1/release` (module docs).
+pub(super) async fn release(State(service): State<Arc<Service>>, body: Bytes) -> Response {
     let Some(_admitted) = service.admit(Api::Http) else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "overloaded");
     };

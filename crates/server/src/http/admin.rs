@@ -1,5 +1,6 @@
 //! The admin API: inspect a key, reset, refund, penalize, deny and allow
-//! lists, and change a rule's limit while the server runs.
+//! lists, and change a rule's limit while the server runs (routed by
+//! [`super::router`]).
 //!
 //! Off by default; `admin: {enabled: true}` in the file turns it on, and
 //! only with a bearer token (a file enabling it without one is refused,
@@ -52,13 +53,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -67,25 +66,11 @@ use crate::config::{Limits, QuotaYaml};
 use crate::rules::Rule;
 use crate::service::Service;
 
+/// The admin API's state: the service and the admin token.
 #[derive(Clone)]
-struct AdminState {
-    service: Arc<Service>,
-    token: Arc<str>,
-}
-
-/// The admin routes, each behind `token`.
-pub fn router(service: Arc<Service>, token: Arc<str>, max_request_bytes: usize) -> Router {
-    let state = AdminState { service, token };
-    Router::new()
-        .route("/v1/admin/keys/{domain}", get(inspect))
-        .route("/v1/admin/reset", post(reset))
-        .route("/v1/admin/refund", post(refund))
-        .route("/v1/admin/penalize", post(penalize))
-        .route("/v1/admin/lists/{list}", post(list_add).delete(list_remove))
-        .route("/v1/admin/limits", put(limits))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
-        .layer(DefaultBodyLimit::max(max_request_bytes))
-        .with_state(state)
+pub(super) struct AdminState {
+    pub(super) service: Arc<Service>,
+    pub(super) token: Arc<str>,
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -108,7 +93,13 @@ impl IntoResponse for Refused {
     }
 }
 
-async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+/// The admin token on every route: 401 with `WWW-Authenticate: Bearer`
+/// otherwise.
+pub(super) async fn require_token(
+    State(state): State<AdminState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -273,8 +264,9 @@ async fn key_answer(
     })
 }
 
+/// `?descriptor=k=v,k=v`.
 #[derive(Deserialize)]
-struct InspectQuery {
+pub(super) struct InspectQuery {
     descriptor: String,
 }
 
@@ -291,7 +283,7 @@ fn parse_descriptor(text: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-async fn inspect(
+pub(super) async fn inspect(
     State(state): State<AdminState>,
     Path(domain): Path<String>,
     query: Result<Query<InspectQuery>, axum::extract::rejection::QueryRejection>,
@@ -356,14 +348,14 @@ async fn apply(state: &AdminState, body: KeyBody, control: Control) -> Response 
     }
 }
 
-async fn reset(State(state): State<AdminState>, body: Bytes) -> Response {
+pub(super) async fn reset(State(state): State<AdminState>, body: Bytes) -> Response {
     match key_body(&body) {
         Ok(body) => apply(&state, body, Control::Reset).await,
         Err(refused) => refused.into_response(),
     }
 }
 
-async fn refund(State(state): State<AdminState>, body: Bytes) -> Response {
+pub(super) async fn refund(State(state): State<AdminState>, body: Bytes) -> Response {
     let body = match key_body(&body) {
         Ok(body) => body,
         Err(refused) => return refused.into_response(),
@@ -377,7 +369,7 @@ async fn refund(State(state): State<AdminState>, body: Bytes) -> Response {
     }
 }
 
-async fn penalize(State(state): State<AdminState>, body: Bytes) -> Response {
+pub(super) async fn penalize(State(state): State<AdminState>, body: Bytes) -> Response {
     let body = match key_body(&body) {
         Ok(body) => body,
         Err(refused) => return refused.into_response(),
@@ -403,7 +395,7 @@ fn list_control(list: &str, add: bool) -> Result<Control, Refused> {
     }
 }
 
-async fn list_add(
+pub(super) async fn list_add(
     State(state): State<AdminState>,
     Path(list): Path<String>,
     body: Bytes,
@@ -411,7 +403,7 @@ async fn list_add(
     list_change(&state, &list, true, &body).await
 }
 
-async fn list_remove(
+pub(super) async fn list_remove(
     State(state): State<AdminState>,
     Path(list): Path<String>,
     body: Bytes,
@@ -454,7 +446,7 @@ fn new_limits(body: &LimitsBody) -> Result<Limits, String> {
     Limits::each(&kinds, quotas).map_err(|failure| format!("limits: {failure}"))
 }
 
-async fn limits(State(state): State<AdminState>, body: Bytes) -> Response {
+pub(super) async fn limits(State(state): State<AdminState>, body: Bytes) -> Response {
     let body = match serde_json::from_slice::<LimitsBody>(&body) {
         Ok(body) => body,
         Err(failure) => return error(StatusCode::BAD_REQUEST, failure.to_string()),

@@ -1,6 +1,8 @@
 //! envoyproxy/ratelimit's own HTTP endpoints, served beside tollgate's:
-//! `POST /json` and `GET /healthcheck` on the HTTP listener, and the debug
-//! listener's `/rlconfig`, `/stats` and `/`.
+//! `POST /json` and `GET /healthcheck` on the HTTP listener, the debug
+//! listener's `/rlconfig`, `/stats` and `/`, and the Prometheus listener's
+//! one path (`PROMETHEUS_PATH`, `/metrics` by default: Prometheus text
+//! 0.0.4 whatever `Accept` says). Routed by [`super::router`].
 //!
 //! # Mapping (decisions)
 //!
@@ -29,12 +31,10 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 
 use crate::grpc::RlsService;
@@ -49,36 +49,34 @@ use crate::grpc::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLi
 use crate::health::Health;
 use crate::service::Service;
 
+/// The state of `/json` and `/healthcheck`: the RLS service `/json`
+/// decides through, the bearer token (`None`: none asked), the health
+/// `/healthcheck` answers.
 #[derive(Clone)]
-struct LyftState {
-    rls: RlsService,
-    token: Option<Arc<str>>,
-    health: Health,
+pub(super) struct LyftState {
+    pub(super) rls: RlsService,
+    pub(super) token: Option<Arc<str>>,
+    pub(super) health: Health,
 }
 
-/// `POST /json` and `GET /healthcheck` (see the module docs).
-pub fn routes(rls: RlsService, token: Option<Arc<str>>, health: Health) -> Router {
-    Router::new()
-        .route("/json", post(json_check))
-        .route("/healthcheck", get(healthcheck))
-        .with_state(LyftState { rls, token, health })
+/// The debug listener's index, `/`.
+pub(super) async fn debug_index() -> &'static str {
+    "/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n"
 }
 
-/// The debug listener's routes (see the module docs).
-pub fn debug_routes(service: Arc<Service>) -> Router {
-    Router::new()
-        .route(
-            "/",
-            get(|| async {
-                "/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n"
-            }),
-        )
-        .route("/rlconfig", get(rlconfig))
-        .route("/stats", get(stats))
-        .with_state(service)
+/// The Prometheus listener's one route (`PROMETHEUS_PATH`):
+/// envoyproxy/ratelimit's endpoint, always Prometheus text 0.0.4.
+pub(super) async fn prometheus(State(service): State<Arc<Service>>) -> Response {
+    let format = crate::metrics::text::Format::Text;
+    (
+        [(header::CONTENT_TYPE, format.content_type())],
+        service.metrics().encode_as(format),
+    )
+        .into_response()
 }
 
-async fn healthcheck(State(state): State<LyftState>) -> Response {
+/// `GET /healthcheck` (module docs).
+pub(super) async fn healthcheck(State(state): State<LyftState>) -> Response {
     // The state gRPC's `ratelimit` health answers too (crate::health).
     if state.health.check().is_ok() {
         (StatusCode::OK, "OK").into_response()
@@ -87,7 +85,12 @@ async fn healthcheck(State(state): State<LyftState>) -> Response {
     }
 }
 
-async fn json_check(State(state): State<LyftState>, headers: HeaderMap, body: Bytes) -> Response {
+/// `POST /json` (module docs).
+pub(super) async fn json_check(
+    State(state): State<LyftState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if let Some(token) = &state.token {
         let given = headers
             .get(header::AUTHORIZATION)
@@ -329,7 +332,8 @@ fn response_json(response: &RateLimitResponse) -> Value {
     Value::Object(top)
 }
 
-async fn rlconfig(State(service): State<Arc<Service>>) -> String {
+/// The debug listener's `/rlconfig` (module docs).
+pub(super) async fn rlconfig(State(service): State<Arc<Service>>) -> String {
     let rules = service.rules();
     let mut out = String::new();
     for rule in rules.rules() {
@@ -370,7 +374,8 @@ async fn rlconfig(State(service): State<Arc<Service>>) -> String {
     out
 }
 
-async fn stats(State(service): State<Arc<Service>>) -> String {
+/// The debug listener's `/stats` (module docs).
+pub(super) async fn stats(State(service): State<Arc<Service>>) -> String {
     let text = service.metrics().encode();
     let mut out = String::new();
     for line in text.lines().filter(|line| !line.starts_with('#')) {

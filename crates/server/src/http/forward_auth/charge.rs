@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::HttpBody as _;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -111,7 +111,10 @@ struct ChargeAnswer {
 }
 
 /// Answers one charge call (module docs).
-pub(super) async fn charge(service: Arc<Service>, request: Request) -> Response {
+pub(in crate::http) async fn charge(
+    State(service): State<Arc<Service>>,
+    request: Request,
+) -> Response {
     let bad_request = |message: String| {
         bad(
             &service,
