@@ -21,7 +21,16 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Clock, MonotonicClock, Quota, Shaper};
 
-const RUN: Duration = Duration::from_secs(2);
+/// How long each rate runs: 2 s under `cargo bench` (which passes
+/// `--bench`), a moment under `cargo test --all-targets`, which only checks
+/// that the bench runs.
+fn run_time() -> Duration {
+    if std::env::args().any(|arg| arg == "--bench") {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_millis(200)
+    }
+}
 
 struct Outcome {
     permits: u64,
@@ -44,7 +53,7 @@ fn main() {
              a time. Release error = the instant a task ran − its scheduled instant (never \
              negative). Achieved rate = permits ÷ (last − first actual instant). governor's \
              `until_ready` (burst 1, same rate, same tasks) beside it.\n",
-            RUN.as_secs()
+            run_time().as_secs_f64()
         ),
         "| rate /s | tollgate permits | achieved | error vs target | p50 | p99 | p99.9 | max | governor achieved | governor error vs target |".to_string(),
         "|---|---|---|---|---|---|---|---|---|---|".to_string(),
@@ -125,7 +134,7 @@ async fn shaper_run(rate: u64) -> Outcome {
             })
         })
         .collect();
-    tokio::time::sleep(RUN).await;
+    tokio::time::sleep(run_time()).await;
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
     for handle in handles {
@@ -168,7 +177,7 @@ async fn governor_run(rate: u64) -> Outcome {
             })
         })
         .collect();
-    tokio::time::sleep(RUN).await;
+    tokio::time::sleep(run_time()).await;
     stop.store(true, Ordering::Relaxed);
     let mut ran = Vec::new();
     for handle in handles {
