@@ -37,6 +37,9 @@ pub enum Op {
     Lease,
     /// Give `cost` permits of a lease back.
     Refund,
+    /// Record `cost` permits into debt (`TOLLGATE.CHARGE` only, see
+    /// [`crate::charge`]).
+    Charge,
 }
 
 /// One limit's algorithm and parameters, in the script's units.
@@ -176,10 +179,21 @@ pub(crate) fn positive(what: &str, raw: &[u8]) -> Result<i128, ArgError> {
 /// A wrong number of arguments, an unknown operation or algorithm, or a
 /// value that is not a non-negative integer (a divisor: not positive).
 pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
-    if args.len() < STRIDE + TAIL || (args.len() - TAIL) % STRIDE != 0 {
+    let call = parse_any(args, "tollgate.decide")?;
+    if call.op == Op::Charge {
         return Err(ArgError(
-            "ERR wrong number of arguments for 'tollgate.decide' command".to_owned(),
+            "ERR tollgate: a charge ('h') is TOLLGATE.CHARGE's".to_owned(),
         ));
+    }
+    Ok(call)
+}
+
+/// [`parse`] for `command`, taking every operation.
+pub(crate) fn parse_any<A: AsRef<[u8]>>(args: &[A], command: &str) -> Result<Call, ArgError> {
+    if args.len() < STRIDE + TAIL || (args.len() - TAIL) % STRIDE != 0 {
+        return Err(ArgError(format!(
+            "ERR wrong number of arguments for '{command}' command"
+        )));
     }
     let m = (args.len() - TAIL) / STRIDE;
     let tail = &args[m * STRIDE..];
@@ -188,6 +202,7 @@ pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
         b"p" => Op::Peek,
         b"l" => Op::Lease,
         b"r" => Op::Refund,
+        b"h" => Op::Charge,
         other => {
             return Err(ArgError(format!(
                 "ERR tollgate: unknown operation '{}'",

@@ -4,16 +4,18 @@
 //!
 //! # Contract
 //!
-//! `TOLLGATE.CHARGE (key g scale interval capacity m limit)×m now cost
-//! slack`: each key in front of its GCRA limit, as for `TOLLGATE.DECIDE`
-//! (the same checks of `scale interval capacity m`, key specification
-//! `(1, −4, 7)`), with the quota's `limit` (permits per period) in the place
-//! of the refund value, then the call's clock (empty: the server's, in µs;
-//! else ns, the test mode), cost and TTL slack (ms, at most a day). Reply
-//! `{1}`: the charge fitted every limit; `{0}`: it went over (recorded
-//! anyway); `{-1}`: a key holds a control's marker (a list, a penalty) and
-//! nothing is charged. Any other algorithm is an error reply: the client
-//! sends window charges to the scripts.
+//! `TOLLGATE.CHARGE (key g scale interval capacity m cap)×m h now cost
+//! slack stamp`: `TOLLGATE.DECIDE`'s arguments (the same layout, checks and
+//! key specification) with the operation `h`, as the charge script takes
+//! `decide.lua`'s with op `h`; each limit's `x` is its debt cap in ticks,
+//! which the client computes (the core's `capacity + DEBT_PERIODS · limit ·
+//! interval`). Reply `{fitted, recorded}`: `fitted` 1 when every limit's
+//! debt is within its capacity after the charge, 0 when the charge went
+//! over (recorded anyway), -1 when a key holds a control's marker (a list,
+//! a penalty in force: nothing is charged); `recorded`, the fewest permits
+//! a limit recorded (the rest reached its cap). Only GCRA limits: any other
+//! algorithm is an error reply, and the client sends those charges to the
+//! scripts (window debts are the scripts' alone, see [`transition`]).
 //!
 //! # Model and guarantee
 //!
@@ -23,83 +25,50 @@
 //! takes the most whole permits of the charge that end within the cap:
 //!
 //! ```text
-//! cap      = min(capacity + DEBT_PERIODS · limit · interval,  M − 2·10^15)
-//! recorded = min(cost, ⌊(cap − d) / interval⌋)        (0 if d ≥ cap)
+//! most     = min(cap, M − 2·10^15)        (what the state reads back)
+//! recorded = min(cost, ⌊(most − d) / interval⌋)      (0 if d ≥ most)
 //! d'       = d + recorded · interval
 //! ```
 //!
-//! the core's `Gcra::charge` (the TAT never past `now + burst·T +
-//! DEBT_PERIODS · limit · T`), bounded by what the state reads back as a
-//! debt, so that repeated charges never hold more than the cap and never
-//! wrap to a fresh bucket. The charge fitted iff every limit recorded all
-//! of it within its capacity. Every key is read (and the markers checked)
-//! before any is written; a limit that records nothing is not written.
+//! the core's `Gcra::charge`, so that repeated charges never hold more than
+//! the cap and never wrap to a fresh bucket. Every key is read (and the
+//! markers checked) before any is written; a limit that records nothing is
+//! not written.
 
-use crate::args::{ArgError, Call, LimitArgs, Op, Params, STRIDE, gcra, number, positive};
+use crate::args::{ArgError, Call, Op, Params, parse_any};
 use crate::store::Store;
 use crate::transition::{self, Clock, State};
 
-/// How many periods of its quota a limit may owe beyond full: the core's
-/// `tollgate::algorithm::DEBT_PERIODS` (a test checks they agree).
-pub const DEBT_PERIODS: i128 = 16;
-/// The call's own values after the limits: `now cost slack`.
-pub const TAIL: usize = 3;
 /// The debt the GCRA state reads back: below `M − 2·10^15` ticks.
 const READABLE: i128 = 2_000_000_000_000_000;
 
-/// Parses the arguments of `TOLLGATE.CHARGE` (without the command name)
-/// into a [`Call`]: op [`Op::Check`] (unused), stamp 0, each limit's `x`
-/// its quota's limit.
+/// Parses the arguments of `TOLLGATE.CHARGE` (without the command name).
 ///
 /// # Errors
 ///
-/// A wrong arity, a limit that is not GCRA, a value out of bounds.
+/// As [`crate::args::parse`], an operation other than `h`, a limit that
+/// is not GCRA.
 pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
-    if args.len() < STRIDE + TAIL || (args.len() - TAIL) % STRIDE != 0 {
+    let call = parse_any(args, "tollgate.charge")?;
+    if call.op != Op::Charge {
         return Err(ArgError(
-            "ERR wrong number of arguments for 'tollgate.charge' command".to_owned(),
+            "ERR tollgate: TOLLGATE.CHARGE takes the operation 'h'".to_owned(),
         ));
     }
-    let m = (args.len() - TAIL) / STRIDE;
-    let tail = &args[m * STRIDE..];
-    let now = match tail[0].as_ref() {
-        b"" => None,
-        raw => Some(number("now", raw)?),
-    };
-    let cost = number("cost", tail[1].as_ref())?;
-    let slack = number("slack", tail[2].as_ref())?;
-    if slack > 86_400_000 {
+    if !call
+        .limits
+        .iter()
+        .all(|l| matches!(l.params, Params::Gcra { .. }))
+    {
         return Err(ArgError(
-            "ERR tollgate: slack must be at most one day".to_owned(),
+            "ERR tollgate: TOLLGATE.CHARGE charges GCRA limits only".to_owned(),
         ));
     }
-    let unit = if now.is_some() { 1 } else { 1_000 };
-    let mut limits = smallvec::SmallVec::with_capacity(m);
-    for limit in args[..m * STRIDE].chunks_exact(STRIDE) {
-        let a = |i: usize| limit[2 + i].as_ref();
-        if limit[1].as_ref() != b"g" {
-            return Err(ArgError(format!(
-                "ERR tollgate: TOLLGATE.CHARGE charges GCRA limits only, got '{}'",
-                String::from_utf8_lossy(limit[1].as_ref())
-            )));
-        }
-        limits.push(LimitArgs {
-            params: gcra(unit, a(0), a(1), a(2), a(3))?,
-            x: positive("limit", limit[6].as_ref())?,
-        });
-    }
-    Ok(Call {
-        op: Op::Check,
-        now,
-        cost,
-        slack,
-        stamp: 0,
-        limits,
-    })
+    Ok(call)
 }
 
 /// Charges `call` (parsed by [`parse`]) over `store` at `now` (clock units
-/// of `unit` ns): the reply `{1}`, `{0}` or `{-1}` (see the module docs).
+/// of `unit` ns): the reply `{fitted, recorded}` (see the module docs).
 ///
 /// # Errors
 ///
@@ -108,20 +77,13 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
     let clock = Clock::of(call, now, unit);
     let mut states = Vec::with_capacity(call.limits.len());
     for (i, limit) in call.limits.iter().enumerate() {
-        let state = transition::load(store, i, &limit.params, &clock)?;
-        // A marker is a value that is not a state and starts with `!`.
-        if transition::blank(&state)
-            && store
-                .get(i)
-                .ok()
-                .flatten()
-                .is_some_and(|raw| raw.first() == Some(&b'!'))
-        {
-            return Ok(vec![-1]);
-        }
-        states.push(state);
+        states.push(transition::load(store, i, &limit.params, &clock)?);
     }
-    let mut fitted = 1;
+    let blank = |i: usize| transition::blank(&states[i]);
+    if crate::controls::marked(call, now, unit, store, blank).is_some() {
+        return Ok(vec![-1, 0]);
+    }
+    let (mut fitted, mut fewest) = (1, call.cost);
     for (i, (limit, state)) in call.limits.iter().zip(&states).enumerate() {
         let (
             Params::Gcra {
@@ -133,24 +95,26 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
             State::Gcra { debt, cur, modulus },
         ) = (limit.params, state)
         else {
-            unreachable!("the parser takes GCRA limits only");
+            // The parser takes GCRA limits only.
+            return Err("ERR tollgate: TOLLGATE.CHARGE charges GCRA limits only".to_owned());
         };
-        let cap = (capacity + DEBT_PERIODS * limit.x * interval).min(modulus - READABLE);
-        let room = if *debt < cap {
-            (cap - debt) / interval
+        let most = limit.x.min(modulus - READABLE);
+        let room = if *debt < most {
+            (most - debt) / interval
         } else {
             0
         };
         let recorded = call.cost.min(room);
         let after = debt + recorded * interval;
-        if recorded < call.cost || after > capacity {
+        if after > capacity {
             fitted = 0;
         }
+        fewest = fewest.min(recorded);
         if recorded > 0 {
             transition::gcra_store(store, i, &clock, scale, (*cur, *modulus), after);
         }
     }
-    Ok(vec![fitted])
+    Ok(vec![fitted, transition::clamp(fewest)])
 }
 
 #[cfg(test)]
@@ -162,9 +126,11 @@ mod tests {
     const M: &str = "9000000000000000";
 
     /// 1 per 10 ns (limit 1 a period of 10), burst 2: capacity 20 ticks,
-    /// the cap 20 + 16·10 = 180.
+    /// the core's cap 20 + 16·10 = 180.
     fn charge(m: &mut Memory, cost: &str, now: i128) -> Vec<i64> {
-        let args = ["k", "g", "1", "10", "20", M, "1", "0", cost, "5"];
+        let args = [
+            "k", "g", "1", "10", "20", M, "180", "h", "0", cost, "5", "0",
+        ];
         let call = parse(&args).unwrap();
         run(&call, now, 1, m).unwrap()
     }
@@ -172,17 +138,17 @@ mod tests {
     #[test]
     fn a_charge_fits_then_goes_into_debt_up_to_the_cap() {
         let mut m = Memory::default();
-        assert_eq!(charge(&mut m, "2", 0), [1]);
+        assert_eq!(charge(&mut m, "2", 0), [1, 2]);
         assert_eq!(m.strings[&0].0, b"20");
-        assert_eq!(charge(&mut m, "3", 0), [0]);
+        assert_eq!(charge(&mut m, "3", 0), [0, 3]);
         assert_eq!(m.strings[&0].0, b"50");
         // 10^15 permits: only up to the cap, 180 ticks ahead.
-        assert_eq!(charge(&mut m, "1000000000000000", 0), [0]);
+        assert_eq!(charge(&mut m, "1000000000000000", 0), [0, 13]);
         assert_eq!(m.strings[&0].0, b"180");
         // Repeated charges stay at the cap; the debt is repaid with time.
-        assert_eq!(charge(&mut m, "1", 0), [0]);
+        assert_eq!(charge(&mut m, "1", 0), [0, 0]);
         assert_eq!(m.strings[&0].0, b"180");
-        assert_eq!(charge(&mut m, "1", 100), [0]);
+        assert_eq!(charge(&mut m, "1", 100), [0, 1]);
         assert_eq!(m.strings[&0].0, b"190", "80 ahead of 100, then 10 more");
         assert_eq!(
             m.strings[&0].1,
@@ -192,21 +158,26 @@ mod tests {
     }
 
     #[test]
-    fn the_debt_cap_is_the_cores() {
-        assert_eq!(DEBT_PERIODS, i128::from(tollgate::algorithm::DEBT_PERIODS));
-    }
-
-    #[test]
     fn a_marker_is_not_charged_and_other_algorithms_are_refused() {
         let mut m = Memory::default();
         m.strings.insert(0, (b"!d".to_vec(), 1));
-        assert_eq!(charge(&mut m, "5", 0), [-1]);
+        assert_eq!(charge(&mut m, "5", 0), [-1, 0]);
         assert_eq!(m.strings[&0].0, b"!d");
-        let window = ["k", "f", "10", "2", "0", "0", "2", "0", "1", "5"];
+        // A penalty past its end is no marker: charged, as by the script.
+        m.strings.insert(0, (b"!p0".to_vec(), 1));
+        assert_eq!(charge(&mut m, "1", 5), [1, 1]);
+        assert_eq!(m.strings[&0].0, b"15");
+        let window = ["k", "f", "10", "2", "0", "0", "34", "h", "0", "1", "5", "0"];
         assert!(parse(&window).unwrap_err().0.contains("GCRA"));
-        let short = ["k", "g", "1", "10", "20", M, "1", "0", "1"];
-        assert!(parse(&short).is_err());
-        let zero_limit = ["k", "g", "1", "10", "20", M, "0", "0", "1", "5"];
-        assert!(parse(&zero_limit).unwrap_err().0.contains("limit"));
+        let check = ["k", "g", "1", "10", "20", M, "180", "c", "0", "1", "5", "0"];
+        assert!(parse(&check).unwrap_err().0.contains("'h'"));
+        // And TOLLGATE.DECIDE does not charge.
+        let charge = ["k", "g", "1", "10", "20", M, "180", "h", "0", "1", "5", "0"];
+        assert!(
+            crate::args::parse(&charge)
+                .unwrap_err()
+                .0
+                .contains("CHARGE")
+        );
     }
 }

@@ -24,9 +24,9 @@
 //! ([`transition`], "Foreign values"). `TOLLGATE.LEAN`, for one GCRA or
 //! fixed window limit, answers as the lean scripts do ([`lean`]).
 //! Warm-up limits (`w<cold> …`) are decided as the general script decides
-//! them ([`warm_up`]). `TOLLGATE.CHARGE` records a budget's charge on GCRA
-//! limits into debt, as `charge.lua` does, capped as the core caps it
-//! ([`charge`]).
+//! them ([`warm_up`]). `TOLLGATE.CHARGE`, the same arguments with the
+//! operation `h`, records a budget's charge on GCRA limits into debt as
+//! `charge.lua` does, capped as the core caps it ([`charge`]).
 //!
 //! # Guarantees
 //!

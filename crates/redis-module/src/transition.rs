@@ -11,6 +11,17 @@
 //! The parity vectors (`crates/core/tests/vectors/core.json`) check the
 //! answers against the core's state machines, through `tollgate-redis`.
 //!
+//! # Window debts
+//!
+//! A budget's charge (`tollgate-redis`'s charge script) takes a fixed or
+//! sliding window past its limit, into a debt the scripts carry into later
+//! windows. The module does not run that carry: a fixed window whose count
+//! is above its limit, or a wheel with a debt field or a count above the
+//! limit, is answered with the error [`DEFER`] (nothing written), and the
+//! client sends the same call to the scripts. So a window in debt is never
+//! read as empty (which would admit what the budget owes); a key within its
+//! limit, the common case, is decided here.
+//!
 //! # Foreign values
 //!
 //! As in the scripts (`tollgate_redis::script`, "Foreign values"): a key
@@ -230,6 +241,10 @@ pub(crate) fn load(
             let mut count = 0;
             let stored = store.get(i).ok().flatten();
             if let Some((w, n)) = stored.and_then(window_pair) {
+                #[allow(clippy::cast_precision_loss)] // limit < 2^53: exact.
+                if w < EXACT && n > limit as f64 {
+                    return Err(DEFER.to_owned());
+                }
                 // Anything else is foreign: read as no state. An earlier
                 // reading is decided in the stored window (no re-credit).
                 #[allow(clippy::cast_precision_loss)] // limit < 2^53: exact.
@@ -257,6 +272,7 @@ pub(crate) fn load(
                 live: 0,
             };
             let mut wheel = match store.hgetall(i) {
+                Ok(fields) if in_debt(&fields, limit) => return Err(DEFER.to_owned()),
                 Ok(fields) => read_wheel(empty, &fields, n, limit),
                 Err(_) => None,
             }
@@ -285,6 +301,18 @@ pub(crate) fn load(
             Ok(State::WarmUp(Box::new(Warm::load(&w, raw, now_ns))))
         }
     }
+}
+
+/// The error reply of a window in debt: the client sends the same call to
+/// the scripts (see the module docs, "Window debts").
+pub const DEFER: &str = "DEFER tollgate: a window in debt is decided by the scripts";
+
+/// Whether a wheel's fields may hold a charge's debt: a debt field `d`, or
+/// a count above the limit.
+fn in_debt(fields: &Fields, limit: i128) -> bool {
+    fields.iter().any(|(field, value)| {
+        field == b"d" || nat(value).is_some_and(|v| v > limit && field != b"h")
+    })
 }
 
 /// The wheel in `fields`, or `None` if they are not a state of this limit
@@ -692,7 +720,7 @@ mod tests {
             assert_eq!(m.strings[&0].0, b"20", "{spelled:?}");
         }
         let fixed = ["k", "f", "100", "2", "0", "0", "0", "c", "5", "1", "0", "0"];
-        for foreign in [&b"0 3"[..], b"0 x", b"0  1", b"-1 1", b"0 1 "] {
+        for foreign in [&b"0 x"[..], b"0  1", b"-1 1", b"0 1 "] {
             let mut m = Memory::default();
             m.strings.insert(0, (foreign.to_vec(), 1));
             assert_eq!(
@@ -704,7 +732,7 @@ mod tests {
         }
         let sliding = ["k", "s", "100", "4", "2", "0", "0", "c", "5", "1", "0", "0"];
         // ("t", "1"): a total that is not the sum of the slots (none here).
-        for (field, value) in [("t", "3"), ("9", "1"), ("h", "-1"), ("x", "1"), ("t", "1")] {
+        for (field, value) in [("9", "1"), ("h", "-1"), ("x", "1"), ("t", "1")] {
             let mut m = Memory::default();
             m.hashes
                 .insert(0, vec![(field.to_owned(), value.to_owned())]);
@@ -718,6 +746,30 @@ mod tests {
             let want =
                 [("0", "1"), ("h", "0"), ("t", "1")].map(|(f, v)| (f.to_owned(), v.to_owned()));
             assert_eq!(hash, want, "{field}: the foreign hash was not replaced");
+        }
+    }
+
+    /// A window in debt (a count above the limit, a wheel's debt field) is
+    /// the scripts' to decide: an error that writes nothing, never a window
+    /// read as empty.
+    #[test]
+    fn a_window_in_debt_is_deferred_to_the_scripts() {
+        let fixed = ["k", "f", "100", "2", "0", "0", "0", "c", "5", "1", "0", "0"];
+        let mut m = Memory::default();
+        m.strings.insert(0, (b"0 3".to_vec(), 1));
+        assert_eq!(decide(&mut m, &fixed, 5), Err(DEFER.to_owned()));
+        assert_eq!(m.strings[&0].0, b"0 3");
+        let sliding = ["k", "s", "100", "4", "2", "0", "0", "c", "5", "1", "0", "0"];
+        for (field, value) in [("t", "3"), ("d", "1"), ("0", "3")] {
+            let mut m = Memory::default();
+            m.hashes
+                .insert(0, vec![(field.to_owned(), value.to_owned())]);
+            assert_eq!(
+                decide(&mut m, &sliding, 5),
+                Err(DEFER.to_owned()),
+                "{field}"
+            );
+            assert_eq!(m.hashes[&0].len(), 1, "{field}: written");
         }
     }
 

@@ -352,6 +352,59 @@ mod tests {
         assert_eq!(gaps, [1375, 1125, 875, 625, 500, 500].map(|g| g * MS));
     }
 
+    /// The constants and every cost are the core's (`WarmUp::constants`,
+    /// `WarmUp::cost`), for Guava's limits and a slow, wide one.
+    #[test]
+    fn constants_and_costs_are_the_cores() {
+        use std::time::Duration;
+        for (limit, period_s, burst, warm_s, cold) in [
+            (2, 1, 2, 4, 3),
+            (5, 1, 1, 4, 10),
+            (1_000, 60, 50, 30, 1),
+            (7, 3, 7, 11, 4),
+        ] {
+            let quota = tollgate::Quota::new(limit, Duration::from_secs(period_s))
+                .and_then(|q| q.with_burst(burst))
+                .unwrap();
+            let core = tollgate::WarmUp::with_cold_factor(quota, Duration::from_secs(warm_s), cold)
+                .unwrap();
+            let c = core.constants();
+            let args = WarmArgs {
+                cold,
+                burst,
+                l: c.l,
+                t: c.t,
+                period: warm_s * 1_000_000_000,
+            };
+            let k = args.constants().unwrap();
+            assert_eq!(
+                (k.permit, k.threshold, k.max, k.gain, k.slope),
+                (
+                    c.permit,
+                    u128::from(c.threshold),
+                    u128::from(c.max),
+                    u128::from(c.gain),
+                    u128::from(c.slope)
+                )
+            );
+            assert_eq!(
+                (k.per_remainder, k.denominator),
+                (c.per_remainder, c.denominator)
+            );
+            let warm = Warm::load(&args, None, 0);
+            for step in 0..=64u64 {
+                let stored = c.max / 64 * step + step % 3;
+                for permits in [1, 2, burst] {
+                    assert_eq!(
+                        warm.cost(u128::from(stored), u128::from(permits)),
+                        u128::from(core.cost(stored, permits).unwrap()),
+                        "{limit}/{period_s}s: {permits} at {stored}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_parameters_are_refused() {
         for (cold, period) in [
