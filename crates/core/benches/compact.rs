@@ -18,6 +18,15 @@
 //! process and one round holds from a quiet machine to a loaded one where
 //! the nanoseconds do not.
 //!
+//! Three more floors tell whether the memory's floor and a decision's
+//! compute can overlap on this host (`floor_u64_compute_*`): the same
+//! random reads, each feeding a chain of dependent arithmetic about as long
+//! as a decision where the table is in cache; the compute alone, after the
+//! group's words were loaded (the batch's touch-then-decide), and with the
+//! next group's words prefetched (`prefetcht0` through `prefetch-index`).
+//! Overlapped, a row costs the larger of the compute and the floor; added
+//! up, their sum.
+//!
 //! `Rate` is Cloudflare's estimator: a count-min sketch of events per key
 //! over an interval, of fixed size whatever the keys. It is approximate
 //! (keys that collide in every row inflate each other's counts, and it
@@ -194,6 +203,77 @@ fn floor_two_lines<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64) -> 
     keys.len()
 }
 
+/// Dependent arithmetic standing for a decision's compute where the
+/// table is in cache (`COMPUTE_STEPS` multiply-xorshift steps, about as
+/// long as `compact_batch` at 10^4 keys on the reference host).
+#[inline(always)]
+fn compute(mut x: u64) -> u64 {
+    for _ in 0..COMPUTE_STEPS {
+        x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (x >> 29);
+    }
+    x
+}
+
+const COMPUTE_STEPS: usize = 20;
+
+/// Keys a group in [`floor_compute`]'s loads and prefetches.
+const COMPUTE_GROUP: usize = 32;
+
+/// How a [`floor_compute`] key's word reaches the cache before its compute.
+#[derive(Clone, Copy)]
+enum Fetch {
+    /// No memory at all: the compute alone (each key's word is its index).
+    None,
+    /// The group's words loaded in a tight loop first, then each key's
+    /// compute on its word: the batch's touch-then-decide.
+    Loads,
+    /// The next group's words prefetched (`prefetch-index`, `prefetcht0`)
+    /// before this group's computes: a prefetch holds no place in the
+    /// reorder window once issued, so its miss may overlap the computes.
+    Prefetch,
+}
+
+/// One random read per key as [`floor_reads`], each feeding a chain of
+/// [`compute`]: whether the memory's floor and the compute overlap (the
+/// cost is the larger of the two) or add up, for each way of fetching.
+#[inline(never)]
+fn floor_compute<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64, fetch: Fetch) -> usize {
+    let len = array.len() as u128;
+    let at = |key: &K| ((u128::from(spread(key)) * len) >> 64) as usize;
+    let mut sum = 0u64;
+    let mut touched = 0u64;
+    let groups: Vec<&[K]> = keys.chunks(COMPUTE_GROUP).collect();
+    if let (Fetch::Prefetch, Some(first)) = (fetch, groups.first()) {
+        for key in *first {
+            prefetch_index::prefetch_index(array, at(key));
+        }
+    }
+    for (g, group) in groups.iter().enumerate() {
+        match fetch {
+            Fetch::None => {}
+            Fetch::Loads => {
+                for key in *group {
+                    touched ^= array[at(key)];
+                }
+            }
+            Fetch::Prefetch => {
+                for key in groups.get(g + 1).copied().unwrap_or_default() {
+                    prefetch_index::prefetch_index(array, at(key));
+                }
+            }
+        }
+        for key in *group {
+            let word = match fetch {
+                Fetch::None => at(key) as u64,
+                Fetch::Loads | Fetch::Prefetch => array[at(key)],
+            };
+            sum = compute(sum ^ word);
+        }
+    }
+    black_box((sum, touched));
+    keys.len()
+}
+
 /// Admitted checks of `keys` through `check_batch`, `call` keys a call.
 fn batched<K: FixedKey>(
     limiter: &CompactKeyedLimiter<K>,
@@ -220,7 +300,22 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// The batched (or other) row, its floors: printed as ratios.
-const RATIOS: [(&str, &str, &str); 6] = [
+const RATIOS: [(&str, &str, &str); 9] = [
+    (
+        "floor_u64_compute_alone",
+        "floor_u64_hash",
+        "floor_u64_hash",
+    ),
+    (
+        "floor_u64_compute_loads",
+        "floor_u64_compute_alone",
+        "floor_u64_hash",
+    ),
+    (
+        "floor_u64_compute_prefetch",
+        "floor_u64_compute_alone",
+        "floor_u64_hash",
+    ),
     (
         "compact_batch",
         "floor_u64_two_lines",
@@ -291,7 +386,18 @@ fn main() {
     // The floors' arrays, each as large as its key type's table; empty
     // when no floor of that type runs.
     let floor_of = |name: &str, bytes: usize| {
-        if wanted(&format!("floor_{name}_read")) || wanted(&format!("floor_{name}_hash")) {
+        let floors = [
+            "read",
+            "hash",
+            "two_lines",
+            "compute_alone",
+            "compute_loads",
+            "compute_prefetch",
+        ];
+        if floors
+            .iter()
+            .any(|floor| wanted(&format!("floor_{name}_{floor}")))
+        {
             floor_array(bytes)
         } else {
             Vec::new()
@@ -386,6 +492,30 @@ fn main() {
         }),
         Contender::new("floor_u64_two_lines", |round| {
             floor_two_lines(&floor_u64, &round.u64s, |k| hasher.hash_one(k) << 8)
+        }),
+        Contender::new("floor_u64_compute_alone", |round| {
+            floor_compute(
+                &floor_u64,
+                &round.u64s,
+                |k| hasher.hash_one(k) << 8,
+                Fetch::None,
+            )
+        }),
+        Contender::new("floor_u64_compute_loads", |round| {
+            floor_compute(
+                &floor_u64,
+                &round.u64s,
+                |k| hasher.hash_one(k) << 8,
+                Fetch::Loads,
+            )
+        }),
+        Contender::new("floor_u64_compute_prefetch", |round| {
+            floor_compute(
+                &floor_u64,
+                &round.u64s,
+                |k| hasher.hash_one(k) << 8,
+                Fetch::Prefetch,
+            )
         }),
         Contender::new("compact_batch", |round| {
             batched(&compact, &round.u64s, call, &mut decisions)

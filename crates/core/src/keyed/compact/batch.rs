@@ -3,14 +3,12 @@
 //!
 //! # The model
 //!
-//! At 10^7 keys a table is far larger than the caches, and a check waits
-//! a whole memory latency for its slot's cache line (hundreds of ns on a
-//! virtual machine, with its two-level page walk); one check at a time,
-//! that wait is the check. What a batch can reach instead is the memory's
-//! *throughput* of independent random reads: the floor that
-//! `benches/compact.rs` measures beside it, in the same run (one random
-//! 8-byte read per key from an array as large as the table). A group of
-//! [`BATCH`] keys goes through three passes:
+//! At 10^7 keys a table is far larger than the caches and the TLB, and a
+//! check waits a whole memory latency (with its page walk) for its slot's
+//! cache line; one check at a time, that wait is the check. A batch goes
+//! for the memory's *throughput* of independent random reads instead (the
+//! floor `benches/compact.rs` measures beside it). A group of [`BATCH`]
+//! keys goes through three passes:
 //!
 //! 1. **hash**: every key's shard and home slot, and references to the
 //!    words to touch (`Shard::lines` in `table.rs`: the home slot's first
@@ -18,56 +16,22 @@
 //!    mean for a known key at a load of 7/8), gathered into an array;
 //! 2. **touch**: one `Relaxed` load of each of those words, in a loop of a
 //!    load and an `xor` a word, so that the core's reorder window holds as
-//!    many outstanding misses as it can, as the floor's loop does;
+//!    many outstanding misses (and page walks) as the floor's loop does;
 //! 3. **decide**: the group's keys one by one, each under its shard's
 //!    lock, exactly as [`check`](CompactKeyedLimiter::check) would, on
 //!    lines that are now in the cache.
 //!
-//! # What serialised the misses before (measured: `BENCHMARKS.md`)
+//! A table of at most `CACHED_TABLE_BYTES` (1 MiB) is hashed a group at a
+//! time and decided without touches: where every line is a few ns away the
+//! touches cost more than they hide.
 //!
-//! The first version (groups of 16) hashed and touched in one loop, about
-//! 30 instructions a key, and touched the home slot only. Three things
-//! kept its misses from overlapping:
-//!
-//! - the probe of a known key reads 4.5 slots on average at 7/8, 72 bytes
-//!   of 16-byte slots, so it crosses into the next cache line more often
-//!   than not; that line was fetched in the decide pass, behind the
-//!   shard lock's `lock cmpxchg`, which x86 lets no later load pass and
-//!   which waits for every earlier one: each crossing paid a whole memory
-//!   latency alone;
-//! - the hashing between the loads filled the reorder window, so fewer
-//!   misses were in flight than in the floor's loop;
-//! - a group waits for its last touch's line before its first lock, a
-//!   full latency every 16 keys.
-//!
-//! The passes above touch the lines a probe will cross too, issue the
-//! loads from a loop of two instructions a word, and spread the wait of a
-//! group over 256 keys. What remains is structural: the decide pass's
-//! compute (the lock, the probe, the algorithm, the decision) cannot
-//! overlap the next group's misses, since each lock waits for every load
-//! before it, and a key costs about two lines of the floor, not one.
-//!
-//! # In cache
-//!
-//! A table of at most `CACHED_TABLE_BYTES` (1 MiB: 57,000 `u64` keys)
-//! is hashed a group at a time and decided without touches: where every
-//! line is a few ns away, the touches cost more than they hide (measured
-//! at 10^4 `u64` keys: 29.6 ns a key with them; `BENCHMARKS.md`). Hashing
-//! the group first still pays: each lock waits for the work before it, so
-//! a key hashed between two locks is hashed alone (27.5 ns a key when the
-//! keys were hashed one by one between their checks).
-//!
-//! # Why a load and not `_mm_prefetch`
-//!
-//! The core crate is `#![forbid(unsafe_code)]` and `_mm_prefetch` is an
-//! `unsafe fn` (it takes a raw pointer). A `Relaxed` load whose value goes
-//! to [`black_box`](std::hint::black_box) sends the same request to
-//! memory; on an out-of-order core the loads of one group do not wait for
-//! one another (nothing depends on their values). What differs: a load
-//! holds its place in the reorder window until its line arrives, and the
-//! first lock of the decide pass waits for every load before it (a
-//! prefetch would not), so the next group's loads cannot be issued while
-//! this group is decided.
+//! A key thus costs about the floor of its two lines plus the decision's
+//! compute in cache; the two do not overlap, since a load holds its place
+//! in the reorder window until its line arrives. A software prefetch would
+//! not, where the TLB covers the table; on the reference host (4 KiB pages
+//! under nested paging) it measured no faster, and it needs `unsafe`, which
+//! the core forbids. The measurements, the profile and the figures:
+//! `crates/core/BENCHMARKS.md`.
 //!
 //! # Exactness
 //!

@@ -1,142 +1,68 @@
-//! [`CompactKeyedLimiter`]: one state per fixed-size key in a table sized
-//! once, at about 18 bytes a `u64` key, with batched checks that fetch
-//! their keys' slots before deciding.
+//! [`CompactKeyedLimiter`]: one rate-limit state per fixed-size key, in a
+//! table sized once for `max_keys` keys, at about 18 bytes a `u64` key.
 //!
-//! # What it is for
+//! # The model
 //!
-//! 10^7 to 10^8 live keys of a fixed size (client IPs at an edge, numeric
-//! account or API-key ids), one quota for all of them, [`Gcra`] or
-//! [`FixedWindow`](crate::FixedWindow). Decisions are exactly those of
-//! [`KeyedLimiter`](crate::KeyedLimiter) under the same quota (and of one
-//! [`Limiter`](crate::Limiter) per key), linearizable per key; only the
-//! storage differs, and what the storage cannot hold (per-key overrides,
-//! observers, lists and penalties, strings longer than a [`ShortKey`])
-//! stays with `KeyedLimiter`.
+//! For 10^7 to 10^8 live keys of a fixed size (client addresses, numeric
+//! ids; see [`FixedKey`], and [`ShortKey`] for strings of up to 27 bytes)
+//! under one quota, [`Gcra`] or [`FixedWindow`](crate::FixedWindow). Each
+//! shard is one array of slots (the key's words, then its 8-byte state),
+//! probed linearly from the key's hashed home slot (`table.rs`), behind one
+//! lock per shard. [`check_batch`](CompactKeyedLimiter::check_batch) decides
+//! many keys in one call, their slots fetched before any is decided
+//! ([`batch`]).
 //!
-//! Not [`WarmUp`](crate::WarmUp): its state is two 64-bit numbers (the
-//! instant the next request may go and the idle permits, each needed
-//! whole for the costs to be exact to the nanosecond; see its module docs,
-//! "State"), and a slot holds one 8-byte word. Offering it would take a
-//! slot whose state is 16 bytes, written under the shard's lock (which
-//! every write here already holds) with the batched reads seeing both
-//! words of one write: a table generic over the state's width, so 8 more
-//! bytes per key for every algorithm or a second table type. Until then a
-//! warm-up per key runs in `KeyedLimiter<K, WarmUp>`.
+//! # The guarantees
 //!
-//! # Memory
+//! - **Decisions** are exactly those of [`KeyedLimiter`](crate::KeyedLimiter)
+//!   under the same quota, linearizable per key: each is taken under its
+//!   shard's lock, on a clock reading taken before it; a new key is found
+//!   absent and inserted in one hold (`crates/loom/tests/loom_compact.rs`
+//!   models the races).
+//! - **Memory** is [`table_bytes`](CompactKeyedLimiter::table_bytes), fixed
+//!   at build, whatever the keys do: `max_keys · 8/7` slots of 12 (`u32`,
+//!   `Ipv4Addr`), 16 (`u64`), 24 (16-byte keys) or 36 bytes (`ShortKey`).
+//! - **No live key is evicted.** A key whose state is indistinguishable
+//!   from a fresh one is removed by a sweep. While the table (or a key's
+//!   shard, at 15/16 of its slots) is full, new keys share one
+//!   **overflow state** under the same quota until a sweep frees room:
+//!   refused or admitted on the quota, never admitted unlimited. Idleness
+//!   and [clocks that go back](super#clocks-that-go-back): as `KeyedLimiter`'s.
 //!
-//! The table is one array of slots per shard, allocated and written once
-//! when the limiter is built and never grown: `max_keys · 8/7` slots in
-//! all, a slot being the key and the 8-byte state side by side, with no
-//! control bytes, no index and no per-entry allocation.
+//! # Parameters
 //!
-//! | key | slot | bytes per key at `max_keys` |
-//! |---|---|---|
-//! | [`Ipv4Addr`](std::net::Ipv4Addr), `u32` | 12 B | 13.7 |
-//! | `u64` | 16 B | 18.3 |
-//! | [`Ipv6Addr`](std::net::Ipv6Addr), `[u8; 16]`, `u128` | 24 B | 27.4 |
-//! | [`ShortKey`] (a string of up to 27 bytes) | 36 B | 41.1 |
+//! - `max_keys` ([`builder`](CompactKeyedLimiter::builder)): the table's
+//!   size; there is no default, and [`build`](CompactKeyedBuilder::build)
+//!   refuses a size it cannot address or allocate.
+//! - [`sweep_every`](CompactKeyedBuilder::sweep_every): by default, every
+//!   second on a background thread; [`SWEEP_CHUNK`] (16) slots a hold.
+//! - [`clock`](CompactKeyedBuilder::clock): by default, the
+//!   [`QuantaClock`](crate::QuantaClock).
+//! - Shards: 16 per thread the machine runs (a power of two, at most 256; one
+//!   per 4,096 keys of a small cap), picked by the key's seeded foldhash.
 //!
-//! So the memory is bounded by construction:
-//! [`table_bytes`](CompactKeyedLimiter::table_bytes) from the first
-//! request on, whatever the keys do (measured at 10^7 keys, resident and
-//! allocated alike: the figures above; governor 28.5 and 41.9, and 70.4
-//! for a 15-byte `String`,
-//! `benches/compact_memory.rs`). A 16-byte key stored whole cannot take
-//! 20 bytes a key (16 + 8 = 24 bytes a slot before any slack);
-//! quotienting (storing only what the slot's position does not imply)
-//! saves `log2(slots)` bits, 23 at 10^7 keys, which leaves 105 bits of key
-//! plus 64 of state: 21.1 bytes a slot at a load of 1, 24.1 at 7/8. Not
-//! worth its arithmetic here; the 16-byte rows are stated as a miss in
-//! `BENCHMARKS.md`.
+//! What it does not do (per-key overrides, observers, lists and penalties,
+//! [`WarmUp`](crate::WarmUp), keys of any size) stays with `KeyedLimiter`.
 //!
-//! # Eviction, the cap, and clocks that go back
+//! # Example
 //!
-//! As [`KeyedLimiter`](crate::KeyedLimiter)'s (see
-//! ["Memory: bounded, and lossless"](super#memory-bounded-and-lossless)
-//! and ["Clocks that go back"](super#clocks-that-go-back)): a key whose
-//! state is indistinguishable from a fresh one is removed by a sweep
-//! (a background thread every [`sweep_every`](CompactKeyedBuilder::sweep_every),
-//! 1 s by default, or [`sweep`](CompactKeyedLimiter::sweep)), judged under
-//! its shard's lock, [`SWEEP_CHUNK`] slots per hold, each shard walked
-//! downwards from a vacant slot so that removing a run of idle keys costs
-//! one step a key (10^8 idle keys in 2.96 s on a loaded 2-core host, a
-//! checker meanwhile at p99.9 3.8 µs); a key created fresh
-//! decides at the later of its reading and the latest sweep's. When
-//! `max_keys` keys are live, no live key is evicted: a new key is decided
-//! on one shared **overflow state** under the same quota until a sweep
-//! frees slots (a full table wakes the sweeper). A shard also stops
-//! taking keys at 15/16 of its slots, so that probes stay short: keys
-//! that crowd into one shard beyond it overflow too, before `max_keys` is
-//! reached (at 10^7 keys over 32 shards the fullest shard is within 1 % of
-//! the mean, far from 15/16 when the mean is 7/8).
+//! ```
+//! use std::net::Ipv4Addr;
+//! use tollgate::keyed::compact::CompactKeyedLimiter;
+//! use tollgate::{Gcra, Quota};
 //!
-//! # Concurrency: a lock per shard
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let per_ip: CompactKeyedLimiter<Ipv4Addr> =
+//!     CompactKeyedLimiter::builder(Gcra::new(Quota::per_second(1)?)?, 1_000_000).build()?;
+//! let mut decisions = Vec::new();
+//! per_ip.check_batch(&[Ipv4Addr::new(192, 0, 2, 1); 2], &mut decisions);
+//! assert!(decisions[0].is_allowed() && decisions[1].is_denied());
+//! # Ok(())
+//! # }
+//! ```
 //!
-//! A key's entry is two or three words (key, state) and a removal moves
-//! entries between slots (see `table.rs`): a reader without a lock could
-//! miss an entry in motion, create it a second time and admit twice. So
-//! each shard has one exclusive lock (the keyed limiter's `ShardLock`: one
-//! atomic read-modify-write to take, a plain store to release), held for
-//! the probe, the decision and its write; the state is read and written
-//! with plain loads and stores under it. A request for a new key finds it
-//! absent and inserts it in the same hold, so two first requests of one
-//! key cannot both create it. The shards are a power of two, up to 16 per
-//! thread the machine runs (at most 256), one per 4,096 keys of the cap
-//! for small tables; the top 8 bits of the key's hash pick the shard.
-//! Decisions are linearizable per key: each is taken at its hold of the
-//! lock, on a clock reading taken before it, as for `KeyedLimiter`. The
-//! only atomic read-modify-writes besides the lock are the count of live
-//! keys (`fetch_update`, `Relaxed`: a bound, publishing nothing) and the
-//! overflow state's compare-and-swap (the [`Limiter`](crate::Limiter)'s
-//! own path, model-checked in `crates/loom/tests/loom.rs`); `crates/loom/tests/loom_compact.rs`
-//! models every race between inserts, checks, batches, the cap and sweeps.
-//!
-//! # Speed
-//!
-//! At 10^7 uniform `u64` keys (`benches/compact.rs`, on a 2-core host
-//! loaded far past its cores, in time on a CPU): a batched check 0.18× of
-//! governor's keyed check (with foldhash), a single check 0.70×, where
-//! `KeyedLimiter`'s is 0.9–1.3×. Where the table fits in cache, the
-//! single check is slower than `KeyedLimiter`'s (linear probing reads 4.5
-//! slots for a known key at 7/8, hashbrown's group probe one or two): this
-//! is the table for key counts where memory decides.
-//!
-//! # Hashing
-//!
-//! foldhash, seeded at random per limiter, as `KeyedLimiter`: keys chosen
-//! by an attacker cannot be aimed at one run of slots.
-//!
-//! # Decisions
-//!
-//! - **A new type, not a storage tier of `KeyedLimiter`.** `KeyedLimiter`
-//!   grows its tables as keys come (so an empty one costs 33 KB, not
-//!   `max_keys · 18` bytes), keeps keys of any type, and holds a key on an
-//!   override with a pointer to its quota; a table sized once for fixed
-//!   keys and one word of state can do none of these, and choosing it
-//!   behind `KeyedLimiter::builder` would have changed what `max_keys`
-//!   costs for every existing user. The public API is added to, not
-//!   changed.
-//! - **Sized at build, never grown.** Growth doubles a table: between two
-//!   doublings the load runs from 7/16 to 7/8, twice the memory a key at
-//!   worst. A limiter that must hold 10^8 keys in a known budget says so
-//!   once, and [`build`](CompactKeyedBuilder::build) refuses a size it
-//!   cannot address or allocate.
-//! - **Linear probing, backward-shift removal.** The simplest open
-//!   addressing that keeps a key's slot and its neighbours on one or two
-//!   cache lines; a probe for a known key reads 4.5 slots on average at a
-//!   load of 7/8, a probe for a new key more (a new key pays for its
-//!   insert once).
-//! - **The batch reads each home slot before taking any lock.** Not
-//!   `_mm_prefetch`: the core crate forbids `unsafe` and the intrinsic is
-//!   `unsafe`. A `Relaxed` load whose value is thrown away does what the
-//!   prefetch does on an out-of-order core (see `batch.rs`).
-//! - **One quota, no observers or controls.** Per-key overrides would need
-//!   a quota beside each state (KeyedLimiter's 24-byte entries), which
-//!   this layout exists to avoid; a deployment with a few tiers keeps one
-//!   compact limiter per tier.
-//! - **`IpAddr` is not a key type**, `Ipv4Addr` and `Ipv6Addr` are (see
-//!   [`FixedKey`]).
+//! Why it is built this way: `crates/core/docs/compact.md`; its speed against
+//! the memory's floor: `crates/core/BENCHMARKS.md`.
 
 pub mod batch;
 mod budget;
