@@ -22,43 +22,32 @@
 //! - A variable tollgate does not support, set to a value that would
 //!   change a decision, is refused at start with its name
 //!   ([`EnvError`]: `BACKEND_TYPE: memcache is not supported …`); none is
-//!   read and then ignored where it would change what is limited.
+//!   read and then ignored where it would change what is limited (client
+//!   certificates, `GRPC_CLIENT_TLS_*`, are refused: tollgate does not
+//!   verify them).
 //! - The rules are read as the YAML door reads them (every check, every
 //!   extension key), except that a quota naming no `algorithm` is
 //!   envoyproxy/ratelimit's fixed window (aligned to its unit from the UNIX
 //!   epoch, answering the same `duration_until_reset`), and a file holds
 //!   rules only.
 //!
-//! # Decisions
+//! # Defaults (envoyproxy/ratelimit's, so that its Deployment keeps working)
 //!
-//! - Listeners take envoyproxy/ratelimit's defaults (`0.0.0.0`, HTTP on
-//!   8080, gRPC on 8081, debug on 6070): the YAML door's loopback default
-//!   is for a file someone writes; this door replaces a Deployment whose
-//!   Service routes to those ports.
-//! - `BACKEND_TYPE=redis` (the default, as in envoyproxy/ratelimit) puts
-//!   the counts on Redis, reached as `REDIS_*` says (envoyproxy/ratelimit's
-//!   defaults included: a Unix socket at `/var/run/nutcracker/ratelimit.sock`);
-//!   `memcache` is refused; `memory` (tollgate's own value, which
-//!   envoyproxy/ratelimit does not have) keeps the counts in the process.
-//! - `SHADOW_MODE=true` puts every rule in shadow mode (decided and
-//!   counted, answered OK); `QUOTA_MODE=true` every rule in quota mode.
-//! - `RESPONSE_DYNAMIC_METADATA=true` sends envoyproxy/ratelimit's dynamic
-//!   metadata in RLS answers ([`crate::grpc::dynamic_metadata`]).
-//! - `GRPC_SERVER_USE_TLS=true` serves gRPC over TLS with
-//!   `GRPC_SERVER_TLS_CERT`/`_KEY`; client certificates
-//!   (`GRPC_CLIENT_TLS_CACERT`, `GRPC_CLIENT_TLS_SAN`) are refused: tollgate
-//!   does not verify them, and accepting them would let in a client the
-//!   operator meant to keep out.
-//! - `GRPC_MAX_CONNECTION_AGE` (24h by default, as there) sends a GOAWAY
-//!   to older connections; `0` turns it off. `_GRACE` is accepted: an aged
-//!   connection's requests in flight are always answered.
-//! - `LOG_LEVEL` (`WARN` by default, as there; logrus' names) and
-//!   `LOG_FORMAT=json` set the logs; `RUST_LOG`, when set, wins. At
-//!   `debug` and `trace` the HTTP/2, gRPC and TLS libraries stay at
-//!   `info` ([`QUIET_LIBRARIES`]): their per-frame logs would flood the
-//!   server's own.
-//! - `CONFIG_TYPE=GRPC_XDS_SOTW` is read by the xDS module; this module
-//!   only says which source was asked for ([`ConfigType`]).
+//! - Listeners on `0.0.0.0`: HTTP 8080, gRPC 8081, debug 6070 (the YAML
+//!   door's loopback default is for a file someone writes).
+//! - `BACKEND_TYPE=redis`, at `REDIS_*` (a Unix socket at
+//!   `/var/run/nutcracker/ratelimit.sock` by default); `memory` is tollgate's
+//!   own value; `memcache` is refused.
+//! - `GRPC_MAX_CONNECTION_AGE`: 24 h (`0`: off); `LOG_LEVEL`: `WARN`
+//!   (`RUST_LOG` wins; the HTTP/2, gRPC and TLS libraries stay at `info`,
+//!   [`QUIET_LIBRARIES`]).
+//! - `SHADOW_MODE`, `QUOTA_MODE`, `RESPONSE_DYNAMIC_METADATA`,
+//!   `GRPC_SERVER_USE_TLS`: off.
+//! - `CONFIG_TYPE`: `FILE`; `GRPC_XDS_SOTW` is read by the xDS module
+//!   ([`ConfigType`]).
+//!
+//! Each variable's decision in full: `crates/server/docs/replacing-envoyproxy-ratelimit.md`,
+//! "Inside the server".
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
