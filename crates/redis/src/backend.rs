@@ -199,7 +199,7 @@ impl Redis {
     }
 
     /// Looks for the native module (`COMMAND INFO tollgate.decide
-    /// tollgate.lean`, on every primary of a cluster) and uses it for the
+    /// tollgate.lean tollgate.charge`, on every primary of a cluster) and uses it for the
     /// decisions that follow if every node has it, else the scripts: see
     /// [`module`].
     ///
@@ -268,6 +268,27 @@ impl Redis {
                 .store(module::Found::None.to_u8(), Ordering::Relaxed);
         };
         module::run(connection, self.found(), absent, script, keys, args).await
+    }
+
+    /// A budget's charge on `connection`: the charge `script`'s call
+    /// (`keys`, and the arguments `args` appends), by the module's
+    /// `TOLLGATE.CHARGE` where it decides it, else by `script` (see
+    /// [`module`]).
+    // The charge path (`limiter::charge`) is to call it in place of its own
+    // script call; until then it is unused.
+    #[allow(dead_code)]
+    pub(crate) async fn charge<C: ConnectionLike + Send>(
+        &self,
+        connection: &mut C,
+        script: &redis::Script,
+        keys: &[Vec<u8>],
+        args: impl Fn(&mut Cmd),
+    ) -> redis::RedisResult<Vec<i64>> {
+        let absent = || {
+            self.module
+                .store(module::Found::None.to_u8(), Ordering::Relaxed);
+        };
+        module::charge(connection, self.found(), absent, script, keys, args).await
     }
 
     /// Whether `other` is this handle or a clone of it (one connection).

@@ -24,6 +24,19 @@
 //!   cost per decision and nothing else; clients with and without the module
 //!   can share keys.
 //!
+//! - **What each module decides**: a call goes to the module only if every
+//!   node's module decides each of its limits exactly as the scripts do;
+//!   else to the scripts. GCRA: any module. Warm-up, fixed and sliding
+//!   windows: only a module that knows `TOLLGATE.CHARGE` (the version that
+//!   decides warm-up, and answers `DEFER` for a window in a budget's debt,
+//!   which an older module would read as empty). Calendar windows: always
+//!   the scripts. A call the module answers `DEFER` is sent again to the
+//!   same script at once (the module stays in use).
+//! - **Charges** ([`charge`]): a budget's charge on GCRA limits goes to
+//!   `TOLLGATE.CHARGE` where every node knows it; a charge on any other
+//!   limit (a window's debt), or without that command, goes to the charge
+//!   script: never dropped, never allowed unrecorded.
+//!
 //! [`ModuleUse::Never`] keeps the scripts (a server whose module is a
 //! different version, say); [`ModuleUse::Require`] fails the connection when
 //! the module is absent.
@@ -38,6 +51,12 @@ pub const COMMAND: &str = "TOLLGATE.DECIDE";
 /// The module's lean command: one GCRA or fixed window limit, a check or a
 /// peek, answered as the lean scripts answer (one integer where exact).
 pub const LEAN: &str = "TOLLGATE.LEAN";
+/// The module's charge command: a budget's charge on GCRA limits, the
+/// charge script's arguments and reply.
+pub const CHARGE: &str = "TOLLGATE.CHARGE";
+/// The error code of a module's answer "the scripts decide this call" (a
+/// window in a budget's debt).
+const DEFER: &str = "DEFER";
 
 /// Which of the module's commands every server knows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,8 +66,11 @@ pub(crate) enum Found {
     None,
     /// `TOLLGATE.DECIDE` only (a module that predates the lean command).
     Decide,
-    /// Both commands.
+    /// `TOLLGATE.DECIDE` and `TOLLGATE.LEAN`.
     Lean,
+    /// The three commands: this version, which also decides warm-up and
+    /// defers windows in debt to the scripts.
+    Charge,
 }
 
 impl Found {
@@ -58,6 +80,7 @@ impl Found {
             Found::None => 0,
             Found::Decide => 1,
             Found::Lean => 2,
+            Found::Charge => 3,
         }
     }
 
@@ -66,6 +89,7 @@ impl Found {
         match v {
             1 => Found::Decide,
             2 => Found::Lean,
+            3 => Found::Charge,
             _ => Found::None,
         }
     }
@@ -85,12 +109,15 @@ pub enum ModuleUse {
     Require,
 }
 
-/// `COMMAND INFO tollgate.decide tollgate.lean`.
+/// `COMMAND INFO tollgate.decide tollgate.lean tollgate.charge`.
 fn command_info() -> Cmd {
     let mut cmd = redis::cmd("COMMAND");
-    cmd.arg("INFO").arg(COMMAND).arg(LEAN);
+    cmd.arg("INFO").arg(COMMAND).arg(LEAN).arg(CHARGE);
     cmd
 }
+
+/// The commands [`command_info`] asks about, in order.
+const ASKED: usize = 3;
 
 /// [`command_info`] on one server: which commands it knows.
 pub(crate) async fn detect<C: ConnectionLike>(connection: &mut C) -> Found {
@@ -113,28 +140,47 @@ pub(crate) async fn detect_cluster(router: &crate::cluster::router::Router) -> F
     found(&Value::Array(all))
 }
 
-/// Each node's two command descriptions, in order (nil for a command it
+/// Each node's three command descriptions, in order (nil for a command it
 /// does not know), concatenated on a cluster: a command is used only if
 /// every node knows it.
 fn found(reply: &Value) -> Found {
     let Value::Array(items) = reply else {
         return Found::default();
     };
-    if items.is_empty() || items.len() % 2 != 0 {
+    if items.is_empty() || items.len() % ASKED != 0 {
         return Found::default();
     }
     let every = |first: usize| {
         items
             .iter()
             .skip(first)
-            .step_by(2)
+            .step_by(ASKED)
             .all(|i| !matches!(i, Value::Nil))
     };
-    match (every(0), every(1)) {
-        (true, true) => Found::Lean,
-        (true, false) => Found::Decide,
-        (false, _) => Found::None,
+    match (every(0), every(1), every(2)) {
+        (true, true, true) => Found::Charge,
+        (true, true, false) => Found::Lean,
+        (true, false, _) => Found::Decide,
+        (false, _, _) => Found::None,
     }
+}
+
+/// Whether a module of `found` decides every limit of a call whose
+/// script arguments are `values` as the scripts do (see the [module
+/// docs](self)).
+fn decides(found: Found, values: &[Vec<u8>]) -> bool {
+    let mut algorithms = values
+        .get(HEAD..)
+        .unwrap_or_default()
+        .iter()
+        .step_by(PER_LIMIT);
+    let current = found == Found::Charge;
+    found != Found::None
+        && algorithms.all(|alg| match alg.first() {
+            Some(b'g') => true,
+            Some(b'w' | b'f' | b's') => current,
+            _ => false,
+        })
 }
 
 /// Runs one decision through the module if `found` says so, else through
@@ -151,15 +197,69 @@ pub(crate) async fn run<C: ConnectionLike>(
     keys: &[Vec<u8>],
     args: impl Fn(&mut Cmd),
 ) -> RedisResult<Vec<i64>> {
-    if found != Found::None {
-        let lean = found == Found::Lean && matches!(script, Script::Gcra | Script::Fixed);
+    let values = script_values(&args);
+    if decides(found, &values) {
+        let lean = matches!(found, Found::Lean | Found::Charge)
+            && matches!(script, Script::Gcra | Script::Fixed);
         let name = if lean { LEAN } else { COMMAND };
-        match command(name, keys, &args).query_async(connection).await {
+        match command(name, keys, &values).query_async(connection).await {
             Err(e) if unknown_command(&e) => on_absent(),
+            Err(e) if e.code() == Some(DEFER) => {}
             reply => return script::numbers(reply?),
         }
     }
     script::run(connection, script, keys, args).await
+}
+
+/// A budget's charge (the charge script's call: `script`'s `keys` and
+/// `args`, `decide.lua`'s arguments with op `h`): `TOLLGATE.CHARGE` where
+/// every node knows it and every limit is GCRA, else `script`; on `unknown
+/// command` or `DEFER`, `script` at once (see [`run`]). The reply is the
+/// script's.
+#[allow(dead_code)] // See `Redis::charge`.
+pub(crate) async fn charge<C: ConnectionLike>(
+    connection: &mut C,
+    found: Found,
+    on_absent: impl FnOnce(),
+    script: &redis::Script,
+    keys: &[Vec<u8>],
+    args: impl Fn(&mut Cmd),
+) -> RedisResult<Vec<i64>> {
+    let values = script_values(&args);
+    let gcra = values
+        .get(HEAD..)
+        .unwrap_or_default()
+        .iter()
+        .step_by(PER_LIMIT)
+        .all(|alg| alg.as_slice() == b"g");
+    if found == Found::Charge && gcra {
+        match command(CHARGE, keys, &values).query_async(connection).await {
+            Err(e) if unknown_command(&e) => on_absent(),
+            Err(e) if e.code() == Some(DEFER) => {}
+            reply => return reply,
+        }
+    }
+    let mut invocation = script.prepare_invoke();
+    for key in keys {
+        invocation.key(key.as_slice());
+    }
+    for value in &values {
+        invocation.arg(value.as_slice());
+    }
+    invocation.invoke_async(connection).await
+}
+
+/// The script's arguments that `args` appends, as bytes.
+fn script_values(args: &impl Fn(&mut Cmd)) -> Vec<Vec<u8>> {
+    let mut script_args = Cmd::new();
+    args(&mut script_args);
+    script_args
+        .args_iter()
+        .filter_map(|a| match a {
+            Arg::Simple(v) => Some(v.to_vec()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn unknown_command(e: &redis::RedisError) -> bool {
@@ -178,16 +278,7 @@ const PER_LIMIT: usize = 6;
 /// The module's command from the script's arguments: each key in front of
 /// its limit's values, the call's own five last (see the module crate's
 /// docs for why).
-fn command(name: &str, keys: &[Vec<u8>], args: &impl Fn(&mut Cmd)) -> Cmd {
-    let mut script_args = Cmd::new();
-    args(&mut script_args);
-    let values: Vec<&[u8]> = script_args
-        .args_iter()
-        .filter_map(|a| match a {
-            Arg::Simple(v) => Some(v),
-            _ => None,
-        })
-        .collect();
+fn command(name: &str, keys: &[Vec<u8>], values: &[Vec<u8>]) -> Cmd {
     debug_assert_eq!(
         values.len(),
         HEAD + PER_LIMIT * keys.len(),
@@ -199,11 +290,11 @@ fn command(name: &str, keys: &[Vec<u8>], args: &impl Fn(&mut Cmd)) -> Cmd {
     for (key, limit) in keys.iter().zip(limits.chunks(PER_LIMIT)) {
         cmd.arg(key.as_slice());
         for value in limit {
-            cmd.arg(*value);
+            cmd.arg(value.as_slice());
         }
     }
     for value in values.iter().take(HEAD) {
-        cmd.arg(*value);
+        cmd.arg(value.as_slice());
     }
     cmd
 }
@@ -215,11 +306,12 @@ mod tests {
     #[test]
     fn the_command_puts_each_key_before_its_limit_and_the_call_last() {
         let keys = vec![b"a".to_vec(), b"b".to_vec()];
-        let cmd = command(COMMAND, &keys, &|cmd: &mut Cmd| {
+        let values = script_values(&|cmd: &mut Cmd| {
             cmd.arg("c").arg("").arg(1).arg(10).arg(0);
             cmd.arg("g").arg(1).arg(2).arg(3).arg(4).arg(0);
             cmd.arg("f").arg(5).arg(6).arg(0).arg(0).arg(0);
         });
+        let cmd = command(COMMAND, &keys, &values);
         let got: Vec<String> = cmd
             .args_iter()
             .map(|a| match a {
@@ -234,16 +326,49 @@ mod tests {
     #[test]
     fn detection_needs_every_node() {
         let info = || Value::Array(vec![]);
-        let (both, decide_only) = (Found::Lean, Found::Decide);
-        assert_eq!(found(&Value::Array(vec![info(), info()])), both);
-        // Two nodes: the second's module predates the lean command.
-        let older = Value::Array(vec![info(), info(), info(), Value::Nil]);
-        assert_eq!(found(&older), decide_only);
-        // One node without the module: neither.
-        let absent = Value::Array(vec![info(), info(), Value::Nil, Value::Nil]);
+        let node =
+            |commands: [bool; 3]| commands.map(|known| if known { info() } else { Value::Nil });
+        let nodes = |all: &[[bool; 3]]| Value::Array(all.iter().flat_map(|n| node(*n)).collect());
+        assert_eq!(found(&nodes(&[[true; 3]])), Found::Charge);
+        assert_eq!(found(&nodes(&[[true; 3], [true; 3]])), Found::Charge);
+        // The second node's module predates the charge command.
+        let older = nodes(&[[true; 3], [true, true, false]]);
+        assert_eq!(found(&older), Found::Lean);
+        // ... or the lean one.
+        let oldest = nodes(&[[true; 3], [true, false, false]]);
+        assert_eq!(found(&oldest), Found::Decide);
+        // One node without the module: none.
+        let absent = nodes(&[[true; 3], [false; 3]]);
         assert_eq!(found(&absent), Found::default());
         assert_eq!(found(&Value::Array(vec![])), Found::default());
-        assert_eq!(found(&Value::Array(vec![info()])), Found::default());
+        assert_eq!(found(&Value::Array(vec![info(), info()])), Found::default());
         assert_eq!(found(&Value::Nil), Found::default());
+    }
+
+    /// GCRA goes to any module; warm-up and windows only to one that
+    /// decides them as the scripts now do; a calendar never.
+    #[test]
+    fn each_limit_goes_to_a_module_that_decides_it_as_the_scripts() {
+        let call = |algorithms: &[&str]| {
+            script_values(&|cmd: &mut Cmd| {
+                cmd.arg("c").arg("").arg(1).arg(10).arg(0);
+                for alg in algorithms {
+                    cmd.arg(*alg).arg(1).arg(2).arg(3).arg(4).arg(0);
+                }
+            })
+        };
+        for found in [Found::Decide, Found::Lean, Found::Charge] {
+            assert!(decides(found, &call(&["g"])), "{found:?}");
+            assert!(!decides(found, &call(&["g", "c"])), "{found:?}");
+            let current = found == Found::Charge;
+            for alg in ["w3", "f", "s"] {
+                assert_eq!(
+                    decides(found, &call(&["g", alg])),
+                    current,
+                    "{found:?} {alg}"
+                );
+            }
+        }
+        assert!(!decides(Found::None, &call(&["g"])));
     }
 }

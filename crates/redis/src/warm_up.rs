@@ -32,9 +32,11 @@
 //! (`bignum.lua`, `warm_math.lua`, prepended to each). Decisions where the
 //! contract is silent:
 //!
-//! - Always the general script, never the lean scripts nor the module
-//!   (as a calendar window): a module that predates warm-up would refuse the
-//!   limit rather than fall back to the script.
+//! - The general script, never the lean scripts; the native module where
+//!   every node's module decides warm-up (the version with
+//!   `TOLLGATE.CHARGE`: same transition, same state, see
+//!   [`module`](crate::module)); an older module would refuse the limit, so
+//!   it gets the script.
 //! - On the server's clock the script reads `TIME` in µs and decides in
 //!   ns (`now · 1000`): every decision at 1 µs resolution, the costs exact.
 //! - A value under the key that is not a state is read as cold (none), and

@@ -276,11 +276,9 @@ impl RedisLimiterBuilder {
             None => None,
         };
         let lease_ttl = leases.as_ref().map(Leases::ttl);
-        // Calendar and warm-up limits run on the general script alone.
-        let scripts_only = self
-            .limits
-            .iter()
-            .any(|l| matches!(l, Limit::Calendar(_) | Limit::WarmUp(_)));
+        // Calendar limits run on the general script alone (warm-up goes to
+        // a module that decides it: see `module`).
+        let scripts_only = self.limits.iter().any(|l| matches!(l, Limit::Calendar(_)));
         let carry = match self.carry_from {
             Some((previous, rule)) => crate::carry::CarrySpec::new(
                 &self.prefix,
