@@ -1,7 +1,7 @@
 //! tollgate's own HTTP API: the JSON decision (`POST /v1/check`), the rules
 //! in force (`GET /v1/rules`), the probes (`/healthz`, `/readyz`),
 //! `/metrics` and the status page's numbers (`/status.json`), and the
-//! bearer token in front of them. Routed by [`super::router::api`].
+//! bearer token in front of them. Routed by [`super::router::api_routes`].
 //!
 //! | route | answer |
 //! |---|---|
@@ -506,7 +506,8 @@ mod tests {
             8,
         )
         .expect("service");
-        let router = crate::http::router::api(Arc::new(service), None, Arc::clone(ready), 1024);
+        let router =
+            crate::http::router::api_routes(Arc::new(service), None, Arc::clone(ready), 1024);
         let request = Request::get("/readyz")
             .body(Body::empty())
             .expect("request");

@@ -6,7 +6,7 @@
 //! serves each with [`super::serve`]):
 //!
 //! - [`listener`]: the HTTP listener (`server.http_listen`): tollgate's
-//!   API ([`api`]), envoyproxy/ratelimit's `/json` and `/healthcheck`, and
+//!   API ([`api_routes`]), envoyproxy/ratelimit's `/json` and `/healthcheck`, and
 //!   the admin API when it is on;
 //! - [`debug`]: envoyproxy/ratelimit's debug listener (`DEBUG_HOST`,
 //!   `DEBUG_PORT`: under Lyft's environment only, `0.0.0.0:6070` there);
@@ -67,7 +67,7 @@ pub struct Doors {
     pub admin_token: Option<Arc<str>>,
 }
 
-/// The HTTP listener's routes: [`api`], envoyproxy/ratelimit's, and the
+/// The HTTP listener's routes: [`api_routes`], envoyproxy/ratelimit's, and the
 /// admin API's when it is on.
 pub fn listener(doors: Doors) -> Router {
     let Doors {
@@ -79,15 +79,15 @@ pub fn listener(doors: Doors) -> Router {
         health,
         admin_token,
     } = doors;
-    let router = api(
+    let router = api_routes(
         Arc::clone(&service),
         token.clone(),
         ready,
         max_request_bytes,
     )
-    .merge(lyft(rls, token, health));
+    .merge(lyft_routes(rls, token, health));
     match admin_token {
-        Some(admin_token) => router.merge(admin(service, admin_token, max_request_bytes)),
+        Some(admin_token) => router.merge(admin_routes(service, admin_token, max_request_bytes)),
         None => router,
     }
 }
@@ -95,7 +95,7 @@ pub fn listener(doors: Doors) -> Router {
 /// tollgate's own API ([`super::api`], [`super::concurrency`],
 /// [`super::forward_auth`]), its probes and the status page; `ready`
 /// turns `/readyz` to 503 when cleared.
-pub fn api(
+pub fn api_routes(
     service: Arc<Service>,
     token: Option<Arc<str>>,
     ready: Arc<AtomicBool>,
@@ -136,7 +136,7 @@ pub fn api(
 
 /// envoyproxy/ratelimit's `POST /json` and `GET /healthcheck`
 /// ([`super::lyft`]).
-fn lyft(rls: RlsService, token: Option<Arc<str>>, health: Health) -> Router {
+fn lyft_routes(rls: RlsService, token: Option<Arc<str>>, health: Health) -> Router {
     Router::new()
         .route("/json", post(lyft::json_check))
         .route("/healthcheck", get(lyft::healthcheck))
@@ -144,7 +144,7 @@ fn lyft(rls: RlsService, token: Option<Arc<str>>, health: Health) -> Router {
 }
 
 /// The admin API ([`super::admin`]), every route behind `token`.
-fn admin(service: Arc<Service>, token: Arc<str>, max_request_bytes: usize) -> Router {
+fn admin_routes(service: Arc<Service>, token: Arc<str>, max_request_bytes: usize) -> Router {
     let state = AdminState { service, token };
     Router::new()
         .route("/v1/admin/keys/{domain}", get(admin::inspect))

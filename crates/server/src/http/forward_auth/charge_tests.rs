@@ -41,7 +41,7 @@ fn router(yaml: &str) -> axum::Router {
         8,
     )
     .expect("service");
-    crate::http::router::api(
+    crate::http::router::api_routes(
         Arc::new(service),
         None,
         Arc::new(std::sync::atomic::AtomicBool::new(true)),
