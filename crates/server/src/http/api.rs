@@ -454,8 +454,8 @@ pub(super) async fn rules(State(state): State<ApiState>) -> Response {
             shadow_mode: rule.shadow_mode,
             unlimited: rule.limits.is_none() && rule.blocked.is_none(),
             limits: match (&rule.limits, &rule.blocked) {
-                // A rule that admits nothing: its limit of 0 (bug of issue
-                // 15: listed with no limit, as if unlimited).
+                // A rule that admits nothing: its limit of 0 (not "no limit",
+                // which would read as unlimited).
                 (None, Some(quota)) => vec![limit_answer(BLOCKED_ALGORITHM, 0, quota)],
                 (limits, _) => limits.as_ref().map_or_else(Vec::new, |limits| {
                     // Each limit's own algorithm (a rule may mix them).
