@@ -6,8 +6,8 @@
 //! serves each with [`super::serve`]):
 //!
 //! - [`listener`]: the HTTP listener (`server.http_listen`): tollgate's
-//!   API ([`api_routes`]), envoyproxy/ratelimit's `/json` and `/healthcheck`, and
-//!   the admin API when it is on;
+//!   API ([`api_routes`]), envoyproxy/ratelimit's `/json` and
+//!   `/healthcheck`, and the admin API when it is on;
 //! - [`debug`]: envoyproxy/ratelimit's debug listener (`DEBUG_HOST`,
 //!   `DEBUG_PORT`: under Lyft's environment only, `0.0.0.0:6070` there);
 //! - [`prometheus`]: envoyproxy/ratelimit's Prometheus listener
@@ -16,10 +16,11 @@
 //!
 //! # Layers
 //!
-//! - **The API's bearer token** (`server.bearer_token`, none by default) guards
+//! - **The bearer token** (`server.bearer_token`, none by default) guards
 //!   the API's routes but the probes and the status page's files;
-//!   `/json` checks it itself (a plain-text 401); the admin API has its
-//!   own token and is off by default.
+//!   `/json` checks it itself (a plain-text 401); the admin API
+//!   (`admin: {enabled: true}`, off by default) is served only with a
+//!   token and checks it on every route.
 //! - **The body limit** (`server.max_request_bytes`, 2 MiB by default)
 //!   applies to the API's and the admin API's routes. `/json` keeps
 //!   axum's own limit (2 MiB, the setting's default), as it always has:
@@ -63,7 +64,8 @@ pub struct Doors {
     pub rls: RlsService,
     /// The state `/healthcheck` answers from (gRPC's health answers too).
     pub health: Health,
-    /// The admin API's token; `None`, the default: the admin API is off.
+    /// The admin API's token (the bearer token, when `admin.enabled`);
+    /// `None`, the default: the admin API is off.
     pub admin_token: Option<Arc<str>>,
 }
 
