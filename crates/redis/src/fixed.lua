@@ -38,9 +38,15 @@ if type(raw) == 'string' then
   local w, c = string.match(raw, '^(%d+) (%d+)$')
   w, c = num(w), num(c)
   -- A foreign value reads as no state; an earlier reading is decided in the
-  -- stored window (no re-credit).
-  if w and w < 9007199254740992 and c <= limit and w >= window then
-    window, count = w, c
+  -- stored window (no re-credit). A count past the limit is a charge's debt
+  -- up to (DEBT_PERIODS + 1) · limit (prelude.lua), carried into later
+  -- windows less `limit` a window.
+  if w and w < 9007199254740992 and c <= limit * 17 then
+    if w >= window then
+      window, count = w, c
+    elseif c > (window - w) * limit then
+      count = c - (window - w) * limit
+    end
   elseif string.byte(raw, 1) == 33 then
     -- A control's marker (src/controls.rs), only read where a state is not.
     local kind = string.sub(raw, 2, 2)
@@ -55,6 +61,21 @@ if type(raw) == 'string' then
       end
     end
   end
+end
+if count > limit then
+  -- In debt: the general form (decide.lua's fixed window), the waits until
+  -- the window whose carried count leaves room (the core's until_window).
+  local r = fmod(count, limit)
+  local at = (window + (count - r) / limit + (r > 0 and 1 or 0)) * period
+  local reset = at > now and (at - now) * unit or 0
+  local retry = -1
+  if cost <= limit then
+    local over = count + cost - limit
+    r = fmod(over, limit)
+    at = (window + (over - r) / limit + (r > 0 and 1 or 0)) * period
+    retry = at > now and (at - now) * unit or 0
+  end
+  return {0, 0, now, 0, 0, retry, reset}
 end
 local window_end = (window + 1) * period
 local left = window_end - now

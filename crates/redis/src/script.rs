@@ -408,12 +408,24 @@ fn names_server_condition(detail: &str) -> bool {
 
 /// The general script's source (every algorithm, several limits, leases),
 /// for tools that load it themselves (such as `redis-benchmark`): the
-/// warm-up preludes (exact naturals, the transition; built only when a
-/// warm-up limit is decided), then `decide.lua`.
+/// preludes (exact naturals and the warm-up transition, built only when a
+/// warm-up limit is decided; then `prelude.lua`, the arguments, the clock
+/// and every algorithm's state), then `decide.lua`.
 pub const SOURCE: &str = concat!(
     include_str!("bignum.lua"),
     include_str!("warm_math.lua"),
+    include_str!("prelude.lua"),
     include_str!("decide.lua")
+);
+
+/// The charge script's source (a budget's charge into debt over every
+/// limit of a key; see [`RedisLimiter::charge_outcome`](crate::RedisLimiter::charge_outcome)):
+/// the same preludes as [`SOURCE`], then `charge.lua`.
+pub const SOURCE_CHARGE: &str = concat!(
+    include_str!("bignum.lua"),
+    include_str!("warm_math.lua"),
+    include_str!("prelude.lua"),
+    include_str!("charge.lua")
 );
 
 /// The lean GCRA script's source (one GCRA limit, check or peek; the same
@@ -444,6 +456,7 @@ pub const SOURCE_CARRY: &str = concat!(
     include_str!("carry.lua"),
     include_str!("bignum.lua"),
     include_str!("warm_math.lua"),
+    include_str!("prelude.lua"),
     include_str!("decide.lua")
 );
 
@@ -636,6 +649,15 @@ mod tests {
         x[10] = b"7";
         assert_eq!(short_gcra(&x), None);
         assert_eq!(short_gcra(&x[..10]), None);
+    }
+
+    /// The scripts read and cap a debt as the core does: its
+    /// `DEBT_PERIODS`, written into the Lua sources.
+    #[test]
+    fn the_scripts_debt_cap_is_the_cores() {
+        let periods = tollgate::algorithm::DEBT_PERIODS;
+        assert!(include_str!("prelude.lua").contains(&format!("local DEBT_PERIODS = {periods}\n")));
+        assert!(include_str!("fixed.lua").contains(&format!("c <= limit * {}", periods + 1)));
     }
 
     fn error(reply: &str) -> RedisError {

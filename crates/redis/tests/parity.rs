@@ -4,6 +4,8 @@
 //! GCRA, fixed window and sliding window (sliding log is not on Redis); and
 //! the warm-up vectors (`vectors/warm_up.json`) through `warm_up.lua`.
 
+#[path = "parity/budget.rs"]
+mod budget;
 mod scenarios;
 mod support;
 use support::Connect as _;

@@ -1,26 +1,33 @@
 //! A budget's charge on Redis: `cost` permits of a key recorded whether or
 //! not they fit, into debt, atomically over every limit of the key
-//! (`src/charge.lua`), for GCRA limits, whose state holds a debt.
+//! (`src/charge.lua` after the rule scripts' prelude), for GCRA, fixed,
+//! calendar and sliding windows: the core's `charge` for each, `AllOf`
+//! over the limits.
 //!
 //! # Guarantees and decisions
 //!
 //! - **Atomic, never refused, never dropped**: one script call reads and
 //!   writes every limit's state of the key; the charge is written whether
 //!   or not it fits, and later checks and peeks of the key (the limiter's
-//!   own scripts, the module) read the debt, so they are refused until it
-//!   is repaid at the quota's rate.
-//! - **Bounded debt**: the state holds a debt of at most `M − 2·10^15`
-//!   ticks (about 7·10^6 s × the tick rate; see `decide.lua`'s GCRA); a
-//!   charge beyond it saturates there (refused for that long), never wraps
-//!   to a fresh bucket.
+//!   scripts) read the debt, so they are refused until it is repaid at the
+//!   quota's rate, by the core's rule per algorithm (see
+//!   [`tollgate::algorithm`], "Charges, debt and its cap").
+//! - **Bounded debt, stored and not only per charge**: each limit's state
+//!   holds at most the core's cap, [`DEBT_PERIODS`] periods of its quota
+//!   beyond full (GCRA: `capacity + DEBT_PERIODS · limit · interval`
+//!   ticks, and at most what its state reads back, `M − 2·10^15` ticks;
+//!   windows: `(DEBT_PERIODS + 1) · limit` permits, within the core's count
+//!   field), whatever the number of charges: a charge beyond it records up
+//!   to the cap (repeated charges stay at it), exactly as the core does.
+//!   The client computes each cap ([`debt_cap`]) and sends it as the
+//!   limit's `x`.
 //! - **Markers**: a key on a deny or allow list, or penalised, is not
 //!   charged (refused anyway, or not counted): the answer says so.
-//! - **GCRA only**: a limiter holding another algorithm is answered
-//!   [`ChargeError::NotGcra`] (window states cannot hold a count above
-//!   their limit yet); nothing is written.
-//! - **The answer** is the charge's (fitted or not) with the state after
-//!   it, read by a peek (cost 0) in a second call: informative, not part
-//!   of the atomic step.
+//! - **Not warm-up**: a limiter holding a warm-up limit is answered
+//!   [`ChargeError::WarmUp`]; nothing is written.
+//! - **The answer** is the charge's (fitted: every limit within its limit
+//!   after it, or not) with the state after it, read by a peek (cost 0) in
+//!   a second call: informative, not part of the atomic step.
 //! - **Faults**: through the breaker, the in-flight bound and the deadline
 //!   as a decision; a charge Redis did not take is answered by the failure
 //!   policy (its source says so) for a request of the limiter's capacity
@@ -30,6 +37,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use tollgate::algorithm::DEBT_PERIODS;
 use tollgate::{Clock, Decision};
 
 use super::{Outcome, RedisLimiter, Time};
@@ -39,8 +47,7 @@ use crate::limit::Limit;
 use crate::policy::Fault;
 use crate::script;
 
-/// The charge script's source (see the module docs).
-pub const SOURCE_CHARGE: &str = include_str!("../charge.lua");
+pub use crate::script::SOURCE_CHARGE;
 
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOURCE_CHARGE));
 
@@ -48,13 +55,13 @@ static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOU
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ChargeError {
-    /// The limiter holds a limit other than GCRA.
-    NotGcra,
+    /// The limiter holds a warm-up limit, which no script charges.
+    WarmUp,
 }
 
 impl std::fmt::Display for ChargeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a charge into debt needs GCRA limits only")
+        f.write_str("a charge into debt on Redis does not run warm-up limits")
     }
 }
 
@@ -70,24 +77,30 @@ enum Charged {
 
 impl RedisLimiter {
     /// Records `cost` permits of `key` whether or not they fit, into debt,
-    /// atomically over every GCRA limit of the key (the debt saturates at
-    /// what the state can hold; a listed or penalised key is not charged),
-    /// and answers whether they fitted, with the
-    /// state after the charge.
+    /// atomically over every limit of the key (each limit's debt capped at
+    /// the core's [`DEBT_PERIODS`] periods; a listed or penalised key is
+    /// not charged), and answers whether they fitted, with the state after
+    /// the charge.
     ///
     /// # Errors
     ///
-    /// [`ChargeError::NotGcra`]: a limit of this limiter is not GCRA.
+    /// [`ChargeError::WarmUp`]: a limit of this limiter is a warm-up.
     pub async fn charge_outcome(
         &self,
         key: impl AsRef<[u8]>,
         cost: u64,
     ) -> Result<Outcome, ChargeError> {
         let s = self.shared();
-        if !s.limits.iter().all(|limit| matches!(limit, Limit::Gcra(_))) {
-            return Err(ChargeError::NotGcra);
+        if s.limits
+            .iter()
+            .any(|limit| matches!(limit, Limit::WarmUp(_)))
+        {
+            return Err(ChargeError::WarmUp);
         }
         let bounded = BoundedKey::new(key.as_ref());
+        // The scripts' integers end at 2^53; every cap is below, so a cost
+        // past it records what 2^53 − 1 does.
+        let cost = cost.min((1 << 53) - 1);
         if cost == 0 {
             return Ok(self.decide(&bounded, 0, script::Op::Peek).await);
         }
@@ -141,11 +154,17 @@ impl RedisLimiter {
             for k in &keys {
                 invocation.key(k.as_slice());
             }
-            invocation.arg(&now).arg(cost).arg(s.slack_ms);
-            for args in &s.args {
+            invocation
+                .arg("h")
+                .arg(&now)
+                .arg(cost)
+                .arg(s.slack_ms)
+                .arg(0);
+            for (args, limit) in s.args.iter().zip(&s.limits) {
                 for a in args {
                     invocation.arg(a.as_str());
                 }
+                invocation.arg(debt_cap(limit));
             }
             let mut connection = s.redis.connection();
             async move {
@@ -177,4 +196,34 @@ impl RedisLimiter {
         }
         Err((fault, s.open_for))
     }
+}
+
+/// The most a limit's state may hold by charges, in the script's units
+/// (ticks for GCRA, permits for windows): the core's cap, [`DEBT_PERIODS`]
+/// periods of the quota beyond full, below 2^53 (the scripts' exact
+/// integers). 0 for warm-up, which is not charged.
+pub(crate) fn debt_cap(limit: &Limit) -> u64 {
+    const EXACT: u128 = (1 << 53) - 1;
+    let q = limit.quota();
+    let windows = u128::from(q.limit()) * u128::from(DEBT_PERIODS + 1);
+    let cap = match limit {
+        // The core's Gcra::charge: the TAT at most burst·T + DEBT_PERIODS
+        // · limit · T past now.
+        Limit::Gcra(g) => {
+            u128::from(g.capacity_ticks())
+                + u128::from(DEBT_PERIODS) * u128::from(q.limit()) * u128::from(g.interval_ticks())
+        }
+        // The core's count field: the limit's bits, or every bit the
+        // window index leaves (FixedWindow::new).
+        Limit::FixedWindow(_) => {
+            let bits = (u64::BITS - q.limit().leading_zeros())
+                .max((u64::MAX / q.period_nanos()).leading_zeros());
+            windows.min((1u128 << bits) - 1)
+        }
+        // The calendar window's 32-bit count.
+        Limit::Calendar(_) => windows.min(u128::from(u32::MAX)),
+        Limit::SlidingWindow(_) => windows,
+        Limit::WarmUp(_) => 0,
+    };
+    u64::try_from(cap.min(EXACT)).unwrap_or(0)
 }
