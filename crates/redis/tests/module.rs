@@ -561,3 +561,237 @@ async fn the_lean_command_answers_as_the_lean_scripts() {
     let keys: Vec<String> = c.keys("{s}*").await.unwrap();
     assert!(keys.is_empty(), "a refused call wrote {keys:?}");
 }
+
+// ---------------------------------------------------------------------------
+// Warm-up and budget charges through the module.
+
+/// A case of `crates/core/tests/vectors/warm_up.json`.
+#[derive(Deserialize)]
+struct WarmCase {
+    name: String,
+    limit: u64,
+    period_ns: u64,
+    burst: u64,
+    warmup_ns: u64,
+    cold_factor: u32,
+    steps: Vec<Step>,
+}
+
+fn warm_of(case: &WarmCase) -> tollgate::WarmUp {
+    let quota = Quota::new(case.limit, Duration::from_nanos(case.period_ns))
+        .and_then(|q| q.with_burst(case.burst))
+        .expect("valid quota");
+    tollgate::WarmUp::with_cold_factor(
+        quota,
+        Duration::from_nanos(case.warmup_ns),
+        case.cold_factor,
+    )
+    .expect("valid warm-up")
+}
+
+fn expect_of(d: tollgate::Decision) -> Expect {
+    Expect {
+        allowed: d.is_allowed(),
+        limit: d.limit(),
+        remaining: d.remaining(),
+        retry_after_ns: u64::try_from(d.retry_after().as_nanos()).expect("u64"),
+        reset_after_ns: u64::try_from(d.reset_after().as_nanos()).expect("u64"),
+    }
+}
+
+/// Module ≡ script ≡ core on warm-up: every step of every warm-up vector
+/// (Guava's table among them: 2 per second, 4 s warm-up, cold factor 3,
+/// waits of 1.375, 1.125, 0.875, 0.625 then 0.5 s, to the ns) in test-clock
+/// mode, a peek then the check, alternately by a client on the module and
+/// a client on the scripts on the same key: each reads the state the other
+/// wrote, and both give the core's decisions. The module decided its half.
+#[tokio::test]
+async fn warm_up_through_the_module_is_the_script_and_the_core() {
+    let server = ModuleServer::start(false);
+    let on_module = connect(&server).await;
+    assert!(on_module.uses_module());
+    let mut never = tollgate_redis::RedisConfig::single(server.url());
+    never.module = tollgate_redis::ModuleUse::Never;
+    let on_scripts = Redis::open(&never).await.unwrap();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../core/tests/vectors/warm_up.json"
+    );
+    let cases: Vec<WarmCase> =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("warm_up.json")).unwrap();
+    assert!(cases.iter().any(|c| c.name.contains("guava")));
+    let mut by_module = 0;
+    for case in &cases {
+        let clock = ManualClock::new();
+        let limit = Limit::from(warm_of(case));
+        let limiters = [
+            frozen(&on_module, &case.name, limit.clone(), &clock),
+            frozen(&on_scripts, &case.name, limit, &clock),
+        ];
+        for (i, step) in case.steps.iter().enumerate() {
+            clock.set(Nanos::new(step.now_ns));
+            let limiter = &limiters[i % 2];
+            let before = server.calls("tollgate.decide");
+            let peek = limiter.peek_n(b"k", step.cost).await.expect("peek");
+            let outcome = limiter.check_outcome(b"k", step.cost).await.expect("check");
+            assert_eq!(outcome.source, Source::Redis, "{} step {i}", case.name);
+            for (what, d) in [("peek", peek), ("check", outcome.decision)] {
+                assert_eq!(expect_of(d), step.expect, "{} step {i} ({what})", case.name);
+            }
+            let decided = server.calls("tollgate.decide") - before;
+            assert_eq!(
+                decided,
+                if i % 2 == 0 { 2 } else { 0 },
+                "{} step {i}",
+                case.name
+            );
+            by_module += decided;
+        }
+    }
+    assert!(by_module > 20, "{by_module}");
+}
+
+/// Several clients (connections of their own, checking at once from
+/// threads of a multi-threaded runtime, as processes of a fleet) warm one
+/// key together through the module: at each instant every client checks;
+/// the admissions are exactly those of one core limiter checked once per
+/// instant, from cold (1.375 s, 1.125 s, 0.875 s, 0.625 s apart, then
+/// 0.5 s): a cold fleet starts at `rate / cold_factor` together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_clients_warm_one_key_through_the_module() {
+    let server = ModuleServer::start(false);
+    let warm =
+        tollgate::WarmUp::new(Quota::per_second(2).unwrap(), Duration::from_secs(4)).unwrap();
+    let clock = ManualClock::new();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let redis = connect(&server).await;
+        assert!(redis.uses_module());
+        clients.push(frozen(&redis, "fleet", Limit::from(warm.clone()), &clock));
+    }
+    let instants: Vec<u64> = (0..96).map(|i| i * 125_000_000).collect();
+    let mut model = warm.fresh();
+    let mut expected = Vec::new();
+    for &t in &instants {
+        let (decision, next) = warm.transition(&model, Nanos::new(t), 1);
+        if let Some(next) = next {
+            model = next;
+        }
+        if decision.is_allowed() {
+            expected.push(t);
+        }
+    }
+    let before = server.calls("tollgate.decide");
+    let mut admitted = Vec::new();
+    for &t in &instants {
+        clock.set(Nanos::new(t));
+        let checks = clients.iter().map(|limiter| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check_outcome(b"k", 1).await.unwrap() })
+        });
+        let outcomes = futures_util::future::join_all(checks).await;
+        let wins = outcomes
+            .iter()
+            .map(|o| o.as_ref().expect("joined"))
+            .inspect(|o| assert_eq!(o.source, Source::Redis))
+            .filter(|o| o.decision.is_allowed())
+            .count();
+        assert!(wins <= 1, "at {t}: {wins} admitted");
+        if wins == 1 {
+            admitted.push(t);
+        }
+    }
+    assert_eq!(admitted, expected);
+    let gaps: Vec<u64> = admitted.windows(2).take(5).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        gaps,
+        [
+            1_375_000_000,
+            1_125_000_000,
+            875_000_000,
+            625_000_000,
+            500_000_000
+        ]
+    );
+    assert_eq!(
+        server.calls("tollgate.decide") - before,
+        4 * 96,
+        "all by the module"
+    );
+}
+
+/// `TOLLGATE.CHARGE` (the charge script's call with op `h`) against the
+/// core's `Limiter::charge` on a manual clock: the permits recorded, the
+/// debt capped at the core's `DEBT_PERIODS` periods beyond the burst (one
+/// charge of 10^12, then repeated ones), and the module's peeks after each
+/// charge refused until the debt is repaid, with the core's retry.
+#[tokio::test]
+async fn the_module_charges_a_budget_as_the_core() {
+    let server = ModuleServer::start(false);
+    let mut raw = support::raw(server.url()).await;
+    let quota = Quota::per_second(10).unwrap().with_burst(5).unwrap();
+    let g = Gcra::new(quota).unwrap();
+    let clock = ManualClock::new();
+    let core = tollgate::Limiter::with_clock(g.clone(), clock.clone());
+    let cap =
+        g.capacity_ticks() + tollgate::algorithm::DEBT_PERIODS * quota.limit() * g.interval_ticks();
+    let m = 9_000_000_000_000_000 / g.scale();
+    let limit = |cmd: &mut redis::Cmd, x: u64| {
+        cmd.arg("budget")
+            .arg("g")
+            .arg(g.scale())
+            .arg(g.interval_ticks());
+        cmd.arg(g.capacity_ticks()).arg(m).arg(x);
+    };
+    let schedule: [(u64, u64); 7] = [
+        (0, 3),
+        (0, 4),
+        (150_000_000, 1),
+        (200_000_000, 1_000_000_000_000),
+        (300_000_000, 5),
+        (1_000_000_000, 2),
+        (17_000_000_000, 1),
+    ];
+    for (now, cost) in schedule {
+        clock.set(Nanos::new(now));
+        let mut charge = redis::cmd("TOLLGATE.CHARGE");
+        limit(&mut charge, cap);
+        charge.arg("h").arg(now).arg(cost).arg(10_000).arg(0);
+        let reply: Vec<i64> = charge.query_async(&mut raw).await.unwrap();
+        let want = core.charge(cost);
+        assert_eq!(
+            reply[1],
+            i64::try_from(want.recorded()).unwrap(),
+            "at {now}: {reply:?}"
+        );
+        let over = core.peek_n(0).unwrap().is_denied();
+        assert_eq!(reply[0], i64::from(!over), "at {now}: {reply:?}");
+        for later in [0, 50_000_000, 1_000_000_000] {
+            let at = now + later;
+            clock.set(Nanos::new(at));
+            let mut peek = redis::cmd("TOLLGATE.DECIDE");
+            limit(&mut peek, 0);
+            peek.arg("p").arg(at).arg(1).arg(10_000).arg(0);
+            let got: Vec<i64> = peek.query_async(&mut raw).await.unwrap();
+            let core_peek = core.peek_n(1).unwrap();
+            let retry = u64::try_from(got[5]).unwrap().div_ceil(g.scale());
+            assert_eq!(
+                (got[0] == 1, retry),
+                (
+                    core_peek.is_allowed(),
+                    u64::try_from(core_peek.retry_after().as_nanos()).unwrap()
+                ),
+                "{later} ns after the charge at {now}: {got:?}"
+            );
+        }
+    }
+    assert_eq!(server.calls("tollgate.charge"), 7);
+    // A window charge is not the module's: an error reply, nothing written.
+    let window = redis::cmd("TOLLGATE.CHARGE")
+        .arg("w")
+        .arg(&["f", "1000", "2", "0", "0", "34", "h", "0", "1", "10", "0"])
+        .query_async::<Vec<i64>>(&mut raw)
+        .await;
+    assert!(window.is_err());
+    assert!(!raw.exists::<_, bool>("w").await.unwrap());
+}
