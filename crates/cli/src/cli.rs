@@ -66,6 +66,12 @@ pub struct ServeArgs {
     /// variables and config directory (`RUNTIME_ROOT`, `REDIS_URL`, …).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Serve every rule of one value-less entry under one GCRA or fixed
+    /// window from compact tables of N keys each (in memory only), over
+    /// the file's `server.compact_keys` or `TOLLGATE_COMPACT_KEYS`. By
+    /// default, off.
+    #[arg(long, value_name = "N")]
+    pub compact_keys: Option<tollgate_server::config::compact_keys::CompactKeys>,
     /// How logs are written to stderr: `text` for people (coloured only on
     /// a terminal), `json` for log shippers (one object per line).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]

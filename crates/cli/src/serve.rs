@@ -24,6 +24,11 @@
 //! asks otherwise. With none set, `serve` asks for
 //! `--config` as it always did. A refused variable is named, and exits 1
 //! before anything is bound.
+//!
+//! `--compact-keys N` turns on the in-memory backend's compact tables
+//! over the file's `server.compact_keys` or `TOLLGATE_COMPACT_KEYS` (see
+//! `tollgate_server::config::compact_keys`); under Redis it is refused
+//! before anything is bound.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -75,6 +80,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         (None, None) => unreachable!("read above"),
     };
+    // `--compact-keys` over the file's or the environment's.
+    let server = server.map(|server| match args.compact_keys {
+        Some(keys) => server.with_compact_keys(keys),
+        None => server,
+    });
     match server.and_then(|server| serve(server, json)) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(error) if json => {

@@ -240,3 +240,128 @@ fn a_file_that_is_not_yaml_is_not_echoed_whole() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The process's resident bytes (`VmRSS`).
+fn resident_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("the server's status")
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// `--compact-keys N` as a user turns it on: a `remote_address` rule is
+/// served from a compact table, which is resident (13.7 bytes a key at its
+/// capacity, written whole when the rule meets its first IPv4 address)
+/// and answers as the rule says; 0, and the flag under Redis, are refused
+/// before anything is bound.
+#[test]
+fn compact_keys_serve_a_client_address_rule_from_a_table() {
+    const KEYS: u64 = 2_000_000;
+    let dir = std::env::temp_dir().join(format!("tollgate-serve-compact-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("rules.yaml");
+    std::fs::write(&config, RULES.replace("key: user", "key: remote_address"))
+        .expect("config written");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--compact-keys", &KEYS.to_string()])
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("tollgate starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let http_addr: SocketAddr = loop {
+        let line = received
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the server says where it listens");
+        if let Some(rest) = line.split("the HTTP API on ").nth(1) {
+            break rest
+                .split(';')
+                .next()
+                .and_then(|addr| addr.trim().parse().ok())
+                .expect("an address");
+        }
+    };
+    let check = |value: &str| {
+        let body = format!(
+            r#"{{"domain":"api","descriptors":[{{"entries":[{{"key":"remote_address","value":"{value}"}}]}}],"cost":1}}"#
+        );
+        http(
+            http_addr,
+            &format!(
+                "POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    // A name is no address: the keyed map, before any table is built.
+    assert!(check("ada").contains(r#""allowed":true"#));
+    let before = resident_bytes(child.id());
+    let first = check("10.0.0.1");
+    let after = resident_bytes(child.id());
+    assert!(first.contains(r#""allowed":true"#), "{first}");
+    let second = check("10.0.0.1");
+    assert!(second.contains(r#""allowed":false"#), "{second}");
+    assert!(check("10.0.0.2").contains(r#""allowed":true"#));
+    assert!(check("ada").contains(r#""allowed":false"#));
+    // The IPv4 table: 12-byte slots, 8/7 of the capacity.
+    let table = KEYS * 12 * 8 / 7;
+    assert!(
+        after.saturating_sub(before) >= table * 9 / 10,
+        "resident {before} -> {after} bytes at the first address: no table of {table}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let refused = |args: &[&str], code: i32, message: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(args)
+            .output()
+            .expect("tollgate runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(!stderr.contains("serving"), "{args:?}: {stderr}");
+    };
+    refused(
+        &["--compact-keys", "0"],
+        2,
+        "0 keys: a capacity is from 1 key up",
+    );
+    refused(
+        &["--compact-keys", "1e6"],
+        2,
+        "'1e6' is not a whole number of keys",
+    );
+    // Under Redis (none needed: refused before connecting).
+    std::fs::write(
+        &config,
+        format!(
+            "backend:\n  redis: redis://127.0.0.1:1\n{}",
+            RULES.replace("key: user", "key: remote_address")
+        ),
+    )
+    .expect("config written");
+    refused(
+        &["--compact-keys", "1000"],
+        1,
+        "compact_keys: sizes the in-memory backend's",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -43,6 +43,7 @@ use tollgate::ClockSource;
 
 use crate::backend::{Backend, BackendError, MemoryBackend, SWEEP_EVERY};
 use crate::concurrency::Leases;
+use crate::config::compact_keys::CompactKeys;
 use crate::config::lyft_env::{Env, LyftSettings, RuntimeDir, Snapshot};
 use crate::config::telemetry::TelemetrySettings;
 use crate::config::{BackendSettings, Config, ConfigError};
@@ -257,6 +258,15 @@ impl Server {
         self
     }
 
+    /// The capacity of the in-memory backend's compact tables (see
+    /// [`crate::config::compact_keys`]), over the configuration's
+    /// `server.compact_keys`: `tollgate serve --compact-keys`. Refused at
+    /// [`bind`](Server::bind) under a Redis backend.
+    pub fn with_compact_keys(mut self, keys: CompactKeys) -> Server {
+        self.config.server.compact_keys = Some(keys);
+        self
+    }
+
     /// Where the counts live. By default, the file's `backend:` (Redis),
     /// or a [`MemoryBackend`] on the clock.
     pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Server {
@@ -306,8 +316,17 @@ impl Server {
 
         let backend: Arc<dyn Backend> = match (self.backend, &self.config.backend) {
             (Some(backend), _) => backend,
-            (None, BackendSettings::Memory) => {
-                Arc::new(MemoryBackend::new(self.clock.clone()).with_lyft_counts(self.lyft_counts))
+            (None, BackendSettings::Memory) => Arc::new(
+                MemoryBackend::new(self.clock.clone())
+                    .with_lyft_counts(self.lyft_counts)
+                    .with_compact_keys(settings.compact_keys.map(CompactKeys::get)),
+            ),
+            (None, BackendSettings::Redis(_)) if settings.compact_keys.is_some() => {
+                // The file's check refuses it; a flag or a caller may not have.
+                return Err(ServeError::Config(ConfigError::rules(
+                    &self.path,
+                    &crate::config::compact_keys::NOT_ON_REDIS,
+                )));
             }
             (None, BackendSettings::Redis(redis)) => Arc::new(
                 RedisBackend::connect(redis)

@@ -66,6 +66,7 @@ mod admin;
 mod backend;
 pub mod budget;
 pub mod checked;
+pub mod compact_keys;
 pub mod concurrency;
 pub mod forwarded_request;
 pub mod go_syntax;
@@ -339,6 +340,10 @@ pub struct ServerSettings {
     /// so a live one is never cut (see [`crate::listen`]). By default,
     /// 30,000.
     pub idle_timeout_ms: u64,
+    /// The capacity of each compact table of the in-memory backend, which
+    /// turns them on for the rules that qualify (see [`compact_keys`]). By
+    /// default, none (off).
+    pub compact_keys: Option<compact_keys::CompactKeys>,
     /// TLS on the gRPC listener. By default, none (plain HTTP/2).
     pub grpc_tls: Option<TlsSettings>,
     /// TLS on the HTTP listener. By default, none (plain HTTP).
@@ -402,6 +407,7 @@ impl Default for ServerSettings {
             response_dynamic_metadata: false,
             reload_interval_ms: 1000,
             idle_timeout_ms: 30_000,
+            compact_keys: None,
             grpc_tls: None,
             http_tls: None,
             debug_listen: None,
@@ -802,6 +808,9 @@ impl FileYaml {
             return Err(admin::NEEDS_TOKEN.into());
         }
         Ok(Config {
+        if server.compact_keys.is_some() && matches!(self.backend.0, BackendSettings::Redis(_)) {
+            return Err(compact_keys::NOT_ON_REDIS.into());
+        }
             server,
             backend: self.backend.0,
             admin: self.admin.0,

@@ -42,7 +42,8 @@
 //!   (`RUST_LOG` wins; the HTTP/2, gRPC and TLS libraries stay at `info`,
 //!   [`QUIET_LIBRARIES`]).
 //! - `SHADOW_MODE`, `QUOTA_MODE`, `RESPONSE_DYNAMIC_METADATA`,
-//!   `GRPC_SERVER_USE_TLS`: off.
+//!   `GRPC_SERVER_USE_TLS`: off; `TOLLGATE_COMPACT_KEYS` (tollgate's own):
+//!   none ([`crate::config::compact_keys`]; refused under Redis).
 //! - `CONFIG_TYPE`: `FILE`; `GRPC_XDS_SOTW` is read by the xDS module
 //!   ([`ConfigType`]).
 //!
@@ -203,6 +204,12 @@ impl LyftSettings {
         let xds = XdsSettings::when_selected(lookup)
             .map_err(|error| EnvError::new(error.variable(), error.message()))?;
         let server = server_settings(env)?;
+        if server.compact_keys.is_some() && matches!(backend, BackendSettings::Redis(_)) {
+            return Err(EnvError::new(
+                "TOLLGATE_COMPACT_KEYS",
+                "sizes the in-memory backend's compact tables (BACKEND_TYPE=memory), and the counts are on Redis",
+            ));
+        }
         let runtime = runtime_dir(env, matches!(backend, BackendSettings::Redis(_)))?;
         Ok(LyftSettings {
             config: Config {
@@ -317,6 +324,13 @@ fn server_settings(env: &Env) -> Result<ServerSettings, EnvError> {
                 format!("'{name}' is not a header name"),
             ));
         }
+    }
+    // tollgate's own (`crate::config::compact_keys`).
+    if let Some(keys) = env.get("TOLLGATE_COMPACT_KEYS") {
+        server.compact_keys = Some(
+            keys.parse()
+                .map_err(|why| EnvError::new("TOLLGATE_COMPACT_KEYS", why))?,
+        );
     }
     let age = env.duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?;
     server.grpc_max_connection_age = (!age.is_zero()).then_some(age);
