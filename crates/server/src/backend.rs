@@ -847,7 +847,15 @@ impl Backend for MemoryBackend {
             // The rule's limiter until now (in force, or retired by an
             // earlier reload).
             let previous = retired.remove(&rule.id);
+            let placed = self.compact_of(rule, &limits.algorithm).is_some();
             let kept = previous.as_ref().and_then(|installed| {
+                // A rule that moves onto or off compact tables (a budget
+                // added, one quota become two) gets a new limiter, the old
+                // one and its tables kept as bridges (below): the values
+                // that change place keep their states.
+                if installed.compact.is_some() != placed {
+                    return None;
+                }
                 if installed.algorithm == limits.algorithm {
                     return Some(Arc::clone(installed));
                 }
@@ -868,7 +876,7 @@ impl Backend for MemoryBackend {
                 Some(installed) => installed,
                 None => {
                     let limiter = RuleLimiter::new(&limits.algorithm, &self.clock);
-                    // A change of algorithm: the lists and penalties move to
+                    // A change of algorithm or of placement: the lists and penalties move to
                     // the new limiter, and the old one stays beside it as a
                     // bridge until its states are fresh (module docs).
                     let mut bridges = Vec::new();

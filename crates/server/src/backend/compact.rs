@@ -17,8 +17,16 @@
 //! - its limit is **one quota, GCRA or fixed window** (no sliding window
 //!   or log, calendar window, warm-up, or several quotas: the table keeps
 //!   one 8-byte state a key);
+//! - it is not a **budget** (`budget: {unit: tokens}`: a charge is
+//!   recorded into debt by the keyed limiter, which the table cannot do,
+//!   and a look must read the state the charges wrote);
 //! - it is not a request's `limit` override, nor counted as Lyft counts
 //!   (those never reach this module).
+//!
+//! So a `remote_address` or numeric-id rule with a **named value**
+//! (`value: 10.0.0.1`), several quotas (`rate_limits:`), a sliding window,
+//! log, calendar window or warm-up, a path of several entries, a budget or
+//! an override stays in the keyed map.
 //!
 //! Such a rule keeps its keyed map beside the tables. A value goes to a
 //! table when it is one fixed-size value written as the type prints it: an
@@ -263,7 +271,9 @@ impl CompactRule {
         let [(key, None)] = rule.path.as_slice() else {
             return None;
         };
-        if rule.dynamic {
+        // A budget's charges are recorded by the keyed limiter, into debt
+        // (`config/budget.rs`): its looks must read the same state.
+        if rule.dynamic || rule.budget.is_some() {
             return None;
         }
         let tables = match algorithm {
@@ -393,6 +403,16 @@ descriptors:
     descriptors:
       - key: remote_address
         rate_limit: {period: 1s, requests_per_unit: 3, algorithm: gcra}
+  - key: remote_address
+    value: 10.9.9.9
+    rate_limit: {period: 1s, requests_per_unit: 2, algorithm: gcra}
+  - key: several
+    rate_limits:
+      - {period: 1s, requests_per_unit: 3, algorithm: gcra}
+      - {period: 1m, requests_per_unit: 20, algorithm: gcra}
+  - key: spend
+    budget: {unit: tokens}
+    rate_limit: {period: 1s, requests_per_unit: 3, algorithm: gcra}
 ";
 
     fn rules(yaml: &str) -> RuleSet {
@@ -447,28 +467,43 @@ descriptors:
         compact.install(&set).expect("install");
         keyed.install(&set).expect("install");
 
+        let placed = |backend: &MemoryBackend, entries: &[(&str, &str)]| {
+            let (rule, _) = set
+                .find_bucket("rl", entries.iter().copied())
+                .expect("a rule");
+            backend.is_compact(&rule.id)
+        };
         // One value-less entry under one GCRA or fixed window: placed.
-        assert!(compact.is_compact("rl.remote_address"));
-        assert!(compact.is_compact("rl.account"));
-        // A sliding window, or a path of two entries: not placed.
-        assert!(!compact.is_compact("rl.sliding"));
-        assert!(!compact.is_compact("rl.tenant.remote_address"));
+        assert!(placed(&compact, &[("remote_address", "10.0.0.1")]));
+        assert!(placed(&compact, &[("account", "42")]));
+        // A sliding window, a path of two entries, a named value, several
+        // quotas, a budget: not placed.
+        assert!(!placed(&compact, &[("sliding", "42")]));
+        assert!(!placed(
+            &compact,
+            &[("tenant", "t"), ("remote_address", "10.0.0.1")]
+        ));
+        assert!(!placed(&compact, &[("remote_address", "10.9.9.9")]));
+        assert!(!placed(&compact, &[("several", "42")]));
+        assert!(!placed(&compact, &[("spend", "42")]));
         // Without a capacity, nothing is.
-        assert!(!keyed.is_compact("rl.remote_address"));
+        assert!(!placed(&keyed, &[("remote_address", "10.0.0.1")]));
 
         let values = [
             "10.0.0.1",
             "2001:db8::7",
             "42",
+            // The named value's own rule.
+            "10.9.9.9",
             // Not the printed form of a fixed-size value: the keyed map.
             "010.0.0.1",
             "alice",
         ];
         let mut requests: Vec<Vec<(&str, &str)>> = Vec::new();
         for value in values {
-            requests.push(vec![("remote_address", value)]);
-            requests.push(vec![("account", value)]);
-            requests.push(vec![("sliding", value)]);
+            for key in ["remote_address", "account", "sliding", "several", "spend"] {
+                requests.push(vec![(key, value)]);
+            }
             requests.push(vec![("tenant", "t"), ("remote_address", value)]);
         }
         for step in 0..12u64 {
@@ -481,10 +516,100 @@ descriptors:
             }
             clock.advance(Duration::from_millis(150));
         }
-        // The three fixed-size values of each of the two placed rules live
-        // in tables; the two others in the keyed maps.
-        assert_eq!(compact.compact_keys_live(), 6);
+        // The fixed-size values of the two placed rules live in tables
+        // (10.9.9.9 only in `account`'s: it has its own rule as an
+        // address); the others in the keyed maps.
+        assert_eq!(compact.compact_keys_live(), 7);
         assert_eq!(keyed.compact_keys_live(), 0);
+    }
+
+    #[test]
+    fn an_override_is_never_placed_and_decides_as_the_keyed_map() {
+        let clock = ManualClock::new();
+        let compact = MemoryBackend::new(clock.clone()).with_compact_keys(Some(1_000));
+        let keyed = MemoryBackend::new(clock.clone());
+        let set = rules(RULES);
+        compact.install(&set).expect("install");
+        keyed.install(&set).expect("install");
+        // A request's `limit` on `account` (one fixed window, one
+        // value-less entry: the file's rule is placed).
+        let (rule, key) = set.find_bucket("rl", [("account", "42")]).expect("a rule");
+        let mut over = (**rule).clone();
+        over.dynamic = true;
+        over.id = format!("{}|2/second", rule.id).into();
+        let limits = over.limits.as_ref().expect("limits");
+        assert!(
+            CompactRule::new(&over, &limits.algorithm, &ManualClock::new().into(), 10).is_none()
+        );
+        for step in 0..8u64 {
+            let hit = Hit {
+                rule: &over,
+                key: &key,
+                cost: step % 3,
+            };
+            let a = ready(compact.decide(std::slice::from_ref(&hit)))[0];
+            let b = ready(keyed.decide(std::slice::from_ref(&hit)))[0];
+            assert_eq!(told(&a), told(&b), "step {step}");
+            clock.advance(Duration::from_millis(200));
+        }
+        assert_eq!(compact.compact_keys_live(), 0);
+    }
+
+    /// Regression: a reload that put a rule on compact tables (two quotas
+    /// become one) kept its keyed limiter as the rule's own and sent its
+    /// fixed-size values to fresh tables: a spent address got a fresh
+    /// quota. The values that change place keep their states, both ways.
+    #[test]
+    fn a_reload_that_moves_a_rule_onto_or_off_the_tables_keeps_every_state() {
+        const TWO: &str = "domain: rl
+descriptors:
+  - key: remote_address
+    rate_limits:
+      - {period: 1s, requests_per_unit: 3, algorithm: gcra}
+      - {period: 1m, requests_per_unit: 30, algorithm: gcra}
+";
+        const ONE: &str = "domain: rl
+descriptors:
+  - key: remote_address
+    rate_limit: {period: 1s, requests_per_unit: 3, algorithm: gcra}
+";
+        let clock = ManualClock::new();
+        let backend = MemoryBackend::new(clock.clone()).with_compact_keys(Some(1_000));
+        for (step, (from, to, placed)) in [(TWO, ONE, true), (ONE, TWO, false)]
+            .into_iter()
+            .enumerate()
+        {
+            let (from, to) = (rules(from), rules(to));
+            backend.install(&from).expect("install");
+            assert_eq!(
+                backend.is_compact("rl.remote_address"),
+                !placed,
+                "step {step}"
+            );
+            for value in ["10.0.0.1", "alice"] {
+                let address = [("remote_address", value)];
+                for _ in 0..3 {
+                    assert!(decide(&backend, &from, &address, 1).is_allowed());
+                }
+                assert!(decide(&backend, &from, &address, 1).is_denied());
+            }
+            backend.install(&to).expect("reload");
+            assert_eq!(
+                backend.is_compact("rl.remote_address"),
+                placed,
+                "step {step}"
+            );
+            for value in ["10.0.0.1", "alice"] {
+                let address = [("remote_address", value)];
+                assert!(
+                    decide(&backend, &to, &address, 1).is_denied(),
+                    "step {step}, {value}: a spent bucket got a fresh quota"
+                );
+            }
+            // Every state fresh again, every bridge ended.
+            clock.advance(Duration::from_secs(70));
+            backend.sweep();
+        }
     }
 
     #[test]
