@@ -1,5 +1,5 @@
 -- tollgate, lean path: one fixed window limit, check or peek. Same contract
--- and state as decide.lua, a compact reply (see src/script.rs, "The lean
+-- and state as decide.lua, a compact reply (see docs/scripts.md, "The lean
 -- reply"): headroom · (period + 1) + the window's time left (clock units),
 -- negated minus 1 for a denial; decide.lua's full reply where that number
 -- would not be exact, and for a control's marker. No tables but those

@@ -1,5 +1,5 @@
 -- tollgate, lean path: one GCRA limit, check or peek. Same contract and state
--- as decide.lua, a compact reply (see src/script.rs, "The lean reply"):
+-- as decide.lua, a compact reply (see docs/scripts.md, "The lean reply"):
 -- admitted, the TAT's distance from now after the call (reset, in ticks);
 -- denied, -1 - the debt; a control's marker, decide.lua's full reply. No
 -- tables but a marker's reply, no closures, one GET and at most one SET.
@@ -7,7 +7,7 @@ local A = ARGV
 local num = tonumber
 local op, now, cost, slack, scale, iv, cap, m, us
 if #A == 2 then
-  -- The short form `interval capacity` (src/script.rs, "The short form"):
+  -- The short form `interval capacity` (docs/scripts.md, "The short form"):
   -- a check of cost 1 on the server's clock, with the client's default
   -- slack of 10 ms and scale 1 (so `m` 9e12 and `us` 1000, valid by
   -- construction). Each argument not sent is a string Redis does not parse

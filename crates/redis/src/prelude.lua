@@ -9,7 +9,7 @@
 -- is validated before any key is touched; a value at a key that is not a
 -- state of its limit (another type, garbage, a count past the debt cap)
 -- reads as no state and is overwritten by the next write (src/script.rs,
--- "Foreign values").
+-- "Stored formats").
 
 local function nat(x)
   return x and x >= 0 and x < 9007199254740992 and x % 1 == 0

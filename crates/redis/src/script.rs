@@ -1,205 +1,70 @@
 //! The server-side scripts and their contract.
 //!
-//! # Two scripts, one contract
+//! # Model
 //!
-//! - **`src/gcra.lua` and `src/fixed.lua`, the lean path**: one GCRA limit
-//!   or one fixed window, check (`c`) or peek (`p`): the common call. No
-//!   tables but the reply, no closures, no function calls of their own: each
-//!   validates its arguments, reads `TIME`, `GET`s one value, decides and
-//!   `SET`s one value with `PX`, and answers one integer (see "The lean
-//!   reply"). Measured in `BENCHMARKS.md`.
-//! - **`src/decide.lua`, the general script**: every algorithm, several
-//!   limits of one key all-or-nothing, leases and refunds. A sliding window
-//!   (a hash of slots, whose walk is most of the work) runs it alone too.
+//! Every decision on Redis is one Lua script call, atomic: `EVALSHA`, and
+//! on `NOSCRIPT` the same call once more as `EVAL` with the source (a
+//! flushed script cache is recovered by the call that meets it). A script
+//! is the core's transition in Lua's exact integers (below 2^53), on the
+//! server's clock (`TIME`, 1 µs) or, in test mode, on a `now` in ns the
+//! caller passes. The sources are assembled here:
 //!
-//! They take the same arguments, keep the same state in the same keys and
-//! give the same reply (the lean scripts in a compact form, below), so that
-//! the client picks one per call and either may meet the other's writes (a
-//! test replays the core's vectors through both and compares replies, the
-//! lean ones read back by [`expand_lean`], and states).
+//! | source | files | does |
+//! |---|---|---|
+//! | [`SOURCE`] | `bignum.lua`, `warm_math.lua`, `prelude.lua`, `decide.lua` | every algorithm, the limits of one key all-or-nothing: check `c`, peek `p`, lease `l`, refund `r` |
+//! | [`SOURCE_CHARGE`] | the same preludes, `charge.lua` | a budget's charge `h`: recorded into debt whether or not it fits |
+//! | [`SOURCE_GCRA`], [`SOURCE_FIXED`] | `gcra.lua`, `fixed.lua` | the lean path: one GCRA or fixed window, check or peek, a one-number reply ([`expand_lean`]) |
+//! | [`SOURCE_CARRY`] | `carry.lua`, then [`SOURCE`] | a decision that first carries the previous limits' states ([`carry`](crate::carry)) |
+//! | [`SOURCE_CONTROLS`], [`SOURCE_LISTS`] | `controls.lua`, `lists.lua` | reset, refund, penalty, lists ([`controls`](crate::controls)) |
 //!
-//! # Lua scripts, not Redis 7 functions
-//!
-//! Each script is run with `EVALSHA`; on `NOSCRIPT` the same call is sent
-//! once more as `EVAL` with the source, which compiles, caches and runs the
-//! script in one command. A script cache lost to `SCRIPT FLUSH`, a restart
-//! or a failover is therefore recovered by the call that meets it, with no
-//! deployment step. (Not `SCRIPT LOAD` then `EVALSHA`, as [`redis::Script`]
-//! does: a second flush between the two fails the call.)
-//!
-//! Functions (`FUNCTION LOAD`) would have to be loaded on every primary and
-//! replica before the first call and re-loaded by the client after a restart
-//! without persistence, and do not exist before Redis 7 nor on several
-//! managed services; scripts work on every Redis since 5 (and Valkey), on a
-//! server and on a cluster alike.
+//! `prelude.lua` validates the arguments, reads the clock and loads each
+//! limit's state through one module per algorithm (load, decision,
+//! admission, refund, charge): a decision and a charge read and write one
+//! format.
 //!
 //! # Contract
 //!
-//! `EVALSHA sha m KEYS[1..m] op now cost slack stamp (alg a1 a2 a3 a4 x)×m`
+//! `EVALSHA sha m KEYS[1..m] op now cost slack stamp (alg a1 a2 a3 a4 x)×m`:
+//! one key per limit under one hash tag ([`key`](crate::key)); `now` empty
+//! for the server's clock; `slack` ms added to every TTL; per limit `g
+//! scale interval capacity m` (GCRA), `f period limit 0 0` (fixed window),
+//! `c unit limit 0 0` (calendar), `s period slots limit 0` (sliding
+//! window), `w<cold> burst l t warmup` (warm-up); `x` a GCRA refund's lease
+//! reset, a charge's debt cap, else 0. Every argument is validated before
+//! a key is read; a refused call answers `ERR tollgate: invalid arguments:
+//! …` and writes nothing. Reply: `{allowed, taken, now, (allowed_i,
+//! headroom_i, retry_i, reset_i)×m}` (GCRA in ticks, the others in ns, -1
+//! for never); a charge's, `{fitted, recorded}`.
 //!
-//! - `KEYS`: one key per limit, all with the same hash tag (see
-//!   [`key`](crate::key)), so that they live in one slot.
-//! - `op`: `c` check (take `cost` if every limit has it, else nothing), `p`
-//!   peek (decide, take nothing), `l` lease (take as many as every limit has,
-//!   up to `cost`; if none, decide a request of `stamp`), `r` refund (give
-//!   `cost` permits of a lease back). The lean scripts take `c` and `p`.
-//! - `now`: empty for the **server's clock** (`TIME`, microseconds since the
-//!   Unix epoch: the clock unit is 1 µs), or an integer of nanoseconds (the
-//!   **test mode**: the clock unit is 1 ns). The same code runs either way.
-//! - `cost`: permits; `slack`: milliseconds added to every TTL (at most one
-//!   day); `stamp`: for a refund, the `now` the lease's reply carried (clock
-//!   units), for a lease the permits the request needs, else 0.
-//! - per limit, `alg` and four numbers, then `x`:
-//!   - `g scale interval capacity m`: GCRA, ticks of `1/scale` ns (the core's
-//!     [`Gcra`](tollgate::Gcra) values: `1 ≤ scale ≤ 16`, `interval ≥ 1`,
-//!     `interval ≤ capacity < 2^52`), and `m`, the state's modulus in clock
-//!     units: the largest with `m · unit · scale ≤ 9·10^15` (below);
-//!   - `f period limit 0 0`: fixed window, `period` in clock units;
-//!   - `s period slots limit 0`: sliding window counter, `period` in clock
-//!     units;
-//!   - `c unit limit 0 0`: calendar window (unit 1 minute, 2 hour, 3 day,
-//!     4 week from Monday, 5 month from the 1st; see
-//!     [`calendar`](crate::calendar)), general script only;
-//!   - `w<cold factor> burst l t warmup`: warm-up (the core's
-//!     [`WarmUp`](tollgate::WarmUp); the code carries the cold factor,
-//!     `1 ≤ c < 2^32`, as in `w3`), `l / t` permits per ns in lowest terms,
-//!     the warm-up period in ns, each in `[1, 2^53)`; general script only
-//!     (see [`warm_up`](crate::warm_up), "In the general script");
-//!   - `x`: for a GCRA refund, the lease's `reset` for this limit (ticks),
-//!     else 0.
+//! # Stored formats
 //!
-//! **Validation.** Every argument is checked before any key is read: each
-//! number must be an integer in `[0, 2^53)` (so `-2`, `1.5`, `1e400`, `nan`
-//! and `inf` are refused), within the bounds above, and the count of
-//! arguments must match the keys. A call that fails answers the error reply
-//! `ERR tollgate: invalid arguments: <the arguments>` and writes nothing.
+//! | algorithm | the key holds | a charge's debt |
+//! |---|---|---|
+//! | GCRA | an integer: the TAT in ticks modulo `M = m · unit · scale` | the TAT past `now + burst`, below `M − 2·10^15` |
+//! | fixed, calendar window | `"<window> <count>"` | a count past the limit, up to `(DEBT_PERIODS + 1) · limit`, carried on less `limit` a window |
+//! | sliding window | a hash: `h` newest epoch, `t` total, one field per non-empty slot | the field `d` (absent when 0), `t + d ≤ (DEBT_PERIODS + 1) · limit` |
+//! | warm-up | `"F S"` (exact naturals) | not charged |
+//! | any | a control's marker: `!d`, `!a`, `!p<end>`, `!pn` | none |
 //!
-//! Reply: `{allowed, taken, now, (allowed_i, headroom_i, retry_i, reset_i)×m}`
-//! where `allowed` is 1 iff every limit admitted (and then every limit took
-//! `taken` permits), `now` is the clock reading used (clock units), and per
-//! limit `headroom` is in ticks for GCRA (`remaining = headroom / interval`)
-//! and in permits for windows and warm-up, `retry` and `reset` in ticks of
-//! `1/scale` ns for GCRA and in ns for the others, `retry = -1` meaning
-//! never. A refund
-//! replies `{1, 0, now}`. The general script and the module always answer
-//! this form.
+//! The Redis module (`crates/redis-module`) keeps the same bytes. A value
+//! that is none of these (another type, garbage, a count past the cap)
+//! reads as no state, as if the key had been evicted: never an error, which
+//! would deny or fail one key for ever.
 //!
-//! # The lean reply
+//! # Guarantee
 //!
-//! A Lua table in a reply costs Redis about 0.5 µs per call (the table, then
-//! its conversion: measured in `BENCHMARKS.md`), a third of what the lean
-//! scripts added above a bare `TIME`+`GET`+`SET` script. So for a decision
-//! taken from the state (every call but a control's marker) the lean scripts
-//! answer **one integer**, from which the client rebuilds the general form
-//! with the numbers it sent ([`expand_lean`]); everything else in that form
-//! follows from the call (`taken` is `cost` for an admitted check, else 0)
-//! except `now`, which no check or peek reads (only a lease's refund does,
-//! and leases take the general script): the rebuilt reply carries the
-//! call's `now` in test mode and 0 on the server's clock.
+//! Each script decides as the core's transition at the same instant (the
+//! parity vectors and side-by-side runs in test mode; on the server's
+//! clock at 1 µs resolution). Every write sets the key's TTL in the same
+//! call (until the key is as if never used, plus `slack`); a denial writes
+//! nothing. A charge's debt is read by every later check, and its stored
+//! cap holds however many charges land: charged ≤ limit + the debt still
+//! owed, at most [`DEBT_PERIODS`](tollgate::algorithm::DEBT_PERIODS) ·
+//! limit.
 //!
-//! - `gcra.lua`: admitted, `v ≥ 0` is the `reset` (the debt after the
-//!   request, at most `capacity`); denied, `v = -1 - debt`, the debt before
-//!   the request, from which `headroom = max(capacity - debt, 0)`, `retry =
-//!   debt + cost · interval - capacity` (or -1 if `cost · interval >
-//!   capacity`) and `reset = debt`. Exact: the debt is below `M < 2^53`.
-//! - `fixed.lua`: `v = headroom · (period + 1) + left` with `left` the
-//!   window's time left in clock units, and `-1 - v` for a denial: `retry` is
-//!   `left` (or -1 if `cost > limit`), `reset` is `left` if anything is
-//!   counted in the window (`headroom < limit`), else 0. Only where that is
-//!   exact: `(limit + 1) · (period + 1) < 2^53` and `left ≤ period` (a
-//!   reading in a later stored window, after the clock stepped back, has
-//!   more); elsewhere the script answers the general form, as it does for a
-//!   marker.
-//!
-//! The sign carries the decision, so the client never decides again what
-//! the script decided; a reply of more than one number is the general form.
-//!
-//! # The short form
-//!
-//! `gcra.lua` also takes `interval capacity` (two arguments) for the call
-//! nearly every check is: `c` on the server's clock (`now` empty), `cost`
-//! 1, the client's default slack of 10 ms, `stamp` 0 or 1 (unused by a
-//! check; the client sends the cost), `x` 0, `scale` 1
-//! and its `m` (9·10^12). Each argument not sent is one string Redis does
-//! not parse and Lua does not make, and one number not validated (about
-//! 1,000 instructions each: the lean script's greatest cost above a bare
-//! `TIME`+`GET`+`SET` script, measured in `crates/redis/BENCHMARKS.md`).
-//! The client sends it in place of the full form whenever the full form
-//! says exactly that, so the contract above stays the one every caller
-//! writes; a peek, another cost or slack, test mode, the module and the
-//! other scripts take the full form.
-//!
-//! # State
-//!
-//! - **GCRA**: one plain integer string (Redis stores it as an integer, no
-//!   string allocation): the TAT in ticks **modulo** `M = m · unit · scale`
-//!   (`M ≤ 9·10^15`, so that every number stays exact in Lua's doubles; the
-//!   absolute TAT, about 2^64 ticks, would not). `now mod M` is formed exactly
-//!   as `(now mod m) · unit · scale`; the debt `TAT − now` is the difference
-//!   modulo `M`, read as 0 (a TAT in the past) when it lies in the last
-//!   `2·10^15` ticks below `M`. That is exact while the key's TAT is less than
-//!   `2·10^15` ticks behind now (at most 1 ms + `slack` on the server's clock,
-//!   since the key expires then: `slack ≤ 1 day` is enforced) and the clock
-//!   steps back less than `M − 2·10^15 − capacity ≥ 2.5·10^15` ticks (1.8
-//!   days at 16 ticks per ns). In test mode, where TTLs run in real time but
-//!   the manual clock may jump, a jump of more than `2·10^15` ticks past a
-//!   live key's TAT reads a spurious debt: use fresh keys for such jumps.
-//! - **Fixed window**: the string `"<window index> <count>"`.
-//! - **Sliding window**: a hash, `h` = newest epoch, `t` = total, and one
-//!   field per non-empty slot (`epoch mod slots`); every write keeps `t` the
-//!   sum of the slots, and a hash where it is not is foreign (below).
-//! - **Warm-up**: the string `"F S"`, `F` the instant (ns) the next request
-//!   may go and `S` the idle permits at `F` in the limit's units, the same
-//!   as `warm_up.lua`'s; every number past 2^53 is an exact natural of
-//!   `bignum.lua` (decimal limbs), never a double, and the reply's
-//!   durations stay below 2^53 ns (see [`limit`](crate::limit)).
-//!
-//! # Foreign values and markers
-//!
-//! A key holding something that is not a state of its limit (another Redis
-//! type, garbage, a number out of range) is **read as no state**, and the next
-//! admission overwrites it (`SET` replaces any type; the wheel deletes the key
-//! first). It is neither an error nor a reason to deny: such a value comes
-//! from an operator or another program writing into the limiter's keys, and
-//! the key then behaves as if it had been evicted (at most one burst or one
-//! window admitted afresh, as after an eviction). Answering an error instead
-//! would deny or fail open that key forever, and a client that counts errors
-//! towards its breaker would let one key decide for all (the bug of issue
-//! 17). Errors the script does answer (a refused argument, a Lua error) are
-//! per call: the client tells them from Redis being down, and answers them
-//! through the failure policy as [`Fault::Script`](crate::Fault::Script)
-//! without counting them towards the breaker.
-//!
-//! One kind of value that is not a state is read on purpose: a control's
-//! **marker** (`!d`, `!a`, `!p<end>`, `!pn`: a deny or allow list entry, a
-//! penalty), which every script and the module recognise only in the branch
-//! where the value is not a state, so that an ordinary decision pays nothing
-//! for it (see [`controls`](crate::controls)). A listed or penalised key is
-//! decided before any limit and counts nothing.
-//!
-//! # Other scripts
-//!
-//! - `src/controls.lua`: the controls, the same arguments with `op` one of
-//!   `z n k d a u` (see [`controls`](crate::controls)); always a script.
-//! - `src/carry.lua`: a prelude run before `decide.lua` in one script by a
-//!   limiter carrying state from previous limits (see
-//!   [`carry`](crate::carry)); always a script.
-//!
-//! # Resolution
-//!
-//! On the server's clock decisions are taken at **1 µs** resolution (what
-//! `TIME` gives); the arithmetic and every reported duration are in
-//! nanoseconds (GCRA in its core ticks), so the rounding is the core's. In
-//! test mode the resolution is 1 ns and the decisions are the core's to the
-//! tick (the parity test). TTLs are set in milliseconds, rounded up.
-//!
-//! # TTL invariant
-//!
-//! Every write sets the key's TTL in the same script: `SET … PX` for GCRA
-//! and fixed window, `HSET` + `PEXPIRE` for the wheel. The TTL is the time
-//! until the key would be as if never used (`reset_after`), rounded up to a
-//! millisecond, plus `slack`. A key with nothing to hold is deleted. A
-//! denial writes nothing, and the TTL already set still covers the state.
+//! The details (the lean reply and the short form with their measurements,
+//! why scripts and not Redis 7 functions, each state's exactness, the
+//! resolution) are in `crates/redis/docs/scripts.md`.
 
 use std::sync::LazyLock;
 
@@ -338,7 +203,7 @@ pub(crate) async fn run<C: ConnectionLike>(
 }
 
 /// `gcra.lua`'s short form of the full arguments `args`, when they are
-/// the call it stands for (see the [module docs](self), "The short form").
+/// the call it stands for (see `crates/redis/docs/scripts.md`, "The short form").
 fn short_gcra<'a>(args: &[&'a [u8]]) -> Option<[&'a [u8]; 2]> {
     match *args {
         [
@@ -528,8 +393,8 @@ pub(crate) fn lean_of(limit: &Limit, unit_nanos: u64) -> Option<Lean> {
 }
 
 /// A lean script's reply in the general script's form
-/// `{allowed, taken, now, allowed, headroom, retry, reset}` (see the [module
-/// docs](self), "The lean reply"). `check` and `cost` are the call's (`c`
+/// `{allowed, taken, now, allowed, headroom, retry, reset}` (see
+/// `crates/redis/docs/scripts.md`, "The lean reply"). `check` and `cost` are the call's (`c`
 /// or `p`, and `cost`), `now` is put in the reply's `now` (the compact reply
 /// carries no clock reading). A reply of more than one number (a control's
 /// marker) is the general form already and is returned as it is; `None` if
