@@ -6,8 +6,9 @@
 //! cargo run --release -p tollgate-server --example compact_load -- [keyed|compact] [KEYS] [SECONDS] [CLIENTS]
 //! ```
 //!
-//! Starts the server in this process on 127.0.0.1 (monotonic clock; for
-//! `compact`, `MemoryBackend::with_compact_keys(KEYS)`), then CLIENTS
+//! Starts the server in this process on 127.0.0.1 from a configuration
+//! file, as a user runs it (for `compact`, `server: {compact_keys: KEYS}`,
+//! which `tollgate serve --compact-keys KEYS` sets too), then CLIENTS
 //! gRPC clients (default 4, one connection each, closed loop) send
 //! `ShouldRateLimit` requests of 64 descriptors (the server's default
 //! most), each `remote_address` = one IPv4 address:
@@ -25,11 +26,9 @@
 //! server: the rates are for the pair, read them beside each other.
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate_server::Server;
-use tollgate_server::backend::MemoryBackend;
 use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -38,6 +37,7 @@ use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_serv
 
 const CONFIG: &str = "
 server:
+  COMPACT
   grpc_listen: 127.0.0.1:0
   http_listen: 127.0.0.1:0
   max_concurrent_requests: 4096
@@ -111,19 +111,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .to_owned()
     };
     println!("load average before: {}", load());
-    let backend = MemoryBackend::new(tollgate::MonotonicClock::new());
-    let backend = Arc::new(match mode.as_str() {
-        "compact" => backend.with_compact_keys(Some(keys as usize)),
-        "keyed" => backend,
+    let compact = match mode.as_str() {
+        "compact" => format!("compact_keys: {keys}"),
+        "keyed" => "# compact_keys: off".to_owned(),
         other => return Err(format!("mode {other}: keyed or compact").into()),
-    });
+    };
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("compact_load.yaml");
-    std::fs::write(&path, CONFIG)?;
-    let bound = Server::from_config_file(&path)?
-        .with_backend(backend.clone())
-        .bind()
-        .await?;
+    std::fs::write(&path, CONFIG.replace("COMPACT", &compact))?;
+    let bound = Server::from_config_file(&path)?.bind().await?;
     let grpc = bound.grpc_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(bound.run(async move {
@@ -166,9 +162,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         after as f64 / 1e6,
         (after.saturating_sub(before)) as f64 / keys as f64
     );
-    if mode == "compact" {
-        println!("in compact tables: {}", backend.compact_keys_live());
-    }
 
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let began = Instant::now();

@@ -1,13 +1,16 @@
 //! Rules served from the core's compact keyed table
 //! (`tollgate::keyed::compact`): about 14 bytes a client IPv4 address, 27
 //! an IPv6 one and 18 a numeric id, where the keyed map takes a `String`
-//! bucket and its entry (about 100 bytes a client address at 10^7,
-//! `BENCHMARKS.md`).
+//! bucket and its entry (the server's resident growth at 10^7 client
+//! addresses through the RLS: 72.5 bytes an address in the keyed map,
+//! 13.8 on the tables; `BENCHMARKS.md`).
 //!
 //! # Which rules qualify
 //!
 //! Only when the in-memory backend was given a capacity
-//! ([`MemoryBackend::with_compact_keys`](super::MemoryBackend::with_compact_keys);
+//! ([`MemoryBackend::with_compact_keys`](super::MemoryBackend::with_compact_keys),
+//! which the server calls with `server.compact_keys`, `tollgate serve
+//! --compact-keys` or `TOLLGATE_COMPACT_KEYS`: `config/compact_keys.rs`;
 //! off by default), a rule is placed on compact tables when all of these
 //! hold:
 //!
