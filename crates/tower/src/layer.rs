@@ -153,7 +153,7 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     /// waiter slept for. For FIFO order use a [`tollgate::Shaper`] backend
     /// instead (one queue for every key, bounded by the shaper's own
     /// `max_delay`; leave this unset with it). See the
-    /// [crate docs](crate#modes) for which to use when. By default, no
+    /// [modes](crate::guide::modes) for which to use when. By default, no
     /// waiting.
     pub fn max_delay(mut self, max_delay: Duration) -> Self {
         self.config.max_delay = Some(max_delay);
@@ -206,7 +206,7 @@ impl<E: KeyExtractor, L: Backend<E::Key>> Builder<E, L> {
     /// RateLimit headers: for example `[Method::OPTIONS]` for CORS
     /// preflights a service answers without work. By default, none: every
     /// method is charged, `OPTIONS` and `HEAD` included (see
-    /// [Methods](crate#methods)).
+    /// [Methods](crate::guide::modes)).
     pub fn skip_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
         self.config.skip_methods = methods.into_iter().collect();
         self

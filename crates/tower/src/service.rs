@@ -75,7 +75,7 @@ where
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     /// The inner service's readiness, and nothing else: no permit is taken
-    /// here (see the [crate docs](crate#readiness)).
+    /// here (see [Readiness](crate::guide::readiness)).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
