@@ -2,8 +2,8 @@
 //! (`tollgate::keyed::compact`): about 14 bytes a client IPv4 address, 27
 //! an IPv6 one and 18 a numeric id, where the keyed map takes a `String`
 //! bucket and its entry (the server's resident growth at 10^7 client
-//! addresses through the RLS: 72.5 bytes an address in the keyed map,
-//! 13.8 on the tables; `BENCHMARKS.md`).
+//! addresses through the RLS: 72.5–119.2 bytes an address in the keyed
+//! map, 13.8–13.9 on the tables; `BENCHMARKS.md`).
 //!
 //! # Which rules qualify
 //!
