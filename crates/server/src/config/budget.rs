@@ -38,16 +38,23 @@
 //! - **On the descriptor, not in `rate_limit`**: a rule is a budget or a
 //!   gate as a whole; with `rate_limits:` (a per-minute and a per-day
 //!   budget), every limit is charged.
-//! - **GCRA only, for now**: the core's GCRA keeps the whole of a charge as
-//!   debt, so the look after an overdraft is refused until it is repaid.
-//!   The window algorithms forgive what exceeds the window's room, so a
-//!   window charged past its limit reads as exactly full, and a look at
-//!   exactly full is admitted: every look would pass while every charge is
-//!   forgiven, an unlimited budget. So a budget under `fixed_window`,
-//!   `sliding_window`, `sliding_log`, `calendar:` or `warmup:` is refused
-//!   at its line. The core now carries their debt in memory; the Redis
-//!   backend's rule script still reads a count above the limit as no state,
-//!   so the refusal stays until it does.
+//! - **GCRA, fixed window, sliding window, sliding log, calendar**: each
+//!   keeps a charge's excess as a debt, in memory (the core) and on Redis
+//!   (the rule scripts read a count or a debt past the limit as state, by
+//!   the same arithmetic), so the look after an overdraft is refused until
+//!   the debt is repaid at the quota's rate: GCRA's TAT runs past the
+//!   burst; a window that ends with `limit + D` starts the next with `D`;
+//!   the sliding window's debt fills each slot's room as older slots
+//!   leave; the sliding log stamps the excess a period on (memory only:
+//!   Redis runs no sliding log, refused at its line there). **Guarantee**:
+//!   over any window the algorithm names (any interval of length `t` for
+//!   GCRA), charged ≤ limit (GCRA: burst + rate·t) + the debt still owed
+//!   at its end, and that debt is at most `DEBT_PERIODS × limit` (the
+//!   largest single overshoot), repeated charges included: the stored
+//!   debt is capped, not only each charge.
+//! - **Not `warmup:`**: the core charges a warm-up's debt in memory, but
+//!   the Redis scripts do not, and a rule must mean the same on either
+//!   backend: refused at its line.
 //! - **The debt a single charge can make is capped** at
 //!   [`MAX_CHARGE_PERIODS`] times the rule's capacity: one absurd charge
 //!   (`hits_addend: 18446744073709551615`) cannot lock a key out for ever.
@@ -57,6 +64,8 @@
 //!   charge): refused.
 
 use serde::Deserialize;
+
+use super::AlgorithmKind;
 
 /// The most one charge records: this many times the rule's capacity (its
 /// burst), so at most this many quota periods of debt from one charge. The
@@ -93,6 +102,22 @@ impl BudgetYaml {
     }
 }
 
+/// Whether a budget may run on `kind`: its debt is carried in memory and
+/// on Redis (see the module docs).
+pub(crate) fn carries_debt(kind: AlgorithmKind) -> bool {
+    !matches!(kind, AlgorithmKind::WarmUp)
+}
+
+/// Why a budget may not run on `kind` (`carries_debt` is false).
+pub(crate) fn why_not(kind: AlgorithmKind) -> &'static str {
+    match kind {
+        AlgorithmKind::WarmUp => {
+            "the Redis scripts do not carry a warm-up's debt, so the budget would not mean the same on both backends"
+        }
+        _ => "it carries no debt",
+    }
+}
+
 impl BudgetConfig {
     /// What one charge of `cost` records under a rule of `capacity`: the
     /// cost, clamped at [`MAX_CHARGE_PERIODS`] times the capacity.
@@ -126,12 +151,8 @@ mod tests {
     fn a_budget_that_cannot_be_charged_is_refused_at_its_line() {
         for (descriptor, error) in [
             (
-                "    budget: {unit: tokens}\n    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: fixed_window}\n",
-                "not fixed_window",
-            ),
-            (
-                "    budget: {unit: tokens}\n    rate_limit: {calendar: month, requests_per_unit: 100}\n",
-                "not calendar",
+                "    budget: {unit: tokens}\n    rate_limit: {unit: minute, requests_per_unit: 100, warmup: {period: 60s}}\n",
+                "not warm_up: the Redis scripts",
             ),
             (
                 "    budget: {unit: tokens}\n    rate_limit: {unlimited: true}\n",
@@ -162,6 +183,25 @@ mod tests {
             let message = load(descriptor).expect_err(descriptor);
             assert!(message.contains(error), "{descriptor}: {message}");
             assert!(message.contains("t.yaml:"), "the line is named: {message}");
+        }
+    }
+
+    /// Every algorithm whose debt both backends carry runs a budget: the
+    /// windows too, now that the Redis scripts read a count past the limit
+    /// as a debt.
+    #[test]
+    fn a_budget_runs_on_every_algorithm_that_carries_debt() {
+        for limit in [
+            "    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+            "    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: fixed_window}\n",
+            "    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_window}\n",
+            "    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_log}\n",
+            "    rate_limit: {calendar: month, requests_per_unit: 100}\n",
+            "    rate_limits:\n      - {unit: minute, requests_per_unit: 100, algorithm: fixed_window}\n      - {calendar: day, requests_per_unit: 10000}\n",
+        ] {
+            let config = load(&format!("    budget: {{unit: tokens}}\n{limit}"))
+                .unwrap_or_else(|e| panic!("{limit}: {e}"));
+            assert!(config.domains[0].descriptors[0].budget.is_some(), "{limit}");
         }
     }
 

@@ -705,7 +705,7 @@ fn descriptor(raw: RawDescriptor) -> Result<DescriptorYaml, String> {
 }
 
 /// A descriptor's `budget:`, checked against its limits (see [`budget`]:
-/// a limit to charge, run by GCRA).
+/// a limit to charge, run by an algorithm whose debt both backends carry).
 fn budget_of(
     budget: budget::BudgetYaml,
     limit: Option<&LimitConfig>,
@@ -717,11 +717,12 @@ fn budget_of(
                 .algorithm
                 .kinds()
                 .into_iter()
-                .find(|&kind| kind != AlgorithmKind::Gcra)
+                .find(|&kind| !budget::carries_debt(kind))
             {
                 return Err(format!(
-                    "budget: a budget runs on gcra (the default), not {}: the window algorithms forgive what a charge takes past the limit, so the budget would never refuse",
-                    kind.name()
+                    "budget: a budget runs on gcra (the default), fixed_window, sliding_window, sliding_log or calendar, not {}: {}",
+                    kind.name(),
+                    budget::why_not(kind)
                 ));
             }
             Ok(budget)

@@ -166,6 +166,74 @@ async fn lyft_token_quota_sequence_on_redis() {
     server.stop().await;
 }
 
+/// Window budgets of 1,000 tokens a day (fixed window, sliding window of
+/// 4 slots, calendar day): each carries a charge's excess as a debt, in
+/// memory and on Redis.
+const WINDOWS: &str = "
+domain: windows
+descriptors:
+  - key: fixed
+    budget: {unit: tokens}
+    rate_limit: {unit: day, requests_per_unit: 1000, algorithm: fixed_window}
+  - key: sliding
+    budget: {unit: tokens}
+    rate_limit: {unit: day, requests_per_unit: 1000, algorithm: sliding_window, slots: 4}
+  - key: calendar
+    budget: {unit: tokens}
+    rate_limit: {calendar: day, requests_per_unit: 1000}
+";
+
+/// The request / stream-done pair on each window budget: 600 tokens fit,
+/// a response of 2,500 goes over and is counted (3,100 of 1,000: a debt of
+/// 2,100, two days and more of it), so the next look is refused, even
+/// if a window ends during the test. Before windows carried their debt on
+/// Redis, the count past the limit read as no state there: every look
+/// passed, an unlimited budget.
+async fn window_replay(server: &TestServer) {
+    for key in ["fixed", "sliding", "calendar"] {
+        let charge = |tokens| {
+            call(
+                server,
+                "windows",
+                vec![with_hits(&[(key, "alice")], tokens)],
+            )
+        };
+        assert_eq!(charge(0).await, Code::Ok, "{key}: a look");
+        assert_eq!(charge(600).await, Code::Ok, "{key}: 600 fit");
+        assert_eq!(charge(0).await, Code::Ok, "{key}: 400 left");
+        assert_eq!(charge(2_500).await, Code::OverLimit, "{key}: counted over");
+        assert_eq!(charge(0).await, Code::OverLimit, "{key}: overspent");
+        assert_eq!(charge(0).await, Code::OverLimit, "{key}: still overspent");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_budgets_carry_their_debt_in_memory() {
+    let server = start(WINDOWS).await;
+    window_replay(&server).await;
+    // Repaid at 1,000 a day: 2,100 over takes until the third day's window.
+    let day = std::time::Duration::from_secs(86_400);
+    server.clock.advance(2 * day);
+    for key in ["fixed", "sliding", "calendar"] {
+        let look = call(&server, "windows", vec![with_hits(&[(key, "alice")], 0)]);
+        assert_eq!(look.await, Code::OverLimit, "{key}: 100 still owed");
+    }
+    server.clock.advance(day + day / 4);
+    for key in ["fixed", "sliding", "calendar"] {
+        let look = call(&server, "windows", vec![with_hits(&[(key, "alice")], 0)]);
+        assert_eq!(look.await, Code::Ok, "{key}: repaid");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_budgets_carry_their_debt_on_redis() {
+    let redis = RedisServer::start();
+    let server = start(&format!("{}{WINDOWS}", redis.backend(PATIENT))).await;
+    window_replay(&server).await;
+    server.stop().await;
+}
+
 /// Without `budget:` the same rule is a gate: the charge that does not fit
 /// is refused and never written, so every look passes (the behaviour a
 /// budget exists to fix, kept for gates).
