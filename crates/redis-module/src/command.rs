@@ -308,13 +308,13 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     effects::init();
     // `TOLLGATE.DECIDE`: keys `(first 1, last −6, step 7)` (see the crate
     // docs); `TOLLGATE.LEAN`: its one key; `TOLLGATE.CHARGE`: DECIDE's
-    // stride with a tail of 3.
+    // layout, so DECIDE's specification.
     if create_command(ctx, c"tollgate.decide", Some(decide_command), (1, -6, 7)) == Status::Err
         || create_command(ctx, c"tollgate.lean", Some(lean_command), (1, 1, 1)) == Status::Err
     {
         return Status::Err;
     }
-    create_command(ctx, c"tollgate.charge", Some(charge_command), (1, -4, 7))
+    create_command(ctx, c"tollgate.charge", Some(charge_command), (1, -6, 7))
 }
 
 /// At unload: the strings kept between commands.

@@ -786,6 +786,22 @@ async fn the_module_charges_a_budget_as_the_core() {
         }
     }
     assert_eq!(server.calls("tollgate.charge"), 7);
+    // The key specification is DECIDE's: the keys, and nothing else, are
+    // what Redis Cluster routes and checks.
+    let mut getkeys = redis::cmd("COMMAND");
+    getkeys.arg("GETKEYS").arg("TOLLGATE.CHARGE");
+    limit(&mut getkeys, cap);
+    getkeys
+        .arg("other")
+        .arg("g")
+        .arg(1)
+        .arg(10)
+        .arg(20)
+        .arg(m)
+        .arg(180);
+    getkeys.arg("h").arg(0).arg(1).arg(10).arg(0);
+    let keys: Vec<String> = getkeys.query_async(&mut raw).await.unwrap();
+    assert_eq!(keys, ["budget", "other"]);
     // A window charge is not the module's: an error reply, nothing written.
     let window = redis::cmd("TOLLGATE.CHARGE")
         .arg("w")
