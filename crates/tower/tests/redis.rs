@@ -184,6 +184,8 @@ async fn two_layers_on_redis_share_one_token_budget_and_its_debt() {
     let bob = send(&mut two, completion("bob", 0, 10)).await;
     assert_eq!(bob.status(), StatusCode::OK);
     body(bob).await;
+    // Settles land in tasks of their own: one at a time, in order.
+    assert_eq!(settled(&log, 2).await[1].tokens, 10);
 
     // Reserve, then settle, across the two: 100 reserved through the
     // second, 40 used: 60 given back on Redis, seen by the first's limiter.
@@ -213,9 +215,18 @@ async fn two_layers_on_redis_share_one_token_budget_and_its_debt() {
         "{unfit:?}"
     );
 
+    // A response admitted while Redis was up, whose body ends once Redis is
+    // gone: its charge is not taken, and the settle says so (the policy
+    // answers the key's next requests).
+    let admitted = send(&mut one, completion("eve", 0, 700)).await;
+    assert_eq!(admitted.status(), StatusCode::OK);
+
     // Redis gone: the limiter's policy (fail closed) refuses, within its
     // deadline; nothing is let through.
     server.kill();
+    body(admitted).await;
+    let lost = settled(&log, 4).await[3];
+    assert_eq!((lost.tokens, lost.unrecorded), (700, 700));
     let started = Instant::now();
     let closed = send(&mut one, completion("dee", 0, 10)).await;
     assert_eq!(closed.status(), StatusCode::TOO_MANY_REQUESTS);
