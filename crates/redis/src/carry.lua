@@ -91,18 +91,19 @@ do
           end
         elseif alg == 'f' then
           -- Fixed window: the count if its window is current under the old
-          -- period, in the window current under the new one, at most the new
-          -- limit (a count above it reads as no state: capped, it denies
-          -- until the window ends as the core's larger count does).
+          -- period, in the window current under the new one; past the new
+          -- limit it is a debt carried into the next windows, as the core's
+          -- Keep does, up to the debt cap (DEBT_PERIODS + 1 = 17 limits,
+          -- prelude.lua), and the key lives until it has drained.
           local w, c = string.match(raw, '^(%d+) (%d+)$')
           w, c = tonumber(w), tonumber(c)
           if w and c and w >= fmod_div(now, o1) then
             local used = c
             if rule == 'p' then used = scale(c, p2, o2) end
-            if used > p2 then used = p2 end
+            if used > 17 * p2 then used = 17 * p2 end
             if used > 0 then
               local window = fmod_div(now, p1)
-              local left = ((window + 1) * p1 - now) * unit
+              local left = ((window + ceil_div(used, p2)) * p1 - now) * unit
               redis.call('SET', new, string.format('%d %d', window, used), 'PX',
                 string.format('%d', ceil_div(left, 1000000) + slack))
             end
