@@ -72,6 +72,7 @@ pub mod forwarded_request;
 pub mod go_syntax;
 mod limits;
 pub mod lyft_env;
+pub mod statsd_mapping;
 pub mod telemetry;
 pub mod xds;
 

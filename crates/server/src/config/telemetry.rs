@@ -12,7 +12,7 @@
 //! | `DISABLE_STATS` | `false` | no sink at all |
 //! | `USE_PROMETHEUS` | `false` | a Prometheus listener of its own |
 //! | `PROMETHEUS_ADDR`, `PROMETHEUS_PATH` | `:9090`, `/metrics` | where it listens |
-//! | `PROMETHEUS_MAPPER_YAML` | the built-in mapping | a statsd_exporter mapping file ([`crate::metrics::statsd_mapping`]) |
+//! | `PROMETHEUS_MAPPER_YAML` | the built-in mapping | a statsd_exporter mapping file ([`super::statsd_mapping`]) |
 //! | `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` | `false` | `true`: the built-in mapping's `ratelimit_service_response_time_seconds` observes milliseconds (its scale 0.001 dropped, the name kept, as envoyproxy/ratelimit); no effect with `PROMETHEUS_MAPPER_YAML` |
 //! | `NEAR_LIMIT_RATIO` | `0.8` | the `near_limit` threshold, a fraction of the limit |
 //! | `TRACING_ENABLED` | `false` | OTLP traces: a span per decision ([`crate::traces`]) |
@@ -38,7 +38,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::metrics::statsd_mapping::Mapping;
+use super::statsd_mapping::Mapping;
 
 /// How StatsD lines travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

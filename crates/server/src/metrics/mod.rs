@@ -6,7 +6,8 @@
 //! 1.0.0 to a scraper whose `Accept` asks for it ([`text`]): the series
 //! names are the same in both. envoyproxy/ratelimit's stats are kept as it
 //! keeps them ([`lyft`]), named for Prometheus by its statsd_exporter
-//! mapping ([`statsd_mapping`]) and sent to StatsD by [`statsd`];
+//! mapping ([`crate::config::statsd_mapping`], applied by
+//! [`statsd_mapping`]) and sent to StatsD by [`statsd`];
 //! [`crate::config::telemetry`] says where they go. Built on
 //! `prometheus-client` (typed label sets, no global recorder, so that two
 //! servers in one process keep apart).
@@ -70,10 +71,11 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate::Decision;
 
+use crate::config::statsd_mapping::Mapping;
 use crate::rules::Rule;
 use lyft::LyftStats;
 pub use lyft::StatCounters;
-use statsd_mapping::{Mapping, Series};
+use statsd_mapping::Series;
 use text::Format;
 
 /// Which API a request came through (label value `grpc` or `http`).
@@ -552,7 +554,9 @@ impl Metrics {
             .lyft
             .snapshot()
             .into_iter()
-            .filter_map(|(stat, value)| Some((self.mapping.map(&stat)?, value)))
+            .filter_map(|(stat, value)| {
+                Some((statsd_mapping::counter_series(&self.mapping, &stat)?, value))
+            })
             .collect();
         match format {
             Format::OpenMetrics => {

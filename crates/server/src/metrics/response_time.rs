@@ -17,7 +17,8 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::statsd_mapping::{Mapping, TimerSeries};
+use super::statsd_mapping::{TimerSeries, timer_series};
+use crate::config::statsd_mapping::Mapping;
 
 /// The timer's StatsD name.
 pub const STAT: &str = "ratelimit_server.ShouldRateLimit.response_time";
@@ -46,7 +47,7 @@ struct State {
 impl ResponseTime {
     /// The timer as `mapping` names it.
     pub fn new(mapping: &Mapping) -> ResponseTime {
-        let series = mapping.map_timer(STAT);
+        let series = timer_series(mapping, STAT);
         let buckets = series.as_ref().map_or(0, |s| s.buckets.len());
         ResponseTime {
             series,

@@ -1,57 +1,14 @@
-//! statsd_exporter's metric mapping: how envoyproxy/ratelimit turns its
-//! StatsD stat names into Prometheus names and labels (`USE_PROMETHEUS`,
-//! `PROMETHEUS_MAPPER_YAML`).
+//! envoyproxy/ratelimit's stats as Prometheus series: the statsd_exporter
+//! mapping ([`crate::config::statsd_mapping`]) applied to one stat, its
+//! name escaped as statsd_exporter escapes it ([`escape_name`]).
 //!
-//! envoyproxy/ratelimit embeds statsd_exporter and feeds it its stats;
-//! its default mapping (`src/stats/prom/default_mapper.yaml`) names the
-//! per-rule stats `ratelimit_service_rate_limit_<stat>` with labels
-//! `domain`, `key1` (a two-part key) or `domain`, `key1`, `key2` (three
-//! parts or more: the first two entries), `ratelimit_service_config_load_
-//! {success,error}`, `ratelimit_service_should_rate_limit_error{err_type}`
-//! and `ratelimit_service_total_requests{grpc_method}`, and its timer
-//! `ratelimit_server.ShouldRateLimit.response_time` (milliseconds) as the
-//! histogram `ratelimit_service_response_time_seconds{grpc_method}`
-//! (scale 0.001: seconds; `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`
-//! drops the scale, as envoyproxy/ratelimit does, and the name stays). A
-//! stat no mapping
-//! matches keeps its name, escaped (every character outside
-//! `[a-zA-Z0-9_]` becomes `_`), as statsd_exporter does.
-//!
-//! [`Mapping::default`] is that default mapping, restated here as rules
-//! (the same globs and regular expressions, in the same order).
-//! [`Mapping::from_yaml`] reads a statsd_exporter mapping file.
-//!
-//! # Decisions
-//!
-//! - The subset of statsd_exporter's mapping language that names
-//!   counters and histogram timers is supported: `mappings:` of `match`,
-//!   `match_type` (`glob`, the default, or `regex`), `name`, `labels`,
-//!   `action` (`map` or `drop`), `match_metric_type` (`counter` matches
-//!   the counters, `observer` the timer, none both; `gauge` matches
-//!   nothing: there are no gauges), `scale`, `buckets` (also under
-//!   `histogram_options`), and `defaults:` `match_type` and `buckets`.
-//!   A timer is always a histogram (`timer_type`/`observer_type`
-//!   `histogram`, or unset, also when no rule maps it), with Prometheus'
-//!   default buckets unless the file gives them (decision:
-//!   statsd_exporter makes an untyped timer a summary, but
-//!   envoyproxy/ratelimit's own mapping asks for a histogram, which is
-//!   what its dashboards read, and summaries cannot be aggregated); `summary` is refused, as is any key this module
-//!   does not apply (`honor_labels`, `glob_disable_ordering`…), with its
-//!   name: a mapping this module would apply differently than
-//!   statsd_exporter is never applied silently. `quantiles`,
-//!   `summary_options`, `ttl` and `help` are accepted without effect (they
-//!   shape summaries, expiry and help text only).
-//! - Globs are matched as statsd_exporter's: `*` is one dot-free segment
-//!   (possibly empty), the whole name must match, globs are tried before
-//!   regular expressions, each kind in file order. Regular expressions
-//!   are unanchored, as statsd_exporter's; `$1`, `${1}` and `$name` in
-//!   `name` and `labels` expand as Go's `Regexp.Expand` (the Rust `regex`
-//!   crate's expansion has the same rules).
+//! A stat the mapping drops has no series; one no rule matches keeps its
+//! name, escaped. The timer is always a histogram (see the mapping's
+//! decisions).
 
 use std::collections::BTreeMap;
 
-use regex::Regex;
-use serde::Deserialize;
+use crate::config::statsd_mapping::{Mapping, StatKind};
 
 /// A Prometheus series: a name and its labels, sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -61,37 +18,6 @@ pub struct Series {
     /// The labels, by name.
     pub labels: BTreeMap<String, String>,
 }
-
-/// A statsd_exporter mapping (see the module docs).
-#[derive(Debug, Clone)]
-pub struct Mapping {
-    /// Glob rules first, then regular expression rules, each in file order.
-    rules: Vec<Rule>,
-    /// `defaults: buckets`, else Prometheus' default buckets.
-    buckets: Vec<f64>,
-}
-
-#[derive(Debug, Clone)]
-struct Rule {
-    regex: Regex,
-    name: String,
-    labels: Vec<(String, String)>,
-    drop: bool,
-    /// `match_metric_type` unset or `counter`.
-    counters: bool,
-    /// `match_metric_type` unset or `observer`.
-    observers: bool,
-    /// `scale`: each observed value is multiplied by it.
-    scale: Option<f64>,
-    /// `buckets`: the histogram's upper bounds.
-    buckets: Option<Vec<f64>>,
-}
-
-/// Prometheus' default histogram buckets (`prometheus.DefBuckets`), which
-/// statsd_exporter uses when a mapping names none.
-pub const DEFAULT_BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
 
 /// A timer's series and how its values are observed.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,425 +30,26 @@ pub struct TimerSeries {
     pub buckets: Vec<f64>,
 }
 
-/// Why a mapping file cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct MappingError(String);
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    #[serde(default)]
-    defaults: RawDefaults,
-    #[serde(default)]
-    mappings: Vec<RawRule>,
+/// The series of the counter `stat`, or `None` if `mapping` drops it.
+pub fn counter_series(mapping: &Mapping, stat: &str) -> Option<Series> {
+    let mapped = mapping.apply(stat, StatKind::Counter)?;
+    Some(Series {
+        name: escape_name(&mapped.name),
+        labels: mapped.labels,
+    })
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawDefaults {
-    match_type: Option<String>,
-    timer_type: Option<String>,
-    observer_type: Option<String>,
-    buckets: Option<Vec<f64>>,
-    histogram_options: Option<RawHistogramOptions>,
-    // Shape summaries, expiry and help only (see the module docs).
-    #[serde(default, rename = "quantiles")]
-    _quantiles: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "summary_options")]
-    _summary_options: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "ttl")]
-    _ttl: Option<serde_yaml_ng::Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRule {
-    #[serde(rename = "match")]
-    pattern: String,
-    match_type: Option<String>,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    action: Option<String>,
-    match_metric_type: Option<String>,
-    timer_type: Option<String>,
-    observer_type: Option<String>,
-    buckets: Option<Vec<f64>>,
-    histogram_options: Option<RawHistogramOptions>,
-    scale: Option<f64>,
-    // Shape summaries, expiry and help only (see the module docs).
-    #[serde(default, rename = "quantiles")]
-    _quantiles: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "summary_options")]
-    _summary_options: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "ttl")]
-    _ttl: Option<serde_yaml_ng::Value>,
-    #[serde(default, rename = "help")]
-    _help: Option<serde_yaml_ng::Value>,
-}
-
-/// `histogram_options`: only its classic `buckets` shape a histogram here.
-#[derive(Deserialize, Default)]
-struct RawHistogramOptions {
-    buckets: Option<Vec<f64>>,
-    // Native histograms' settings: tollgate exports classic buckets only.
-    #[serde(flatten)]
-    _native: BTreeMap<String, serde_yaml_ng::Value>,
-}
-
-/// A timer's type: a histogram (the only kind kept), or refused.
-fn histogram_only(
-    timer_type: Option<&str>,
-    observer_type: Option<&str>,
-) -> Result<(), MappingError> {
-    for (key, kind) in [("timer_type", timer_type), ("observer_type", observer_type)] {
-        match kind {
-            None | Some("" | "histogram") => {}
-            Some(other) => {
-                return Err(MappingError(format!(
-                    "{key} {other:?}: only histogram timers are supported"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Checked bucket bounds: finite and ascending.
-fn checked_buckets(buckets: Option<Vec<f64>>) -> Result<Option<Vec<f64>>, MappingError> {
-    if let Some(bounds) = &buckets
-        && (bounds.is_empty()
-            || bounds.iter().any(|b| !b.is_finite())
-            || bounds.windows(2).any(|w| w[0] >= w[1]))
-    {
-        return Err(MappingError(format!(
-            "buckets {bounds:?}: expected finite bounds in ascending order"
-        )));
-    }
-    Ok(buckets)
-}
-
-/// One rule of the default mapping: `(match, is a regex, name, labels)`.
-type DefaultRule = (
-    &'static str,
-    bool,
-    &'static str,
-    &'static [(&'static str, &'static str)],
-);
-
-/// envoyproxy/ratelimit's default mapping, rule by rule.
-const DEFAULT_RULES: &[DefaultRule] = &[
-    (
-        "ratelimit.service.rate_limit.*.*.near_limit",
-        false,
-        "ratelimit_service_rate_limit_near_limit",
-        &[("domain", "$1"), ("key1", "$2")],
-    ),
-    (
-        "ratelimit.service.rate_limit.*.*.over_limit",
-        false,
-        "ratelimit_service_rate_limit_over_limit",
-        &[("domain", "$1"), ("key1", "$2")],
-    ),
-    (
-        "ratelimit.service.rate_limit.*.*.total_hits",
-        false,
-        "ratelimit_service_rate_limit_total_hits",
-        &[("domain", "$1"), ("key1", "$2")],
-    ),
-    (
-        "ratelimit.service.rate_limit.*.*.within_limit",
-        false,
-        "ratelimit_service_rate_limit_within_limit",
-        &[("domain", "$1"), ("key1", "$2")],
-    ),
-    (
-        "ratelimit.service.rate_limit.*.*.shadow_mode",
-        false,
-        "ratelimit_service_rate_limit_shadow_mode",
-        &[("domain", "$1"), ("key1", "$2")],
-    ),
-    (
-        r"ratelimit\.service\.rate_limit\.([^\.]*)\.([^\.]*)\.([^\.]*)(\..*)?\.near_limit",
-        true,
-        "ratelimit_service_rate_limit_near_limit",
-        &[("domain", "$1"), ("key1", "$2"), ("key2", "$3")],
-    ),
-    (
-        r"ratelimit\.service\.rate_limit\.([^\.]*)\.([^\.]*)\.([^\.]*)(\..*)?\.over_limit",
-        true,
-        "ratelimit_service_rate_limit_over_limit",
-        &[("domain", "$1"), ("key1", "$2"), ("key2", "$3")],
-    ),
-    (
-        r"ratelimit\.service\.rate_limit\.([^\.]*)\.([^\.]*)\.([^\.]*)(\..*)?\.total_hits",
-        true,
-        "ratelimit_service_rate_limit_total_hits",
-        &[("domain", "$1"), ("key1", "$2"), ("key2", "$3")],
-    ),
-    (
-        r"ratelimit\.service\.rate_limit\.([^\.]*)\.([^\.]*)\.([^\.]*)(\..*)?\.within_limit",
-        true,
-        "ratelimit_service_rate_limit_within_limit",
-        &[("domain", "$1"), ("key1", "$2"), ("key2", "$3")],
-    ),
-    (
-        r"ratelimit\.service\.rate_limit\.([^\.]*)\.([^\.]*)\.([^\.]*)(\..*)?\.shadow_mode",
-        true,
-        "ratelimit_service_rate_limit_shadow_mode",
-        &[("domain", "$1"), ("key1", "$2"), ("key2", "$3")],
-    ),
-    (
-        "ratelimit.service.call.should_rate_limit.*",
-        false,
-        "ratelimit_service_should_rate_limit_error",
-        &[("err_type", "$1")],
-    ),
-    (
-        "ratelimit_server.*.total_requests",
-        false,
-        "ratelimit_service_total_requests",
-        &[("grpc_method", "$1")],
-    ),
-    (
-        "ratelimit.service.config_load_success",
-        false,
-        "ratelimit_service_config_load_success",
-        &[],
-    ),
-    (
-        "ratelimit.service.config_load_error",
-        false,
-        "ratelimit_service_config_load_error",
-        &[],
-    ),
-];
-
-impl Default for Mapping {
-    /// envoyproxy/ratelimit's default mapping.
-    fn default() -> Mapping {
-        Mapping::lyft_default(false)
-    }
-}
-
-impl Mapping {
-    /// envoyproxy/ratelimit's default mapping; `response_time_in_ms`
-    /// (`PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`) drops the response
-    /// time's `scale: 0.001`, as its `mapperConfig` does.
-    pub fn lyft_default(response_time_in_ms: bool) -> Mapping {
-        let mut rules: Vec<Rule> = DEFAULT_RULES
-            .iter()
-            .map(|&(pattern, is_regex, name, labels)| Rule {
-                // Constant patterns: they compile (a unit test builds them).
-                regex: if is_regex {
-                    Regex::new(pattern)
-                } else {
-                    glob_regex(pattern)
-                }
-                .unwrap_or_else(|error| unreachable!("{pattern}: {error}")),
-                name: name.to_owned(),
-                labels: labels
-                    .iter()
-                    .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect(),
-                drop: false,
-                counters: true,
-                observers: true,
-                scale: None,
-                buckets: None,
-            })
-            .collect();
-        let mut kinds: Vec<bool> = DEFAULT_RULES.iter().map(|rule| rule.1).collect();
-        // `ratelimit_server.*.response_time`: a histogram in seconds.
-        rules.push(Rule {
-            regex: glob_regex("ratelimit_server.*.response_time")
-                .unwrap_or_else(|error| unreachable!("{error}")),
-            name: "ratelimit_service_response_time_seconds".to_owned(),
-            labels: vec![("grpc_method".to_owned(), "$1".to_owned())],
-            drop: false,
-            counters: true,
-            observers: true,
-            scale: (!response_time_in_ms).then_some(0.001),
-            buckets: None,
-        });
-        kinds.push(false);
-        Mapping::ordered(rules, kinds, DEFAULT_BUCKETS.to_vec())
-    }
-}
-
-/// A glob as an anchored regular expression: `*` is `([^.]*)`.
-fn glob_regex(glob: &str) -> Result<Regex, regex::Error> {
-    let pattern = glob
-        .split('*')
-        .map(regex::escape)
-        .collect::<Vec<_>>()
-        .join("([^.]*)");
-    Regex::new(&format!("^{pattern}$"))
-}
-
-impl Mapping {
-    /// Globs before regular expressions, each kind in file order.
-    fn ordered(rules: Vec<Rule>, is_regex: Vec<bool>, buckets: Vec<f64>) -> Mapping {
-        let (mut globs, mut regexes) = (Vec::new(), Vec::new());
-        for (rule, is_regex) in rules.into_iter().zip(is_regex) {
-            if is_regex {
-                regexes.push(rule);
-            } else {
-                globs.push(rule);
-            }
-        }
-        globs.extend(regexes);
-        Mapping {
-            rules: globs,
-            buckets,
-        }
-    }
-
-    /// Reads a statsd_exporter mapping file's text.
-    ///
-    /// # Errors
-    ///
-    /// [`MappingError`] for a file that is not such a mapping, a key this
-    /// module does not apply, a bad pattern, or a rule without a name.
-    pub fn from_yaml(text: &str) -> Result<Mapping, MappingError> {
-        let raw: RawFile =
-            serde_yaml_ng::from_str(text).map_err(|error| MappingError(error.to_string()))?;
-        let default_regex = match raw.defaults.match_type.as_deref() {
-            None | Some("glob") | Some("") => false,
-            Some("regex") => true,
-            Some(other) => {
-                return Err(MappingError(format!(
-                    "defaults: match_type {other:?}: expected glob or regex"
-                )));
-            }
-        };
-        histogram_only(
-            raw.defaults.timer_type.as_deref(),
-            raw.defaults.observer_type.as_deref(),
-        )
-        .map_err(|e| MappingError(format!("defaults: {e}")))?;
-        let buckets = checked_buckets(raw.defaults.buckets.or_else(|| {
-            raw.defaults
-                .histogram_options
-                .and_then(|options| options.buckets)
-        }))
-        .map_err(|e| MappingError(format!("defaults: {e}")))?
-        .unwrap_or_else(|| DEFAULT_BUCKETS.to_vec());
-        let mut rules = Vec::with_capacity(raw.mappings.len());
-        let mut kinds = Vec::with_capacity(raw.mappings.len());
-        for (i, rule) in raw.mappings.into_iter().enumerate() {
-            let at = |message: String| {
-                MappingError(format!("mappings[{i}] ({}): {message}", rule.pattern))
-            };
-            let is_regex = match rule.match_type.as_deref() {
-                None | Some("") => default_regex,
-                Some("glob") => false,
-                Some("regex") => true,
-                Some(other) => {
-                    return Err(at(format!("match_type {other:?}: expected glob or regex")));
-                }
-            };
-            let drop = match rule.action.as_deref() {
-                None | Some("") | Some("map") => false,
-                Some("drop") => true,
-                Some(other) => return Err(at(format!("action {other:?}: expected map or drop"))),
-            };
-            let (counters, observers) = match rule.match_metric_type.as_deref() {
-                None | Some("") => (true, true),
-                Some("counter") => (true, false),
-                Some("observer") => (false, true),
-                Some("gauge") => (false, false),
-                Some(other) => {
-                    return Err(at(format!(
-                        "match_metric_type {other:?}: expected counter, gauge or observer"
-                    )));
-                }
-            };
-            histogram_only(rule.timer_type.as_deref(), rule.observer_type.as_deref())
-                .map_err(|e| at(e.to_string()))?;
-            let rule_buckets = checked_buckets(
-                rule.buckets
-                    .or_else(|| rule.histogram_options.and_then(|options| options.buckets)),
-            )
-            .map_err(|e| at(e.to_string()))?;
-            if rule.scale.is_some_and(|scale| !scale.is_finite()) {
-                return Err(at("scale: expected a finite number".to_owned()));
-            }
-            if rule.name.is_empty() && !drop {
-                return Err(at("a mapping needs a name".to_owned()));
-            }
-            let regex = if is_regex {
-                Regex::new(&rule.pattern)
-            } else {
-                glob_regex(&rule.pattern)
-            }
-            .map_err(|error| at(error.to_string()))?;
-            rules.push(Rule {
-                regex,
-                name: rule.name,
-                labels: rule.labels.into_iter().collect(),
-                drop,
-                counters,
-                observers,
-                scale: rule.scale,
-                buckets: rule_buckets,
-            });
-            kinds.push(is_regex);
-        }
-        Ok(Mapping::ordered(rules, kinds, buckets))
-    }
-
-    /// The histogram of the timer `stat`, or `None` if a rule drops it.
-    pub fn map_timer(&self, stat: &str) -> Option<TimerSeries> {
-        let (series, rule) = self.apply(stat, |rule| rule.observers)?;
-        Some(TimerSeries {
-            series,
-            scale: rule.and_then(|rule| rule.scale).unwrap_or(1.0),
-            buckets: rule
-                .and_then(|rule| rule.buckets.clone())
-                .unwrap_or_else(|| self.buckets.clone()),
-        })
-    }
-
-    /// The series of the counter `stat`, or `None` if a rule drops it.
-    pub fn map(&self, stat: &str) -> Option<Series> {
-        self.apply(stat, |rule| rule.counters)
-            .map(|(series, _)| series)
-    }
-
-    /// The first rule of `kind` matching `stat` applied (`None` if it
-    /// drops it), with the rule (none: the escaped name).
-    fn apply(&self, stat: &str, kind: impl Fn(&Rule) -> bool) -> Option<(Series, Option<&Rule>)> {
-        for rule in self.rules.iter().filter(|rule| kind(rule)) {
-            let Some(caps) = rule.regex.captures(stat) else {
-                continue;
-            };
-            if rule.drop {
-                return None;
-            }
-            let expand = |template: &str| {
-                let mut out = String::new();
-                caps.expand(template, &mut out);
-                out
-            };
-            let series = Series {
-                name: escape_name(&expand(&rule.name)),
-                labels: rule
-                    .labels
-                    .iter()
-                    .map(|(name, value)| (name.clone(), expand(value)))
-                    .collect(),
-            };
-            return Some((series, Some(rule)));
-        }
-        let series = Series {
-            name: escape_name(stat),
-            labels: BTreeMap::new(),
-        };
-        Some((series, None))
-    }
+/// The histogram of the timer `stat`, or `None` if `mapping` drops it.
+pub fn timer_series(mapping: &Mapping, stat: &str) -> Option<TimerSeries> {
+    let mapped = mapping.apply(stat, StatKind::Timer)?;
+    Some(TimerSeries {
+        series: Series {
+            name: escape_name(&mapped.name),
+            labels: mapped.labels,
+        },
+        scale: mapped.scale,
+        buckets: mapped.buckets.to_vec(),
+    })
 }
 
 /// statsd_exporter's `EscapeMetricName`: a leading digit gets a `_` before
@@ -545,157 +72,47 @@ pub fn escape_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn series(name: &str, labels: &[(&str, &str)]) -> Option<Series> {
-        Some(Series {
-            name: name.to_owned(),
-            labels: labels
-                .iter()
-                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-        })
-    }
-
-    #[test]
-    fn the_default_mapping_names_as_envoyproxy_ratelimit() {
-        let m = Mapping::default();
-        assert_eq!(
-            m.map("ratelimit.service.rate_limit.weekly.user.total_hits"),
-            series(
-                "ratelimit_service_rate_limit_total_hits",
-                &[("domain", "weekly"), ("key1", "user")]
-            )
-        );
-        assert_eq!(
-            m.map("ratelimit.service.rate_limit.d.a_1.b.c_3.over_limit"),
-            series(
-                "ratelimit_service_rate_limit_over_limit",
-                &[("domain", "d"), ("key1", "a_1"), ("key2", "b")]
-            )
-        );
-        assert_eq!(
-            m.map("ratelimit.service.config_load_success"),
-            series("ratelimit_service_config_load_success", &[])
-        );
-        assert_eq!(
-            m.map("ratelimit_server.ShouldRateLimit.total_requests"),
-            series(
-                "ratelimit_service_total_requests",
-                &[("grpc_method", "ShouldRateLimit")]
-            )
-        );
-        // Unmapped: the name, escaped.
-        assert_eq!(
-            m.map("ratelimit.service.global_shadow_mode"),
-            series("ratelimit_service_global_shadow_mode", &[])
-        );
-    }
-
-    #[test]
-    fn a_mapping_file_maps_drops_and_refuses_what_it_cannot_apply() {
-        let m = Mapping::from_yaml(
-            r#"
-mappings:
-  - match: "ratelimit.service.rate_limit.*.*.total_hits"
-    name: "hits"
-    timer_type: histogram
-    labels: {d: "$1", k: "${2}x"}
-  - match: "ratelimit\\.service\\.rate_limit\\..*\\.over_limit"
-    match_type: regex
-    action: drop
-"#,
-        )
-        .expect("a mapping");
-        assert_eq!(
-            m.map("ratelimit.service.rate_limit.a.b.total_hits"),
-            series("hits", &[("d", "a"), ("k", "bx")])
-        );
-        assert_eq!(m.map("ratelimit.service.rate_limit.a.b.over_limit"), None);
-        let error =
-            Mapping::from_yaml("mappings:\n  - match: a.*\n    name: x\n    honor_labels: true\n")
-                .expect_err("unknown key");
-        assert!(error.to_string().contains("honor_labels"), "{error}");
-        let error = Mapping::from_yaml("mappings:\n  - match: a.*\n").expect_err("no name");
-        assert!(error.to_string().contains("name"), "{error}");
-    }
-
-    #[test]
-    fn timers_map_to_histograms_with_scale_and_buckets() {
-        let stat = "ratelimit_server.ShouldRateLimit.response_time";
-        let lyft = Mapping::default().map_timer(stat).expect("mapped");
-        assert_eq!(lyft.series.name, "ratelimit_service_response_time_seconds");
-        assert_eq!(lyft.scale, 0.001);
-        assert_eq!(lyft.buckets, DEFAULT_BUCKETS.to_vec());
-        assert_eq!(
-            Mapping::lyft_default(true)
-                .map_timer(stat)
-                .expect("mapped")
-                .scale,
-            1.0
-        );
-        let file = Mapping::from_yaml(
-            r#"
-defaults: {buckets: [1, 2]}
-mappings:
-  - match: "ratelimit_server.*.total_requests"
-    name: "calls"
-    match_metric_type: counter
-  - match: "ratelimit_server.*.response_time"
-    name: "rt_ms"
-    match_metric_type: observer
-    observer_type: histogram
-    histogram_options: {buckets: [5, 50, 500]}
-    labels: {method: "$1"}
-"#,
-        )
-        .expect("a mapping");
-        let timer = file.map_timer(stat).expect("mapped");
-        assert_eq!(
-            timer.series,
-            series("rt_ms", &[("method", "ShouldRateLimit")]).expect("s")
-        );
-        assert_eq!((timer.scale, timer.buckets), (1.0, vec![5.0, 50.0, 500.0]));
-        // A counter rule does not name the timer, nor an observer rule a counter.
-        assert_eq!(
-            file.map("ratelimit_server.ShouldRateLimit.response_time"),
-            series("ratelimit_server_ShouldRateLimit_response_time", &[])
-        );
-        // Unmapped: the escaped name, the file's default buckets.
-        let bare = Mapping::from_yaml("defaults: {buckets: [1, 2]}\nmappings: []\n").expect("bare");
-        let timer = bare.map_timer(stat).expect("kept");
-        assert_eq!(
-            timer.series.name,
-            "ratelimit_server_ShouldRateLimit_response_time"
-        );
-        assert_eq!(timer.buckets, vec![1.0, 2.0]);
-        // A dropped timer is not exported.
-        let drop = Mapping::from_yaml(
-            "mappings:\n  - match: ratelimit_server.*.response_time\n    action: drop\n",
-        )
-        .expect("drop");
-        assert_eq!(drop.map_timer(stat), None);
-        // What this module would export differently is refused, named.
-        for (yaml, named) in [
-            (
-                "mappings:\n  - match: a.*\n    name: x\n    timer_type: summary\n",
-                "timer_type",
-            ),
-            (
-                "defaults: {observer_type: summary}\nmappings: []\n",
-                "observer_type",
-            ),
-            (
-                "mappings:\n  - match: a.*\n    name: x\n    buckets: [2, 1]\n",
-                "buckets",
-            ),
-        ] {
-            let error = Mapping::from_yaml(yaml).expect_err(yaml);
-            assert!(error.to_string().contains(named), "{error}");
-        }
-    }
+    use crate::config::statsd_mapping::DEFAULT_BUCKETS;
 
     #[test]
     fn names_are_escaped_as_statsd_exporter() {
         assert_eq!(escape_name("1a.b-c"), "_1a_b_c");
+    }
+
+    #[test]
+    fn series_are_the_mapping_with_names_escaped() {
+        let m = Mapping::default();
+        let series = counter_series(&m, "ratelimit.service.rate_limit.weekly.user.total_hits")
+            .expect("mapped");
+        assert_eq!(series.name, "ratelimit_service_rate_limit_total_hits");
+        assert_eq!(series.labels["domain"], "weekly");
+        // Unmapped: the name, escaped.
+        assert_eq!(
+            counter_series(&m, "ratelimit.service.global_shadow_mode"),
+            Some(Series {
+                name: "ratelimit_service_global_shadow_mode".to_owned(),
+                labels: BTreeMap::new(),
+            })
+        );
+        let stat = "ratelimit_server.ShouldRateLimit.response_time";
+        let timer = timer_series(&m, stat).expect("mapped");
+        assert_eq!(timer.series.name, "ratelimit_service_response_time_seconds");
+        assert_eq!(
+            (timer.scale, timer.buckets),
+            (0.001, DEFAULT_BUCKETS.to_vec())
+        );
+        let bare = Mapping::from_yaml("mappings: []\n").expect("bare");
+        let timer = timer_series(&bare, stat).expect("kept");
+        assert_eq!(
+            timer.series.name,
+            "ratelimit_server_ShouldRateLimit_response_time"
+        );
+        let drop = Mapping::from_yaml(
+            "mappings:\n  - match: ratelimit_server.*.response_time\n    action: drop\n",
+        )
+        .expect("drop");
+        assert_eq!(timer_series(&drop, stat), None);
+        // A rule without `match_metric_type` drops the stat as a counter too.
+        assert_eq!(counter_series(&drop, stat), None);
     }
 }
