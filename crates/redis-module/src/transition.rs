@@ -298,7 +298,7 @@ pub(crate) fn load(
             // Another type reads as no state, as the script's `get`.
             let raw = store.get(i).ok().flatten();
             let now_ns = u128::try_from(c.now * c.unit).unwrap_or(0);
-            Ok(State::WarmUp(Box::new(Warm::load(&w, raw, now_ns))))
+            Ok(State::WarmUp(Box::new(Warm::load(&w, raw, now_ns)?)))
         }
     }
 }

@@ -164,22 +164,25 @@ pub(crate) struct Warm {
 
 impl Warm {
     /// The state in `raw` (or cold) at `now_ns`.
-    pub(crate) fn load(args: &WarmArgs, raw: Option<&[u8]>, now_ns: u128) -> Warm {
-        // Parsed at the call's parsing: the constants exist.
+    ///
+    /// # Errors
+    ///
+    /// Parameters [`WarmArgs::parse`] would refuse (it did: never).
+    pub(crate) fn load(args: &WarmArgs, raw: Option<&[u8]>, now_ns: u128) -> Result<Warm, String> {
         let k = args
             .constants()
-            .unwrap_or_else(|| unreachable!("checked by WarmArgs::parse"));
+            .ok_or("ERR tollgate: warm-up parameters past the core's bounds")?;
         let (f, s, held) = match raw.and_then(parse) {
             Some((f, s)) => (f, s.min(k.max), true),
             None => (0, k.max, false),
         };
-        Warm {
+        Ok(Warm {
             k,
             now: now_ns,
             f,
             s,
             held,
-        }
+        })
     }
 
     /// Whether the key held no state (where a control's marker may be).
@@ -340,12 +343,12 @@ mod tests {
         let mut now = 0;
         let mut gaps = Vec::new();
         for _ in 0..6 {
-            let warm = Warm::load(&args, raw.as_deref().map(str::as_bytes), now);
+            let warm = Warm::load(&args, raw.as_deref().map(str::as_bytes), now).unwrap();
             assert_eq!(warm.decide(1)[0], 1);
             let (value, _) = warm.admit(1).unwrap();
             let f: u128 = value.split(' ').next().unwrap().parse().unwrap();
             gaps.push(f - now);
-            let later = Warm::load(&args, Some(value.as_bytes()), now);
+            let later = Warm::load(&args, Some(value.as_bytes()), now).unwrap();
             assert_eq!(later.decide(1)[..3], [0, 0, (f - now) as i128]);
             (now, raw) = (f, Some(value));
         }
@@ -391,7 +394,7 @@ mod tests {
                 (k.per_remainder, k.denominator),
                 (c.per_remainder, c.denominator)
             );
-            let warm = Warm::load(&args, None, 0);
+            let warm = Warm::load(&args, None, 0).unwrap();
             for step in 0..=64u64 {
                 let stored = c.max / 64 * step + step % 3;
                 for permits in [1, 2, burst] {
