@@ -724,7 +724,8 @@ async fn several_clients_warm_one_key_through_the_module() {
 /// core's `Limiter::charge` on a manual clock: the permits recorded, the
 /// debt capped at the core's `DEBT_PERIODS` periods beyond the burst (one
 /// charge of 10^12, then repeated ones), and the module's peeks after each
-/// charge refused until the debt is repaid, with the core's retry.
+/// charge refused until the debt is repaid, with the core's retry; the
+/// charge script gives the same replies and stored states.
 #[tokio::test]
 async fn the_module_charges_a_budget_as_the_core() {
     let server = ModuleServer::start(false);
@@ -758,6 +759,21 @@ async fn the_module_charges_a_budget_as_the_core() {
         limit(&mut charge, cap);
         charge.arg("h").arg(now).arg(cost).arg(10_000).arg(0);
         let reply: Vec<i64> = charge.query_async(&mut raw).await.unwrap();
+        // The charge script on a key of its own: the same reply and state.
+        let script = redis::Script::new(tollgate_redis::script::SOURCE_CHARGE);
+        let mut invocation = script.key("budget-script");
+        invocation.arg("h").arg(now).arg(cost).arg(10_000).arg(0);
+        invocation.arg("g").arg(g.scale()).arg(g.interval_ticks());
+        invocation.arg(g.capacity_ticks()).arg(m).arg(cap);
+        let by_script: Vec<i64> = invocation.invoke_async(&mut raw).await.unwrap();
+        assert_eq!(reply, by_script, "at {now}");
+        let states: (Option<String>, Option<String>) = redis::pipe()
+            .get("budget")
+            .get("budget-script")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(states.0, states.1, "at {now}");
         let want = core.charge(cost);
         assert_eq!(
             reply[1],
