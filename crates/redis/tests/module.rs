@@ -827,3 +827,38 @@ async fn the_module_charges_a_budget_as_the_core() {
     assert!(window.is_err());
     assert!(!raw.exists::<_, bool>("w").await.unwrap());
 }
+
+/// A fixed window charged into debt (by the charge script) is not read as
+/// empty through the module: the module answers DEFER, the client sends the
+/// same check to the script, which refuses it until the debt has drained,
+/// as the core's fixed window does.
+#[tokio::test]
+async fn a_window_in_debt_is_decided_by_the_scripts_through_a_module_client() {
+    let server = ModuleServer::start(false);
+    let redis = connect(&server).await;
+    assert!(redis.uses_module());
+    let clock = ManualClock::new();
+    let window = FixedWindow::new(Quota::new(10, Duration::from_secs(1)).unwrap()).unwrap();
+    let core = tollgate::Limiter::with_clock(window.clone(), clock.clone());
+    let limiter = frozen(&redis, "window-debt", Limit::from(window), &clock);
+    clock.set(Nanos::new(1_000_000_000));
+    let charged = limiter.charge_outcome(b"k", 25).await.unwrap();
+    let _ = core.charge(25);
+    assert!(charged.decision.is_denied(), "25 of 10 went over");
+    let asked = server.decisions();
+    let scripts = server.calls("evalsha") + server.calls("eval");
+    for at in [1_000_000_000, 1_500_000_000, 2_000_000_000, 3_000_000_000] {
+        clock.set(Nanos::new(at));
+        let outcome = limiter.check_outcome(b"k", 1).await.unwrap();
+        let want = core.check_n(1).unwrap();
+        assert_eq!(expect_of(outcome.decision), expect_of(want), "at {at}");
+    }
+    assert!(
+        server.decisions() - asked >= 3,
+        "the module was asked first"
+    );
+    assert!(
+        server.calls("evalsha") + server.calls("eval") - scripts >= 3,
+        "and deferred"
+    );
+}
