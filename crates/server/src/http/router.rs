@@ -22,9 +22,10 @@
 //!   (`admin: {enabled: true}`, off by default) is served only with a
 //!   token and checks it on every route.
 //! - **The body limit** (`server.max_request_bytes`, 2 MiB by default)
-//!   applies to the API's and the admin API's routes. `/json` keeps
-//!   axum's own limit (2 MiB, the setting's default), as it always has:
-//!   its router is merged after the API's limit is laid.
+//!   applies to every route of the HTTP listener: the API's, `/json` and
+//!   the admin API's; a larger body is a 413 before it is decoded. Each
+//!   router lays it itself, as a limit does not reach a router merged
+//!   after it.
 //! - The doors that need only the [`Service`] take it from the API's
 //!   state, so that they share the layers above without a state of their
 //!   own.
@@ -56,8 +57,8 @@ pub struct Doors {
     /// Cleared when the server starts draining: `/readyz` then answers
     /// 503.
     pub ready: Arc<AtomicBool>,
-    /// The body limit of the API's and the admin API's routes
-    /// (`server.max_request_bytes`, 2 MiB by default).
+    /// The body limit of every route (`server.max_request_bytes`, 2 MiB by
+    /// default).
     pub max_request_bytes: usize,
     /// The RLS service `/json` decides through, so that its answer is the
     /// gRPC answer.
@@ -87,7 +88,7 @@ pub fn listener(doors: Doors) -> Router {
         ready,
         max_request_bytes,
     )
-    .merge(lyft_routes(rls, token, health));
+    .merge(lyft_routes(rls, token, health, max_request_bytes));
     match admin_token {
         Some(admin_token) => router.merge(admin_routes(service, admin_token, max_request_bytes)),
         None => router,
@@ -137,11 +138,17 @@ pub fn api_routes(
 }
 
 /// envoyproxy/ratelimit's `POST /json` and `GET /healthcheck`
-/// ([`super::lyft`]).
-fn lyft_routes(rls: RlsService, token: Option<Arc<str>>, health: Health) -> Router {
+/// ([`super::lyft`]), bodies up to `max_request_bytes`.
+fn lyft_routes(
+    rls: RlsService,
+    token: Option<Arc<str>>,
+    health: Health,
+    max_request_bytes: usize,
+) -> Router {
     Router::new()
         .route("/json", post(lyft::json_check))
         .route("/healthcheck", get(lyft::healthcheck))
+        .layer(DefaultBodyLimit::max(max_request_bytes))
         .with_state(LyftState { rls, token, health })
 }
 

@@ -156,6 +156,42 @@ async fn http_bad_input_matrix() {
     server.stop().await;
 }
 
+/// `server.max_request_bytes` bounds every HTTP door, envoyproxy/ratelimit's
+/// `/json` too (it was merged after the limit was laid, so it kept axum's
+/// fixed 2 MiB): a body just over the limit is a 413 before decoding and
+/// counts nothing; one at the limit is decided.
+#[tokio::test]
+async fn the_body_limit_bounds_every_http_door_json_too() {
+    const LIMIT: usize = 4096;
+    let server = start_with(&format!("  max_request_bytes: {LIMIT}\n"), RULES).await;
+    let before = remaining(&server).await;
+    // A valid request, padded with JSON whitespace to `size` bytes.
+    let sized = |size: usize| {
+        let request =
+            r#"{"domain":"rl","descriptors":[{"entries":[{"key":"user","value":"victim"}]}]}"#;
+        format!("{request}{}", " ".repeat(size - request.len()))
+    };
+    let post = |path: &'static str, body: String| {
+        let request = http_client()
+            .post(server.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send();
+        async move { within(request).await.expect(path).status().as_u16() }
+    };
+    for path in ["/json", "/v1/check"] {
+        assert_eq!(post(path, sized(LIMIT + 1)).await, 413, "{path}");
+        assert_eq!(remaining(&server).await, before, "{path}: counted");
+    }
+    assert_eq!(post("/json", sized(LIMIT)).await, 200);
+    assert_ne!(
+        remaining(&server).await,
+        before,
+        "/json at the limit: decided"
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn grpc_bad_input_matrix() {
     let server = start(RULES).await;
