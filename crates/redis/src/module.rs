@@ -32,10 +32,12 @@
 //!   which an older module would read as empty). Calendar windows: always
 //!   the scripts. A call the module answers `DEFER` is sent again to the
 //!   same script at once (the module stays in use).
-//! - **Charges** ([`charge`]): a budget's charge on GCRA limits goes to
-//!   `TOLLGATE.CHARGE` where every node knows it; a charge on any other
+//! - **Charges**: `Redis::charge` sends a budget's charge on GCRA limits
+//!   to `TOLLGATE.CHARGE` where every node knows it; a charge on any other
 //!   limit (a window's debt), or without that command, goes to the charge
-//!   script: never dropped, never allowed unrecorded.
+//!   script: never dropped, never allowed unrecorded. (The limiter's charge
+//!   path, `RedisLimiter::charge_outcome`, still invokes the charge script
+//!   itself: the charge is exact either way, only its cost differs.)
 //!
 //! [`ModuleUse::Never`] keeps the scripts (a server whose module is a
 //! different version, say); [`ModuleUse::Require`] fails the connection when
