@@ -487,7 +487,7 @@ fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, Se
 }
 
 /// The rate limit service's gRPC name, as health checks ask for it.
-pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
+pub use crate::grpc::health::RLS_SERVICE;
 
 /// A server with both listeners bound.
 pub struct BoundServer {

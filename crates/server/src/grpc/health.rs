@@ -21,10 +21,12 @@ use tonic_health::pb::health_server::{Health as HealthApi, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::health::Health;
-use crate::server::RLS_SERVICE;
 
 /// envoyproxy/ratelimit's registered health service name.
 pub const LYFT_SERVICE: &str = "ratelimit";
+
+/// The rate limit service's gRPC name, as health checks ask for it.
+pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
 /// How often `Watch` reads the health.
 pub const WATCH_EVERY: Duration = Duration::from_millis(500);
