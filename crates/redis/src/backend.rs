@@ -274,9 +274,6 @@ impl Redis {
     /// (`keys`, and the arguments `args` appends), by the module's
     /// `TOLLGATE.CHARGE` where it decides it, else by `script` (see
     /// [`module`]).
-    // The charge path (`limiter::charge`) is to call it in place of its own
-    // script call; until then it is unused.
-    #[allow(dead_code)]
     pub(crate) async fn charge<C: ConnectionLike + Send>(
         &self,
         connection: &mut C,

@@ -35,9 +35,8 @@
 //! - **Charges**: `Redis::charge` sends a budget's charge on GCRA limits
 //!   to `TOLLGATE.CHARGE` where every node knows it; a charge on any other
 //!   limit (a window's debt), or without that command, goes to the charge
-//!   script: never dropped, never allowed unrecorded. (The limiter's charge
-//!   path, `RedisLimiter::charge_outcome`, still invokes the charge script
-//!   itself: the charge is exact either way, only its cost differs.)
+//!   script: never dropped, never allowed unrecorded. The limiter's charge
+//!   path (`RedisLimiter::charge_outcome`) goes through it.
 //!
 //! [`ModuleUse::Never`] keeps the scripts (a server whose module is a
 //! different version, say); [`ModuleUse::Require`] fails the connection when
@@ -218,7 +217,6 @@ pub(crate) async fn run<C: ConnectionLike>(
 /// every node knows it and every limit is GCRA, else `script`; on `unknown
 /// command` or `DEFER`, `script` at once (see [`run`]). The reply is the
 /// script's.
-#[allow(dead_code)] // See `Redis::charge`.
 pub(crate) async fn charge<C: ConnectionLike>(
     connection: &mut C,
     found: Found,

@@ -149,27 +149,26 @@ impl RedisLimiter {
             Time::Server => String::new(),
             Time::Manual(clock) => clock.now().as_u64().to_string(),
         };
+        // The module's TOLLGATE.CHARGE where every node has it (GCRA
+        // limits), the charge script otherwise: the same arguments, the same
+        // reply, the same stored state.
         let call = crate::cluster::resent(s.redis.is_cluster(), || {
-            let mut invocation = SCRIPT.prepare_invoke();
-            for k in &keys {
-                invocation.key(k.as_slice());
-            }
-            invocation
-                .arg("h")
-                .arg(&now)
-                .arg(cost)
-                .arg(s.slack_ms)
-                .arg(0);
-            for (args, limit) in s.args.iter().zip(&s.limits) {
-                for a in args {
-                    invocation.arg(a.as_str());
-                }
-                invocation.arg(debt_cap(limit));
-            }
+            let redis = s.redis.clone();
+            let keys = keys.clone();
+            let now = now.clone();
             let mut connection = s.redis.connection();
             async move {
-                let reply: Vec<i64> = invocation.invoke_async(&mut connection).await?;
-                Ok::<_, redis::RedisError>(reply)
+                redis
+                    .charge(&mut connection, &SCRIPT, &keys, |cmd| {
+                        cmd.arg("h").arg(&now).arg(cost).arg(s.slack_ms).arg(0);
+                        for (args, limit) in s.args.iter().zip(&s.limits) {
+                            for a in args {
+                                cmd.arg(a.as_str());
+                            }
+                            cmd.arg(debt_cap(limit));
+                        }
+                    })
+                    .await
             }
         });
         let fault = match tokio::time::timeout(s.deadline, call).await {
