@@ -809,10 +809,10 @@ impl FileYaml {
         {
             return Err(admin::NEEDS_TOKEN.into());
         }
-        Ok(Config {
         if server.compact_keys.is_some() && matches!(self.backend.0, BackendSettings::Redis(_)) {
             return Err(compact_keys::NOT_ON_REDIS.into());
         }
+        Ok(Config {
             server,
             backend: self.backend.0,
             admin: self.admin.0,
