@@ -15,3 +15,6 @@ pub mod routes {}
 
 #[doc = include_str!("../docs/configuration.md")]
 pub mod configuration {}
+
+#[doc = include_str!("../docs/budgets.md")]
+pub mod budgets {}

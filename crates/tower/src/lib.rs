@@ -60,6 +60,7 @@
 //! - [Modes](guide::modes): reject, wait per key, wait in order, cost, settle; methods.
 //! - [Routes](guide::routes): exempting a path, a limit per route.
 //! - [Configuration](guide::configuration): the builder, responses, the handler's decision.
+//! - [Budgets](guide::budgets): what a token budget charges and answers, its backends.
 
 #![forbid(unsafe_code)]
 // docs.rs (`--cfg docsrs`, nightly): each feature-gated item is marked

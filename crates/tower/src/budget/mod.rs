@@ -67,73 +67,12 @@
 //! (each reservation and each settle is atomic over the key's limits),
 //! with the debt capped as the core caps it.
 //!
-//! # Decisions
+//! # Decisions and backends
 //!
-//! - **What is charged**: the [`Tokens`] count of the `usage` (total by
-//!   default), or a user [meter](Builder::meter) of what was seen. A
-//!   successful response without a count is charged the [`NoUsage`]
-//!   fallback, by default one token per 4 body bytes passed on (at least
-//!   the estimate): a stream without `stream_options.include_usage` is not
-//!   free. A response that is not `2xx` and has no count is charged its
-//!   estimate only (an upstream that failed generated nothing); one whose
-//!   inner service failed (no response) keeps its estimate.
-//! - **A stream cut** (the client gone, the upstream broken) is charged
-//!   what is known when the body is dropped: its usage if the final chunk
-//!   was seen, else the [`NoUsage`] fallback on the bytes passed on so far
-//!   (by default one token per started 4 bytes, at least the reservation):
-//!   the bytes seen, not the estimate alone, since a long stream cut late
-//!   has cost far more than it reserved, and not nothing, since its tokens
-//!   were generated. The reservation is settled then, once; nothing stays
-//!   held. A request dropped before its response head (the client gone
-//!   while the upstream thinks) keeps its reservation, the core's rule for
-//!   a reservation never settled: the estimate is what it is known to cost.
-//! - **Never buffered**: each frame is passed on as it comes; a byte-level
-//!   scanner follows the JSON and copies only the value of the top-level
-//!   `usage` (at most 4 KiB), so a body of any size costs constant memory.
-//!   A malformed, oversized, escaped (`"usag\u0065"`) or nested `usage` is
-//!   not found, and the fallback is charged. Nothing panics on any input
-//!   (property-tested on arbitrary bytes cut anywhere).
-//! - **Read what the client reads**: a compressed body (`Content-Encoding`)
-//!   cannot be scanned. Put the layer inside any compression layer, and
-//!   have a proxy ask its upstream for `identity` (the example does);
-//!   otherwise the fallback counts compressed bytes.
-//! - **Headers**: OpenAI's `x-ratelimit-limit-tokens`,
-//!   `x-ratelimit-remaining-tokens` and `x-ratelimit-reset-tokens` (`6m0s`)
-//!   for the binding budget, and one draft-11 `RateLimit-Policy` /
-//!   `RateLimit` item per budget, on every response by default; a refusal is
-//!   `429` with `Retry-After`, `retry-after-ms` and an OpenAI-style JSON
-//!   error (see [`headers`] for every format). They show each budget when
-//!   the response head leaves, before this request's own charge, which is
-//!   known only at the end of its body.
-//! - **An estimate above a budget's capacity** can never be admitted:
-//!   `413` with `"code":"request_too_large"`, nothing taken.
-//! - **No key**: `400` (or `500` for a server that attached no connection
-//!   address), as the rate-limit layer answers; never a shared bucket.
-//! - **A store that cannot answer**: `503` with
-//!   `"code":"budget_unavailable"`, nothing taken; a backend's own failure
-//!   policy (Redis's) answers before that can happen.
-//!
-//! # Backends
-//!
-//! The core's [`KeyedLimiter`](tollgate::KeyedLimiter) (a budget per key)
-//! and [`Limiter`](tollgate::Limiter) (one for every key) decide at once,
-//! in `call`. With the `redis` feature, a
-//! `tollgate_redis::RedisLimiter` keeps one budget per key
-//! for every process: its reservation and its settle are one script call
-//! each, and the layer awaits the admission before calling the inner
-//! service (the ready service goes with the request; a clone takes its
-//! place). Its settle runs in a task of its own once the body is done,
-//! and [`Builder::on_settled`] is told when it has landed.
-//!
-//! # On Redis
-//!
-//! When Redis does not answer, the limiter's failure policy decides,
-//! within its deadline: a look or a reservation is answered by it (fail
-//! closed refuses; a local share decides on this process's share of the
-//! quota; fail open admits, as configured, never by the layer's choice),
-//! and a charge Redis did not take is reported in
-//! [`Settled::unrecorded`]. A limiter holding a warm-up limit cannot
-//! record a debt, and is refused by [`Builder::build`].
+//! What is charged when (no `usage`, a failed upstream, a stream cut), the
+//! scanner that never buffers, the headers, every refusal, and the local
+//! and Redis backends with their failure policy:
+//! [the budget guide](crate::guide::budgets).
 
 mod backend;
 mod body;
