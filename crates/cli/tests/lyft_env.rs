@@ -4,11 +4,13 @@
 //! `docker-compose.yml` sets it, answering `/json` and `/healthcheck`, and
 //! refusing what it does not support by the variable's name.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+mod support;
+use support::Server;
 
 /// One HTTP/1.1 exchange; the response as text.
 fn http(addr: SocketAddr, request: &str) -> String {
@@ -96,33 +98,8 @@ fn the_binary_named_ratelimit_serves_as_envoyproxys_does() {
 /// that the fourth call of a rule of 3 a minute is refused, then stops it
 /// with SIGTERM: exit 0.
 fn serves_and_stops(mut command: Command) {
-    let mut child = command
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("tollgate starts");
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (lines, received) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let http_addr: SocketAddr = loop {
-        let line = received
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the server says where it listens");
-        if let Some(rest) = line.split("the HTTP API on ").nth(1) {
-            break rest
-                .split(';')
-                .next()
-                .and_then(|addr| addr.trim().parse().ok())
-                .expect("an address");
-        }
-    };
+    let mut server = Server::spawn(&mut command);
+    let http_addr = server.http_addr();
     let health = http(
         http_addr,
         "GET /healthcheck HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
@@ -139,21 +116,8 @@ fn serves_and_stops(mut command: Command) {
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert!(answer.contains(r#""overallCode":"OVER_LIMIT""#), "{answer}");
 
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM sent");
-    let stopped = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waitable") {
-            break status;
-        }
-        assert!(
-            Instant::now() < stopped,
-            "the server did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = server.stop();
     assert!(status.success(), "{status:?}");
-    reader.join().expect("the stderr reader");
 }
 
 #[test]
@@ -234,42 +198,22 @@ fn grpc_health_checks(grpc: SocketAddr, count: usize) {
 #[test]
 fn log_format_json_writes_logrus_lines_and_debug_is_not_flooded_by_frames() {
     let root = temp_root("logrus");
-    let mut child = lyft_command(&root)
-        .env("LOG_FORMAT", "json")
-        .env("LOG_LEVEL", "debug")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("tollgate starts");
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (lines, received) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
+    let mut server = Server::spawn(
+        lyft_command(&root)
+            .env("LOG_FORMAT", "json")
+            .env("LOG_LEVEL", "debug"),
+    );
+    let grpc: SocketAddr = server.wait_for(|line| {
+        let object: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        object["grpc"]
+            .as_str()
+            .map(|grpc| grpc.parse().expect("an address"))
     });
-    let mut seen: Vec<String> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let grpc: SocketAddr = loop {
-        let line = received
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the server says where it listens");
-        seen.push(line.clone());
-        let object: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
-        if let Some(grpc) = object["grpc"].as_str() {
-            break grpc.parse().expect("an address");
-        }
-    };
-    let before = seen.len();
+    let before = server.seen.len();
     grpc_health_checks(grpc, 20);
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM sent");
-    let status = child.wait().expect("waitable");
+    let status = server.stop();
     assert!(status.success(), "{status:?}");
-    reader.join().expect("the stderr reader");
-    seen.extend(received.try_iter());
+    let seen = std::mem::take(&mut server.seen);
     let _ = std::fs::remove_dir_all(&root);
 
     // Every line is logrus' JSONFormatter with envoyproxy/ratelimit's

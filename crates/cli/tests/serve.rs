@@ -1,11 +1,13 @@
 //! `tollgate serve` as a user runs it: the binary on a YAML file, answering
 //! on 127.0.0.1, stopped by SIGTERM; and a bad file refused with its line.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+mod support;
+use support::Server;
 
 const RULES: &str = "server:
   grpc_listen: 127.0.0.1:0
@@ -100,41 +102,14 @@ fn serve_until_sigterm(name: &str, args: &[&str]) -> Vec<String> {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("rules.yaml");
     std::fs::write(&config, RULES).expect("config written");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("tollgate starts");
-    // The address line, read on a thread so that a silent server cannot hang
-    // the test.
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (lines, received) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let http_addr: SocketAddr = loop {
-        let line = received
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the server says where it listens");
-        seen.push(line.clone());
-        if let Some(rest) = line.split("the HTTP API on ").nth(1) {
-            break rest
-                .split(';')
-                .next()
-                .and_then(|addr| addr.trim().parse().ok())
-                .expect("an address");
-        }
-    };
+    let mut server = Server::spawn(
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(args)
+            .env_remove("RUST_LOG"),
+    );
+    let http_addr = server.http_addr();
     assert!(http_addr.ip().is_loopback());
     assert!(
         http(
@@ -152,24 +127,10 @@ fn serve_until_sigterm(name: &str, args: &[&str]) -> Vec<String> {
         "{second}"
     );
 
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM sent");
-    let stopped = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waitable") {
-            break status;
-        }
-        assert!(
-            Instant::now() < stopped,
-            "the server did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = server.stop();
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
-    reader.join().expect("the stderr reader");
-    seen.extend(received.try_iter());
-    seen
+    std::mem::take(&mut server.seen)
 }
 
 #[test]
@@ -265,37 +226,14 @@ fn compact_keys_serve_a_client_address_rule_from_a_table() {
     let config = dir.join("rules.yaml");
     std::fs::write(&config, RULES.replace("key: user", "key: remote_address"))
         .expect("config written");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .args(["--compact-keys", &KEYS.to_string()])
-        .env_remove("RUST_LOG")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("tollgate starts");
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (lines, received) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let http_addr: SocketAddr = loop {
-        let line = received
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the server says where it listens");
-        if let Some(rest) = line.split("the HTTP API on ").nth(1) {
-            break rest
-                .split(';')
-                .next()
-                .and_then(|addr| addr.trim().parse().ok())
-                .expect("an address");
-        }
-    };
+    let mut server = Server::spawn(
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(["--compact-keys", &KEYS.to_string()])
+            .env_remove("RUST_LOG"),
+    );
+    let http_addr = server.http_addr();
     let check = |value: &str| {
         let body = format!(
             r#"{{"domain":"api","descriptors":[{{"entries":[{{"key":"remote_address","value":"{value}"}}]}}],"cost":1}}"#
@@ -310,9 +248,9 @@ fn compact_keys_serve_a_client_address_rule_from_a_table() {
     };
     // A name is no address: the keyed map, before any table is built.
     assert!(check("ada").contains(r#""allowed":true"#));
-    let before = resident_bytes(child.id());
+    let before = resident_bytes(server.child.id());
     let first = check("10.0.0.1");
-    let after = resident_bytes(child.id());
+    let after = resident_bytes(server.child.id());
     assert!(first.contains(r#""allowed":true"#), "{first}");
     let second = check("10.0.0.1");
     assert!(second.contains(r#""allowed":false"#), "{second}");
@@ -324,8 +262,7 @@ fn compact_keys_serve_a_client_address_rule_from_a_table() {
         after.saturating_sub(before) >= table * 9 / 10,
         "resident {before} -> {after} bytes at the first address: no table of {table}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
 
     let refused = |args: &[&str], code: i32, message: &str| {
         let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))

@@ -75,3 +75,99 @@ pub fn tollgate(args: &[&str], deadline: Duration) -> Run {
         stderr: err.join().expect("reader"),
     }
 }
+
+/// A `tollgate serve` process whose stderr is read on a thread, so that a
+/// silent server cannot hang a test: what it says is waited for with a
+/// deadline, and every line read is kept in `seen`. Killed when dropped.
+pub struct Server {
+    pub child: std::process::Child,
+    pub seen: Vec<String>,
+    lines: std::sync::mpsc::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Starts `command`, its stderr piped and its stdout discarded.
+    pub fn spawn(command: &mut Command) -> Server {
+        use std::io::{BufRead, BufReader};
+        let mut child = command
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("tollgate starts");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let (send, lines) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Server {
+            child,
+            seen: Vec::new(),
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    /// The first stderr line of which `found` makes something, within 20 s.
+    pub fn wait_for<T>(&mut self, mut found: impl FnMut(&str) -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the server says where it listens");
+            self.seen.push(line.clone());
+            if let Some(value) = found(&line) {
+                return value;
+            }
+        }
+    }
+
+    /// The HTTP API's address, from the server's "the HTTP API on ADDR;" line.
+    pub fn http_addr(&mut self) -> std::net::SocketAddr {
+        self.wait_for(|line| {
+            let rest = line.split("the HTTP API on ").nth(1)?;
+            Some(
+                rest.split(';')
+                    .next()
+                    .and_then(|addr| addr.trim().parse().ok())
+                    .expect("an address"),
+            )
+        })
+    }
+
+    /// SIGTERM, then the exit status within 20 s; every stderr line is in
+    /// `seen` afterwards.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let pid =
+            nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("a pid fits in i32"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM sent");
+        let stopped = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waitable") {
+                break status;
+            }
+            assert!(
+                Instant::now() < stopped,
+                "the server did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the stderr reader");
+        }
+        self.seen.extend(self.lines.try_iter());
+        status
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
