@@ -188,7 +188,15 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
         }
         reply.extend(verdict.map(clamp));
     }
-    if reply[0] == 1 && call.op != Op::Peek {
+    if reply[0] == 0 {
+        // A denial takes nothing: an admitting limit reports its time back
+        // to full with nothing taken, as the core's AllOf (and decide.lua).
+        for (i, (limit, state)) in call.limits.iter().zip(&states).enumerate() {
+            if reply[3 + 4 * i] == 1 {
+                reply[6 + 4 * i] = clamp(decide(&limit.params, state, &clock, 0)[3]);
+            }
+        }
+    } else if call.op != Op::Peek {
         for (i, (limit, state)) in call.limits.iter().zip(&mut states).enumerate() {
             admit(store, i, &limit.params, state, &clock, take);
         }

@@ -51,7 +51,18 @@ for i = 1, #KEYS do
   reply[at + 4] = reset
 end
 
-if reply[1] == 1 and op ~= 'p' then
+if reply[1] == 0 then
+  -- A denial takes nothing: every admitting limit reports its time back to
+  -- full with nothing taken, as the core's AllOf does (a denying limit's
+  -- is that already).
+  for i = 1, #KEYS do
+    local at = 3 + (i - 1) * 4
+    if reply[at + 1] == 1 then
+      local _, _, _, reset = limits[i].alg.decide(states[i], limits[i], 0)
+      reply[at + 4] = reset
+    end
+  end
+elseif op ~= 'p' then
   for i = 1, #KEYS do
     limits[i].alg.admit(KEYS[i], states[i], limits[i], take)
   end
