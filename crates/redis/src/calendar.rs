@@ -31,8 +31,8 @@
 //! - The local fallback of [`FailurePolicy::Local`](crate::FailurePolicy)
 //!   has no wall clock: it uses a fixed window of the unit's longest length
 //!   (31 days for a month), aligned on its own clock.
-//! - A quota change ([`carry`](crate::carry)) does not carry a calendar
-//!   window's count.
+//! - A quota change ([`carry`](crate::carry)) carries a calendar window's
+//!   count into the unit current under the new limit, as the core does.
 
 pub use tollgate::algorithm::calendar::{CalendarUnit, CalendarWindow};
 

@@ -12,8 +12,9 @@
 //! # How
 //!
 //! While the previous limits' keys may still live (until the longest of
-//! their reset horizons plus the TTL slack has passed on this node's clock,
-//! counted from the build), every decision runs `src/carry.lua` before
+//! their reset horizons, plus [`DEBT_PERIODS`] of their periods for a
+//! debt, plus the TTL slack has passed on this node's clock, counted from
+//! the build), every decision runs `src/carry.lua` before
 //! `src/decide.lua`, in one script call: each limit whose new key is absent
 //! and whose old key (same hash tag, so the same slot on a cluster) holds a
 //! state has it converted by the rule, written under the new key with its
@@ -25,14 +26,22 @@
 //!
 //! # The rules (the core's `carry_cell`, per algorithm)
 //!
+//! Every algorithm the scripts store is carried (`carry.lua` calls each
+//! state module's `carry` in `prelude.lua`, reading the old key under the
+//! old limit with the same code a decision uses); never afresh but by
+//! [`Carry::Reset`]:
+//!
 //! - **GCRA**: the debt, in the new quota's ticks, scaled by the emission
 //!   intervals ([`Carry::Keep`]) or the capacities
-//!   ([`Carry::Proportional`]), rounded up; capped at 2·10^15 ticks.
-//! - **Fixed window**: the count, if its window is still current, in the
-//!   window current under the new period; scaled by the limits for
-//!   [`Carry::Proportional`], rounded up; capped at the new limit.
-//! - **Sliding window** and a change of algorithm: not carried (the key
-//!   starts afresh, as [`Carry::Reset`]) rather than approximated.
+//!   ([`Carry::Proportional`]), rounded up, not capped at the burst.
+//! - **Fixed and calendar windows**: the count the old limit reads now, in
+//!   the window current under the new one; scaled by the limits for
+//!   [`Carry::Proportional`], rounded up; above the new limit, a debt.
+//! - **Sliding window**: the wheel kept (same geometry) or what still
+//!   counts moved into the newest slot (another), with its debt.
+//! - **Warm-up**: what is owed and the idle permits, rescaled, colder.
+//! - **A change of algorithm**: the permits the old limit counts, charged
+//!   into the new one (the core's `AnyAlgorithm` rule).
 //! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
 //!   whatever the rule, with their TTL.
 //!
@@ -53,6 +62,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use tollgate::algorithm::DEBT_PERIODS;
 use tollgate::{Carry, Nanos};
 
 use crate::key::{BoundedKey, KeyCodec};
@@ -97,19 +107,21 @@ impl CarrySpec {
         let mut horizon = std::time::Duration::ZERO;
         for (old, new) in previous.iter().zip(limits) {
             old.check_exact(unit)?;
-            let same_kind = matches!(
-                (old, new),
-                (Limit::Gcra(_), Limit::Gcra(_)) | (Limit::FixedWindow(_), Limit::FixedWindow(_))
-            );
             let code = match rule {
-                _ if !same_kind || old.tag() == new.tag() => "-",
-                Carry::Keep => "k",
-                Carry::Proportional => "p",
-                _ => "-",
+                _ if old.tag() == new.tag() => "0",
+                Carry::Keep => "1",
+                Carry::Proportional => "2",
+                _ => "0",
             };
             let [a, b, c, d, e] = old.args(unit);
             args.push([a, b, c, d, e, code.to_owned()]);
-            horizon = horizon.max(old.horizon());
+            // A charge's debt (or a lowered limit's excess) keeps a key
+            // up to DEBT_PERIODS periods beyond its horizon: carried too.
+            let debt = old
+                .quota()
+                .period()
+                .saturating_mul(u32::try_from(DEBT_PERIODS).unwrap_or(u32::MAX));
+            horizon = horizon.max(old.horizon().saturating_add(debt));
         }
         let descriptors: Vec<String> = previous.iter().map(Limit::tag).collect();
         let codec = KeyCodec::new(prefix, name, &descriptors).map_err(ConfigError::Name)?;

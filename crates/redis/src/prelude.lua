@@ -61,6 +61,13 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- ceil(a·b/c), for a carry's rescaling: exact while the products stay
+-- below 2^53, else within a unit (doubles), rounded up.
+local function scale(a, b, c)
+  local q, r = fdiv(a, c), math.fmod(a, c)
+  return q * b + math.ceil(r * b / c)
+end
+
 -- Milliseconds for PEXPIRE: the time to full refill (ns), rounded up, plus slack.
 local function ttl_ms(ns)
   return int(cdiv(ns, 1000000) + slack)
@@ -151,6 +158,22 @@ local function gcra_module()
     local debt = st.debt + recorded * p.interval
     if recorded > 0 then gcra_store(key, st, p, debt) end
     return recorded, debt <= p.capacity
+  end
+
+  -- A carry (carry.lua, the core's Gcra::carry_cell): the debt `old` owed
+  -- under limit `q`, in permits, in this limit's ticks (Keep by interval,
+  -- Proportional by capacity, rounded up), not capped at the burst; only
+  -- at what the state reads back (M - 2·10^15 ticks). `st`: the new key's
+  -- (empty) state.
+  function G.carry(key, st, p, old, q, rule)
+    if old.debt == 0 then return end
+    local debt
+    if rule == 1 then
+      debt = scale(old.debt, p.interval, q.interval)
+    else
+      debt = scale(old.debt, p.capacity, q.capacity)
+    end
+    gcra_store(key, st, p, math.min(debt, p.M - 2000000000000000))
   end
   return G
 end
@@ -286,6 +309,19 @@ local function fixed_module()
     fixed_store(key, st, p, count)
     return count - st.count, count <= p.limit
   end
+
+  -- A carry (carry.lua, the core's FixedWindow and CalendarWindow
+  -- carry_cell): the count `old` holds in the window current under `q`
+  -- (a debt carried on as load reads it), scaled by the limits for
+  -- Proportional (rounded up), counted in the window current under this
+  -- limit; above the limit it is a debt, capped at what the state holds
+  -- ((DEBT_PERIODS + 1) · limit).
+  function F.carry(key, st, p, old, q, rule)
+    local used = old.count
+    if rule == 2 then used = scale(used, p.limit, q.limit) end
+    used = math.min(used, (DEBT_PERIODS + 1) * p.limit)
+    if used > 0 then fixed_store(key, st, p, used) end
+  end
   return F
 end
 
@@ -396,13 +432,12 @@ local function sliding_module()
         if f == 'h' then
           st.head = v
         elseif f == 't' then
-          if v > p.limit then ok = false; break end
           st.total = v
         elseif f == 'd' then
           st.debt = v
         else
           local index = tonumber(f)
-          if not (nat(index) and index < p.n and v <= p.limit) then ok = false; break end
+          if not (nat(index) and index < p.n) then ok = false; break end
           st.counts[index] = v
         end
       end
@@ -422,7 +457,8 @@ local function sliding_module()
     if st.debt > 0 then
       -- In debt: advanced to now as the core's decide_in_debt does on a
       -- copy (the debt filling the room older slots left); written back
-      -- whole by an admission or a charge.
+      -- whole by an admission or a charge. A carry reads it as stored.
+      st.stored = copy(st)
       advance_to(st, p, st.current)
       st.moved = true
       st.live = st.total + st.debt
@@ -504,7 +540,7 @@ local function sliding_module()
       end
       if c <= p.limit - still then retry = (slot_start(e, p) - now) * unit end
     end
-    return 0, p.limit - st.live, retry, reset_of(st, p)
+    return 0, S.avail(st, p), retry, reset_of(st, p)
   end
 
   -- Writes the whole wheel (after a debt moved it, or a charge), with the
@@ -613,6 +649,32 @@ local function sliding_module()
     end
     return recorded, st.debt == 0
   end
+
+  -- A carry (carry.lua, the core's SlidingWindow::carry_cell; Proportional
+  -- is Keep): a wheel of the same geometry keeps its slots and debt; of
+  -- another, what still counts under `q` moves into the slot current under
+  -- this limit, so it leaves no earlier, the debt with it. Nothing is
+  -- dropped beyond this limit (a wheel above it is refused until enough
+  -- leaves); only what the state holds, (DEBT_PERIODS + 1) · limit, caps
+  -- it: the debt first, then the slots, gathered in the newest (stricter).
+  function S.carry(key, st, p, old, q, rule)
+    if old.foreign then return end
+    local w = copy(old.stored or old)
+    if q.period ~= p.period or q.n ~= p.n then
+      advance_to(w, q, math.max(epoch_of(now, q), w.head))
+      local head = epoch_of(now, p)
+      w = {head = head, total = w.total, debt = w.debt, counts = {}}
+      w.counts[math.fmod(head, p.n)] = w.total
+    end
+    fill(w, p)
+    local most = (DEBT_PERIODS + 1) * p.limit
+    if w.total > most then
+      w.counts = {[math.fmod(w.head, p.n)] = most}
+      w.total = most
+    end
+    w.debt = math.min(w.debt, most - w.total)
+    wheel_store(key, w, p)
+  end
   return S
 end
 
@@ -695,13 +757,41 @@ local function warm_module()
     if f then warm_store(key, st, p, f, s) end
   end
 
+  -- `c` permits taken at now whether or not they fit (the core's
+  -- WarmUp::charge, for a change of algorithm into a warm-up: carry.lua),
+  -- without the core's cap at DEBT_PERIODS periods past now (more owed,
+  -- never less; the cap binds only past 16 periods' worth of permits).
+  -- Not a budget's charge: charge.lua refuses warm-up limits.
+  function W.reserve(key, st, p, c)
+    if c > 0 then
+      local f, s = next_of(st, p, c)
+      warm_store(key, st, p, f, s)
+    end
+  end
+
+  -- A carry (carry.lua, the core's WarmUp::carry_cell; Proportional is
+  -- Keep): what `old` owes under `q` in stable intervals rescaled to this
+  -- rate, and its idle permits as a fraction of the cold maximum, both
+  -- rounded up (colder, never warmer). Nothing written if that is as
+  -- cold as a fresh state.
+  function W.carry(key, st, p, old, q, rule)
+    local idle = q.math.idle(old.f, old.s, old.now)
+    local s = N.min(N.ceil_div(N.mul(idle, p.k.max), q.k.max), p.k.max)
+    local f = old.now
+    if N.cmp(old.f, old.now) > 0 then
+      local owed = N.mul(N.mul(N.sub(old.f, old.now), p.k.t), q.k.l)
+      f = N.add(old.now, N.ceil_div(owed, N.mul(p.k.l, q.k.t)))
+    end
+    if N.cmp(p.math.cold_at(f, s), st.now) > 0 then warm_store(key, st, p, f, s) end
+  end
+
   -- The limit's parameters from `w<cold> burst l t warmup`, or nil.
   function W.params(alg, a1, a2, a3, a4)
     local cold = tonumber(string.match(alg, '^w([1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?)$'))
     if not (cold and cold < 4294967296 and a3 >= 1 and a4 >= 1) then return nil end
     local k = warm_constants(N, a1, a2, a3, a4, cold)
     -- `capacity`: what an allow-listed key reports remaining.
-    return {alg = W, burst = a1, capacity = a1, k = k, math = warm_math(N, k)}
+    return {alg = W, burst = a1, capacity = a1, size = a1, k = k, math = warm_math(N, k)}
   end
   return W
 end
@@ -727,11 +817,11 @@ for i = 1, #KEYS do
       return invalid()
     end
     G = G or gcra_module()
-    p = {alg = G, scale = a1, interval = a2, capacity = a3, m = a4}
+    p = {alg = G, scale = a1, interval = a2, capacity = a3, m = a4, size = fdiv(a3, a2)}
   elseif alg == 'f' then
     if a1 >= 4503599627370496 or a3 ~= 0 or a4 ~= 0 then return invalid() end
     F = F or fixed_module()
-    p = {alg = F, period = a1, limit = a2}
+    p = {alg = F, period = a1, limit = a2, size = a2}
   elseif alg == 'c' then
     -- Calendar window: a1 the unit (1 minute ... 5 month), a2 the limit.
     if a1 > 5 or a3 ~= 0 or a4 ~= 0 then return invalid() end
@@ -739,11 +829,11 @@ for i = 1, #KEYS do
     local second = 1000000000 / unit
     local day = 86400 * second
     local periods = {60 * second, 3600 * second, day, 7 * day, day}
-    p = {alg = F, period = periods[a1], limit = a2, cal = a1, day = day}
+    p = {alg = F, period = periods[a1], limit = a2, cal = a1, day = day, size = a2}
   elseif alg == 's' then
     if a3 < 1 or a4 ~= 0 or a1 * a2 >= 9007199254740992 then return invalid() end
     S = S or sliding_module()
-    p = {alg = S, period = a1, n = a2, limit = a3}
+    p = {alg = S, period = a1, n = a2, limit = a3, size = a3}
   elseif string.byte(alg, 1) == 119 then
     -- 'w<cold factor>': warm-up (see warm_module).
     W = W or warm_module()
@@ -753,6 +843,9 @@ for i = 1, #KEYS do
     return invalid()
   end
   p.x = x
+  -- The core's variant (a calendar window is not a fixed one): 'g', 'f',
+  -- 'c', 's' or 'w'.
+  p.kind = string.sub(alg, 1, 1)
   limits[i] = p
   states[i] = p.alg.load(KEYS[i], p)
 end

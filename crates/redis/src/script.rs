@@ -14,7 +14,7 @@
 //! | [`SOURCE`] | `bignum.lua`, `warm_math.lua`, `prelude.lua`, `decide.lua` | every algorithm, the limits of one key all-or-nothing: check `c`, peek `p`, lease `l`, refund `r` |
 //! | [`SOURCE_CHARGE`] | the same preludes, `charge.lua` | a budget's charge `h`: recorded into debt whether or not it fits |
 //! | [`SOURCE_GCRA`], [`SOURCE_FIXED`] | `gcra.lua`, `fixed.lua` | the lean path: one GCRA or fixed window, check or peek, a one-number reply ([`expand_lean`]) |
-//! | [`SOURCE_CARRY`] | `carry.lua`, then [`SOURCE`] | a decision that first carries the previous limits' states ([`carry`](crate::carry)) |
+//! | [`SOURCE_CARRY`] | [`SOURCE`]'s, `carry.lua` before `decide.lua` | a decision that first carries the previous limits' states ([`carry`](crate::carry)) |
 //! | [`SOURCE_CONTROLS`], [`SOURCE_LISTS`] | `controls.lua`, `lists.lua` | reset, refund, penalty, lists ([`controls`](crate::controls)) |
 //!
 //! `prelude.lua` validates the arguments, reads the clock and loads each
@@ -315,13 +315,14 @@ pub const SOURCE_CONTROLS: &str = concat!(
 /// in the set, `{0}` if the set is full.
 pub const SOURCE_LISTS: &str = include_str!("lists.lua");
 
-/// The carrying script: `carry.lua`'s prelude, then [`SOURCE`] (see
+/// The carrying script: [`SOURCE`] with `carry.lua` between the prelude
+/// (which loads the new and the old limits' states) and `decide.lua` (see
 /// [`carry`](crate::carry)).
 pub const SOURCE_CARRY: &str = concat!(
-    include_str!("carry.lua"),
     include_str!("bignum.lua"),
     include_str!("warm_math.lua"),
     include_str!("prelude.lua"),
+    include_str!("carry.lua"),
     include_str!("decide.lua")
 );
 

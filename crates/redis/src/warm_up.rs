@@ -48,8 +48,10 @@
 //!   intervals, and the permits go back to the idle store.
 //! - The local fallback of [`FailurePolicy::Local`](crate::FailurePolicy)
 //!   warms up the share of the rate on its own (its keys start cold).
-//! - [`carry`](crate::carry) does not convert a warm-up state: a changed
-//!   warm-up limit starts its keys cold (the server bridges it).
+//! - [`carry`](crate::carry) converts a warm-up state as the core's
+//!   `carry_cell` does (what is owed and the idle permits rescaled, rounded
+//!   colder); a change of algorithm into a warm-up takes the permits the old
+//!   limit counted, as the core's charge does.
 //! - The reply's durations must stay exact (below 2^53 ns, 104 days):
 //!   [`limit`](crate::limit) refuses a warm-up whose cold cost of a burst
 //!   plus warm-up period would pass it.

@@ -4,6 +4,8 @@
 //! same requests through the core's `KeyedLimiter::set_default` and through
 //! a Redis limiter built with `carry_from`, decision for decision.
 
+#[path = "carry/algorithms.rs"]
+mod algorithms;
 mod scenarios;
 mod support;
 use support::Connect as _;
