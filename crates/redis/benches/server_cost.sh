@@ -36,7 +36,7 @@ empty=$(cli SCRIPT LOAD "return 1")
 life="${LIFE_MS:-11}"
 bare=$(cli SCRIPT LOAD "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], t[2], 'PX', $life) return 1")
 lean=$(cli -x SCRIPT LOAD < "$here/src/gcra.lua")
-general=$(cat "$here/src/prelude.lua" "$here/src/decide.lua" | cli -x SCRIPT LOAD)
+general=$( (echo "local OPS = 'cplr'"; cat "$here/src/prelude.lua" "$here/src/decide.lua") | cli -x SCRIPT LOAD)
 fixed=$(cli -x SCRIPT LOAD < "$here/src/fixed.lua")
 
 # GCRA 10^9 per second, burst 10^6 (scale 1, interval 1 ns): always admits;

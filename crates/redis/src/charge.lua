@@ -13,7 +13,6 @@
 -- every limit is within its limit after the charge, 0 when the charge went
 -- over (recorded), -1 under a marker (nothing recorded); recorded, the
 -- fewest permits a limit recorded (the rest reached its cap).
-if op ~= 'h' then return invalid() end
 for i = 1, #KEYS do
   if not limits[i].alg.charge then return invalid() end
 end

@@ -147,11 +147,14 @@ impl RedisLimiter {
     }
 
     /// Gives back `n` permits of `key` in every limit, never above full: the
-    /// most recent `n` admissions as far as they are still counted (GCRA:
-    /// `tat = max(now, tat − n·T)`; fixed window: the current window's count
-    /// − `n`, floored at 0; sliding window: the current slot first, then
-    /// older ones). A refund on an absent, full, listed or penalised key
-    /// changes nothing. `Ok(true)` if a count changed.
+    /// most recent `n` admissions as far as they are still counted, by the
+    /// core's `refund` of each algorithm, a state in debt included (GCRA:
+    /// `tat = max(now, tat − n·T)`; fixed and calendar windows: the count
+    /// current now, carried from an earlier window or past the limit, − `n`,
+    /// floored at 0; sliding window: the debt first, then the current slot,
+    /// then older ones; warm-up: `WarmUp::refund`). A refund on an absent,
+    /// full, listed or penalised key changes nothing. `Ok(true)` if a count
+    /// changed.
     ///
     /// # Errors
     ///
@@ -368,7 +371,7 @@ impl RedisLimiter {
         }
         let reply = self
             .run_control(Script::Controls, &keys, |cmd| {
-                self.control_args(control.code(), cost, cmd);
+                self.control_args(control.code(), cost, carry, cmd);
             })
             .await
             .map_err(ControlError::Backend)?;

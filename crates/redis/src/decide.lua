@@ -1,8 +1,6 @@
 -- tollgate: one atomic decision over the limits of one key (see src/script.rs
 -- for the contract), after src/prelude.lua (the arguments, the clock, every
 -- limit's state in `limits` and `states`): check, peek, lease or refund.
-if op == 'h' then return invalid() end
-
 -- Controls' markers decide before any limit and count nothing.
 local mark, mark_end = marker()
 if mark then

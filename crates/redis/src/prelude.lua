@@ -1,8 +1,11 @@
--- tollgate: the prelude of the rule scripts (decide.lua, charge.lua; see
--- src/script.rs for the contract and the stored formats). It validates the
--- arguments, reads the clock, and loads every limit's state into `limits`
--- and `states`, through one module per algorithm (its load, decision,
--- admission, refund and charge); the script after it answers the op.
+-- tollgate: the prelude of the scripts that read limits' states (decide.lua,
+-- charge.lua, carry.lua, controls.lua; see src/script.rs for the contract
+-- and the stored formats). It validates the arguments (`op` among `OPS`,
+-- the script's own operations, which src/script.rs puts before this
+-- file), reads the clock, and loads every limit's state into `limits` and
+-- `states`, through one module per algorithm (its load, decision,
+-- admission, refund, charge, a control's refund and carry); the script
+-- after it answers the op.
 -- Every number is an integer below 2^53, kept exact in Lua's doubles:
 -- divisions go through math.fmod (exact), numbers are written with
 -- string.format('%d') (tostring would round to 14 digits). Every argument
@@ -34,7 +37,7 @@ local cost = tonumber(ARGV[3])
 local slack = tonumber(ARGV[4])
 -- A refund's lease time (clock units); a lease's need (permits).
 local stamp = tonumber(ARGV[5])
-if not ((op == 'c' or op == 'p' or op == 'l' or op == 'r' or op == 'h') and #KEYS >= 1
+if not (type(op) == 'string' and #op == 1 and string.find(OPS, op, 1, true) and #KEYS >= 1
     and #ARGV == 5 + 6 * #KEYS and nat(now) and nat(cost) and nat(slack)
     and slack <= 86400000 and nat(stamp)) then
   return invalid()
@@ -143,6 +146,15 @@ local function gcra_module()
     local ahead = x - (now - stamp) * unit * p.scale
     local back = math.min(r * p.interval, ahead, st.debt)
     if back > 0 then gcra_store(key, st, p, st.debt - back) end
+  end
+
+  -- A control's refund of `n` permits (controls.lua, the core's
+  -- Gcra::refund): TAT := max(now, TAT - n·T), a debt past the burst
+  -- included. Returns whether the state changed.
+  function G.give(key, st, p, n)
+    if st.debt == 0 or n == 0 then return false end
+    gcra_store(key, st, p, st.debt - math.min(st.debt, n * p.interval))
+    return true
   end
 
   -- A charge (charge.lua): `c` permits recorded whether or not they fit,
@@ -298,6 +310,16 @@ local function fixed_module()
     if st.count > 0 and st.window == lease_window then
       fixed_store(key, st, p, st.count - math.min(r, st.count))
     end
+  end
+
+  -- A control's refund of `n` permits (controls.lua, the core's
+  -- FixedWindow::refund and CalendarWindow::refund): from the count
+  -- current at now as load reads it (the stored window's, or what it
+  -- carries into the current one, a debt included), floored at 0.
+  function F.give(key, st, p, n)
+    if st.count == 0 or n == 0 then return false end
+    fixed_store(key, st, p, st.count - math.min(n, st.count))
+    return true
   end
 
   -- A charge (charge.lua): the count runs past the limit up to `cap` (the
@@ -629,6 +651,31 @@ local function sliding_module()
     end
   end
 
+  -- A control's refund of `n` permits (controls.lua, the core's
+  -- SlidingWindow::refund): the wheel advanced to now, then the debt (the
+  -- newest permits) first, then the newest slots still in the window.
+  function S.give(key, st, p, n)
+    if st.foreign or n == 0 or st.live + st.debt == 0 then return false end
+    if not st.moved then advance_to(st, p, st.current) end
+    local left = n
+    local from_debt = math.min(st.debt, left)
+    st.debt = st.debt - from_debt
+    left = left - from_debt
+    local e = st.current
+    while left > 0 and e >= 0 and e > st.current - p.n do
+      local i = math.fmod(e, p.n)
+      local take = math.min(st.counts[i] or 0, left)
+      if take > 0 then
+        st.counts[i] = st.counts[i] - take
+        st.total = st.total - take
+        left = left - take
+      end
+      e = e - 1
+    end
+    wheel_store(key, st, p)
+    return true
+  end
+
   -- A charge (charge.lua, the core's SlidingWindow::charge): the wheel
   -- advanced to now, what it has room for in the current slot, the rest a
   -- debt; the wheel and its debt hold at most `cap` (the core's
@@ -783,6 +830,15 @@ local function warm_module()
       f = N.add(old.now, N.ceil_div(owed, N.mul(p.k.l, q.k.t)))
     end
     if N.cmp(p.math.cold_at(f, s), st.now) > 0 then warm_store(key, st, p, f, s) end
+  end
+
+  -- A control's refund of `n` permits (controls.lua): WarmUp::refund, as a
+  -- lease's. Returns whether the state changed.
+  function W.give(key, st, p, n)
+    local f, s = p.math.refund(st.f, st.s, st.now, N.small(n))
+    if not f then return false end
+    warm_store(key, st, p, f, s)
+    return true
   end
 
   -- The limit's parameters from `w<cold> burst l t warmup`, or nil.

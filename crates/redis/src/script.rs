@@ -15,12 +15,14 @@
 //! | [`SOURCE_CHARGE`] | the same preludes, `charge.lua` | a budget's charge `h`: recorded into debt whether or not it fits |
 //! | [`SOURCE_GCRA`], [`SOURCE_FIXED`] | `gcra.lua`, `fixed.lua` | the lean path: one GCRA or fixed window, check or peek, a one-number reply ([`expand_lean`]) |
 //! | [`SOURCE_CARRY`] | [`SOURCE`]'s, `carry.lua` before `decide.lua` | a decision that first carries the previous limits' states ([`carry`](crate::carry)) |
-//! | [`SOURCE_CONTROLS`], [`SOURCE_LISTS`] | `controls.lua`, `lists.lua` | reset, refund, penalty, lists ([`controls`](crate::controls)) |
+//! | [`SOURCE_CONTROLS`] | [`SOURCE`]'s preludes, `controls.lua` | reset, refund, penalty, lists ([`controls`](crate::controls)) |
+//! | [`SOURCE_LISTS`] | `lists.lua` | the lists' registry |
 //!
-//! `prelude.lua` validates the arguments, reads the clock and loads each
+//! `prelude.lua` validates the arguments (each source names its operations
+//! in a line `local OPS = '…'` before it), reads the clock and loads each
 //! limit's state through one module per algorithm (load, decision,
-//! admission, refund, charge): a decision and a charge read and write one
-//! format.
+//! admission, refund, charge, a control's refund, carry): a decision, a
+//! charge, a carry and a control read and write one format.
 //!
 //! # Contract
 //!
@@ -279,6 +281,7 @@ fn names_server_condition(detail: &str) -> bool {
 pub const SOURCE: &str = concat!(
     include_str!("bignum.lua"),
     include_str!("warm_math.lua"),
+    "local OPS = 'cplr'\n",
     include_str!("prelude.lua"),
     include_str!("decide.lua")
 );
@@ -289,6 +292,7 @@ pub const SOURCE: &str = concat!(
 pub const SOURCE_CHARGE: &str = concat!(
     include_str!("bignum.lua"),
     include_str!("warm_math.lua"),
+    "local OPS = 'h'\n",
     include_str!("prelude.lua"),
     include_str!("charge.lua")
 );
@@ -302,11 +306,14 @@ pub const SOURCE_GCRA: &str = include_str!("gcra.lua");
 pub const SOURCE_FIXED: &str = include_str!("fixed.lua");
 
 /// The controls' script (reset, refund, penalty, lists; the same arguments
-/// as [`SOURCE`], see [`controls`](crate::controls)), after the warm-up
-/// preludes (a warm-up refund).
+/// as [`SOURCE`], see [`controls`](crate::controls)): the same preludes
+/// (so that a refund reads and writes every state as a decision does),
+/// then `controls.lua`.
 pub const SOURCE_CONTROLS: &str = concat!(
     include_str!("bignum.lua"),
     include_str!("warm_math.lua"),
+    "local OPS = 'znkdaum'\n",
+    include_str!("prelude.lua"),
     include_str!("controls.lua")
 );
 
@@ -321,6 +328,7 @@ pub const SOURCE_LISTS: &str = include_str!("lists.lua");
 pub const SOURCE_CARRY: &str = concat!(
     include_str!("bignum.lua"),
     include_str!("warm_math.lua"),
+    "local OPS = 'cplr'\n",
     include_str!("prelude.lua"),
     include_str!("carry.lua"),
     include_str!("decide.lua")

@@ -3,6 +3,8 @@
 //! markers' effect on the lean scripts and the general one, and a backend
 //! fault answered as an error, never as "done".
 
+#[path = "controls/parity.rs"]
+mod parity;
 mod scenarios;
 mod support;
 use support::Connect as _;

@@ -350,19 +350,30 @@ impl RedisLimiter {
     }
 
     /// The arguments of a control's call: the decision's, with `op` and
-    /// `cost` (see [`controls`](crate::controls)).
-    pub(crate) fn control_args(&self, op: &str, cost: u64, cmd: &mut Cmd) {
+    /// `cost`, and with the previous limits' after them (`stamp` 1) when
+    /// `carry` is given, as its keys are (see [`controls`](crate::controls)).
+    pub(crate) fn control_args(
+        &self,
+        op: &str,
+        cost: u64,
+        carry: Option<&crate::carry::CarrySpec>,
+        cmd: &mut Cmd,
+    ) {
         let s = &self.shared;
         let now = match &s.time {
             Time::Server => String::new(),
             Time::Manual(clock) => clock.now().as_u64().to_string(),
         };
-        cmd.arg(op).arg(now).arg(cost).arg(s.slack_ms).arg(0);
+        let stamp = u8::from(carry.is_some());
+        cmd.arg(op).arg(now).arg(cost).arg(s.slack_ms).arg(stamp);
         for args in &s.args {
             for a in args {
                 cmd.arg(a.as_str());
             }
             cmd.arg(0);
+        }
+        if let Some(carry) = carry {
+            carry.args(cmd);
         }
     }
 }
