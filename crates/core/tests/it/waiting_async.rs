@@ -3,7 +3,7 @@
 //! tasks at once within the bound, and `until_ready` on plain and keyed
 //! limiters. Feature `tokio`.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

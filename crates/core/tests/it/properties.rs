@@ -31,8 +31,7 @@
 //! ticks past `u64::MAX / scale`, the fixed window's last index, the wheel's
 //! last epoch) are inside that range and are visited on purpose.
 
-mod support;
-#[path = "properties/warm_up.rs"]
+use crate::support;
 mod warm_up;
 
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! the cancel itself: to the reference, their arrival becomes the later of
 //! the two.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -8,7 +8,7 @@
 //! quota's exact rate, not one `Gcra`'s rounded one, since each stripe
 //! rounds its own interval.
 
-mod support;
+use crate::support;
 
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -5,10 +5,11 @@
 //! The file is generated from the cases below by the models
 //! (`support::model`), never by the implementation. `vectors_are_what_the_models_say`
 //! fails if the committed file differs from what the models generate now;
-//! `TOLLGATE_WRITE_VECTORS=1 cargo test -p tollgate --test vectors vectors_are` rewrites it.
+//! `TOLLGATE_WRITE_VECTORS=1 cargo test -p tollgate --test it -- vectors::vectors_are`
+//! rewrites it.
 //! See `tests/vectors/README.md` for the format.
 
-mod support;
+use crate::support;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -36,7 +36,7 @@
 //! pause the readings); sweeps are explicit (`sweep_every(None)`) except where
 //! a thread of the test runs them.
 
-mod support;
+use crate::support;
 use support::algorithms::{fixed, gcra, log, wheel};
 
 use std::cell::Cell;

@@ -411,7 +411,7 @@ fn vectors_path() -> std::path::PathBuf {
 
 /// The committed vectors are what the model generates now. To regenerate
 /// after a deliberate change: `TOLLGATE_WRITE_VECTORS=1 cargo test -p
-/// tollgate --test properties warm_up_vectors`, then review the diff.
+/// tollgate --test it -- properties::warm_up::warm_up_vectors`, then review the diff.
 #[test]
 fn warm_up_vectors_are_what_the_model_says() {
     let cases = warm_cases();

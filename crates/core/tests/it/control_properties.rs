@@ -12,7 +12,7 @@
 //! are the most recent ones still counted, and exactly those are then taken
 //! as never admitted. The guarantee is checked over what is left.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

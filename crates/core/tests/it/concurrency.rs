@@ -38,7 +38,7 @@
 //!   argument orders the clock readings of two threads through the state they
 //!   share, which x86's total store order gives for the relaxed atomics here.)
 
-mod support;
+use crate::support;
 use support::algorithms::{fixed, gcra, log, wheel};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -394,7 +394,7 @@ fn moving_hammer<A: Algorithm + Clone>(scenario: &Scenario<A>, mode: Mode, seed:
 }
 
 /// Runs a scenario gated and free, checks the guarantee, and prints what was
-/// checked (`cargo test --test concurrency -- --nocapture`).
+/// checked (`cargo test -p tollgate --test it -- concurrency:: --nocapture`).
 fn check_moving<A: Algorithm + Clone + Guaranteed>(scenario: &Scenario<A>, seed: u64) {
     let guarantee = scenario.algorithm.guarantee();
     // See the module docs: the GCRA's bound holds at every reading, however
