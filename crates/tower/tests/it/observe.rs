@@ -1,7 +1,7 @@
 //! The layer's observer and dry-run (`tollgate_tower::observe`), called
 //! directly on a manual clock.
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! its leases expire (the leases' clock is a manual one: no waiting on
 //! time).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

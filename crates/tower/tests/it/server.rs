@@ -4,7 +4,7 @@
 //! on a manual clock, so that the headers are exact whatever the machine's
 //! speed; every network wait has a timeout.
 
-mod support;
+use crate::support;
 
 use std::future::IntoFuture;
 use std::net::{IpAddr, SocketAddr};

@@ -1,7 +1,7 @@
 //! The spoofing matrix: which address a request is keyed by, whatever the
 //! client writes into proxy headers.
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 

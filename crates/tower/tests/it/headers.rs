@@ -2,7 +2,7 @@
 //! latest revision), stacked layers, and the builder's ergonomics: what a
 //! user following the docs writes.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::IpAddr;

@@ -4,7 +4,7 @@
 //! token budget shared by two layers (two processes, each with its own
 //! connection), its debt, its refunds and its failure policy.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! The service called directly (no network), on a manual clock or tokio's
 //! paused clock: sharing, readiness, exact headers, keys, costs, modes.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::IpAddr;

@@ -4,7 +4,7 @@
 //! `RESOURCE_EXHAUSTED`; stacked with the rate-limit layer. Every network
 //! wait has a timeout.
 
-mod support;
+use crate::support;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
