@@ -9,14 +9,25 @@
 -- the debt is repaid. A key under a control's marker (a list, a penalty in
 -- force) is not charged: a denied key is refused anyway, an allowed one is
 -- not counted. Warm-up limits are refused (no charge on Redis).
--- ARGV: decide.lua's, with op 'h'. Reply: {fitted, recorded}: fitted 1 when
--- every limit is within its limit after the charge, 0 when the charge went
--- over (recorded), -1 under a marker (nothing recorded); recorded, the
--- fewest permits a limit recorded (the rest reached its cap).
+-- ARGV: decide.lua's, with op 'h'. Reply: {fitted, recorded, then what a
+-- peek of one permit answers right after (decide.lua's reply, the core's
+-- Charge::decision)}: fitted 1 when every limit is within its limit after
+-- the charge, 0 when the charge went over (recorded), -1 under a marker
+-- (nothing recorded); recorded, the fewest permits a limit recorded (the
+-- rest reached its cap). The state after comes in the same call: a charge
+-- is one round trip.
 for i = 1, #KEYS do
   if not limits[i].alg.charge then return invalid() end
 end
-if marker() then return {-1, 0} end
+
+local function with(fitted, recorded, after)
+  local reply = {fitted, recorded}
+  for i = 1, #after do reply[i + 2] = after[i] end
+  return reply
+end
+
+local mark, mark_end = marker()
+if mark then return with(-1, 0, marked_reply(mark, mark_end)) end
 
 local fitted, recorded = 1, cost
 for i = 1, #KEYS do
@@ -25,4 +36,5 @@ for i = 1, #KEYS do
   if not fit then fitted = 0 end
   if r < recorded then recorded = r end
 end
-return {fitted, recorded}
+for i = 1, #KEYS do states[i] = limits[i].alg.load(KEYS[i], limits[i]) end
+return with(fitted, recorded, verdicts(1))

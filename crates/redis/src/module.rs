@@ -36,7 +36,9 @@
 //!   to `TOLLGATE.CHARGE` where every node knows it; a charge on any other
 //!   limit (a window's debt), or without that command, goes to the charge
 //!   script: never dropped, never allowed unrecorded. The limiter's charge
-//!   path (`RedisLimiter::charge_outcome`) goes through it.
+//!   path (`RedisLimiter::charge_outcome`) goes through it. The script's
+//!   reply carries the state after the charge (one round trip); the
+//!   module's is the charge alone, and the state is read by a peek after.
 //!
 //! [`ModuleUse::Never`] keeps the scripts (a server whose module is a
 //! different version, say); [`ModuleUse::Require`] fails the connection when

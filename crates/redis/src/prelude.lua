@@ -931,3 +931,48 @@ local function marker()
   end
   return mark, mark_end
 end
+
+-- The reply {allowed, 0, now, (allowed_i, headroom_i, retry_i, reset_i)×m}
+-- of a key under marker `mark` (see marker()): decided before any limit,
+-- nothing counted.
+local function marked_reply(mark, mark_end)
+  local reply = {1, 0, now}
+  if mark ~= 'a' then reply[1] = 0 end
+  for i = 1, #KEYS do
+    local p, at = limits[i], 3 + (i - 1) * 4
+    if mark == 'a' then
+      local full = p.capacity or p.limit
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 1, full, 0, 0
+    else
+      local left = -1
+      if mark == 'p' and mark_end ~= -1 then left = (mark_end - now) * unit * (p.scale or 1) end
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 0, 0, left, left
+    end
+  end
+  return reply
+end
+
+-- The reply {allowed, 0, now, (allowed_i, headroom_i, retry_i, reset_i)×m}
+-- to a request of `take` permits on the loaded states, nothing written. A
+-- denial takes nothing: every admitting limit then reports its time back
+-- to full with nothing taken, as the core's AllOf does (a denying limit's
+-- is that already).
+local function verdicts(take)
+  local reply = {1, 0, now}
+  for i = 1, #KEYS do
+    local allowed, headroom, retry, reset = limits[i].alg.decide(states[i], limits[i], take)
+    if allowed == 0 then reply[1] = 0 end
+    local at = 3 + (i - 1) * 4
+    reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = allowed, headroom, retry, reset
+  end
+  if reply[1] == 0 then
+    for i = 1, #KEYS do
+      local at = 3 + (i - 1) * 4
+      if reply[at + 1] == 1 then
+        local _, _, _, reset = limits[i].alg.decide(states[i], limits[i], 0)
+        reply[at + 4] = reset
+      end
+    end
+  end
+  return reply
+end

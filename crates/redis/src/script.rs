@@ -36,7 +36,8 @@
 //! a key is read; a refused call answers `ERR tollgate: invalid arguments:
 //! …` and writes nothing. Reply: `{allowed, taken, now, (allowed_i,
 //! headroom_i, retry_i, reset_i)×m}` (GCRA in ticks, the others in ns, -1
-//! for never); a charge's, `{fitted, recorded}`.
+//! for never); a charge's, `{fitted, recorded}` then a peek's reply of one
+//! permit after it.
 //!
 //! # Stored formats
 //!

@@ -653,21 +653,27 @@ async fn warm_up_through_the_module_is_the_script_and_the_core() {
 
 /// Several clients (connections of their own, checking at once from
 /// threads of a multi-threaded runtime, as processes of a fleet) warm one
-/// key together through the module: at each instant every client checks;
-/// the admissions are exactly those of one core limiter checked once per
-/// instant, from cold (1.375 s, 1.125 s, 0.875 s, 0.625 s apart, then
-/// 0.5 s): a cold fleet starts at `rate / cold_factor` together.
+/// key together, through the module and through the warm-up script
+/// (`warm_up.lua`, on the same server): at each instant every client
+/// checks; each call is one atomic step, so the admissions are exactly
+/// those of one core limiter checked once per instant, from cold (1.375 s,
+/// 1.125 s, 0.875 s, 0.625 s apart, then 0.5 s): a cold fleet starts at
+/// `rate / cold_factor` together, not each on its own. Reservations from
+/// the fleet queue in arrival order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn several_clients_warm_one_key_through_the_module() {
+async fn several_clients_warm_one_key_together() {
+    use tollgate_redis::warm_up::{Op, call};
     let server = ModuleServer::start(false);
     let warm =
         tollgate::WarmUp::new(Quota::per_second(2).unwrap(), Duration::from_secs(4)).unwrap();
     let clock = ManualClock::new();
     let mut clients = Vec::new();
+    let mut scripts = Vec::new();
     for _ in 0..4 {
         let redis = connect(&server).await;
         assert!(redis.uses_module());
         clients.push(frozen(&redis, "fleet", Limit::from(warm.clone()), &clock));
+        scripts.push(support::raw(server.url()).await);
     }
     let instants: Vec<u64> = (0..96).map(|i| i * 125_000_000).collect();
     let mut model = warm.fresh();
@@ -681,6 +687,18 @@ async fn several_clients_warm_one_key_through_the_module() {
             expected.push(t);
         }
     }
+    let gaps = |admitted: &[u64]| -> Vec<u64> {
+        admitted.windows(2).take(5).map(|w| w[1] - w[0]).collect()
+    };
+    let cold_start = [
+        1_375_000_000,
+        1_125_000_000,
+        875_000_000,
+        625_000_000,
+        500_000_000,
+    ];
+
+    // Through the module.
     let before = server.calls("tollgate.decide");
     let mut admitted = Vec::new();
     for &t in &instants {
@@ -696,28 +714,59 @@ async fn several_clients_warm_one_key_through_the_module() {
             .inspect(|o| assert_eq!(o.source, Source::Redis))
             .filter(|o| o.decision.is_allowed())
             .count();
-        assert!(wins <= 1, "at {t}: {wins} admitted");
+        assert!(wins <= 1, "module, at {t}: {wins} admitted");
         if wins == 1 {
             admitted.push(t);
         }
     }
-    assert_eq!(admitted, expected);
-    let gaps: Vec<u64> = admitted.windows(2).take(5).map(|w| w[1] - w[0]).collect();
-    assert_eq!(
-        gaps,
-        [
-            1_375_000_000,
-            1_125_000_000,
-            875_000_000,
-            625_000_000,
-            500_000_000
-        ]
-    );
+    assert_eq!(admitted, expected, "module");
+    assert_eq!(gaps(&admitted), cold_start, "module");
     assert_eq!(
         server.calls("tollgate.decide") - before,
         4 * 96,
         "all by the module"
     );
+
+    // Through the warm-up script.
+    let mut admitted = Vec::new();
+    for &t in &instants {
+        let calls = scripts.iter_mut().map(|client| {
+            let warm = warm.clone();
+            async move {
+                call(
+                    client,
+                    "fleet-script",
+                    &warm,
+                    Op::Check,
+                    Some(Nanos::new(t)),
+                    1,
+                )
+                .await
+                .unwrap()
+                .0
+            }
+        });
+        let decisions = futures_util::future::join_all(calls).await;
+        let wins = decisions.iter().filter(|d| d.is_allowed()).count();
+        assert!(wins <= 1, "script, at {t}: {wins} admitted");
+        if wins == 1 {
+            admitted.push(t);
+        }
+    }
+    assert_eq!(admitted, expected, "script");
+    assert_eq!(gaps(&admitted), cold_start, "script");
+
+    // Reservations from every client at one instant queue in arrival order.
+    let at = Some(Nanos::new(100_000_000_000));
+    let mut ready = Vec::new();
+    for client in &mut scripts {
+        let (decision, instant) = call(client, "queue", &warm, Op::Reserve, at, 1)
+            .await
+            .unwrap();
+        assert!(decision.is_allowed());
+        ready.push(instant.as_u64() - 100_000_000_000);
+    }
+    assert_eq!(ready, [0, 1_375_000_000, 2_500_000_000, 3_375_000_000]);
 }
 
 /// `TOLLGATE.CHARGE` (the charge script's call with op `h`) against the
@@ -725,7 +774,9 @@ async fn several_clients_warm_one_key_through_the_module() {
 /// debt capped at the core's `DEBT_PERIODS` periods beyond the burst (one
 /// charge of 10^12, then repeated ones), and the module's peeks after each
 /// charge refused until the debt is repaid, with the core's retry; the
-/// charge script gives the same replies and stored states.
+/// charge script gives the same replies (its first two values: it goes on
+/// with the state after the charge, which the module's reply leaves to a
+/// peek) and stored states.
 #[tokio::test]
 async fn the_module_charges_a_budget_as_the_core() {
     let server = ModuleServer::start(false);
@@ -766,7 +817,7 @@ async fn the_module_charges_a_budget_as_the_core() {
         invocation.arg("g").arg(g.scale()).arg(g.interval_ticks());
         invocation.arg(g.capacity_ticks()).arg(m).arg(cap);
         let by_script: Vec<i64> = invocation.invoke_async(&mut raw).await.unwrap();
-        assert_eq!(reply, by_script, "at {now}");
+        assert_eq!(reply[..], by_script[..2], "at {now}");
         let states: (Option<String>, Option<String>) = redis::pipe()
             .get("budget")
             .get("budget-script")
@@ -789,6 +840,10 @@ async fn the_module_charges_a_budget_as_the_core() {
             limit(&mut peek, 0);
             peek.arg("p").arg(at).arg(1).arg(10_000).arg(0);
             let got: Vec<i64> = peek.query_async(&mut raw).await.unwrap();
+            if later == 0 {
+                // The script's state after the charge is this peek's reply.
+                assert_eq!(got[..], by_script[2..], "at {now}");
+            }
             let core_peek = core.peek_n(1).unwrap();
             let retry = u64::try_from(got[5]).unwrap().div_ceil(g.scale());
             assert_eq!(

@@ -26,8 +26,16 @@
 //! - **Not warm-up**: a limiter holding a warm-up limit is answered
 //!   [`ChargeError::WarmUp`]; nothing is written.
 //! - **The answer** is the charge's (fitted: every limit within its limit
-//!   after it, or not) with the state after it, read by a peek (cost 0) in
-//!   a second call: informative, not part of the atomic step.
+//!   after it, or not) with the state after it as a peek of one permit
+//!   reads it (the core's `Charge::decision`: `limit`, `remaining`,
+//!   `retry_after`, `reset_after`), read in the same atomic call: one round
+//!   trip. The module's `TOLLGATE.CHARGE` answers the charge alone (its
+//!   reply is kept short), so after it the state is read by a second call,
+//!   the same peek of one permit: both paths answer the same.
+//! - **A carrying limiter** ([`carry`](crate::carry)) first carries the
+//!   key's previous state with a look (one more call while the carry
+//!   lasts), so that a charge is never written over a state not yet
+//!   carried (which would then never be).
 //! - **Faults**: through the breaker, the in-flight bound and the deadline
 //!   as a decision; a charge Redis did not take is answered by the failure
 //!   policy (its source says so) for a request of the limiter's capacity
@@ -67,12 +75,14 @@ impl std::fmt::Display for ChargeError {
 
 impl std::error::Error for ChargeError {}
 
-/// What the script answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the script answered: the charge, and the state after it (the
+/// script's reply from its third value: a peek's reply; empty from the
+/// module).
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Charged {
-    Fitted,
-    Over,
-    Marked,
+    Fitted(Vec<i64>),
+    Over(Vec<i64>),
+    Marked(Vec<i64>),
 }
 
 impl RedisLimiter {
@@ -104,19 +114,35 @@ impl RedisLimiter {
         if cost == 0 {
             return Ok(self.decide(&bounded, 0, script::Op::Peek).await);
         }
+        if self.carrying().is_some() {
+            // The previous limits' state carried first (a look writes
+            // nothing else); a fault here is met again by the charge.
+            let _ = self.decide(&bounded, 0, script::Op::Peek).await;
+        }
+        let sent = self.now();
+        let capacity = s.limits.iter().map(Limit::capacity).min().unwrap_or(1);
         let charged = match self.ask_charge(&bounded, cost).await {
             Ok(charged) => charged,
             Err((fault, retry)) => {
-                let capacity = s.limits.iter().map(Limit::capacity).min().unwrap_or(1);
                 return Ok(self.fallback(&bounded, cost.min(capacity), fault, retry));
             }
         };
-        let after = self.decide(&bounded, 0, script::Op::Peek).await;
+        let (Charged::Fitted(state) | Charged::Over(state) | Charged::Marked(state)) = &charged;
+        let after = if state.is_empty() {
+            // The module's reply: the state read by a second call.
+            self.decide(&bounded, 1, script::Op::Peek).await
+        } else {
+            match self.decode(state) {
+                Some(reply) => self.decided(&bounded, 1, script::Op::Peek, sent, Ok(reply)),
+                // Not the script's reply: recorded, but not read back.
+                None => self.fallback(&bounded, cost.min(capacity), Fault::Script, Duration::ZERO),
+            }
+        };
         let fitted = match charged {
-            Charged::Fitted => true,
-            Charged::Over => false,
+            Charged::Fitted(_) => true,
+            Charged::Over(_) => false,
             // A marker decides as it always does.
-            Charged::Marked => after.decision.is_allowed(),
+            Charged::Marked(_) => after.decision.is_allowed(),
         };
         let d = after.decision;
         Ok(Outcome {
@@ -174,10 +200,11 @@ impl RedisLimiter {
         let fault = match tokio::time::timeout(s.deadline, call).await {
             Ok(Ok(reply)) => {
                 breaker.success();
+                let state = reply.get(2..).unwrap_or_default().to_vec();
                 return match reply.first() {
-                    Some(1) => Ok(Charged::Fitted),
-                    Some(0) => Ok(Charged::Over),
-                    Some(-1) => Ok(Charged::Marked),
+                    Some(1) => Ok(Charged::Fitted(state)),
+                    Some(0) => Ok(Charged::Over(state)),
+                    Some(-1) => Ok(Charged::Marked(state)),
                     _ => Err((Fault::Script, Duration::ZERO)),
                 };
             }

@@ -134,6 +134,16 @@ async fn replay<A: Algorithm>(
             if charge.decision().is_denied() {
                 over += 1;
             }
+            // The answer carries the state after the charge as the core's
+            // Charge::decision (a peek of one permit); `allowed` is whether
+            // the charge fitted.
+            let (_, limit, remaining, retry, reset) = fields(outcome.decision);
+            let (_, want_limit, want_remaining, want_retry, want_reset) = fields(charge.decision());
+            assert_eq!(
+                (limit, remaining, retry, reset),
+                (want_limit, want_remaining, want_retry, want_reset),
+                "{name} step {i} at {at}: the answer to a charge of {cost}"
+            );
             // The state after the charge, as a look and as one permit see it.
             for look in [0, 1] {
                 let want = core.peek_n(look).map(|d| fields(d)).ok();
@@ -345,5 +355,58 @@ async fn repeated_charges_stay_at_the_cores_cap() {
             clock.advance(minute);
         }
         assert!(waited >= DEBT_PERIODS, "{name}: freed after {waited} min");
+    }
+}
+
+/// Script calls the server has run (`EVAL` and `EVALSHA`).
+fn script_calls(server: &support::Server) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_eval"))
+        .filter_map(|line| {
+            let calls = line.split_once("calls=")?.1;
+            calls.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// A charge's outcome is one script call, the state after it included (it
+/// was two: the charge, then a peek), and answers as the core's charge.
+#[tokio::test]
+async fn a_charge_is_one_round_trip() {
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    let clock = ManualClock::starting_at(Nanos::new(86_400 * SEC));
+    let fixed = FixedWindow::new(per(10, Duration::from_secs(60))).unwrap();
+    let wheel = tollgate::SlidingWindow::new(per(30, Duration::from_secs(600)), 5).unwrap();
+    let core = Limiter::with_clock(
+        AllOf::new(vec![
+            AnyAlgorithm::FixedWindow(fixed.clone()),
+            AnyAlgorithm::SlidingWindow(wheel.clone()),
+        ])
+        .unwrap(),
+        clock.clone(),
+    );
+    let remote = limiter(
+        &redis,
+        "one-trip",
+        &[Limit::from(fixed), Limit::from(wheel)],
+        &clock,
+    );
+    // The first call of each script loads it (a NOSCRIPT, then EVAL).
+    let _ = remote.peek_n("k", 0).await.unwrap();
+    let _ = remote.charge_outcome("warm", 1).await.unwrap();
+    for cost in [3, 6, 1, 25, 4, 2] {
+        let before = script_calls(&server);
+        let got = remote.charge_outcome("k", cost).await.unwrap();
+        assert_eq!(script_calls(&server) - before, 1, "a charge of {cost}");
+        let want = core.charge(cost).decision();
+        let rest = |d: Decision| {
+            let (_, limit, remaining, retry, reset) = fields(d);
+            (limit, remaining, retry, reset)
+        };
+        assert_eq!(rest(got.decision), rest(want), "a charge of {cost}");
+        clock.advance(Duration::from_secs(7));
     }
 }
