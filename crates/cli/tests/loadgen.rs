@@ -5,6 +5,10 @@
 //! and a tolerance of 1 % is allowed on what the server answered, since a
 //! machine shared with other work may fail a request; latency thresholds
 //! are hundreds of milliseconds apart.
+//!
+//! A binary of its own, not a module of `tests/it`: a load run holds its
+//! schedule on one of the machine's cores, so that no other test may run in
+//! its process beside it (`ONE_AT_A_TIME` orders the runs among themselves).
 
 mod support;
 

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-mod support;
+use crate::support;
 use support::Server;
 
 /// One HTTP/1.1 exchange; the response as text.

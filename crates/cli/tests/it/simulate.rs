@@ -1,6 +1,6 @@
 //! `tollgate simulate` against the library it reports on.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

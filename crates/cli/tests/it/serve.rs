@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-mod support;
+use crate::support;
 use support::Server;
 
 const RULES: &str = "server:
