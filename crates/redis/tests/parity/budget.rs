@@ -96,11 +96,11 @@ async fn replay<A: Algorithm>(
         let what = rng.below(100);
         if what < 40 {
             let cost = [0, 1, 1, 1, 2, capacity / 3, capacity][rng.below(7) as usize];
-            let want = core.check_n(cost).map(|d| fields(d)).map_err(|_| ());
+            let want = core.check_n(cost).map(fields).map_err(|_| ());
             let got = redis_limiter
                 .check_n("k", cost)
                 .await
-                .map(|d| fields(d))
+                .map(fields)
                 .map_err(|_| ());
             assert_eq!(got, want, "{name} step {i} at {at}: check {cost}");
             match want {
@@ -110,11 +110,11 @@ async fn replay<A: Algorithm>(
             }
         } else if what < 55 {
             let cost = rng.below(capacity + 1);
-            let want = core.peek_n(cost).map(|d| fields(d)).map_err(|_| ());
+            let want = core.peek_n(cost).map(fields).map_err(|_| ());
             let got = redis_limiter
                 .peek_n("k", cost)
                 .await
-                .map(|d| fields(d))
+                .map(fields)
                 .map_err(|_| ());
             assert_eq!(got, want, "{name} step {i} at {at}: peek {cost}");
         } else if what < 65 {
@@ -146,12 +146,8 @@ async fn replay<A: Algorithm>(
             );
             // The state after the charge, as a look and as one permit see it.
             for look in [0, 1] {
-                let want = core.peek_n(look).map(|d| fields(d)).ok();
-                let got = redis_limiter
-                    .peek_n("k", look)
-                    .await
-                    .map(|d| fields(d))
-                    .ok();
+                let want = core.peek_n(look).map(fields).ok();
+                let got = redis_limiter.peek_n("k", look).await.map(fields).ok();
                 assert_eq!(
                     got, want,
                     "{name} step {i} at {at}: peek {look} after a charge of {cost}"
