@@ -55,12 +55,14 @@ use std::hash::BuildHasher;
 use std::hint::black_box;
 use std::net::Ipv6Addr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use governor::clock::DefaultClock;
 use governor::state::keyed::DashMapStateStore;
 use tollgate::keyed::compact::{CompactKeyedLimiter, FixedKey, ShortKey};
 use tollgate::{Gcra, KeyedLimiter, Quota};
+use tollgate_pages::AtomicWords;
 
 const BURST: u32 = 100_000_000;
 
@@ -127,7 +129,13 @@ struct Round {
     u64s: Vec<u64>,
     ipv6: Vec<Ipv6Addr>,
     short: Vec<ShortKey>,
+    /// As many draws among the [`CACHED_KEYS`] keys of the in-cache table.
+    cached: Vec<u64>,
 }
+
+/// The keys of `compact_batch_cached`'s table: 183 KB, in a core's L2
+/// cache, so that its batch costs a decision's compute and no miss.
+const CACHED_KEYS: u64 = 10_000;
 
 /// Checks every key of a round, returns how many were admitted.
 type Run<'a> = Box<dyn FnMut(&Round) -> usize + 'a>;
@@ -169,17 +177,47 @@ fn floor_array(bytes: usize) -> Vec<u64> {
     (0..(bytes / 8).max(1) as u64).collect()
 }
 
+/// The same bytes on huge pages where the kernel gives them, as the
+/// compact table's shards are (`tollgate-pages`), written once.
+fn floor_array_huge(bytes: usize) -> AtomicWords {
+    let words = AtomicWords::zeroed((bytes / 4).max(1)).expect("memory");
+    for (i, word) in words.iter().enumerate() {
+        word.store(i as u32, Ordering::Relaxed);
+    }
+    words
+}
+
+/// A word of a floor's array.
+trait Word {
+    fn value(&self) -> u64;
+}
+
+impl Word for u64 {
+    #[inline(always)]
+    fn value(&self) -> u64 {
+        *self
+    }
+}
+
+impl Word for AtomicU32 {
+    #[inline(always)]
+    fn value(&self) -> u64 {
+        // Relaxed: a plain load, as the table's words are read.
+        u64::from(self.load(Ordering::Relaxed))
+    }
+}
+
 /// The floor: one independent read per key from `array`, at the index
 /// `spread(key)` scaled to its length (Lemire's multiply-shift, as the
 /// table's home slot). The reads are summed, so no load's address waits
 /// for another's value.
 #[inline(never)]
-fn floor_reads<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
+fn floor_reads<W: Word, K>(array: &[W], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
     let len = array.len() as u128;
     let mut sum = 0u64;
     for key in keys {
         let at = ((u128::from(spread(key)) * len) >> 64) as usize;
-        sum = sum.wrapping_add(array[at]);
+        sum = sum.wrapping_add(array[at].value());
     }
     black_box(sum);
     keys.len()
@@ -189,15 +227,16 @@ fn floor_reads<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64) -> usiz
 /// key's word and the one 64 bytes on (the next cache line, or the array's
 /// last word).
 #[inline(never)]
-fn floor_two_lines<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
+fn floor_two_lines<W: Word, K>(array: &[W], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
     let len = array.len() as u128;
     let last = array.len() - 1;
+    let line = 64 / size_of::<W>();
     let mut sum = 0u64;
     for key in keys {
         let at = ((u128::from(spread(key)) * len) >> 64) as usize;
         sum = sum
-            .wrapping_add(array[at])
-            .wrapping_add(array[(at + 8).min(last)]);
+            .wrapping_add(array[at].value())
+            .wrapping_add(array[(at + line).min(last)].value());
     }
     black_box(sum);
     keys.len()
@@ -237,7 +276,12 @@ enum Fetch {
 /// [`compute`]: whether the memory's floor and the compute overlap (the
 /// cost is the larger of the two) or add up, for each way of fetching.
 #[inline(never)]
-fn floor_compute<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64, fetch: Fetch) -> usize {
+fn floor_compute<W: Word, K>(
+    array: &[W],
+    keys: &[K],
+    spread: impl Fn(&K) -> u64,
+    fetch: Fetch,
+) -> usize {
     let len = array.len() as u128;
     let at = |key: &K| ((u128::from(spread(key)) * len) >> 64) as usize;
     let mut sum = 0u64;
@@ -253,7 +297,7 @@ fn floor_compute<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64, fetch
             Fetch::None => {}
             Fetch::Loads => {
                 for key in *group {
-                    touched ^= array[at(key)];
+                    touched ^= array[at(key)].value();
                 }
             }
             Fetch::Prefetch => {
@@ -265,7 +309,7 @@ fn floor_compute<K>(array: &[u64], keys: &[K], spread: impl Fn(&K) -> u64, fetch
         for key in *group {
             let word = match fetch {
                 Fetch::None => at(key) as u64,
-                Fetch::Loads | Fetch::Prefetch => array[at(key)],
+                Fetch::Loads | Fetch::Prefetch => array[at(key)].value(),
             };
             sum = compute(sum ^ word);
         }
@@ -300,7 +344,27 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// The batched (or other) row, its floors: printed as ratios.
-const RATIOS: [(&str, &str, &str); 9] = [
+const RATIOS: [(&str, &str, &str); 13] = [
+    (
+        "compact_batch",
+        "floor_u64_hash_huge",
+        "floor_u64_two_lines_huge",
+    ),
+    (
+        "compact_batch_cached",
+        "floor_u64_hash",
+        "floor_u64_hash_huge",
+    ),
+    (
+        "compact_ipv6_batch",
+        "floor_ipv6_hash_huge",
+        "floor_ipv6_hash",
+    ),
+    (
+        "compact_short_batch",
+        "floor_short_hash_huge",
+        "floor_short_hash",
+    ),
     (
         "floor_u64_compute_alone",
         "floor_u64_hash",
@@ -324,11 +388,11 @@ const RATIOS: [(&str, &str, &str); 9] = [
     ("compact_batch", "floor_u64_read", "floor_u64_hash"),
     ("compact_single", "floor_u64_read", "floor_u64_hash"),
     ("keyed_single", "floor_u64_read", "floor_u64_hash"),
-    ("compact_ipv6_batch", "floor_ipv6_read", "floor_ipv6_hash"),
+    ("compact_ipv6_batch", "floor_ipv6_read", "floor_ipv6_read"),
     (
         "compact_short_batch",
         "floor_short_read",
-        "floor_short_hash",
+        "floor_short_read",
     ),
 ];
 
@@ -406,6 +470,30 @@ fn main() {
     let floor_u64 = floor_of("u64", compact.table_bytes());
     let floor_ipv6 = floor_of("ipv6", ipv6.table_bytes());
     let floor_short = floor_of("short", short.table_bytes());
+    let huge_of = |name: &str, bytes: usize| {
+        if [
+            "hash_huge",
+            "two_lines_huge",
+            "compute_prefetch_huge",
+            "compute_loads_huge",
+        ]
+        .iter()
+        .any(|floor| wanted(&format!("floor_{name}_{floor}")))
+        {
+            floor_array_huge(bytes)
+        } else {
+            floor_array_huge(4)
+        }
+    };
+    let huge_u64 = huge_of("u64", compact.table_bytes());
+    let huge_ipv6 = huge_of("ipv6", ipv6.table_bytes());
+    let huge_short = huge_of("short", short.table_bytes());
+    println!(
+        "floor arrays on huge pages (madvise taken): u64 {}, ipv6 {}, short {}",
+        huge_u64.advised(),
+        huge_ipv6.advised(),
+        huge_short.advised()
+    );
     println!(
         "table (and floor array) bytes: u64 {}, ipv6 {}, short {}",
         compact.table_bytes(),
@@ -440,6 +528,16 @@ fn main() {
         populate("compact (batched)", admitted, began);
         assert_eq!(compact.stats().overflowed, 0, "{:?}", compact.stats());
     }
+    let cached: CompactKeyedLimiter<u64> =
+        CompactKeyedLimiter::builder(gcra(), CACHED_KEYS as usize)
+            .sweep_every(None)
+            .build()
+            .expect("table");
+    let all_cached: Vec<u64> = (0..CACHED_KEYS).map(key_of).collect();
+    assert_eq!(
+        batched(&cached, &all_cached, call, &mut decisions),
+        CACHED_KEYS as usize
+    );
     if wanted("compact_ipv6_batch") {
         let began = Instant::now();
         let keys: Vec<Ipv6Addr> = all.iter().map(|&k| ipv6_of(k)).collect();
@@ -481,7 +579,16 @@ fn main() {
         }
     }
     drop(all);
+    // What the kernel gave: huge pages only where it found them.
+    let huge = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    for line in huge
+        .lines()
+        .filter(|l| l.starts_with("AnonHugePages") || l.starts_with("Rss"))
+    {
+        println!("process {line}");
+    }
     let mut ipv6_decisions = Vec::with_capacity(call);
+    let mut cached_decisions = Vec::with_capacity(call);
     let mut short_decisions = Vec::with_capacity(call);
     let mut contenders = vec![
         Contender::new("floor_u64_read", |round| {
@@ -492,6 +599,12 @@ fn main() {
         }),
         Contender::new("floor_u64_two_lines", |round| {
             floor_two_lines(&floor_u64, &round.u64s, |k| hasher.hash_one(k) << 8)
+        }),
+        Contender::new("floor_u64_hash_huge", |round| {
+            floor_reads(&huge_u64, &round.u64s, |k| hasher.hash_one(k) << 8)
+        }),
+        Contender::new("floor_u64_two_lines_huge", |round| {
+            floor_two_lines(&huge_u64, &round.u64s, |k| hasher.hash_one(k) << 8)
         }),
         Contender::new("floor_u64_compute_alone", |round| {
             floor_compute(
@@ -517,8 +630,27 @@ fn main() {
                 Fetch::Prefetch,
             )
         }),
+        Contender::new("floor_u64_compute_prefetch_huge", |round| {
+            floor_compute(
+                &huge_u64,
+                &round.u64s,
+                |k| hasher.hash_one(k) << 8,
+                Fetch::Prefetch,
+            )
+        }),
+        Contender::new("floor_u64_compute_loads_huge", |round| {
+            floor_compute(
+                &huge_u64,
+                &round.u64s,
+                |k| hasher.hash_one(k) << 8,
+                Fetch::Loads,
+            )
+        }),
         Contender::new("compact_batch", |round| {
             batched(&compact, &round.u64s, call, &mut decisions)
+        }),
+        Contender::new("compact_batch_cached", |round| {
+            batched(&cached, &round.cached, call, &mut cached_decisions)
         }),
         Contender::new("compact_single", |round| {
             round
@@ -535,6 +667,9 @@ fn main() {
         Contender::new("floor_ipv6_hash", |round| {
             floor_reads(&floor_ipv6, &round.ipv6, |k| hasher.hash_one(k) << 8)
         }),
+        Contender::new("floor_ipv6_hash_huge", |round| {
+            floor_reads(&huge_ipv6, &round.ipv6, |k| hasher.hash_one(k) << 8)
+        }),
         Contender::new("compact_ipv6_batch", |round| {
             batched(&ipv6, &round.ipv6, call, &mut ipv6_decisions)
         }),
@@ -543,6 +678,9 @@ fn main() {
         }),
         Contender::new("floor_short_hash", |round| {
             floor_reads(&floor_short, &round.short, |k| hasher.hash_one(k) << 8)
+        }),
+        Contender::new("floor_short_hash_huge", |round| {
+            floor_reads(&huge_short, &round.short, |k| hasher.hash_one(k) << 8)
         }),
         Contender::new("compact_short_batch", |round| {
             batched(&short, &round.short, call, &mut short_decisions)
@@ -580,6 +718,7 @@ fn main() {
     for round in 0..size.rounds {
         let u64s = draws(n, size.checks, 0x5EED ^ round as u64);
         let keys = Round {
+            cached: draws(CACHED_KEYS, size.checks, 0xCAC4E ^ round as u64),
             ipv6: u64s.iter().map(|&k| ipv6_of(k)).collect(),
             short: u64s.iter().map(|&k| short_of(k)).collect(),
             u64s,
@@ -628,7 +767,8 @@ fn main() {
     let find = |name: &str| contenders.iter().find(|c| c.name == name);
     for (row, read, hash) in RATIOS {
         let Some(row) = find(row) else { continue };
-        for floor in [read, hash] {
+        let floors = if read == hash { 1 } else { 2 };
+        for floor in [read, hash].into_iter().take(floors) {
             let Some(floor) = find(floor) else { continue };
             let ratios: Vec<f64> = row
                 .cpu_rounds
@@ -647,6 +787,24 @@ fn main() {
                 sorted(&row.cpu_rounds)[0] / sorted(&floor.cpu_rounds)[0]
             );
         }
+    }
+    // The batch against its floor where memory and compute add up: the
+    // two lines' floor plus a decision's compute in cache, round by round.
+    if let (Some(batch), Some(lines), Some(compute)) = (
+        find("compact_batch"),
+        find("floor_u64_two_lines_huge"),
+        find("compact_batch_cached"),
+    ) {
+        let ratios: Vec<f64> = (0..batch.cpu_rounds.len())
+            .map(|r| batch.cpu_rounds[r] / (lines.cpu_rounds[r] + compute.cpu_rounds[r]))
+            .collect();
+        let ratios = sorted(&ratios);
+        println!(
+            "ratio compact_batch ÷ (floor_u64_two_lines_huge + compact_batch_cached) median of rounds {:5.2}×  (range {:.2}–{:.2})",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
     }
     load("after");
     println!("{:.0} s in all", started.elapsed().as_secs_f64());

@@ -144,7 +144,7 @@ where
     ) -> Result<R, (Locked<'_, K>, usize)> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let mut locked = shard.lock();
+        let mut locked = shard.lock(&self.words);
         match locked.find(key, shard.home(hash)) {
             Probe::Found(slot) => {
                 let stored = locked.stored(slot);

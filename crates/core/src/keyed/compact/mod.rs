@@ -6,11 +6,12 @@
 //! For 10^7 to 10^8 live keys of a fixed size (client addresses, numeric
 //! ids; see [`FixedKey`], and [`ShortKey`] for strings of up to 27 bytes)
 //! under one quota, [`Gcra`] or [`FixedWindow`](crate::FixedWindow). Each
-//! shard is one array of slots (the key's words, then its 8-byte state),
-//! probed linearly from the key's hashed home slot (`table.rs`), behind one
-//! lock per shard. [`check_batch`](CompactKeyedLimiter::check_batch) decides
-//! many keys in one call, their slots fetched before any is decided
-//! ([`batch`]).
+//! shard is a run of slots (the key's words, then its 8-byte state) in the
+//! table's one array, probed linearly from the key's hashed home slot
+//! (`table.rs`), behind one lock per shard.
+//! [`check_batch`](CompactKeyedLimiter::check_batch) decides many keys in
+//! one call, each key's lines asked for from memory while the keys before
+//! it are decided ([`batch`]).
 //!
 //! # The guarantees
 //!
@@ -21,7 +22,10 @@
 //!   models the races).
 //! - **Memory** is [`table_bytes`](CompactKeyedLimiter::table_bytes), fixed
 //!   at build, whatever the keys do: `max_keys · 8/7` slots of 12 (`u32`,
-//!   `Ipv4Addr`), 16 (`u64`), 24 (16-byte keys) or 36 bytes (`ShortKey`).
+//!   `Ipv4Addr`), 16 (`u64`), 24 (16-byte keys) or 36 bytes (`ShortKey`),
+//!   in one array on transparent huge pages where the kernel gives them
+//!   (`tollgate-pages`; its last 2 MiB page may be resident whole, at most
+//!   1/32 more).
 //! - **No live key is evicted.** A key whose state is indistinguishable
 //!   from a fresh one is removed by a sweep. While the table (or a key's
 //!   shard, at 15/16 of its slots) is full, new keys share one
@@ -86,6 +90,7 @@ use crate::decision::{CostError, Decision};
 use crate::keymap;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
+use tollgate_pages::AtomicWords;
 
 /// Slots a sweep judges per hold of a shard's lock (as `KeyedLimiter`'s:
 /// a request waits for at most this many judgments and their removals).
@@ -156,6 +161,8 @@ struct Shared<K, A> {
     fresh: u64,
     clock: ClockSource,
     hasher: Hasher,
+    /// Every shard's slots, one array (`table.rs`).
+    words: AtomicWords,
     shards: Box<[CachePadded<Shard<K>>]>,
     /// `shards.len() - 1`, applied to the hash's top 8 bits.
     shard_mask: usize,
@@ -235,10 +242,10 @@ where
             return Err(error);
         }
         let fresh = word_of(&mut self.algorithm.new_cell());
+        let words = Shard::<K>::table(shards, slots as usize).ok_or(error)?;
         let shards = (0..shards)
-            .map(|_| Shard::new(slots as usize).map(CachePadded::new))
-            .collect::<Option<Box<[_]>>>()
-            .ok_or(error)?;
+            .map(|index| CachePadded::new(Shard::new(index, slots as usize)))
+            .collect::<Box<[_]>>();
         let shard_mask = shards.len() - 1;
         let shared = Arc::new(Shared {
             overflow: self.algorithm.new_cell(),
@@ -246,6 +253,7 @@ where
             fresh,
             clock: self.clock,
             hasher: Hasher::default(),
+            words,
             shards,
             shard_mask,
             max_keys: self.max_keys,
@@ -411,7 +419,7 @@ where
         mode: Mode,
         now: Nanos,
     ) -> R {
-        let mut locked = shard.lock();
+        let mut locked = shard.lock(&self.words);
         match locked.find(key, home) {
             Probe::Found(slot) => {
                 let stored = locked.stored(slot);
@@ -524,13 +532,14 @@ where
         for shard in self.shards.iter() {
             // Downwards from a vacant slot: see `Locked::sweep`. Finding it
             // reads slots up to the first vacant one, a few at 7/8.
-            let start = shard.lock().vacant();
+            let start = shard.lock(&self.words).vacant();
             shard.let_waiters_in();
             let mut done = 0;
             while done < shard.slots() {
-                let (next, gone) = shard
-                    .lock()
-                    .sweep(start, done, SWEEP_CHUNK, &self.hasher, idle);
+                let (next, gone) =
+                    shard
+                        .lock(&self.words)
+                        .sweep(start, done, SWEEP_CHUNK, &self.hasher, idle);
                 done = next;
                 if gone > 0 {
                     // Relaxed: see `reserve_slot`. Given back chunk by

@@ -5,7 +5,10 @@
 //!
 //! A slot is `K::WORDS` 32-bit words of the key, then the state as two
 //! 32-bit words (low, high): 12 bytes for an IPv4 key, 16 for a `u64`, 24
-//! for a 16-byte key, with no padding, no control bytes and no index. The
+//! for a 16-byte key, with no padding, no control bytes and no index.
+//! Every shard's slots are one run of the table's one array of words
+//! (`Shard::table`), so that a large table is on as few huge pages as it
+//! fits (`tollgate-pages`); a shard knows where its run starts. The
 //! state is stored XORed with the algorithm's fresh state, so that a stored
 //! 0 is the fresh state, which is also what a vacant slot holds: a slot is
 //! vacant exactly when its stored state is 0. No key is kept whose state is
@@ -32,12 +35,11 @@
 //! # Memory order
 //!
 //! The words are `std`'s `AtomicU32`, read and written `Relaxed`, and are
-//! only ever read or written while the shard's lock is held, but for the
-//! batched check's touches of a key's slot and the lines after it before
-//! it takes the lock, whose values are thrown away ([`Shard::lines`]). The lock's acquire
+//! only ever read or written while the shard's lock is held (a batched
+//! check's prefetch reads nothing: [`Shard::prefetch`]). The lock's acquire
 //! and release order every access that decides anything, so `Relaxed` is
 //! enough; atomics (rather than plain words in the lock) are what lets the
-//! touch read a slot without `unsafe`. They are `std`'s even under
+//! words live in memory the core did not allocate without `unsafe`. They are `std`'s even under
 //! `--cfg loom`: the lock is loom's there, and loom explores every order
 //! of the holds; a loom atomic per word would only multiply the
 //! interleavings inside a hold, which nothing outside it can observe.
@@ -48,6 +50,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::key::FixedKey;
 use crate::shard_lock::{ShardGuard, ShardLock};
+use tollgate_pages::AtomicWords;
 
 pub(super) type Hasher = foldhash::fast::RandomState;
 
@@ -55,7 +58,9 @@ pub(super) type Hasher = foldhash::fast::RandomState;
 /// occupied ones.
 pub(super) struct Shard<K> {
     occupied: ShardLock<usize>,
-    words: Box<[AtomicU32]>,
+    /// Where its slots start in the table's words (one array for every
+    /// shard, so that the table is on as few huge pages as it fits).
+    base: usize,
     slots: usize,
     /// The most occupied slots: at least one stays vacant.
     limit: usize,
@@ -75,22 +80,25 @@ impl<K: FixedKey> Shard<K> {
     /// Words per slot: the key's, then the state's two.
     const SLOT: usize = K::WORDS + 2;
 
-    /// A shard of `slots` slots (at least 2), all vacant, or `None` if the
-    /// allocator refuses its memory. Its memory is written once here, so it
-    /// is resident from the start.
-    pub(super) fn new(slots: usize) -> Option<Shard<K>> {
+    /// The words of a table of `shards` shards of `slots` slots each, all
+    /// vacant, or `None` if the allocator refuses the memory. The memory
+    /// is written once here, so it is resident from the start; it is on
+    /// huge pages where the kernel gives them (`tollgate-pages`).
+    pub(super) fn table(shards: usize, slots: usize) -> Option<AtomicWords> {
+        AtomicWords::zeroed(slots.max(2).checked_mul(Self::SLOT)?.checked_mul(shards)?)
+    }
+
+    /// The `index`-th shard of a [`table`](Self::table) of `slots`-slot
+    /// shards, all vacant.
+    pub(super) fn new(index: usize, slots: usize) -> Shard<K> {
         let slots = slots.max(2);
-        let len = slots.checked_mul(Self::SLOT)?;
-        let mut words = Vec::new();
-        words.try_reserve_exact(len).ok()?;
-        words.extend((0..len).map(|_| AtomicU32::new(0)));
-        Some(Shard {
+        Shard {
             occupied: ShardLock::new(0),
-            words: words.into_boxed_slice(),
+            base: index * slots * Self::SLOT,
             slots,
             limit: slots - (slots / 16).max(1),
             key: PhantomData,
-        })
+        }
     }
 
     pub(super) fn slots(&self) -> usize {
@@ -105,32 +113,26 @@ impl<K: FixedKey> Shard<K> {
         (((u128::from(hash << 8)) * self.slots as u128) >> 64) as usize
     }
 
-    /// The words a batched check reads for a key of home slot `home`
-    /// before it takes any lock (its prefetch, see `batch.rs`): the home
-    /// slot's first word, and one every cache line's worth (16 words) on
-    /// up to `ahead` words past it, the last of them exactly `ahead` on
-    /// (at most the table's last word). A probe for a known key reads 4.5
-    /// slots on average at a load of 7/8, so the lines it crosses into
-    /// are on their way with the home line's.
+    /// Asks the memory for the lines a probe from slot `home` reads: the
+    /// home slot's word, one every cache line's worth (16 words) on, and
+    /// the word `ahead` words on (where a mean probe ends, see `batch.rs`).
+    /// A prefetch hint, not a load: it reads nothing, and does not hold
+    /// its place in the core's reorder window until its line arrives.
     #[inline(always)]
-    pub(super) fn lines<const N: usize>(&self, home: usize, ahead: usize) -> [&AtomicU32; N] {
-        let first = home * Self::SLOT;
-        let last = self.words.len() - 1;
-        std::array::from_fn(|i| {
-            let at = if i + 1 == N {
-                first + ahead
-            } else {
-                first + 16 * i
-            };
-            &self.words[at.min(last)]
-        })
+    pub(super) fn prefetch(&self, table: &[AtomicU32], home: usize, ahead: usize) {
+        let first = self.base + home * Self::SLOT;
+        for word in (first..first + ahead).step_by(16) {
+            prefetch_index::prefetch_index(table, word);
+        }
+        prefetch_index::prefetch_index(table, first + ahead);
     }
 
-    /// Takes the shard's lock.
+    /// Takes the shard's lock: its slots in `table`'s words.
     #[inline(always)]
-    pub(super) fn lock(&self) -> Locked<'_, K> {
+    pub(super) fn lock<'a>(&'a self, table: &'a [AtomicU32]) -> Locked<'a, K> {
         Locked {
             occupied: self.occupied.lock(),
+            words: &table[self.base..self.base + self.slots * Self::SLOT],
             shard: self,
         }
     }
@@ -144,6 +146,8 @@ impl<K: FixedKey> Shard<K> {
 /// A shard with its lock held: the only way to its slots.
 pub(super) struct Locked<'a, K> {
     occupied: ShardGuard<'a, usize>,
+    /// The shard's slots.
+    words: &'a [AtomicU32],
     shard: &'a Shard<K>,
 }
 
@@ -151,7 +155,7 @@ impl<K: FixedKey> Locked<'_, K> {
     #[inline(always)]
     fn slot(&self, slot: usize) -> &[AtomicU32] {
         let base = slot * Shard::<K>::SLOT;
-        &self.shard.words[base..base + Shard::<K>::SLOT]
+        &self.words[base..base + Shard::<K>::SLOT]
     }
 
     #[inline(always)]
@@ -339,11 +343,12 @@ mod tests {
         // A small table where runs are long and wrap past the last slot.
         let hasher = Hasher::default();
         for seed in 0..200u64 {
-            let shard = Shard::<u64>::new(13).expect("memory");
+            let words = Shard::<u64>::table(1, 13).expect("memory");
+            let shard = Shard::<u64>::new(0, 13);
             let keys: Vec<u64> = (0..12).map(|i| seed * 1000 + i).collect();
             let homes = homes_of(&shard, &hasher, &keys);
             let mut live: HashMap<u64, u64> = HashMap::new();
-            let mut locked = shard.lock();
+            let mut locked = shard.lock(&words);
             for (n, &key) in keys.iter().enumerate().take(12) {
                 if locked.is_full() {
                     break;
@@ -383,10 +388,11 @@ mod tests {
 
     fn sweep_removes_exactly_the_idle_keys(seed: u64) {
         let hasher = Hasher::default();
-        let shard = Shard::<u64>::new(34).expect("memory");
+        let words = Shard::<u64>::table(1, 34).expect("memory");
+        let shard = Shard::<u64>::new(0, 34);
         let keys: Vec<u64> = (seed * 100..seed * 100 + 30).collect();
         let homes = homes_of(&shard, &hasher, &keys);
-        let mut locked = shard.lock();
+        let mut locked = shard.lock(&words);
         for &key in &keys {
             let Probe::Vacant(slot) = locked.find(&key, homes[&key]) else {
                 panic!("duplicate");
