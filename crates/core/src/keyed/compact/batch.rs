@@ -17,8 +17,8 @@
 //! for it. The table is on huge pages where the kernel gives them
 //! (`tollgate-pages`), so that a prefetch rarely waits for a page walk.
 //!
-//! A table of at most `CACHED_TABLE_BYTES` (1 MiB) is decided without
-//! prefetches: where every line is a few ns away they only add work.
+//! A table in cache takes the same path: there the prefetches measured
+//! neither faster nor slower than none (`BENCHMARKS.md`).
 //!
 //! On the reference host a key costs the floor of its two lines plus the
 //! decision's compute in cache, measured in the same run: the two add up
@@ -41,7 +41,6 @@ use super::{CompactKeyedLimiter, FixedKey};
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::keyed::entry::Mode;
 use crate::sync::AtomicU64;
 
 /// How many keys ahead of the one being decided a batched check asks the
@@ -49,10 +48,6 @@ use crate::sync::AtomicU64;
 /// decisions, and the lines asked for and not yet used stay in the L1
 /// cache (`BENCHMARKS.md`: 16 to 128 measured alike, 8 and 256 slower).
 pub const AHEAD: usize = 32;
-
-/// The largest table decided without prefetches: one that fits a core's
-/// L2 cache (1 MiB here), whose lines are a few ns away.
-const CACHED_TABLE_BYTES: usize = 1 << 20;
 
 /// Where a known key's mean probe at a load of 7/8 (4.5 slots) reaches,
 /// in half slots past the home slot's start: the start of its last slot,
@@ -72,21 +67,15 @@ where
     pub fn check_batch(&self, keys: &[K], decisions: &mut Vec<Decision>) {
         let shared = &*self.shared;
         let now = shared.clock.now();
-        decisions.reserve(keys.len());
+        // Written over in place (`Shared::check_into` says why not pushed).
+        let base = decisions.len();
+        decisions.resize(base + keys.len(), PLACEHOLDER);
+        let out = &mut decisions[base..];
         let home_of = |key: &K| {
             let hash = shared.hasher.hash_one(key);
             let shard = shared.shard_index(hash);
             (shard, shared.shards[shard].home(hash))
         };
-        if self.table_bytes() <= CACHED_TABLE_BYTES {
-            // In cache, a prefetch only adds work (module docs).
-            for key in keys {
-                let (shard, home) = home_of(key);
-                let shard = &shared.shards[shard];
-                decisions.push(shared.decide_in(shard, home, key, 1, Mode::Check, now));
-            }
-            return;
-        }
         // Words from a slot's first to the last slot of a mean probe.
         let ahead = (K::WORDS + 2) * PROBE_HALF_SLOTS / 2;
         let prefetch = |(shard, home): (usize, usize)| {
@@ -99,14 +88,16 @@ where
             *home = home_of(key);
             prefetch(*home);
         }
-        for (i, key) in keys.iter().enumerate() {
+        for (i, (key, out)) in keys.iter().zip(out).enumerate() {
             let (shard, home) = ring[i % AHEAD];
             if let Some(later) = keys.get(i + AHEAD) {
                 ring[i % AHEAD] = home_of(later);
                 prefetch(ring[i % AHEAD]);
             }
-            let shard = &shared.shards[shard];
-            decisions.push(shared.decide_in(shard, home, key, 1, Mode::Check, now));
+            shared.check_into(&shared.shards[shard], home, key, now, out);
         }
     }
 }
+
+/// What a batch's decisions are written over.
+const PLACEHOLDER: Decision = Decision::allow(0, 0, 0);

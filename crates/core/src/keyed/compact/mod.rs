@@ -442,6 +442,40 @@ where
         }
     }
 
+    /// A check of one permit for `key`, as [`decide_in`](Self::decide_in),
+    /// its decision written over `out` (a batch's). Each arm writes its
+    /// own, first, into memory it already has: pushed, merged from the
+    /// arms, or live across `remove`'s call, the decision was spilled to
+    /// the stack a word at a time and copied on 16 bytes at a time, a
+    /// failed store-to-load forward on which a fifth of a batched check's
+    /// samples in cache sat (`BENCHMARKS.md`).
+    #[inline(always)]
+    fn check_into(&self, shard: &Shard<K>, home: usize, key: &K, now: Nanos, out: &mut Decision) {
+        let mut locked = shard.lock(&self.words);
+        match locked.find(key, home) {
+            Probe::Found(slot) => {
+                let stored = locked.stored(slot);
+                let mut cell = AtomicU64::new(stored ^ self.fresh);
+                // Written out first: the value then need not survive the
+                // call to `remove` (it would be spilled to the stack).
+                *out = run(&self.algorithm, &mut cell, now, 1, Mode::Check);
+                let next = word_of(&mut cell) ^ self.fresh;
+                if next != stored {
+                    if next == 0 {
+                        locked.remove(slot, &self.hasher);
+                        // Relaxed: see `reserve_slot`.
+                        self.live.fetch_sub(1, Ordering::Relaxed);
+                    } else {
+                        locked.set_stored(slot, next);
+                    }
+                }
+            }
+            Probe::Vacant(slot) => {
+                *out = self.create(locked, slot, key, 1, Mode::Check, now);
+            }
+        }
+    }
+
     /// A key absent from its shard, whose lock is still held.
     #[inline(never)]
     fn create<R: Answer>(
