@@ -29,12 +29,7 @@ do
     if new ~= old and redis.call('EXISTS', new) == 0 then
       local mark = states[m + i].mark
       if mark then
-        local pttl = redis.call('PTTL', old)
-        if pttl > 0 then
-          redis.call('SET', new, mark, 'PX', pttl)
-        else
-          redis.call('SET', new, mark)
-        end
+        move_marker(new, old, mark)
       elseif rule > 0 and p.kind == q.kind then
         p.alg.carry(new, states[i], p, states[m + i], q, rule)
       elseif rule > 0 then
@@ -48,7 +43,7 @@ do
           end
         end
       end
-      redis.call('DEL', old)
+      if not mark then redis.call('DEL', old) end
       states[i] = p.alg.load(new, p)
     end
   end

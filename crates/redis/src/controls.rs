@@ -39,11 +39,13 @@
 //! list, admitted with the key reported full; a penalty, denied until it
 //! ends. It counts nothing. Lists are checked before the penalty.
 //!
-//! Where the contract is silent: listing and a penalty **drop the key's
-//! state** (one value holds a state or a marker); a listed key takes no
-//! penalty and no refund, and `reset` leaves it listed (each answers
-//! `Ok(false)`); a list entry has **no TTL**; after a change of quota the
-//! lists start empty unless the limiter is built with
+//! As the core's controls, in every state (a debt included): a penalty
+//! **drops the key's state**; listing **keeps it aside** (at
+//! `<key>!held`, with its TTL) with any penalty, and unlisting puts it
+//! back; under a list a refund gives back into what is kept, `reset` drops
+//! it (the key stays listed), a penalty replaces it. Where the contract is
+//! silent: a list entry has **no TTL**; after a change of quota the lists
+//! start empty unless the limiter is built with
 //! [`carry_from`](crate::RedisLimiterBuilder::carry_from).
 //!
 //! # Parameters
@@ -135,8 +137,9 @@ impl Control {
 
 impl RedisLimiter {
     /// Puts `key` back to full: its state in every limit is dropped, and a
-    /// penalty with it. A listed key stays listed. Idempotent. `Ok(true)` if
-    /// there was a state or a penalty to drop.
+    /// penalty with it. A listed key stays listed (what the list keeps aside
+    /// is dropped: full once unlisted). Idempotent. `Ok(true)` if there was
+    /// a state or a penalty to drop.
     ///
     /// # Errors
     ///
@@ -177,8 +180,9 @@ impl RedisLimiter {
     /// when the penalty ends. Penalties only extend: one ending no later
     /// than the current one changes nothing. A `duration` of zero is a
     /// no-op; one past the clock's end denies until "never" (until
-    /// [`reset`](Self::reset)). A listed key takes no penalty. `Ok(true)` if
-    /// the penalty was set or extended. A penalty set or extended is also
+    /// [`reset`](Self::reset)). On a listed key the penalty replaces what
+    /// the list keeps aside, in force once unlisted. `Ok(true)` if the
+    /// penalty was set or extended. A penalty set or extended is also
     /// recorded in the penalties' registry (a second, pipelined call), so
     /// that a change of the limits carries it (see
     /// [`carry`](crate::carry)).

@@ -976,3 +976,23 @@ local function verdicts(take)
   end
   return reply
 end
+
+-- Moves the control's marker `mark` (unless nil) from `old`, a previous
+-- limit's key, to `new` with its TTL (carry.lua, controls.lua). What a list
+-- held aside under `old` (controls.lua) goes back to `old`, to be carried
+-- once the key is unlisted; else `old` is dropped.
+local function move_marker(new, old, mark)
+  if mark then
+    local pttl = redis.call('PTTL', old)
+    if pttl > 0 then
+      redis.call('SET', new, mark, 'PX', pttl)
+    else
+      redis.call('SET', new, mark)
+    end
+  end
+  if redis.call('EXISTS', old .. '!held') == 1 then
+    redis.call('RENAME', old .. '!held', old)
+  else
+    redis.call('DEL', old)
+  end
+end

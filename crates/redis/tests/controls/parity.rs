@@ -6,7 +6,9 @@
 //! refund read a window in debt (a count past its limit, a wheel's `d`
 //! field) as no state and gave nothing back, and gave back nothing from a
 //! fixed window's count carried into the current window, where the core
-//! gives back from both.
+//! gives back from both. Lists are in the schedule too: listing a key
+//! dropped its state (a debt included) and its penalty, so that a key
+//! unlisted came back full where the core's came back as it was.
 
 use std::time::Duration;
 
@@ -42,6 +44,18 @@ fn fields(d: &Decision) -> (bool, u64, u64, Duration, Duration) {
         d.retry_after(),
         d.reset_after(),
     )
+}
+
+/// What is compared of a decision; of an allow-listed key's, whether it was
+/// admitted (the core reports the state it keeps aside, Redis the limit's
+/// capacity).
+fn seen(d: &Decision, allow_listed: bool) -> (bool, u64, u64, Duration, Duration) {
+    let f = fields(d);
+    if allow_listed {
+        (f.0, 0, 0, Duration::ZERO, Duration::ZERO)
+    } else {
+        f
+    }
 }
 
 fn per(limit: u64, period: Duration) -> Quota {
@@ -80,6 +94,7 @@ async fn replay<A: Algorithm>(
     let key = "k";
     let mut rng = Rng(seed);
     let mut refunds_in_debt = 0;
+    let mut allow_listed = false;
     for i in 0..steps {
         let at = tollgate::Clock::now(&clock).as_u64();
         let what = rng.below(100);
@@ -87,8 +102,8 @@ async fn replay<A: Algorithm>(
             let cost = [1, 1, 2, capacity / 2 + 1][rng.below(4) as usize];
             let (want, got) = (core.check_n(key, cost), remote.check_n(key, cost).await);
             assert_eq!(
-                got.map(|d| fields(&d)).ok(),
-                want.map(|d| fields(&d)).ok(),
+                got.map(|d| seen(&d, allow_listed)).ok(),
+                want.map(|d| seen(&d, allow_listed)).ok(),
                 "{name} step {i} at {at}: check {cost}"
             );
             "check"
@@ -118,6 +133,23 @@ async fn replay<A: Algorithm>(
             let _ = core.penalize(key, d).unwrap();
             remote.penalize(key, d).await.unwrap();
             "penalty"
+        } else if what < 75 {
+            // Listed a while: the key's state (a debt included) and its
+            // penalty are kept, and back once unlisted.
+            if rng.below(2) == 0 {
+                core.deny(key).unwrap();
+                remote.deny(key).await.unwrap();
+            } else {
+                core.allow(key).unwrap();
+                remote.allow(key).await.unwrap();
+                allow_listed = true;
+            }
+            "listing"
+        } else if what < 80 {
+            let _ = core.unlist(key);
+            remote.unlist(key).await.unwrap();
+            allow_listed = false;
+            "unlisting"
         } else {
             let by = match rng.below(6) {
                 0 => period * (1 + rng.below(4)),
@@ -128,8 +160,12 @@ async fn replay<A: Algorithm>(
             "wait"
         };
         for look in [0, 1] {
-            let want = core.peek_n(key, look).map(|d| fields(&d)).ok();
-            let got = remote.peek_n(key, look).await.map(|d| fields(&d)).ok();
+            let want = core.peek_n(key, look).map(|d| seen(&d, allow_listed)).ok();
+            let got = remote
+                .peek_n(key, look)
+                .await
+                .map(|d| seen(&d, allow_listed))
+                .ok();
             assert_eq!(
                 got, want,
                 "{name} step {i} at {at}: peek {look} after a {step}"

@@ -156,10 +156,8 @@ pub async fn lists_decide_before_any_limit(redis: &Redis, name: &str, limits: &[
     for _ in 0..3 {
         denied_until(&l.check(b"k").await, NEVER);
     }
-    // The list is untouched by reset, penalty and refund.
-    assert_eq!(l.reset(b"k").await, Ok(false), "{name}");
-    assert_eq!(l.penalize(b"k", SECOND).await, Ok(false), "{name}");
-    assert_eq!(l.refund(b"k", 1).await, Ok(false), "{name}");
+    // A refund gives back into the state the list keeps aside.
+    assert_eq!(l.refund(b"k", 1).await, Ok(true), "{name}");
     denied_until(&l.check(b"k").await, NEVER);
     // Allowed: admitted without counting, reported full.
     assert_eq!(l.allow(b"k").await, Ok(true), "{name}");
@@ -170,12 +168,23 @@ pub async fn lists_decide_before_any_limit(redis: &Redis, name: &str, limits: &[
     }
     let d = l.check_n(b"k", 5).await.unwrap();
     assert!(d.is_allowed(), "{name}: {d:?}");
-    // A listed key takes no penalty.
-    assert_eq!(l.penalize(b"k", SECOND).await, Ok(false), "{name}");
-    assert!(l.check(b"k").await.is_allowed(), "{name}");
     assert_eq!(l.unlist(b"k").await, Ok(true), "{name}");
     assert_eq!(l.unlist(b"k").await, Ok(false), "{name}");
-    // Unlisted: counted again, from full.
+    // Unlisted: the key is as the listing found it (the core keeps a listed
+    // key's state): the 5 taken before still count, less the one refunded.
+    assert!(l.check(b"k").await.is_allowed(), "{name}");
+    assert!(l.check(b"k").await.is_denied(), "{name}");
+    // Under a list, a reset drops the state kept aside, and a penalty
+    // waits for the unlisting (the list decides first).
+    assert_eq!(l.deny(b"k").await, Ok(true), "{name}");
+    assert_eq!(l.reset(b"k").await, Ok(true), "{name}");
+    assert_eq!(l.penalize(b"k", SECOND).await, Ok(true), "{name}");
+    assert_eq!(l.penalize(b"k", SECOND).await, Ok(false), "{name}");
+    denied_until(&l.check(b"k").await, NEVER);
+    assert_eq!(l.unlist(b"k").await, Ok(true), "{name}");
+    denied_until(&l.check(b"k").await, SECOND);
+    // The penalty over: counted again, from full.
+    clock.advance(SECOND);
     take(&l, b"k", 5).await;
     assert!(l.check(b"k").await.is_denied(), "{name}");
     // Another key is not listed.
