@@ -6,7 +6,7 @@
 //! interleaving of the limiter's own steps and of the map's locking is
 //! explored.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --test loom_keyed --release --target-dir target/loom`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --release --target-dir target/loom --test it -- loom_keyed::`
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};

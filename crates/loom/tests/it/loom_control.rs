@@ -5,7 +5,7 @@
 //! Run with
 //!
 //! ```text
-//! RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --test loom_control --release --target-dir target/loom
+//! RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --release --target-dir target/loom --test it -- loom_control::
 //! ```
 //!
 //! Each model checks every explored run against the sequential orders of

@@ -8,7 +8,7 @@
 //! holds and of those read-modify-writes is explored. The overflow state's
 //! compare-and-swap is the `Limiter`'s own, modelled in `loom.rs` beside this file.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --test loom_compact --release --target-dir target/loom`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --release --target-dir target/loom --test it -- loom_compact::`
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};

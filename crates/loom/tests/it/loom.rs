@@ -6,7 +6,7 @@
 //! Run with
 //!
 //! ```text
-//! RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --test loom --release --target-dir target/loom
+//! RUSTFLAGS="--cfg loom" cargo test -p tollgate-loom --release --target-dir target/loom --test it -- loom::
 //! ```
 //!
 //! (`-- --nocapture` prints how many interleavings each model explored.)
