@@ -45,9 +45,10 @@
 //! |---|---|---|
 //! | GCRA | an integer: the TAT in ticks modulo `M = m · unit · scale` | the TAT past `now + burst`, below `M − 2·10^15` |
 //! | fixed, calendar window | `"<window> <count>"` | a count past the limit, up to `(DEBT_PERIODS + 1) · limit`, carried on less `limit` a window |
-//! | sliding window | a hash: `h` newest epoch, `t` total, one field per non-empty slot | the field `d` (absent when 0), `t + d ≤ (DEBT_PERIODS + 1) · limit` |
+//! | sliding window | a hash: `h` newest epoch, `t` total (above the limit after a carry to a lower one), one field per non-empty slot | the field `d` (absent when 0), `t + d ≤ (DEBT_PERIODS + 1) · limit` |
 //! | warm-up | `"F S"` (exact naturals) | not charged |
 //! | any | a control's marker: `!d`, `!a`, `!p<end>`, `!pn` | none |
+//! | `<key>!held` | while `<key>` is listed: what it held (a state or a penalty), with its TTL | as the state's |
 //!
 //! The Redis module (`crates/redis-module`) keeps the same bytes. A value
 //! that is none of these (another type, garbage, a count past the cap)
