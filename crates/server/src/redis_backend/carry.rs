@@ -15,13 +15,13 @@ pub(super) const BRIDGE_SLACK: Duration = Duration::from_secs(1);
 
 const SLIDING_LOG: &str = "sliding_log does not run on Redis (use sliding_window)";
 
-/// Whether `tollgate-redis` carries a key's state from `from` to `to`
-/// (`tollgate_redis::carry`: GCRA to GCRA, fixed window to fixed window).
+/// Whether a key's state is carried from `from` to `to` rather than
+/// bridged: a limit of the same algorithm (`tollgate_redis::carry`
+/// converts each as the core's `carry_cell`). A change of algorithm is
+/// bridged, as the in-memory backend bridges it, so that both backends
+/// answer a reload alike.
 pub(super) fn carried(from: &Limit, to: &Limit) -> bool {
-    matches!(
-        (from, to),
-        (Limit::Gcra(_), Limit::Gcra(_)) | (Limit::FixedWindow(_), Limit::FixedWindow(_))
-    )
+    std::mem::discriminant(from) == std::mem::discriminant(to)
 }
 
 /// The `tollgate-redis` limits of `algorithm`.
@@ -92,6 +92,25 @@ mod tests {
             FixedWindow::new(Quota::new(n, Duration::from_secs(secs)).expect("quota"))
                 .expect("window"),
         )
+    }
+
+    fn sliding(n: u64, secs: u64) -> Limit {
+        Limit::from(
+            tollgate::SlidingWindow::new(
+                Quota::new(n, Duration::from_secs(secs)).expect("quota"),
+                10,
+            )
+            .expect("sliding"),
+        )
+    }
+
+    #[test]
+    fn limits_of_one_algorithm_are_carried_and_a_change_of_algorithm_bridged() {
+        assert!(carried(&gcra(5, 1), &gcra(8, 2)));
+        assert!(carried(&window(5, 1), &window(8, 1)));
+        assert!(carried(&sliding(2, 3600), &sliding(4, 3600)));
+        assert!(!carried(&window(5, 1), &gcra(5, 1)));
+        assert!(!carried(&sliding(5, 1), &window(5, 1)));
     }
 
     #[test]

@@ -26,9 +26,9 @@
 //!   health checks.
 //! - **Never a fresh quota across a reload or an admin change**: a rule that
 //!   keeps its limits keeps its limiter; changed limits carry each key's state
-//!   (`Carry::Keep`), converted on Redis for GCRA and fixed windows, bridged
-//!   (old and new limits decided together) for one old period otherwise;
-//!   list entries and penalties follow the key.
+//!   (`Carry::Keep`), converted on Redis for every algorithm, and a change of
+//!   algorithm is bridged (old and new limits decided together) for one old
+//!   period, as in memory; list entries and penalties follow the key.
 //! - **Refused at start, not per request**: a Redis that does not answer
 //!   `PING` (wrong URL, credentials, TLS, Sentinel, a required module) stops
 //!   the start, unless `startup_retry` waits for it; `sliding_log` and a limit

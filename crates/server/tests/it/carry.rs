@@ -156,10 +156,8 @@ async fn an_admin_limit_change_on_redis_carries_the_permits_taken() {
     server.stop().await;
 }
 
-/// A sliding window cannot be carried on Redis (`tollgate-redis` does not
-/// map its slots onto another geometry): while the old limit's keys may
-/// still count, a request must fit both the old and the new limit, so a
-/// changed number never hands out a fresh quota.
+/// A changed sliding window on Redis carries its count (`Carry::Keep`, as
+/// in memory): the 5 taken stay taken under the new 8, never a fresh quota.
 #[tokio::test]
 async fn a_changed_sliding_window_on_redis_never_hands_out_a_fresh_quota() {
     let redis = RedisServer::start();
@@ -170,12 +168,13 @@ async fn a_changed_sliding_window_on_redis_never_hands_out_a_fresh_quota() {
 
     server.write_config(ADMIN, &format!("{backend}{}", rules(5, 5, 8)));
     server.reloader.reload().expect("reload");
+    take_n(&server, "org", "alice", 3).await;
     assert!(
         !take(&server, "org", "alice").await.0,
-        "spent under the old limit: still spent"
+        "5 taken under the old limit stay taken: 8 in all"
     );
-    // A fresh key fits both: admitted.
-    assert!(take(&server, "org", "bob").await.0);
+    take_n(&server, "org", "bob", 8).await;
+    assert!(!take(&server, "org", "bob").await.0, "a fresh key: 8");
     server.stop().await;
 }
 
@@ -243,9 +242,9 @@ descriptors:
     server.stop().await;
 }
 
-/// A calendar window cannot be carried on Redis either: a changed number
-/// keeps the old window's count in force beside the new limit (a bridge)
-/// rather than handing out a fresh month.
+/// A changed calendar window on Redis carries its count (`Carry::Keep`,
+/// as in memory): what was taken this month stays taken under the new
+/// number, never a fresh month.
 #[tokio::test]
 async fn a_changed_calendar_window_on_redis_never_hands_out_a_fresh_quota() {
     let redis = RedisServer::start();
@@ -264,16 +263,20 @@ descriptors:
     };
     let server = start_with(ADMIN, &monthly(3)).await;
     take_n(&server, "user", "alice", 3).await;
-    server.write_config(ADMIN, &monthly(10));
+    server.write_config(ADMIN, &monthly(5));
     server.reloader.reload().expect("reload");
+    assert!(take(&server, "user", "alice").await.0, "4th of 5");
+    assert!(take(&server, "user", "alice").await.0, "5th of 5");
     assert!(
         !take(&server, "user", "alice").await.0,
-        "3 taken this month under the old 3: still spent"
+        "3 taken this month under the old 3 stay taken: 5 in all"
     );
-    assert!(
-        take(&server, "user", "bob").await.0,
-        "a fresh key fits both"
-    );
+    for n in 1..=5 {
+        assert!(
+            take(&server, "user", "bob").await.0,
+            "a fresh key: {n} of 5"
+        );
+    }
     server.stop().await;
 }
 
@@ -284,13 +287,20 @@ descriptors:
 async fn a_bridge_ends_after_one_old_period() {
     let redis = RedisServer::start();
     let backend = redis.backend(BACKEND);
+    // A change of algorithm is bridged (a limit of one algorithm is
+    // carried): a sliding window becomes a fixed window.
     let rules = |n: u64| {
+        let algorithm = if n == 1 {
+            "sliding_window"
+        } else {
+            "fixed_window"
+        };
         format!(
             "{backend}
 domain: rl
 descriptors:
   - key: org
-    rate_limit: {{period: 100ms, requests_per_unit: {n}, algorithm: sliding_window}}
+    rate_limit: {{period: 100ms, requests_per_unit: {n}, algorithm: {algorithm}}}
 "
         )
     };

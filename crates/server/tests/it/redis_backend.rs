@@ -515,21 +515,27 @@ async fn reload_keeps_unchanged_rules_and_never_refreshes_changed_ones() {
             .expect("remaining")
     };
     assert_eq!(left(check(&server, "user", "u", true).await), 2, "kept");
-    // The sliding window spent its 2: until one old period has passed, a
-    // request must also fit the old limit (never a fresh quota).
+    // The sliding window spent its 2: carried as the core carries it
+    // (`Carry::Keep`), they stay taken under the new 4, never afresh.
     assert_eq!(
         left(check(&server, "window", "w", true).await),
-        0,
-        "never afresh"
+        2,
+        "2 of 4 left, not 4"
     );
+    for _ in 0..2 {
+        assert_eq!(
+            check(&server, "window", "w", false).await["overall_code"],
+            "OK"
+        );
+    }
     assert_eq!(
         check(&server, "window", "w", false).await["overall_code"],
         "OVER_LIMIT"
     );
     assert_eq!(
         left(check(&server, "window", "x", true).await),
-        2,
-        "min of 2 and 4"
+        4,
+        "a new key: the new limit"
     );
 
     // A rule the script cannot hold exactly is refused whole, old rules stay.
