@@ -33,7 +33,7 @@
 //! [`ManualClock`] can be set back): every algorithm decides at the later
 //! of the reading and the time its state already holds, so **a reading
 //! before the latest one is decided no more generously than the latest
-//! one** (`tests/clock.rs`). A keyed limiter's sweeps take part (see
+//! one** (`tests/it/clock.rs`). A keyed limiter's sweeps take part (see
 //! [`keyed`](crate::keyed)). So [`QuantaClock`] keeps no shared maximum.
 //!
 //! The detection (CPUID bits, the calibration), how the drift was

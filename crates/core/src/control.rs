@@ -16,7 +16,7 @@
 //!   ones; sliding log: the `n` newest times dropped. **A refund never lets
 //!   more be admitted in any window than the quota allows counting the
 //!   refunded permits as never taken** (property-tested against the
-//!   reference models in `tests/control_properties.rs`).
+//!   reference models in `tests/it/control_properties.rs`).
 //! - **`penalize(d)`**: a penalty box. Every request is denied for `d` from
 //!   now (`remaining` 0, `retry_after` the time left, `reset_after` the
 //!   time left plus the time to full), counting nothing. Setting it drops

@@ -31,10 +31,10 @@
 //! `burst + rate·t` permits in all**, the bound of an unstriped [`Gcra`],
 //! under any number of threads: each stripe is a [`Gcra`] on its own word
 //! (the compare-and-swap loop of a [`Limiter`](crate::Limiter), which the
-//! loom models in `crates/loom/tests/loom.rs` check; stripes share no state) and the
+//! loom models in `crates/loom/tests/it/loom.rs` check; stripes share no state) and the
 //! split is exact (a stripe's rate may round down to whole ticks, never
 //! up). Checked over every interval of several threads' recorded
-//! admissions (`tests/striped.rs`).
+//! admissions (`tests/it/striped.rs`).
 //!
 //! What it gives up: it is **not linearizable** (a request denied by every
 //! stripe was denied by each at a different instant), **a cost must fit in

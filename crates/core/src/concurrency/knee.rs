@@ -455,7 +455,7 @@ impl KneeState {
     /// the probe's own limit, not the knee. A probe below the knee runs at
     /// half a limit at most 1.25× past it, so `busy` is then 1.3–1.6× its
     /// limit or more; under 1.1× it was not below. The fluid model of
-    /// `tests/knee_properties.rs` found it: from the initial 20 at a knee
+    /// `tests/it/knee_properties.rs` found it: from the initial 20 at a knee
     /// of 5, probes at 10 and 7 read 7 ms as 11.1 and 9.8, and the limit
     /// stayed at 9–10 until the third probe, 40 s in.
     fn until_next_probe(&self) -> u64 {

@@ -24,7 +24,7 @@
 //! holding both the slots in use and the limit; a permit's `Drop` gives its
 //! slots back exactly once, on unwinding too. Decisions are linearizable.
 //! A lowered limit revokes no permit; no slot is granted until the count is
-//! back under it. Checked by loom models (`crates/loom/tests/loom_concurrency.rs`), a
+//! back under it. Checked by loom models (`crates/loom/tests/it/loom_concurrency.rs`), a
 //! many-thread hammer and a property test (`tests/concurrency_limit*.rs`).
 //!
 //! # Parameters and rules

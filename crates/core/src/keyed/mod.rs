@@ -16,7 +16,7 @@
 //!   created after a sweep, at the later of the reading and that sweep's.
 //!   `retry_after` and `reset_after` count from the request's own reading.
 //!   There is no limiter-wide maximum of the readings
-//!   (`tests/keyed_clock_back.rs`).
+//!   (`tests/it/keyed_clock_back.rs`).
 //! - **Hashing an attacker cannot aim**: foldhash, seeded at random per limiter.
 //!
 //! # Per-key quotas

@@ -500,7 +500,7 @@ fn a_drop_lowers_the_smoothed_busy_by_a_tenth_and_bounds_hold() {
 }
 
 /// Runs a fluid service of `workers` of `service` ns each, `demand`
-/// callers always waiting (as in `tests/knee_properties.rs`), from `now`
+/// callers always waiting (as in `tests/it/knee_properties.rs`), from `now`
 /// until `done`; returns when.
 fn fluid(
     state: &mut KneeState,

@@ -18,7 +18,7 @@
 //! - **Decisions** are exactly those of [`KeyedLimiter`](crate::KeyedLimiter)
 //!   under the same quota, linearizable per key: each is taken under its
 //!   shard's lock, on a clock reading taken before it; a new key is found
-//!   absent and inserted in one hold (`crates/loom/tests/loom_compact.rs`
+//!   absent and inserted in one hold (`crates/loom/tests/it/loom_compact.rs`
 //!   models the races).
 //! - **Memory** is [`table_bytes`](CompactKeyedLimiter::table_bytes), fixed
 //!   at build, whatever the keys do: `max_keys · 8/7` slots of 12 (`u32`,
