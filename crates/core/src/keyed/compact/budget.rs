@@ -150,14 +150,7 @@ where
                 let stored = locked.stored(slot);
                 let mut cell = AtomicU64::new(stored ^ self.fresh);
                 let result = change(&cell);
-                let next = word_of(&mut cell) ^ self.fresh;
-                if next == 0 {
-                    locked.remove(slot, &self.hasher);
-                    // Relaxed: see `reserve_slot`.
-                    self.live.fetch_sub(1, Ordering::Relaxed);
-                } else if next != stored {
-                    locked.set_stored(slot, next);
-                }
+                self.write_back(&mut locked, slot, stored, &mut cell);
                 Ok(result)
             }
             Probe::Vacant(slot) => Err((locked, slot)),

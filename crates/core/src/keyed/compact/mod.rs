@@ -425,17 +425,7 @@ where
                 let stored = locked.stored(slot);
                 let mut cell = AtomicU64::new(stored ^ self.fresh);
                 let answer = run(&self.algorithm, &mut cell, now, cost, mode);
-                let next = word_of(&mut cell) ^ self.fresh;
-                if next != stored {
-                    if next == 0 {
-                        // Fresh again: no entry is kept for a fresh state.
-                        locked.remove(slot, &self.hasher);
-                        // Relaxed: see `reserve_slot`.
-                        self.live.fetch_sub(1, Ordering::Relaxed);
-                    } else {
-                        locked.set_stored(slot, next);
-                    }
-                }
+                self.write_back(&mut locked, slot, stored, &mut cell);
                 answer
             }
             Probe::Vacant(slot) => self.create(locked, slot, key, cost, mode, now),
@@ -459,19 +449,33 @@ where
                 // Written out first: the value then need not survive the
                 // call to `remove` (it would be spilled to the stack).
                 *out = run(&self.algorithm, &mut cell, now, 1, Mode::Check);
-                let next = word_of(&mut cell) ^ self.fresh;
-                if next != stored {
-                    if next == 0 {
-                        locked.remove(slot, &self.hasher);
-                        // Relaxed: see `reserve_slot`.
-                        self.live.fetch_sub(1, Ordering::Relaxed);
-                    } else {
-                        locked.set_stored(slot, next);
-                    }
-                }
+                self.write_back(&mut locked, slot, stored, &mut cell);
             }
             Probe::Vacant(slot) => {
                 *out = self.create(locked, slot, key, 1, Mode::Check, now);
+            }
+        }
+    }
+
+    /// Stores a known key's state after a request ran on `cell`, if it
+    /// changed from `stored`: removed if it is fresh again.
+    #[inline(always)]
+    fn write_back(
+        &self,
+        locked: &mut table::Locked<'_, K>,
+        slot: usize,
+        stored: u64,
+        cell: &mut AtomicU64,
+    ) {
+        let next = word_of(cell) ^ self.fresh;
+        if next != stored {
+            if next == 0 {
+                // Fresh again: no entry is kept for a fresh state.
+                locked.remove(slot, &self.hasher);
+                // Relaxed: see `reserve_slot`.
+                self.live.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                locked.set_stored(slot, next);
             }
         }
     }
