@@ -14,7 +14,7 @@ use std::time::Duration;
 use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::{Carry, Decision, FixedWindow, Gcra, KeyedLimiter, ManualClock, Nanos, Quota};
 use tollgate::{SlidingWindow, WarmUp};
-use tollgate_redis::{CalendarUnit, CalendarWindow, FailurePolicy, Limit, Redis, RedisLimiter};
+use tollgate_redis::{CalendarUnit, CalendarWindow, Limit, Redis, RedisLimiter};
 
 use crate::support;
 use crate::support::Connect as _;
@@ -27,14 +27,7 @@ fn limiter(
     clock: &ManualClock,
     from: Option<(Limit, Carry)>,
 ) -> RedisLimiter {
-    let mut b = RedisLimiter::builder(redis.clone(), "carry-all")
-        .limit(limit)
-        .manual_time(clock.clone())
-        .failure_policy(FailurePolicy::FailClosed)
-        // TTLs run in real time while the manual clock jumps: an hour's
-        // slack keeps every key alive through the run.
-        .ttl_slack(Duration::from_secs(3_600))
-        .deadline(Duration::from_secs(5));
+    let mut b = support::on_manual_clock(redis, "carry-all", clock).limit(limit);
     if let Some((old, rule)) = from {
         b = b.carry_from([old], rule);
     }

@@ -16,7 +16,7 @@ use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::algorithm::{Algorithm, DEBT_PERIODS};
 use tollgate::{AllOf, Decision, FixedWindow, Gcra, KeyedLimiter, ManualClock, Nanos, Quota};
 use tollgate::{SlidingWindow, WarmUp};
-use tollgate_redis::{CalendarUnit, CalendarWindow, FailurePolicy, Limit, Redis, RedisLimiter};
+use tollgate_redis::{CalendarUnit, CalendarWindow, Limit, Redis};
 
 use crate::support;
 use crate::support::Connect as _;
@@ -81,11 +81,7 @@ async fn replay<A: Algorithm>(
     let core = KeyedLimiter::<String, A>::builder(algorithm)
         .clock(clock.clone())
         .build();
-    let mut b = RedisLimiter::builder(redis.clone(), name)
-        .manual_time(clock.clone())
-        .failure_policy(FailurePolicy::FailClosed)
-        .ttl_slack(Duration::from_secs(3_600))
-        .deadline(Duration::from_secs(5));
+    let mut b = support::on_manual_clock(redis, name, &clock);
     for l in limits {
         b = b.limit(l.clone());
     }

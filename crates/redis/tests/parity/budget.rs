@@ -12,7 +12,7 @@ use std::time::Duration;
 use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::algorithm::{Algorithm, DEBT_PERIODS};
 use tollgate::{AllOf, Decision, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota};
-use tollgate_redis::{CalendarUnit, CalendarWindow, FailurePolicy, Limit, Redis, RedisLimiter};
+use tollgate_redis::{CalendarUnit, CalendarWindow, Limit, Redis, RedisLimiter};
 
 use crate::support;
 use crate::support::Connect as _;
@@ -39,13 +39,7 @@ impl Rng {
 }
 
 fn limiter(redis: &Redis, name: &str, limits: &[Limit], clock: &ManualClock) -> RedisLimiter {
-    let mut b = RedisLimiter::builder(redis.clone(), name)
-        .manual_time(clock.clone())
-        .failure_policy(FailurePolicy::FailClosed)
-        // TTLs run in real time while the manual clock jumps: a slack of
-        // an hour keeps every key alive through the run.
-        .ttl_slack(Duration::from_secs(3_600))
-        .deadline(Duration::from_secs(5));
+    let mut b = support::on_manual_clock(redis, name, clock);
     for l in limits {
         b = b.limit(l.clone());
     }

@@ -6,7 +6,8 @@ pub mod proxy;
 
 use std::time::Duration;
 
-use tollgate_redis::{Options, Redis};
+use tollgate::ManualClock;
+use tollgate_redis::{FailurePolicy, Options, Redis, RedisLimiter, RedisLimiterBuilder};
 pub use tollgate_testkit::{RedisCluster as Cluster, RedisServer as Server};
 
 /// A client on a test server or cluster, with short timeouts.
@@ -81,4 +82,16 @@ impl Connect for Cluster {
         .expect("cluster connect in time")
         .expect("cluster connect")
     }
+}
+
+/// A limiter for a schedule run on a manual clock beside the core's: the
+/// clock's time, failing closed (a fault denies, it never decides as if
+/// Redis had), a 5 s deadline, and an hour of TTL slack, since TTLs run in
+/// real time while the manual clock jumps.
+pub fn on_manual_clock(redis: &Redis, name: &str, clock: &ManualClock) -> RedisLimiterBuilder {
+    RedisLimiter::builder(redis.clone(), name)
+        .manual_time(clock.clone())
+        .failure_policy(FailurePolicy::FailClosed)
+        .ttl_slack(Duration::from_secs(3_600))
+        .deadline(Duration::from_secs(5))
 }
