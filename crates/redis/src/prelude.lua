@@ -808,13 +808,9 @@ local function warm_module()
   -- WarmUp::charge, for a change of algorithm into a warm-up: carry.lua),
   -- without the core's cap at DEBT_PERIODS periods past now (more owed,
   -- never less; the cap binds only past 16 periods' worth of permits).
-  -- Not a budget's charge: charge.lua refuses warm-up limits.
-  function W.reserve(key, st, p, c)
-    if c > 0 then
-      local f, s = next_of(st, p, c)
-      warm_store(key, st, p, f, s)
-    end
-  end
+  -- Not a budget's charge: charge.lua refuses warm-up limits. The same
+  -- transition as an admission, taken whether or not it fits.
+  W.reserve = W.admit
 
   -- A carry (carry.lua, the core's WarmUp::carry_cell; Proportional is
   -- Keep): what `old` owes under `q` in stable intervals rescaled to this
