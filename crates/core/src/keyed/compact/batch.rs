@@ -17,8 +17,8 @@
 //! for it. The table is on huge pages where the kernel gives them
 //! (`tollgate-pages`), so that a prefetch rarely waits for a page walk.
 //!
-//! A table in cache takes the same path: there the prefetches measured
-//! neither faster nor slower than none (`BENCHMARKS.md`).
+//! A table in cache takes the same path: there a prefetch finds its line
+//! at hand and costs an instruction.
 //!
 //! On the reference host a key costs the floor of its two lines plus the
 //! decision's compute in cache, measured in the same run: the two add up
@@ -46,7 +46,7 @@ use crate::sync::AtomicU64;
 /// How many keys ahead of the one being decided a batched check asks the
 /// memory for its lines: a miss takes about as long as this many
 /// decisions, and the lines asked for and not yet used stay in the L1
-/// cache (`BENCHMARKS.md`: 16 to 128 measured alike, 8 and 256 slower).
+/// cache (how it was chosen: `BENCHMARKS.md`, "Prefetch distance").
 pub const AHEAD: usize = 32;
 
 /// Where a known key's mean probe at a load of 7/8 (4.5 slots) reaches,
