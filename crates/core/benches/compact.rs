@@ -13,19 +13,35 @@
 //! reads summed so that none waits for another), and the same with the
 //! key's hash computed as the table computes it (`floor_<key>_hash`:
 //! foldhash of the key, the home slot's multiply-shift). Every batched
-//! row is printed as a ratio to both, round by round (the median of the
-//! rounds' ratios) and fastest against fastest: a ratio taken within one
-//! process and one round holds from a quiet machine to a loaded one where
-//! the nanoseconds do not.
+//! row is printed as a ratio to both, in wall time, round by round (the
+//! median of the rounds' ratios) and fastest against fastest: a ratio
+//! taken within one process and one round holds better from one machine
+//! to another than the nanoseconds do.
 //!
-//! Three more floors tell whether the memory's floor and a decision's
-//! compute can overlap on this host (`floor_u64_compute_*`): the same
-//! random reads, each feeding a chain of dependent arithmetic about as long
-//! as a decision where the table is in cache; the compute alone, after the
-//! group's words were loaded (the batch's touch-then-decide), and with the
-//! next group's words prefetched (`prefetcht0` through `prefetch-index`).
+//! The floors' code is in `compact_floors.rs`. Two groups tell whether
+//! the memory's floor and a decision's compute can overlap on this host:
+//!
+//! - `floor_u64_compute_*`: the same random reads, each feeding a chain
+//!   of dependent arithmetic about as long as a decision where the table
+//!   is in cache; the compute alone, after a group's words were loaded
+//!   (a touch-then-decide), and with the next group's words prefetched
+//!   (`prefetcht0` through `prefetch-index`);
+//! - `floor_u64_stream_huge` and `floor_u64_compute_stream_huge`: each
+//!   key's word prefetched [`AHEAD`](tollgate::keyed::compact::batch::AHEAD)
+//!   keys before it is read, as `check_batch` streams, without and with
+//!   the same chain of arithmetic.
+//!
 //! Overlapped, a row costs the larger of the compute and the floor; added
 //! up, their sum.
+//!
+//! One more group is **the layout's floor**: a model of the table's slots
+//! for `u64` keys (the key's two words and a two-word state, 8/7 slots a
+//! key, linear probing from the hashed home slot) holding the same keys,
+//! with `check_batch`'s prefetches, and no lock, no decision and no write
+//! (`floor_u64_probe_huge`; `floor_u64_probe_cached` at the in-cache
+//! table's 10^4 keys). What any batched check on this layout costs at
+//! least. `floor_u64_probe_home_huge` reads one word of the same lines in
+//! place of the probe: what the lines alone cost.
 //!
 //! `Rate` is Cloudflare's estimator: a count-min sketch of events per key
 //! over an interval, of fixed size whatever the keys. It is approximate
@@ -55,14 +71,19 @@ use std::hash::BuildHasher;
 use std::hint::black_box;
 use std::net::Ipv6Addr;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use governor::clock::DefaultClock;
 use governor::state::keyed::DashMapStateStore;
 use tollgate::keyed::compact::{CompactKeyedLimiter, FixedKey, ShortKey};
 use tollgate::{Gcra, KeyedLimiter, Quota};
-use tollgate_pages::AtomicWords;
+
+#[path = "compact_floors.rs"]
+mod floors;
+use floors::{
+    COMPUTE_STEPS, Fetch, ProbeModel, floor_array, floor_array_huge, floor_compute, floor_probe,
+    floor_reads, floor_stream, floor_two_lines,
+};
 
 const BURST: u32 = 100_000_000;
 
@@ -171,153 +192,6 @@ impl<'a> Contender<'a> {
     }
 }
 
-/// A plain array of 8-byte words as large as a table, written once so
-/// that it is resident.
-fn floor_array(bytes: usize) -> Vec<u64> {
-    (0..(bytes / 8).max(1) as u64).collect()
-}
-
-/// The same bytes on huge pages where the kernel gives them, as the
-/// compact table's shards are (`tollgate-pages`), written once.
-fn floor_array_huge(bytes: usize) -> AtomicWords {
-    let words = AtomicWords::zeroed((bytes / 4).max(1)).expect("memory");
-    for (i, word) in words.iter().enumerate() {
-        word.store(i as u32, Ordering::Relaxed);
-    }
-    words
-}
-
-/// A word of a floor's array.
-trait Word {
-    fn value(&self) -> u64;
-}
-
-impl Word for u64 {
-    #[inline(always)]
-    fn value(&self) -> u64 {
-        *self
-    }
-}
-
-impl Word for AtomicU32 {
-    #[inline(always)]
-    fn value(&self) -> u64 {
-        // Relaxed: a plain load, as the table's words are read.
-        u64::from(self.load(Ordering::Relaxed))
-    }
-}
-
-/// The floor: one independent read per key from `array`, at the index
-/// `spread(key)` scaled to its length (Lemire's multiply-shift, as the
-/// table's home slot). The reads are summed, so no load's address waits
-/// for another's value.
-#[inline(never)]
-fn floor_reads<W: Word, K>(array: &[W], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
-    let len = array.len() as u128;
-    let mut sum = 0u64;
-    for key in keys {
-        let at = ((u128::from(spread(key)) * len) >> 64) as usize;
-        sum = sum.wrapping_add(array[at].value());
-    }
-    black_box(sum);
-    keys.len()
-}
-
-/// The floor of a probe that reads two lines: as [`floor_reads`], each
-/// key's word and the one 64 bytes on (the next cache line, or the array's
-/// last word).
-#[inline(never)]
-fn floor_two_lines<W: Word, K>(array: &[W], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
-    let len = array.len() as u128;
-    let last = array.len() - 1;
-    let line = 64 / size_of::<W>();
-    let mut sum = 0u64;
-    for key in keys {
-        let at = ((u128::from(spread(key)) * len) >> 64) as usize;
-        sum = sum
-            .wrapping_add(array[at].value())
-            .wrapping_add(array[(at + line).min(last)].value());
-    }
-    black_box(sum);
-    keys.len()
-}
-
-/// Dependent arithmetic standing for a decision's compute where the
-/// table is in cache (`COMPUTE_STEPS` multiply-xorshift steps, about as
-/// long as `compact_batch` at 10^4 keys on the reference host).
-#[inline(always)]
-fn compute(mut x: u64) -> u64 {
-    for _ in 0..COMPUTE_STEPS {
-        x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (x >> 29);
-    }
-    x
-}
-
-const COMPUTE_STEPS: usize = 20;
-
-/// Keys a group in [`floor_compute`]'s loads and prefetches.
-const COMPUTE_GROUP: usize = 32;
-
-/// How a [`floor_compute`] key's word reaches the cache before its compute.
-#[derive(Clone, Copy)]
-enum Fetch {
-    /// No memory at all: the compute alone (each key's word is its index).
-    None,
-    /// The group's words loaded in a tight loop first, then each key's
-    /// compute on its word: the batch's touch-then-decide.
-    Loads,
-    /// The next group's words prefetched (`prefetch-index`, `prefetcht0`)
-    /// before this group's computes: a prefetch holds no place in the
-    /// reorder window once issued, so its miss may overlap the computes.
-    Prefetch,
-}
-
-/// One random read per key as [`floor_reads`], each feeding a chain of
-/// [`compute`]: whether the memory's floor and the compute overlap (the
-/// cost is the larger of the two) or add up, for each way of fetching.
-#[inline(never)]
-fn floor_compute<W: Word, K>(
-    array: &[W],
-    keys: &[K],
-    spread: impl Fn(&K) -> u64,
-    fetch: Fetch,
-) -> usize {
-    let len = array.len() as u128;
-    let at = |key: &K| ((u128::from(spread(key)) * len) >> 64) as usize;
-    let mut sum = 0u64;
-    let mut touched = 0u64;
-    let groups: Vec<&[K]> = keys.chunks(COMPUTE_GROUP).collect();
-    if let (Fetch::Prefetch, Some(first)) = (fetch, groups.first()) {
-        for key in *first {
-            prefetch_index::prefetch_index(array, at(key));
-        }
-    }
-    for (g, group) in groups.iter().enumerate() {
-        match fetch {
-            Fetch::None => {}
-            Fetch::Loads => {
-                for key in *group {
-                    touched ^= array[at(key)].value();
-                }
-            }
-            Fetch::Prefetch => {
-                for key in groups.get(g + 1).copied().unwrap_or_default() {
-                    prefetch_index::prefetch_index(array, at(key));
-                }
-            }
-        }
-        for key in *group {
-            let word = match fetch {
-                Fetch::None => at(key) as u64,
-                Fetch::Loads | Fetch::Prefetch => array[at(key)].value(),
-            };
-            sum = compute(sum ^ word);
-        }
-    }
-    black_box((sum, touched));
-    keys.len()
-}
-
 /// Admitted checks of `keys` through `check_batch`, `call` keys a call.
 fn batched<K: FixedKey>(
     limiter: &CompactKeyedLimiter<K>,
@@ -344,11 +218,41 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// The batched (or other) row, its floors: printed as ratios.
-const RATIOS: [(&str, &str, &str); 13] = [
+const RATIOS: [(&str, &str, &str); 19] = [
     (
         "compact_batch",
         "floor_u64_hash_huge",
         "floor_u64_two_lines_huge",
+    ),
+    (
+        "floor_u64_probe_huge",
+        "floor_u64_hash_huge",
+        "floor_u64_two_lines_huge",
+    ),
+    (
+        "floor_u64_probe_home_huge",
+        "floor_u64_hash_huge",
+        "floor_u64_hash_huge",
+    ),
+    (
+        "compact_batch",
+        "floor_u64_probe_huge",
+        "floor_u64_probe_huge",
+    ),
+    (
+        "floor_u64_stream_huge",
+        "floor_u64_hash_huge",
+        "floor_u64_hash_huge",
+    ),
+    (
+        "floor_u64_compute_stream_huge",
+        "floor_u64_compute_alone",
+        "floor_u64_hash_huge",
+    ),
+    (
+        "compact_batch_cached",
+        "floor_u64_probe_cached",
+        "floor_u64_probe_cached",
     ),
     (
         "compact_batch_cached",
@@ -476,6 +380,8 @@ fn main() {
             "two_lines_huge",
             "compute_prefetch_huge",
             "compute_loads_huge",
+            "stream_huge",
+            "compute_stream_huge",
         ]
         .iter()
         .any(|floor| wanted(&format!("floor_{name}_{floor}")))
@@ -502,6 +408,20 @@ fn main() {
     );
     // Hashed as the table hashes: foldhash, seeded at random.
     let hasher = foldhash::fast::RandomState::default();
+    // The layout's floor: a model of the table's slots holding the same
+    // keys (and one of the in-cache table's), built when its row runs.
+    let spread = |k: &u64| hasher.hash_one(k) << 8;
+    let probe_model = ["floor_u64_probe_huge", "floor_u64_probe_home_huge"]
+        .iter()
+        .any(|name| wanted(name))
+        .then(|| {
+            let keys: Vec<u64> = (0..n).map(key_of).collect();
+            ProbeModel::new(&keys, spread)
+        });
+    let probe_cached = wanted("floor_u64_probe_cached").then(|| {
+        let keys: Vec<u64> = (0..CACHED_KEYS).map(key_of).collect();
+        ProbeModel::new(&keys, spread)
+    });
     let keyed: KeyedLimiter<u64> = KeyedLimiter::builder(gcra()).sweep_every(None).build();
     let governor_default = governor::RateLimiter::keyed(governor_quota());
     let governor_foldhash: GovernorFoldhash = governor::RateLimiter::dashmap_with_hasher(
@@ -646,6 +566,24 @@ fn main() {
                 Fetch::Loads,
             )
         }),
+        Contender::new("floor_u64_stream_huge", |round| {
+            floor_stream::<0, _>(&huge_u64, &round.u64s, spread)
+        }),
+        Contender::new("floor_u64_compute_stream_huge", |round| {
+            floor_stream::<COMPUTE_STEPS, _>(&huge_u64, &round.u64s, spread)
+        }),
+        Contender::new("floor_u64_probe_huge", |round| {
+            let model = probe_model.as_ref().expect("built when wanted");
+            floor_probe(model, &round.u64s, spread, ProbeModel::probe)
+        }),
+        Contender::new("floor_u64_probe_home_huge", |round| {
+            let model = probe_model.as_ref().expect("built when wanted");
+            floor_probe(model, &round.u64s, spread, ProbeModel::home_word)
+        }),
+        Contender::new("floor_u64_probe_cached", |round| {
+            let model = probe_cached.as_ref().expect("built when wanted");
+            floor_probe(model, &round.cached, spread, ProbeModel::probe)
+        }),
         Contender::new("compact_batch", |round| {
             batched(&compact, &round.u64s, call, &mut decisions)
         }),
@@ -762,8 +700,11 @@ fn main() {
             cpu[cpu.len() / 2]
         );
     }
-    // Each ratio in time on a CPU: the median of the rounds' own ratios
-    // (the two measured a few hundred ms apart), then fastest ÷ fastest.
+    // Each ratio in wall time: the median of the rounds' own ratios (the
+    // two measured a few hundred ms apart), then fastest ÷ fastest. Not
+    // in time on a CPU: the kernel may count that in scheduler ticks (4 ms
+    // on the reference host), too coarse for a round of 10 to 60 ms; the
+    // load average printed says whether the wall time had a core to spare.
     let find = |name: &str| contenders.iter().find(|c| c.name == name);
     for (row, read, hash) in RATIOS {
         let Some(row) = find(row) else { continue };
@@ -771,9 +712,9 @@ fn main() {
         for floor in [read, hash].into_iter().take(floors) {
             let Some(floor) = find(floor) else { continue };
             let ratios: Vec<f64> = row
-                .cpu_rounds
+                .rounds
                 .iter()
-                .zip(&floor.cpu_rounds)
+                .zip(&floor.rounds)
                 .map(|(r, f)| r / f)
                 .collect();
             let ratios = sorted(&ratios);
@@ -784,7 +725,7 @@ fn main() {
                 ratios[ratios.len() / 2],
                 ratios[0],
                 ratios[ratios.len() - 1],
-                sorted(&row.cpu_rounds)[0] / sorted(&floor.cpu_rounds)[0]
+                sorted(&row.rounds)[0] / sorted(&floor.rounds)[0]
             );
         }
     }
@@ -795,8 +736,8 @@ fn main() {
         find("floor_u64_two_lines_huge"),
         find("compact_batch_cached"),
     ) {
-        let ratios: Vec<f64> = (0..batch.cpu_rounds.len())
-            .map(|r| batch.cpu_rounds[r] / (lines.cpu_rounds[r] + compute.cpu_rounds[r]))
+        let ratios: Vec<f64> = (0..batch.rounds.len())
+            .map(|r| batch.rounds[r] / (lines.rounds[r] + compute.rounds[r]))
             .collect();
         let ratios = sorted(&ratios);
         println!(

@@ -1,0 +1,309 @@
+//! The memory's floors beside `compact.rs`'s batched checks: what a
+//! batch of independent random reads costs on this host, and what the
+//! compact table's layout alone costs without its lock and its decision
+//! (the module docs of `compact.rs` say what each row is for).
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tollgate::keyed::compact::batch::AHEAD;
+use tollgate_pages::AtomicWords;
+
+/// A plain array of 8-byte words as large as a table, written once so
+/// that it is resident.
+pub fn floor_array(bytes: usize) -> Vec<u64> {
+    (0..(bytes / 8).max(1) as u64).collect()
+}
+
+/// The same bytes on huge pages where the kernel gives them, as the
+/// compact table's shards are (`tollgate-pages`), written once.
+pub fn floor_array_huge(bytes: usize) -> AtomicWords {
+    let words = AtomicWords::zeroed((bytes / 4).max(1)).expect("memory");
+    for (i, word) in words.iter().enumerate() {
+        word.store(i as u32, Ordering::Relaxed);
+    }
+    words
+}
+
+/// A word of a floor's array.
+pub trait Word {
+    fn value(&self) -> u64;
+}
+
+impl Word for u64 {
+    #[inline(always)]
+    fn value(&self) -> u64 {
+        *self
+    }
+}
+
+impl Word for AtomicU32 {
+    #[inline(always)]
+    fn value(&self) -> u64 {
+        // Relaxed: a plain load, as the table's words are read.
+        u64::from(self.load(Ordering::Relaxed))
+    }
+}
+
+/// The floor: one independent read per key from `array`, at the index
+/// `spread(key)` scaled to its length (Lemire's multiply-shift, as the
+/// table's home slot). The reads are summed, so no load's address waits
+/// for another's value.
+#[inline(never)]
+pub fn floor_reads<W: Word, K>(array: &[W], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
+    let len = array.len() as u128;
+    let mut sum = 0u64;
+    for key in keys {
+        let at = ((u128::from(spread(key)) * len) >> 64) as usize;
+        sum = sum.wrapping_add(array[at].value());
+    }
+    black_box(sum);
+    keys.len()
+}
+
+/// The floor of a probe that reads two lines: as [`floor_reads`], each
+/// key's word and the one 64 bytes on (the next cache line, or the array's
+/// last word).
+#[inline(never)]
+pub fn floor_two_lines<W: Word, K>(array: &[W], keys: &[K], spread: impl Fn(&K) -> u64) -> usize {
+    let len = array.len() as u128;
+    let last = array.len() - 1;
+    let line = 64 / size_of::<W>();
+    let mut sum = 0u64;
+    for key in keys {
+        let at = ((u128::from(spread(key)) * len) >> 64) as usize;
+        sum = sum
+            .wrapping_add(array[at].value())
+            .wrapping_add(array[(at + line).min(last)].value());
+    }
+    black_box(sum);
+    keys.len()
+}
+
+/// Dependent arithmetic standing for a decision's compute where the
+/// table is in cache (`COMPUTE_STEPS` multiply-xorshift steps, about as
+/// long as `compact_batch` at 10^4 keys on the reference host).
+#[inline(always)]
+pub fn compute(mut x: u64) -> u64 {
+    for _ in 0..COMPUTE_STEPS {
+        x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (x >> 29);
+    }
+    x
+}
+
+pub const COMPUTE_STEPS: usize = 20;
+
+/// Keys a group in [`floor_compute`]'s loads and prefetches.
+const COMPUTE_GROUP: usize = 32;
+
+/// How a [`floor_compute`] key's word reaches the cache before its compute.
+#[derive(Clone, Copy)]
+pub enum Fetch {
+    /// No memory at all: the compute alone (each key's word is its index).
+    None,
+    /// The group's words loaded in a tight loop first, then each key's
+    /// compute on its word: the batch's touch-then-decide.
+    Loads,
+    /// The next group's words prefetched (`prefetch-index`, `prefetcht0`)
+    /// before this group's computes: a prefetch holds no place in the
+    /// reorder window once issued, so its miss may overlap the computes.
+    Prefetch,
+}
+
+/// One random read per key as [`floor_reads`], each feeding a chain of
+/// [`compute`]: whether the memory's floor and the compute overlap (the
+/// cost is the larger of the two) or add up, for each way of fetching.
+#[inline(never)]
+pub fn floor_compute<W: Word, K>(
+    array: &[W],
+    keys: &[K],
+    spread: impl Fn(&K) -> u64,
+    fetch: Fetch,
+) -> usize {
+    let len = array.len() as u128;
+    let at = |key: &K| ((u128::from(spread(key)) * len) >> 64) as usize;
+    let mut sum = 0u64;
+    let mut touched = 0u64;
+    let groups: Vec<&[K]> = keys.chunks(COMPUTE_GROUP).collect();
+    if let (Fetch::Prefetch, Some(first)) = (fetch, groups.first()) {
+        for key in *first {
+            prefetch_index::prefetch_index(array, at(key));
+        }
+    }
+    for (g, group) in groups.iter().enumerate() {
+        match fetch {
+            Fetch::None => {}
+            Fetch::Loads => {
+                for key in *group {
+                    touched ^= array[at(key)].value();
+                }
+            }
+            Fetch::Prefetch => {
+                for key in groups.get(g + 1).copied().unwrap_or_default() {
+                    prefetch_index::prefetch_index(array, at(key));
+                }
+            }
+        }
+        for key in *group {
+            let word = match fetch {
+                Fetch::None => at(key) as u64,
+                Fetch::Loads | Fetch::Prefetch => array[at(key)].value(),
+            };
+            sum = compute(sum ^ word);
+        }
+    }
+    black_box((sum, touched));
+    keys.len()
+}
+
+/// [`compute`] of `STEPS` steps (0: none).
+#[inline(always)]
+fn compute_steps<const STEPS: usize>(mut x: u64) -> u64 {
+    for _ in 0..STEPS {
+        x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (x >> 29);
+    }
+    x
+}
+
+/// The floor's reads as `check_batch` asks for its lines: each key hashed
+/// and its word prefetched [`AHEAD`] keys before it is read, from a ring
+/// of the keys ahead, each read feeding `STEPS` steps of [`compute`]
+/// chained from read to read (0: summed only). With no compute it tells
+/// whether a prefetch delivers its line in time on this host; with a
+/// decision's worth, whether that compute overlaps the misses (the row
+/// then costs the larger of the two) or adds to them.
+#[inline(never)]
+pub fn floor_stream<const STEPS: usize, K>(
+    array: &[AtomicU32],
+    keys: &[K],
+    spread: impl Fn(&K) -> u64,
+) -> usize {
+    let len = array.len() as u128;
+    let at = |key: &K| ((u128::from(spread(key)) * len) >> 64) as usize;
+    let mut ring = [0usize; AHEAD];
+    for (slot, key) in ring.iter_mut().zip(keys) {
+        *slot = at(key);
+        prefetch_index::prefetch_index(array, *slot);
+    }
+    let mut sum = 0u64;
+    for i in 0..keys.len() {
+        let here = ring[i % AHEAD];
+        if let Some(later) = keys.get(i + AHEAD) {
+            ring[i % AHEAD] = at(later);
+            prefetch_index::prefetch_index(array, ring[i % AHEAD]);
+        }
+        let word = u64::from(array[here].load(Ordering::Relaxed));
+        sum = if STEPS == 0 {
+            sum.wrapping_add(word)
+        } else {
+            compute_steps::<STEPS>(sum ^ word)
+        };
+    }
+    black_box(sum);
+    keys.len()
+}
+
+/// The compact table's layout for `u64` keys without its lock, its
+/// decision and its shards: slots of the key's two words and a two-word
+/// state (here 1; 0 is vacant), `8/7` slots a key, linear probing from
+/// the home slot the table computes (the hash's fraction of the slots),
+/// on huge pages where the kernel gives them.
+pub struct ProbeModel {
+    words: AtomicWords,
+    slots: usize,
+}
+
+/// Words a slot of a `u64` key: the key's two, the state's two.
+const SLOT: usize = 4;
+
+impl ProbeModel {
+    /// The model holding `keys`, each at the first vacant slot from its
+    /// home, as the table inserts.
+    pub fn new(keys: &[u64], spread: impl Fn(&u64) -> u64) -> ProbeModel {
+        let slots = (keys.len() * 8).div_ceil(7).max(2);
+        let words = AtomicWords::zeroed(slots * SLOT).expect("memory");
+        let model = ProbeModel { words, slots };
+        for key in keys {
+            let mut slot = model.home(spread(key));
+            while model.words[slot * SLOT + 2].load(Ordering::Relaxed) != 0 {
+                slot = (slot + 1) % slots;
+            }
+            let words = &model.words[slot * SLOT..slot * SLOT + SLOT];
+            words[0].store(*key as u32, Ordering::Relaxed);
+            words[1].store((*key >> 32) as u32, Ordering::Relaxed);
+            words[2].store(1, Ordering::Relaxed);
+        }
+        model
+    }
+
+    #[inline(always)]
+    fn home(&self, spread: u64) -> usize {
+        ((u128::from(spread) * self.slots as u128) >> 64) as usize
+    }
+
+    /// The home slot's first state word: one read of the lines a probe
+    /// reads.
+    #[inline(always)]
+    pub fn home_word(&self, _key: u64, home: usize) -> usize {
+        self.words[home * SLOT + 2].load(Ordering::Relaxed) as usize
+    }
+
+    /// The slot holding `key` (or the vacant one its probe ends at), read
+    /// as `Locked::find` reads: the state's words, then the key's.
+    #[inline(always)]
+    pub fn probe(&self, key: u64, home: usize) -> usize {
+        let want = [key as u32, (key >> 32) as u32];
+        let mut slot = home;
+        loop {
+            let words = &self.words[slot * SLOT..slot * SLOT + SLOT];
+            let low = words[2].load(Ordering::Relaxed);
+            let high = words[3].load(Ordering::Relaxed);
+            if low == 0 && high == 0 {
+                return slot;
+            }
+            if words[0].load(Ordering::Relaxed) == want[0]
+                && words[1].load(Ordering::Relaxed) == want[1]
+            {
+                return slot;
+            }
+            slot = if slot + 1 == self.slots { 0 } else { slot + 1 };
+        }
+    }
+}
+
+/// The layout's floor: each key's lines prefetched [`AHEAD`] keys ahead
+/// as `check_batch` asks for them (the home slot's line and the one 14
+/// words, 3.5 slots, on), then `read` on the key and its home slot, with
+/// no lock taken, no decision made and nothing written. With
+/// [`ProbeModel::probe`], what any batched check on this layout costs at
+/// least; with [`ProbeModel::home_word`], what the same lines cost when
+/// only one word of them is read.
+#[inline(never)]
+pub fn floor_probe(
+    model: &ProbeModel,
+    keys: &[u64],
+    spread: impl Fn(&u64) -> u64,
+    read: impl Fn(&ProbeModel, u64, usize) -> usize,
+) -> usize {
+    let words: &[AtomicU32] = &model.words;
+    let prefetch = |home: usize| {
+        prefetch_index::prefetch_index(words, home * SLOT);
+        prefetch_index::prefetch_index(words, home * SLOT + 14);
+    };
+    let mut ring = [0usize; AHEAD];
+    for (slot, key) in ring.iter_mut().zip(keys) {
+        *slot = model.home(spread(key));
+        prefetch(*slot);
+    }
+    let mut sum = 0usize;
+    for (i, &key) in keys.iter().enumerate() {
+        let home = ring[i % AHEAD];
+        if let Some(later) = keys.get(i + AHEAD) {
+            ring[i % AHEAD] = model.home(spread(later));
+            prefetch(ring[i % AHEAD]);
+        }
+        sum = sum.wrapping_add(read(model, key, home));
+    }
+    black_box(sum);
+    keys.len()
+}
