@@ -11,19 +11,21 @@
 //! order, and before deciding key `i` it hashes key `i + AHEAD` and
 //! prefetches the lines its probe will read (`Shard::prefetch` in
 //! `table.rs`: the home slot's line and every line up to where a 4.5-slot
-//! probe ends, the mean for a known key at a load of 7/8). A prefetch is a
-//! hint, not a load: it does not hold its place in the reorder window
-//! until its line arrives, and the lock's locked instruction does not wait
-//! for it. The table is on huge pages where the kernel gives them
-//! (`tollgate-pages`), so that a prefetch rarely waits for a page walk.
+//! probe ends, the mean for a known key at a load of 7/8). Streamed one key
+//! at a time rather than a group at once, the prefetches arrive in time,
+//! and a decision's worth of arithmetic hides their misses entirely (the
+//! bench's `floor_u64_stream_huge` and `floor_u64_compute_stream_huge`). The table
+//! is on huge pages where the kernel gives them (`tollgate-pages`), so that
+//! a prefetch rarely waits for a page walk.
 //!
 //! A table in cache takes the same path: there a prefetch finds its line
 //! at hand and costs an instruction.
 //!
-//! On the reference host a key costs the floor of its two lines plus the
-//! decision's compute in cache, measured in the same run: the two add up
-//! rather than overlap, even prefetched on huge pages. Why, and the
-//! figures: `crates/core/BENCHMARKS.md`.
+//! What bounds the batch on the reference host is the probe's own reads of
+//! the fetched lines: the table's probe alone, prefetched as here but with
+//! no lock and no decision, costs more than twice the memory's floor at
+//! 10^7 keys (`floor_u64_probe_huge`). The figures, and the variants of the
+//! probe measured: `crates/core/BENCHMARKS.md`.
 //!
 //! # Exactness
 //!
