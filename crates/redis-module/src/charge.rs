@@ -1,6 +1,7 @@
 //! `TOLLGATE.CHARGE`: a budget's charge on GCRA limits (`tollgate-redis`'s
 //! `charge.lua`): `cost` permits recorded whether or not they fit, into
-//! debt, atomically over every limit of one key.
+//! debt, atomically over every limit of one key, answered with the state
+//! after the charge in the same command.
 //!
 //! # Contract
 //!
@@ -9,13 +10,33 @@
 //! key specification) with the operation `h`, as the charge script takes
 //! `decide.lua`'s with op `h`; each limit's `x` is its debt cap in ticks,
 //! which the client computes (the core's `capacity + DEBT_PERIODS · limit ·
-//! interval`). Reply `{fitted, recorded}`: `fitted` 1 when every limit's
-//! debt is within its capacity after the charge, 0 when the charge went
-//! over (recorded anyway), -1 when a key holds a control's marker (a list,
-//! a penalty in force: nothing is charged); `recorded`, the fewest permits
-//! a limit recorded (the rest reached its cap). Only GCRA limits: any other
-//! algorithm is an error reply, and the client sends those charges to the
-//! scripts (window debts are the scripts' alone, see [`transition`]).
+//! interval`). The reply is the charge script's:
+//!
+//! ```text
+//! {fitted, recorded, allowed, 0, now, (allowed_i, headroom_i, retry_i, reset_i)×m}
+//! ```
+//!
+//! - `fitted`: 1 when every limit's debt is within its capacity after the
+//!   charge, 0 when the charge went over (recorded anyway), -1 when a key
+//!   holds a control's marker (a list, a penalty in force: nothing is
+//!   charged);
+//! - `recorded`: the fewest permits a limit recorded (the rest reached its
+//!   cap), 0 under a marker;
+//! - then `TOLLGATE.DECIDE`'s reply to a peek of one permit on the states
+//!   after the charge (the core's `Charge::decision`), or under a marker
+//!   the marker's reply (`crate::controls`), as the script's `verdicts(1)`
+//!   and `marked_reply`.
+//!
+//! So a charge's outcome is one round trip, and no other client's request
+//! can land between the charge and the state it reports. Only GCRA limits:
+//! any other algorithm is an error reply, and the client sends those
+//! charges to the scripts (window debts are the scripts' alone, see
+//! [`transition`]).
+//!
+//! The module of this shape registers `TOLLGATE.VERSION` (see
+//! [`crate::VERSION`]); an earlier `TOLLGATE.CHARGE` answered
+//! `{fitted, recorded}` alone. Clients tell the two apart by that command
+//! before they send a charge (`tollgate_redis::module`, "Charges").
 //!
 //! # Model and guarantee
 //!
@@ -68,7 +89,8 @@ pub fn parse<A: AsRef<[u8]>>(args: &[A]) -> Result<Call, ArgError> {
 }
 
 /// Charges `call` (parsed by [`parse`]) over `store` at `now` (clock units
-/// of `unit` ns): the reply `{fitted, recorded}` (see the module docs).
+/// of `unit` ns): the reply `{fitted, recorded}` then the state after the
+/// charge as a peek of one permit reads it (see the module docs).
 ///
 /// # Errors
 ///
@@ -80,8 +102,8 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
         states.push(transition::load(store, i, &limit.params, &clock)?);
     }
     let blank = |i: usize| transition::blank(&states[i]);
-    if crate::controls::marked(call, now, unit, store, blank).is_some() {
-        return Ok(vec![-1, 0]);
+    if let Some(marked) = crate::controls::marked(call, now, unit, store, blank) {
+        return Ok(with(-1, 0, &marked));
     }
     let (mut fitted, mut fewest) = (1, call.cost);
     for (i, (limit, state)) in call.limits.iter().zip(&states).enumerate() {
@@ -114,7 +136,20 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
             transition::gcra_store(store, i, &clock, scale, (*cur, *modulus), after);
         }
     }
-    Ok(vec![fitted, transition::clamp(fewest)])
+    // The states after the charge, read back as the script reads them.
+    for (i, limit) in call.limits.iter().enumerate() {
+        states[i] = transition::load(store, i, &limit.params, &clock)?;
+    }
+    let after = transition::verdicts(call, &states, &clock, 1);
+    Ok(with(fitted, transition::clamp(fewest), &after))
+}
+
+/// `{fitted, recorded}` then `after` (a decision's reply).
+fn with(fitted: i64, recorded: i64, after: &[i64]) -> Vec<i64> {
+    let mut reply = Vec::with_capacity(2 + after.len());
+    reply.extend([fitted, recorded]);
+    reply.extend_from_slice(after);
+    reply
 }
 
 #[cfg(test)]
@@ -126,13 +161,47 @@ mod tests {
     const M: &str = "9000000000000000";
 
     /// 1 per 10 ns (limit 1 a period of 10), burst 2: capacity 20 ticks,
-    /// the core's cap 20 + 16·10 = 180.
+    /// the core's cap 20 + 16·10 = 180. Returns `{fitted, recorded}`,
+    /// having checked that the rest of the reply is `TOLLGATE.DECIDE`'s
+    /// peek of one permit on the state after the charge.
     fn charge(m: &mut Memory, cost: &str, now: i128) -> Vec<i64> {
         let args = [
             "k", "g", "1", "10", "20", M, "180", "h", "0", cost, "5", "0",
         ];
         let call = parse(&args).unwrap();
-        run(&call, now, 1, m).unwrap()
+        let reply = run(&call, now, 1, m).unwrap();
+        let peek = ["k", "g", "1", "10", "20", M, "180", "p", "0", "1", "5", "0"];
+        let peek = crate::args::parse(&peek).unwrap();
+        let after = transition::run(&peek, now, 1, m).unwrap();
+        assert_eq!(reply[2..], after[..], "a charge of {cost} at {now}");
+        reply[..2].to_vec()
+    }
+
+    /// The whole reply: the charge, then the state after it (a peek of one
+    /// permit: its retry and reset are the debt's).
+    #[test]
+    fn the_reply_carries_the_state_after_the_charge() {
+        let mut m = Memory::default();
+        let args = ["k", "g", "1", "10", "20", M, "180", "h", "0", "2", "5", "0"];
+        let call = parse(&args).unwrap();
+        // 20 ticks of debt: full, one more permit in 10, back to full in 20.
+        assert_eq!(
+            run(&call, 7, 1, &mut m).unwrap(),
+            [1, 2, 0, 0, 7, 0, 0, 10, 20]
+        );
+        // 40 ticks, over: one more permit in 30.
+        assert_eq!(
+            run(&call, 7, 1, &mut m).unwrap(),
+            [0, 2, 0, 0, 7, 0, 0, 30, 40]
+        );
+        // A charge of one within the burst: one permit left after it.
+        let mut m = Memory::default();
+        let args = ["k", "g", "1", "10", "20", M, "180", "h", "0", "1", "5", "0"];
+        let call = parse(&args).unwrap();
+        assert_eq!(
+            run(&call, 7, 1, &mut m).unwrap(),
+            [1, 1, 1, 0, 7, 1, 0, 0, 20]
+        );
     }
 
     #[test]
@@ -162,6 +231,14 @@ mod tests {
         let mut m = Memory::default();
         m.strings.insert(0, (b"!d".to_vec(), 1));
         assert_eq!(charge(&mut m, "5", 0), [-1, 0]);
+        // The marker's reply follows: denied, "never" (checked against the
+        // peek by `charge`).
+        let args = ["k", "g", "1", "10", "20", M, "180", "h", "0", "5", "5", "0"];
+        let call = parse(&args).unwrap();
+        assert_eq!(
+            run(&call, 0, 1, &mut m).unwrap(),
+            [-1, 0, 0, 0, 0, 0, 0, -1, -1]
+        );
         assert_eq!(m.strings[&0].0, b"!d");
         // A penalty past its end is no marker: charged, as by the script.
         m.strings.insert(0, (b"!p0".to_vec(), 1));

@@ -50,6 +50,15 @@ fn charge(ctx: &Context, args: &[Arg]) -> Result<(), String> {
     Ok(())
 }
 
+/// `TOLLGATE.VERSION`: [`crate::VERSION`], the module's version.
+fn version(ctx: &Context, args: &[Arg]) -> Result<(), String> {
+    if !args.is_empty() {
+        return Err("ERR tollgate: TOLLGATE.VERSION takes no arguments".to_owned());
+    }
+    raw::reply_with_long_long(ctx.get_raw(), i64::from(crate::VERSION));
+    Ok(())
+}
+
 /// The call's clock (reading, ns per unit) and its keys as a [`Store`].
 fn bind<'a>(ctx: &'a Context, args: &'a [Arg], call: &'a Call) -> ((i128, i128), RedisStore<'a>) {
     let wall = SystemTime::now()
@@ -271,11 +280,20 @@ extern "C" fn charge_command(
     run(ctx, argv, argc, charge)
 }
 
+extern "C" fn version_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    run(ctx, argv, argc, version)
+}
+
 /// Registers `name` as `function`, with its flags and key specification.
 fn create_command(
     ctx: &Context,
     name: &CStr,
     function: raw::RedisModuleCmdFunc,
+    flags: &CStr,
     keys: (c_int, c_int, c_int),
 ) -> Status {
     // SAFETY: a plain read (a copy) of the function pointer that
@@ -290,7 +308,7 @@ fn create_command(
             ctx.get_raw(),
             name.as_ptr(),
             function,
-            c"write deny-oom".as_ptr(),
+            flags.as_ptr(),
             keys.0,
             keys.1,
             keys.2,
@@ -308,13 +326,25 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     effects::init();
     // `TOLLGATE.DECIDE`: keys `(first 1, last −6, step 7)` (see the crate
     // docs); `TOLLGATE.LEAN`: its one key; `TOLLGATE.CHARGE`: DECIDE's
-    // layout, so DECIDE's specification.
-    if create_command(ctx, c"tollgate.decide", Some(decide_command), (1, -6, 7)) == Status::Err
-        || create_command(ctx, c"tollgate.lean", Some(lean_command), (1, 1, 1)) == Status::Err
-    {
-        return Status::Err;
+    // layout, so DECIDE's specification; `TOLLGATE.VERSION`: no key.
+    let write = c"write deny-oom";
+    let commands: [(&CStr, raw::RedisModuleCmdFunc, &CStr, (c_int, c_int, c_int)); 4] = [
+        (c"tollgate.decide", Some(decide_command), write, (1, -6, 7)),
+        (c"tollgate.lean", Some(lean_command), write, (1, 1, 1)),
+        (c"tollgate.charge", Some(charge_command), write, (1, -6, 7)),
+        (
+            c"tollgate.version",
+            Some(version_command),
+            c"readonly fast",
+            (0, 0, 0),
+        ),
+    ];
+    for (name, function, flags, keys) in commands {
+        if create_command(ctx, name, function, flags, keys) == Status::Err {
+            return Status::Err;
+        }
     }
-    create_command(ctx, c"tollgate.charge", Some(charge_command), (1, -6, 7))
+    Status::Ok
 }
 
 /// At unload: the strings kept between commands.
@@ -325,7 +355,7 @@ fn deinit(_ctx: &Context) -> Status {
 
 redis_module! {
     name: "tollgate",
-    version: 1,
+    version: crate::VERSION,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [],
     init: init,

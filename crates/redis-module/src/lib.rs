@@ -26,7 +26,9 @@
 //! Warm-up limits (`w<cold> …`) are decided as the general script decides
 //! them ([`warm_up`]). `TOLLGATE.CHARGE`, the same arguments with the
 //! operation `h`, records a budget's charge on GCRA limits into debt as
-//! `charge.lua` does, capped as the core caps it ([`charge`]).
+//! `charge.lua` does, capped as the core caps it, and answers as the
+//! script does, with the state after the charge ([`charge`]).
+//! `TOLLGATE.VERSION` answers [`VERSION`].
 //!
 //! # Guarantees
 //!
@@ -56,6 +58,13 @@
 //!
 //! Each rule in full (the argument layout and key specification, the
 //! writes, detection and fallback): `crates/redis-module/docs/module.md`.
+
+/// The module's version (`MODULE LIST`'s `ver`, `TOLLGATE.VERSION`'s
+/// reply). 2: `TOLLGATE.CHARGE` answers the state after the charge (1
+/// answered `{fitted, recorded}` alone, and had no `TOLLGATE.VERSION`).
+/// Clients detect this version by `TOLLGATE.VERSION` in `COMMAND INFO`, in
+/// the one call that detects the other commands.
+pub const VERSION: i32 = 2;
 
 pub mod args;
 pub mod charge;

@@ -179,30 +179,39 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
             take = call.stamp;
         }
     }
-    let mut reply = Vec::with_capacity(3 + 4 * call.limits.len());
-    reply.extend([1, 0, clamp(now)]);
-    for (limit, state) in call.limits.iter().zip(&states) {
-        let verdict = decide(&limit.params, state, &clock, take);
-        if verdict[0] == 0 {
-            reply[0] = 0;
-        }
-        reply.extend(verdict.map(clamp));
-    }
-    if reply[0] == 0 {
-        // A denial takes nothing: an admitting limit reports its time back
-        // to full with nothing taken, as the core's AllOf (and decide.lua).
-        for (i, (limit, state)) in call.limits.iter().zip(&states).enumerate() {
-            if reply[3 + 4 * i] == 1 {
-                reply[6 + 4 * i] = clamp(decide(&limit.params, state, &clock, 0)[3]);
-            }
-        }
-    } else if call.op != Op::Peek {
+    let mut reply = verdicts(call, &states, &clock, take);
+    if reply[0] == 1 && call.op != Op::Peek {
         for (i, (limit, state)) in call.limits.iter().zip(&mut states).enumerate() {
             admit(store, i, &limit.params, state, &clock, take);
         }
         reply[1] = clamp(take);
     }
     Ok(reply)
+}
+
+/// The reply `{allowed, 0, now, (allowed_i, headroom_i, retry_i,
+/// reset_i)×m}` to a request of `take` permits on the loaded `states`,
+/// nothing written (the scripts' `verdicts`). A denial takes nothing: an
+/// admitting limit then reports its time back to full with nothing taken,
+/// as the core's AllOf does (a denying limit's is that already).
+pub(crate) fn verdicts(call: &Call, states: &[State], clock: &Clock, take: i128) -> Vec<i64> {
+    let mut reply = Vec::with_capacity(3 + 4 * call.limits.len());
+    reply.extend([1, 0, clamp(clock.now)]);
+    for (limit, state) in call.limits.iter().zip(states) {
+        let verdict = decide(&limit.params, state, clock, take);
+        if verdict[0] == 0 {
+            reply[0] = 0;
+        }
+        reply.extend(verdict.map(clamp));
+    }
+    if reply[0] == 0 {
+        for (i, (limit, state)) in call.limits.iter().zip(states).enumerate() {
+            if reply[3 + 4 * i] == 1 {
+                reply[6 + 4 * i] = clamp(decide(&limit.params, state, clock, 0)[3]);
+            }
+        }
+    }
+    reply
 }
 
 /// Whether a loaded state is "none" (where a control's marker may be).
