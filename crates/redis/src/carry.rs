@@ -45,6 +45,12 @@
 //! - **Markers** (lists, penalties: see [`controls`](crate::controls)) move
 //!   whatever the rule, with their TTL.
 //!
+//! Every debt carried keeps to the core's one debt cap: at most
+//! [`DEBT_PERIODS`] periods of the new quota beyond full, as after the
+//! largest charge (a limit lowered more than 17-fold from a spent key
+//! gives the rest back, as in memory). The client sends each new limit's
+//! cap with the rule.
+//!
 //! # Listed and penalised keys stay so
 //!
 //! A list entry has no TTL and a penalty may outlive the carry period, so
@@ -67,6 +73,30 @@ use tollgate::{Carry, Nanos};
 
 use crate::key::{BoundedKey, KeyCodec};
 use crate::limit::{ConfigError, Limit, Unit};
+
+/// The most permits a state of `limit` may owe beyond full, the core's
+/// debt cap that a carry keeps to ([`DEBT_PERIODS`] periods of its quota,
+/// within a window's count field), below `2^53 / 3` so that `carry.lua`'s
+/// `3 · k + rule` stays an exact natural (a cap that large is past what any
+/// state reads back anyway).
+fn debt_permits(limit: &Limit) -> u64 {
+    const MOST: u64 = ((1 << 53) - 1 - 2) / 3;
+    let q = limit.quota();
+    let periods = DEBT_PERIODS.saturating_mul(q.limit());
+    let k = match limit {
+        // The core's count field: the limit's bits, or every bit the
+        // window index leaves (FixedWindow::new); the calendar's 32 bits.
+        Limit::FixedWindow(_) => {
+            let bits = (u64::BITS - q.limit().leading_zeros())
+                .max((u64::MAX / q.period_nanos()).leading_zeros());
+            let field = u64::MAX >> (u64::BITS - bits);
+            periods.min(field - q.limit())
+        }
+        Limit::Calendar(_) => periods.min(u64::from(u32::MAX) - q.limit().min(u64::from(u32::MAX))),
+        Limit::Gcra(_) | Limit::SlidingWindow(_) | Limit::WarmUp(_) => periods,
+    };
+    k.min(MOST)
+}
 
 /// What a carrying limiter sends beside its own keys and arguments.
 #[derive(Debug)]
@@ -108,13 +138,20 @@ impl CarrySpec {
         for (old, new) in previous.iter().zip(limits) {
             old.check_exact(unit)?;
             let code = match rule {
-                _ if old.tag() == new.tag() => "0",
-                Carry::Keep => "1",
-                Carry::Proportional => "2",
-                _ => "0",
+                _ if old.tag() == new.tag() => 0,
+                Carry::Keep => 1,
+                Carry::Proportional => 2,
+                _ => 0,
             };
             let [a, b, c, d, e] = old.args(unit);
-            args.push([a, b, c, d, e, code.to_owned()]);
+            // The rule and the new limit's debt cap in one natural (see
+            // `carry.lua`).
+            let x = if code == 0 {
+                0
+            } else {
+                3 * debt_permits(new) + code
+            };
+            args.push([a, b, c, d, e, x.to_string()]);
             // A charge's debt (or a lowered limit's excess) keeps a key
             // up to DEBT_PERIODS periods beyond its horizon: carried too.
             let debt = old

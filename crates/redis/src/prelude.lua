@@ -172,12 +172,20 @@ local function gcra_module()
     return recorded, debt <= p.capacity
   end
 
+  -- The most ticks of debt a state may hold with `k` permits owed beyond
+  -- the burst (the core's Gcra::debt_cap for k = DEBT_PERIODS · limit): a
+  -- charge's cap in a carry (carry.lua). A product past 2^53 is past what
+  -- the state reads back, which G.charge and G.carry cap it at.
+  function G.cap(p, k)
+    return p.capacity + k * p.interval
+  end
+
   -- A carry (carry.lua, the core's Gcra::carry_cell): the debt `old` owed
   -- under limit `q`, in permits, in this limit's ticks (Keep by interval,
   -- Proportional by capacity, rounded up), not capped at the burst; only
-  -- at what the state reads back (M - 2·10^15 ticks). `st`: the new key's
-  -- (empty) state.
-  function G.carry(key, st, p, old, q, rule)
+  -- at the debt cap, G.cap(p, k), and at what the state reads back (M -
+  -- 2·10^15 ticks). `st`: the new key's (empty) state.
+  function G.carry(key, st, p, old, q, rule, k)
     if old.debt == 0 then return end
     local debt
     if rule == 1 then
@@ -185,7 +193,7 @@ local function gcra_module()
     else
       debt = scale(old.debt, p.capacity, q.capacity)
     end
-    gcra_store(key, st, p, math.min(debt, p.M - 2000000000000000))
+    gcra_store(key, st, p, math.min(debt, G.cap(p, k), p.M - 2000000000000000))
   end
   return G
 end
@@ -332,16 +340,22 @@ local function fixed_module()
     return count - st.count, count <= p.limit
   end
 
+  -- The most a count may reach with `k` permits owed beyond the limit
+  -- (the core's debt_cap, k sent by the client: DEBT_PERIODS · limit within
+  -- the core's count field).
+  function F.cap(p, k)
+    return p.limit + k
+  end
+
   -- A carry (carry.lua, the core's FixedWindow and CalendarWindow
   -- carry_cell): the count `old` holds in the window current under `q`
   -- (a debt carried on as load reads it), scaled by the limits for
   -- Proportional (rounded up), counted in the window current under this
-  -- limit; above the limit it is a debt, capped at what the state holds
-  -- ((DEBT_PERIODS + 1) · limit).
-  function F.carry(key, st, p, old, q, rule)
+  -- limit; above the limit it is a debt, capped at F.cap(p, k).
+  function F.carry(key, st, p, old, q, rule, k)
     local used = old.count
     if rule == 2 then used = scale(used, p.limit, q.limit) end
-    used = math.min(used, (DEBT_PERIODS + 1) * p.limit)
+    used = math.min(used, F.cap(p, k))
     if used > 0 then fixed_store(key, st, p, used) end
   end
   return F
@@ -697,14 +711,22 @@ local function sliding_module()
     return recorded, st.debt == 0
   end
 
+  -- The most the wheel and its debt may hold with `k` permits owed beyond
+  -- the limit (k = DEBT_PERIODS · limit: the core's cap).
+  function S.cap(p, k)
+    return p.limit + k
+  end
+
   -- A carry (carry.lua, the core's SlidingWindow::carry_cell; Proportional
   -- is Keep): a wheel of the same geometry keeps its slots and debt; of
   -- another, what still counts under `q` moves into the slot current under
   -- this limit, so it leaves no earlier, the debt with it. Nothing is
   -- dropped beyond this limit (a wheel above it is refused until enough
-  -- leaves); only what the state holds, (DEBT_PERIODS + 1) · limit, caps
-  -- it: the debt first, then the slots, gathered in the newest (stricter).
-  function S.carry(key, st, p, old, q, rule)
+  -- leaves) but past the debt cap, S.cap(p, k): the wheel is run on to now
+  -- and, still past the cap, left as a charge to the cap leaves it: slots
+  -- above the limit gathered in the newest as the limit (they leave no
+  -- earlier), the rest of the cap a debt.
+  function S.carry(key, st, p, old, q, rule, k)
     if old.foreign then return end
     local w = copy(old.stored or old)
     if q.period ~= p.period or q.n ~= p.n then
@@ -714,12 +736,18 @@ local function sliding_module()
       w.counts[math.fmod(head, p.n)] = w.total
     end
     fill(w, p)
-    local most = (DEBT_PERIODS + 1) * p.limit
-    if w.total > most then
-      w.counts = {[math.fmod(w.head, p.n)] = most}
-      w.total = most
+    local most = S.cap(p, k)
+    if w.total + w.debt > most then
+      advance_to(w, p, math.max(epoch_of(now, p), w.head))
     end
-    w.debt = math.min(w.debt, most - w.total)
+    if w.total + w.debt > most then
+      if w.total > p.limit then
+        w.counts = {[math.fmod(w.head, p.n)] = p.limit}
+        w.total = p.limit
+      end
+      w.debt = most - w.total
+      fill(w, p)
+    end
     wheel_store(key, w, p)
   end
   return S
@@ -804,26 +832,47 @@ local function warm_module()
     if f then warm_store(key, st, p, f, s) end
   end
 
-  -- `c` permits taken at now whether or not they fit (the core's
-  -- WarmUp::charge, for a change of algorithm into a warm-up: carry.lua),
-  -- without the core's cap at DEBT_PERIODS periods past now (more owed,
-  -- never less; the cap binds only past 16 periods' worth of permits).
-  -- Not a budget's charge: charge.lua refuses warm-up limits. The same
-  -- transition as an admission, taken whether or not it fits.
-  W.reserve = W.admit
+  -- The most a warm-up may owe (ns past now, a natural) with `k` permits
+  -- of debt: k stable intervals (k = DEBT_PERIODS · limit: DEBT_PERIODS
+  -- periods, the core's cap).
+  function W.cap(p, k)
+    return N.ceil_div(N.mul(N.small(k), p.k.t), p.k.l)
+  end
+
+  -- `c` permits taken at now on a state that owes nothing, whether or not
+  -- they fit, as many as end within `cap` ns (the core's WarmUp::charge,
+  -- for a change of algorithm into a warm-up: carry.lua): the most that
+  -- fit, by bisection (a cost grows with the permits). Not a budget's
+  -- charge: charge.lua refuses warm-up limits.
+  function W.reserve(key, st, p, c, cap)
+    local s = p.math.idle(st.f, st.s, st.now)
+    local function fits(n)
+      return N.cmp(p.math.cost(s, N.small(n)), cap) <= 0
+    end
+    if not fits(c) then
+      local lo, hi = 0, c
+      while hi - lo > 1 do
+        local mid = lo + fdiv(hi - lo, 2)
+        if fits(mid) then lo = mid else hi = mid end
+      end
+      c = lo
+    end
+    W.admit(key, st, p, c)
+  end
 
   -- A carry (carry.lua, the core's WarmUp::carry_cell; Proportional is
   -- Keep): what `old` owes under `q` in stable intervals rescaled to this
-  -- rate, and its idle permits as a fraction of the cold maximum, both
-  -- rounded up (colder, never warmer). Nothing written if that is as
-  -- cold as a fresh state.
-  function W.carry(key, st, p, old, q, rule)
+  -- rate, at most the debt cap W.cap(p, k), and its idle permits as a
+  -- fraction of the cold maximum, both rounded up (colder, never warmer).
+  -- Nothing written if that is as cold as a fresh state.
+  function W.carry(key, st, p, old, q, rule, k)
     local idle = q.math.idle(old.f, old.s, old.now)
     local s = N.min(N.ceil_div(N.mul(idle, p.k.max), q.k.max), p.k.max)
     local f = old.now
     if N.cmp(old.f, old.now) > 0 then
       local owed = N.mul(N.mul(N.sub(old.f, old.now), p.k.t), q.k.l)
-      f = N.add(old.now, N.ceil_div(owed, N.mul(p.k.l, q.k.t)))
+      owed = N.min(N.ceil_div(owed, N.mul(p.k.l, q.k.t)), W.cap(p, k))
+      f = N.add(old.now, owed)
     end
     if N.cmp(p.math.cold_at(f, s), st.now) > 0 then warm_store(key, st, p, f, s) end
   end

@@ -32,7 +32,8 @@
 //! scale interval capacity m` (GCRA), `f period limit 0 0` (fixed window),
 //! `c unit limit 0 0` (calendar), `s period slots limit 0` (sliding
 //! window), `w<cold> burst l t warmup` (warm-up); `x` a GCRA refund's lease
-//! reset, a charge's debt cap, else 0. Every argument is validated before
+//! reset, a charge's debt cap, a carry's old limit `3 · k + rule` (see
+//! `carry.lua`), else 0. Every argument is validated before
 //! a key is read; a refused call answers `ERR tollgate: invalid arguments:
 //! …` and writes nothing. Reply: `{allowed, taken, now, (allowed_i,
 //! headroom_i, retry_i, reset_i)×m}` (GCRA in ticks, the others in ns, -1

@@ -327,6 +327,62 @@ mod tests {
         assert_eq!(halved.peek_cell(&reset, Nanos::new(0), 0).remaining(), 5);
     }
 
+    /// Regression: a carry to a limit lowered more than `DEBT_PERIODS +
+    /// 1`-fold kept every permit taken (1,000 of 1,000 per minute lowered to
+    /// 10: a debt of 99 minutes), past the cap a charge keeps to; the Redis
+    /// scripts kept the cap, so the backends disagreed. Now both keep
+    /// `(DEBT_PERIODS + 1) · 10`: raised back at once, 830 are left, and the
+    /// lowered key waits at most 17 of its minutes.
+    #[test]
+    fn a_carry_keeps_no_more_debt_than_the_cap() {
+        use crate::algorithm::DEBT_PERIODS;
+        use std::time::Duration;
+        const MINUTE: Duration = Duration::from_secs(60);
+        fn q(n: u64) -> Quota {
+            Quota::new(n, MINUTE).unwrap().with_burst(n).unwrap()
+        }
+        let minute = MINUTE;
+        let all: [(&str, fn(u64) -> AnyAlgorithm); 6] = [
+            ("gcra", |n| Gcra::new(q(n)).unwrap().into()),
+            ("fixed", |n| FixedWindow::new(q(n)).unwrap().into()),
+            ("calendar", |n| {
+                CalendarWindow::new(CalendarUnit::Minute, n).unwrap().into()
+            }),
+            ("log", |n| SlidingLog::new(q(n)).unwrap().into()),
+            ("wheel", |n| SlidingWindow::new(q(n), 6).unwrap().into()),
+            ("warm-up", |n| WarmUp::new(q(n), MINUTE).unwrap().into()),
+        ];
+        let now = Nanos::new(7 * 60_000_000_000);
+        let kept = (DEBT_PERIODS + 1) * 10;
+        for (name, make) in all {
+            let (big, small) = (make(1_000), make(10));
+            for rule in [Carry::Keep, Carry::Proportional] {
+                let cell = big.new_cell();
+                assert!(big.check_cell(&cell, now, 1_000).is_allowed(), "{name}");
+                let lowered = small.carry_cell(&big, &cell, now, rule);
+                let d = small.peek_cell(&lowered, now, 0);
+                let most = DEBT_PERIODS + 1;
+                assert!(
+                    d.reset_after() <= minute * most as u32,
+                    "{name} {rule:?}: {d}"
+                );
+                if name == "warm-up" {
+                    // What is owed is a time: at most DEBT_PERIODS minutes.
+                    let d = small.peek_cell(&lowered, now, 1);
+                    assert_eq!(d.retry_after(), minute * DEBT_PERIODS as u32, "{name}");
+                    continue;
+                }
+                if rule == Carry::Proportional && name != "log" && name != "wheel" {
+                    // 1,000 of 1,000 is the whole of 10 under the new limit.
+                    continue;
+                }
+                let raised = big.carry_cell(&small, &lowered, now, Carry::Keep);
+                let d = big.peek_cell(&raised, now, 0);
+                assert_eq!(d.remaining(), 1_000 - kept, "{name} {rule:?}: {d}");
+            }
+        }
+    }
+
     #[test]
     fn a_mismatched_cell_fails_closed() {
         let gcra = AnyAlgorithm::from(Gcra::new(Quota::per_second(1).unwrap()).unwrap());

@@ -392,7 +392,8 @@ impl Algorithm for CalendarWindow {
     }
 
     /// The count of the unit current under the previous window moves to
-    /// the unit current under this one (as the fixed window's).
+    /// the unit current under this one (as the fixed window's), at most the
+    /// debt cap.
     fn carry_cell(
         &self,
         previous: &CalendarWindow,
@@ -408,7 +409,8 @@ impl Algorithm for CalendarWindow {
             Carry::Proportional => (u128::from(used) * u128::from(self.quota.limit()))
                 .div_ceil(u128::from(previous.quota.limit()))
                 .min(u128::from(COUNT_MASK)) as u64,
-        };
+        }
+        .min(self.debt_cap());
         let index = self.unit.index(now.as_u64());
         let state = if used == 0 {
             0

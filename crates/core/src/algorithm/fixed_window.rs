@@ -32,9 +32,9 @@
 //! can reach (so the limiter lasts the clock's whole range whenever the
 //! limit leaves room for that), and the count takes the rest. A quota change
 //! with [`Carry::Keep`] can leave more permits taken in the window than the
-//! new limit, and the field holds them exactly up to `2^c − 1` (536,870,911
-//! for 1 s windows, 524,287 for 1 ms, 511 for 1 µs; beyond that the excess
-//! over `2^c − 1` would be given back when the limit is raised again).
+//! new limit: they are kept up to the debt cap, `(DEBT_PERIODS + 1) ·
+//! limit` within `2^c − 1` (536,870,911 for 1 s windows, 524,287 for 1 ms,
+//! 511 for 1 µs), as a charge's are.
 //! [`FixedWindow::new`] refuses a quota whose windows would run out of index
 //! before 2^60 ns (36 years) of clock time ([`QuotaError::Overflow`]: only
 //! for more than ~10⁹ permits per second in one window). Past the last
@@ -234,7 +234,8 @@ impl FixedWindow {
         if cost == 0 || window > self.last_index() {
             return (None, 0);
         }
-        // A count already past the cap (a quota change) stays as it is.
+        // A count never passes the cap (a carry caps it too); `max`: none
+        // is ever lowered by a charge.
         let next = count.saturating_add(cost).min(self.debt_cap()).max(count);
         let recorded = next - count;
         if recorded == 0 {
@@ -350,7 +351,7 @@ impl Algorithm for FixedWindow {
         };
         let limit = self.quota.limit();
         // Not capped at the new limit (a count above it carries over as a
-        // debt), only at what the count field holds.
+        // debt), only at the debt cap, as a charge is.
         let used = match carry {
             Carry::Reset => 0,
             Carry::Keep => used,
@@ -360,7 +361,7 @@ impl Algorithm for FixedWindow {
                 sat_u64(scaled)
             }
         }
-        .min(self.max_count());
+        .min(self.debt_cap());
         let index = now.as_u64() / self.quota.period_nanos();
         // The permits taken count in the window now current under the new period.
         let state = if used == 0 || index > self.last_index() {

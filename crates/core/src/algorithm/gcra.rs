@@ -209,6 +209,14 @@ impl Gcra {
         }
     }
 
+    /// The most ticks a TAT may run ahead of now: the burst and
+    /// [`DEBT_PERIODS`] periods of debt (the cap of a charge and of a carry).
+    #[inline]
+    fn debt_cap(&self) -> u128 {
+        u128::from(self.capacity)
+            + u128::from(DEBT_PERIODS) * u128::from(self.quota.limit()) * u128::from(self.interval)
+    }
+
     /// The charge: `cost` permits recorded at `now` whether or not they fit.
     /// The TAT moves `cost · T` past `max(tat, now)`, as an admission would,
     /// even beyond `now + burst · T`: the excess is a debt that later
@@ -222,10 +230,7 @@ impl Gcra {
     pub fn charge(&self, tat: u64, now: Nanos, cost: u64) -> (Option<u64>, u64) {
         let now_ticks = now.as_u64().saturating_mul(self.scale);
         let base = tat.max(now_ticks);
-        let debt =
-            u128::from(DEBT_PERIODS) * u128::from(self.quota.limit()) * u128::from(self.interval);
-        let cap =
-            (u128::from(now_ticks) + u128::from(self.capacity) + debt).min(u128::from(u64::MAX));
+        let cap = (u128::from(now_ticks) + self.debt_cap()).min(u128::from(u64::MAX));
         let room = cap.saturating_sub(u128::from(base)) / u128::from(self.interval);
         let recorded = u64::try_from(room).unwrap_or(u64::MAX).min(cost);
         if recorded == 0 {
@@ -374,9 +379,12 @@ impl Algorithm for Gcra {
     }
 
     /// The debt (the TAT ahead of now) is rescaled to this quota's ticks,
-    /// rounded up so that nothing taken is given back, and **not capped** at
-    /// the new burst: a debt beyond it is waited out as a charge's is, so
-    /// lowering and then raising a quota gives nothing back.
+    /// rounded up so that nothing taken is given back, and not capped at the
+    /// new burst: a debt beyond it is waited out as a charge's is, so
+    /// lowering and then raising a quota gives nothing back. Only the
+    /// [debt cap](crate::algorithm#charges-debt-and-its-cap) bounds it, as
+    /// it bounds a charge: the TAT at most `burst·T + DEBT_PERIODS · limit
+    /// · T` past now under this quota.
     fn carry_cell(&self, previous: &Gcra, cell: &AtomicU64, now: Nanos, carry: Carry) -> AtomicU64 {
         let tat = u128::from(store::word_load(cell));
         let debt = tat.saturating_sub(previous.now_ticks(now));
@@ -389,7 +397,8 @@ impl Algorithm for Gcra {
             Carry::Proportional => {
                 (debt * u128::from(self.capacity)).div_ceil(u128::from(previous.capacity))
             }
-        };
+        }
+        .min(self.debt_cap());
         let tat = if debt == 0 {
             0
         } else if tat == u128::from(u64::MAX) && carry != Carry::Reset {

@@ -39,7 +39,9 @@
 //!
 //! **The cap**: a state never owes more than [`DEBT_PERIODS`] periods of its
 //! quota beyond full: `DEBT_PERIODS · limit` permits past the limit (for
-//! GCRA, past the burst). A charge that would go beyond records up to the
+//! GCRA, past the burst; for the warm-up, a next free instant at most
+//! `DEBT_PERIODS` periods past now), wherever the debt came from. A charge
+//! that would go beyond records up to the
 //! cap and reports the rest as forgiven ([`Charge::forgiven`](crate::Charge::forgiven));
 //! the state stays at the cap, so every later request is still refused
 //! until the capped debt is repaid. One absurd charge (`u64::MAX`) thus
@@ -47,6 +49,13 @@
 //! never panics. Where a state's field is narrower (a fixed window whose
 //! limit leaves fewer than 5 spare bits in its count field, a calendar
 //! window's 32-bit count, the end of a GCRA's ticks), the cap is the field.
+//!
+//! A [carry](Carry) to a lowered quota keeps its debt by the same rule:
+//! what a key took beyond the new quota is kept up to the new quota's cap,
+//! the rest given back (a limit lowered more than `DEBT_PERIODS + 1`-fold
+//! with the old one spent: the key waits out at most `DEBT_PERIODS + 1`
+//! new periods, as after the largest charge). The Redis scripts keep the
+//! same cap, so both backends answer alike after any carry.
 //!
 //! **Guarantee with charges**: over any `m` consecutive windows of the
 //! algorithm's own guarantee (for GCRA, any interval of length `t`),
@@ -183,13 +192,16 @@ pub enum Carry {
     /// what it took beyond it too: lowered from 20 to 10 after taking 20 it
     /// waits for 10 of them to free up under the new quota, and raised back
     /// to 20 at once it has still none left. This holds across any sequence
-    /// of changes: a change never gives back a permit already taken. The
+    /// of changes: a change never gives back a permit already taken, but
+    /// what passes the new quota's debt cap, as for a charge (see
+    /// [the cap](self#charges-debt-and-its-cap): a key lowered from 1,000 to
+    /// 10 after taking 500 keeps 170, `(DEBT_PERIODS + 1) · 10`). The
     /// GCRA carries its debt in permits (rounded up); the fixed window its
     /// count in the window current under the new period (a count above a
     /// lowered limit then carries into the following windows as a charge's
-    /// debt does) (exactly up to the
-    /// width of its count field: see [`FixedWindow`]); the sliding log keeps
-    /// every admission time still inside the new period; a wheel with the
+    /// debt does); the sliding log keeps
+    /// every admission time still inside the new period (the newest, past
+    /// the cap); a wheel with the
     /// same geometry keeps its slots, one with another slot count or period
     /// moves what still counts into its newest slot, so it frees no earlier.
     /// The default.
@@ -198,8 +210,8 @@ pub enum Carry {
     /// The key starts afresh under the new quota.
     Reset,
     /// The fraction taken stays taken: 7 of 10 becomes 14 of 20 (rounded up,
-    /// never capped: a fraction above one, left by a charge or by an earlier
-    /// `Keep`, stays above one). Where the state is not a single count
+    /// not capped at one: a fraction above one, left by a charge or by an
+    /// earlier `Keep`, stays above one, up to the debt cap). Where the state is not a single count
     /// (sliding log, sliding window) this is [`Carry::Keep`].
     Proportional,
 }

@@ -389,9 +389,10 @@ impl Algorithm for SlidingLog {
             return self.new_cell();
         }
         // Keep (and Proportional, which a log cannot express): the admission
-        // times stay, all of them, even beyond the new limit (so that raising
-        // it again gives none back); only those expired under the new period
-        // go. The log is then at most the previous limit long.
+        // times stay, even beyond the new limit (so that raising it again
+        // gives none back); only those expired under the new period go, and
+        // the oldest beyond the debt cap, `(DEBT_PERIODS + 1) · limit`
+        // permits, as for a charge.
         let mut state = cell.lock().clone();
         let now = now.as_u64();
         while let Some(&(time, count)) = state.runs.front() {
@@ -400,6 +401,18 @@ impl Algorithm for SlidingLog {
             }
             state.total -= count;
             state.runs.pop_front();
+        }
+        let cap = self.quota.limit().saturating_mul(DEBT_PERIODS + 1);
+        while state.total > cap {
+            let Some(front) = state.runs.front_mut() else {
+                break;
+            };
+            let dropped = (state.total - cap).min(front.1);
+            front.1 -= dropped;
+            state.total -= dropped;
+            if front.1 == 0 {
+                state.runs.pop_front();
+            }
         }
         let hint = self.hint(&state);
         Locked::with_hint(state, hint)

@@ -436,11 +436,17 @@ impl SlidingWindow {
     /// permits recorded.
     pub fn charge(&self, state: &mut WheelState, now: Nanos, cost: u64) -> u64 {
         self.advance(state, now);
-        let cap = self.quota.limit().saturating_mul(DEBT_PERIODS + 1);
+        let cap = self.debt_cap();
         let recorded = cost.min(cap.saturating_sub(state.total.saturating_add(state.debt)));
         state.debt += recorded;
         self.fill(state);
         recorded
+    }
+
+    /// The most the wheel and its debt hold: the limit and [`DEBT_PERIODS`]
+    /// limits (the cap of a charge and of a carry).
+    fn debt_cap(&self) -> u64 {
+        self.quota.limit().saturating_mul(DEBT_PERIODS + 1)
     }
 
     /// What a request of cost 1 can be denied from, after an admission.
@@ -584,9 +590,9 @@ impl Algorithm for SlidingWindow {
         let old = cell.lock();
         let mut state = self.new_state();
         if carry != Carry::Reset {
-            // Nothing is dropped beyond the new limit (a wheel above it is
-            // denied until enough leaves), so that raising it again gives
-            // none back.
+            // Nothing is dropped beyond the new limit but past the debt cap
+            // (a wheel above it is denied until enough leaves), so that
+            // raising it again gives none back.
             if previous.slots == self.slots && previous.quota.period() == self.quota.period() {
                 // Same geometry: the slots stay.
                 state = old.clone();
@@ -604,6 +610,23 @@ impl Algorithm for SlidingWindow {
                 state.debt = old.debt;
             }
             self.fill(&mut state);
+            // The debt cap, as a charge's: run on to now, then what is past
+            // the cap is given back, leaving the state a charge to the cap
+            // leaves: slots above the limit gathered in the newest as the
+            // limit (so they leave no earlier), the rest of the cap a debt.
+            let (limit, cap) = (self.quota.limit(), self.debt_cap());
+            if state.total.saturating_add(state.debt) > cap {
+                self.advance(&mut state, now);
+            }
+            if state.total.saturating_add(state.debt) > cap {
+                if state.total > limit {
+                    state.counts.fill(0);
+                    state.counts[(state.head % self.n()) as usize] = limit;
+                    state.total = limit;
+                }
+                state.debt = cap - state.total;
+                self.fill(&mut state);
+            }
         }
         drop(old);
         let hint = self.hint(&state);

@@ -580,7 +580,8 @@ impl Algorithm for WarmUp {
     }
 
     /// What is owed (`F − now`) is carried in stable intervals (rescaled to
-    /// the new rate, rounded up) and the idle permits as a fraction of the
+    /// the new rate, rounded up; at most the debt cap, [`DEBT_PERIODS`]
+    /// periods, as a charge's) and the idle permits as a fraction of the
     /// cold maximum (rounded up: colder, never warmer). [`Carry::Reset`]
     /// starts cold; [`Carry::Proportional`] is [`Carry::Keep`].
     fn carry_cell(
@@ -604,7 +605,10 @@ impl Algorithm for WarmUp {
             // owed · I_new / I_old = owed · (t_new · l_old) / (l_new · t_old).
             let owed = (owed * u128::from(self.t) * u128::from(previous.l))
                 .div_ceil(u128::from(self.l) * u128::from(previous.t));
-            let owed = u64::try_from(owed).unwrap_or(u64::MAX);
+            // The debt cap, as a charge's: at most DEBT_PERIODS periods owed.
+            let owed = u64::try_from(owed)
+                .unwrap_or(u64::MAX)
+                .min(DEBT_PERIODS.saturating_mul(self.quota.period_nanos()));
             // Nothing owed: the idle permits were brought up to `now`.
             let next_free = now.saturating_add(owed);
             WarmState {

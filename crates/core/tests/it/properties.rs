@@ -41,6 +41,7 @@ use proptest::test_runner::TestCaseError;
 use support::model::{
     Expected, FixedWindowModel, GcraModel, Model, SlidingLogModel, SlidingWindowModel,
 };
+use tollgate::algorithm::DEBT_PERIODS;
 use tollgate::{
     Algorithm, Carry, CostError, Decision, FixedWindow, Gcra, KeyedLimiter, Limiter, ManualClock,
     Nanos, Quota, SlidingLog, SlidingWindow,
@@ -1016,8 +1017,10 @@ fn keep_quota(limit: u64, burst: u64, period: u64) -> Quota {
 
 /// Runs `steps` on one key of a keyed limiter on a frozen clock, against the
 /// reference: the permits taken since the start, which no change gives
-/// back. A request of `cost` is admitted iff `taken + cost ≤ capacity`, and
-/// every decision reports `capacity − taken` (at least 0) remaining.
+/// back but beyond the new quota's debt cap (`capacity + DEBT_PERIODS ·
+/// limit`, as a charge's). A request of `cost` is admitted iff `taken +
+/// cost ≤ capacity`, and every decision reports `capacity − taken` (at
+/// least 0) remaining.
 fn keep_against_reference<A: Algorithm>(
     make: impl Fn(u64, u64, u64, u32) -> A,
     start: u64,
@@ -1061,8 +1064,10 @@ fn keep_against_reference<A: Algorithm>(
                 through_override,
             } => {
                 let next = make(limit, burst, period, slots);
+                let cap = next.capacity() + DEBT_PERIODS * next.quota().limit();
                 // The key runs its override once it has one, whatever the
                 // default.
+                let runs_next = through_override || overridden.is_none();
                 if through_override {
                     overridden = Some(next.capacity());
                     limiter.set_override(key, next, Carry::Keep);
@@ -1071,6 +1076,9 @@ fn keep_against_reference<A: Algorithm>(
                     limiter.set_default(next, Carry::Keep);
                 }
                 capacity = overridden.unwrap_or(default);
+                if runs_next {
+                    taken = taken.min(cap);
+                }
             }
         }
         let d = limiter.peek_n(&key, 0).unwrap();

@@ -81,10 +81,10 @@ fn warm(limit: u64, burst: u64, warmup: Duration) -> Both {
     Both(AnyAlgorithm::WarmUp(w.clone()), w.into())
 }
 
-/// `taken` admissions and a charge of `charged` under `old`, `gap` later a
-/// change to `new` by `rule`, then a schedule of checks and looks `step`
-/// apart: the core's answers and Redis's agree at every step. Returns the
-/// denials after the change.
+/// `taken` admissions of `cost` and a charge of `charged` under `old`,
+/// `gap` later a change to `new` by `rule`, then a schedule of checks and
+/// looks `step` apart: the core's answers and Redis's agree at every step.
+/// Returns the denials after the change.
 #[allow(clippy::too_many_arguments)]
 async fn same_as_the_core(
     redis: &Redis,
@@ -92,7 +92,7 @@ async fn same_as_the_core(
     old: &Both,
     new: &Both,
     rule: Carry,
-    taken: u64,
+    (taken, cost): (u64, u64),
     charged: u64,
     gap: Duration,
     step: Duration,
@@ -106,8 +106,8 @@ async fn same_as_the_core(
     let clock = ManualClock::starting_at(start);
     let before = limiter(redis, old.1.clone(), &clock, None);
     for i in 0..taken {
-        let want = fields(&core.check(key));
-        let got = fields(&before.check(key).await);
+        let want = fields(&core.check_n(key, cost).unwrap());
+        let got = fields(&before.check_n(key, cost).await.unwrap());
         assert_eq!(got, want, "{key}: admission {i} before the change");
     }
     if charged > 0 {
@@ -343,8 +343,9 @@ async fn every_algorithm_carries_as_the_core() {
             let key = format!("{name}-{rule:?}");
             // No charge on a warm-up (neither backend charges one here).
             let charged = if warm_up { 0 } else { *charged };
+            let taken = (*taken, 1);
             denied.push(
-                same_as_the_core(&redis, &key, old, new, rule, *taken, charged, *gap, *step).await,
+                same_as_the_core(&redis, &key, old, new, rule, taken, charged, *gap, *step).await,
             );
         }
         // What was carried shows: Keep refuses no less than Reset, and
@@ -353,4 +354,117 @@ async fn every_algorithm_carries_as_the_core() {
         kept_denials += denied[0];
     }
     assert!(kept_denials > 3 * cases.len(), "{kept_denials} denials");
+}
+
+/// Regression: a limit lowered more than `DEBT_PERIODS + 1`-fold (17)
+/// with a large debt: the core kept every permit taken (its carry had no
+/// cap), Redis only what its stored formats hold (windows) or more than
+/// the core's charge cap (GCRA, warm-up, a change of algorithm into them).
+/// Both now keep the one debt cap, `DEBT_PERIODS` periods of the new
+/// quota: every algorithm, lowered 50-fold, by every rule, compared over
+/// 24 steps that span the cap and past it.
+#[tokio::test]
+async fn a_limit_lowered_past_the_cap_keeps_the_cores_debt() {
+    let server = support::Server::start();
+    let redis = server.connect().await;
+    let s = Duration::from_secs(1);
+    let min = Duration::from_secs(60);
+    // (name, old, new, (admissions, cost), charged, gap, step)
+    type Case = (
+        &'static str,
+        Both,
+        Both,
+        (u64, u64),
+        u64,
+        Duration,
+        Duration,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "gl",
+            gcra(100, min, 100),
+            gcra(2, min, 2),
+            (1, 60),
+            1_000,
+            s,
+            min,
+        ),
+        ("fl", fixed(100, min), fixed(2, min), (1, 60), 1_000, s, min),
+        (
+            "cl",
+            calendar(CalendarUnit::Minute, 100),
+            calendar(CalendarUnit::Minute, 2),
+            (1, 60),
+            1_000,
+            s,
+            min,
+        ),
+        (
+            "sl",
+            sliding(100, min, 6),
+            sliding(2, min, 6),
+            (1, 60),
+            1_000,
+            s,
+            min,
+        ),
+        (
+            "sl-geo",
+            sliding(100, min, 6),
+            sliding(3, min * 2, 4),
+            (1, 90),
+            600,
+            s,
+            min * 2,
+        ),
+        (
+            "wl",
+            warm(100, 100, s * 2),
+            warm(2, 2, s),
+            (1, 100),
+            0,
+            s / 10,
+            s,
+        ),
+        // Across algorithms: the permits counted, charged into the new one
+        // up to its cap.
+        (
+            "x-f-gl",
+            fixed(100, min),
+            gcra(2, min, 2),
+            (1, 100),
+            0,
+            s,
+            min,
+        ),
+        (
+            "x-g-wl",
+            gcra(100, s, 100),
+            warm(2, 2, s),
+            (1, 100),
+            0,
+            s / 100,
+            s,
+        ),
+        (
+            "x-s-fl",
+            sliding(100, min, 6),
+            fixed(3, min),
+            (1, 100),
+            0,
+            s,
+            min,
+        ),
+    ];
+    for (name, old, new, taken, charged, gap, step) in &cases {
+        let mut denied = Vec::new();
+        for rule in [Carry::Keep, Carry::Proportional, Carry::Reset] {
+            let key = format!("{name}-{rule:?}");
+            denied.push(
+                same_as_the_core(&redis, &key, old, new, rule, *taken, *charged, *gap, *step).await,
+            );
+        }
+        // The debt shows: Keep is refused for more than a few steps.
+        assert!(denied[0] > 4, "{name}: denials {denied:?}");
+    }
 }
