@@ -328,7 +328,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // docs); `TOLLGATE.LEAN`: its one key; `TOLLGATE.CHARGE`: DECIDE's
     // layout, so DECIDE's specification; `TOLLGATE.VERSION`: no key.
     let write = c"write deny-oom";
-    let commands: [(&CStr, raw::RedisModuleCmdFunc, &CStr, (c_int, c_int, c_int)); 4] = [
+    let commands: [Registration; 4] = [
         (c"tollgate.decide", Some(decide_command), write, (1, -6, 7)),
         (c"tollgate.lean", Some(lean_command), write, (1, 1, 1)),
         (c"tollgate.charge", Some(charge_command), write, (1, -6, 7)),
@@ -346,6 +346,15 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     Status::Ok
 }
+
+/// A command to register: its name, C function, flags and key
+/// specification `(first, last, step)`.
+type Registration = (
+    &'static CStr,
+    raw::RedisModuleCmdFunc,
+    &'static CStr,
+    (c_int, c_int, c_int),
+);
 
 /// At unload: the strings kept between commands.
 fn deinit(_ctx: &Context) -> Status {

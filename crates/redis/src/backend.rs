@@ -199,9 +199,9 @@ impl Redis {
     }
 
     /// Looks for the native module (`COMMAND INFO tollgate.decide
-    /// tollgate.lean tollgate.charge`, on every primary of a cluster) and uses it for the
-    /// decisions that follow if every node has it, else the scripts: see
-    /// [`module`].
+    /// tollgate.lean tollgate.charge tollgate.version`, on every primary of
+    /// a cluster) and uses it for the decisions that follow if every node
+    /// has it, else the scripts: see [`module`].
     ///
     /// With [`ModuleUse::Never`], the scripts stay and this answers `false`.
     pub async fn detect_module(&self) -> bool {
@@ -281,11 +281,11 @@ impl Redis {
         keys: &[Vec<u8>],
         args: impl Fn(&mut Cmd),
     ) -> redis::RedisResult<Vec<i64>> {
-        let absent = || {
-            self.module
-                .store(module::Found::None.to_u8(), Ordering::Relaxed);
+        // What the server turned out to be: never more than detected.
+        let demote = |found: module::Found| {
+            self.module.fetch_min(found.to_u8(), Ordering::Relaxed);
         };
-        module::charge(connection, self.found(), absent, script, keys, args).await
+        module::charge(connection, self.found(), demote, script, keys, args).await
     }
 
     /// Whether `other` is this handle or a clone of it (one connection).

@@ -5,7 +5,8 @@
 //!
 //! - **Detection**: when a [`Redis`](crate::Redis) connects (and with
 //!   [`ModuleUse::Detect`], the default) it sends `COMMAND INFO
-//!   tollgate.decide tollgate.lean`; on a cluster to every primary. The
+//!   tollgate.decide tollgate.lean tollgate.charge tollgate.version`; on a
+//!   cluster to every primary. The
 //!   module is used only if **every** node answers with the first command's
 //!   description, and a lean script's call (one GCRA or fixed window limit,
 //!   a check or a peek) goes to `TOLLGATE.LEAN`, whose reply is the lean
@@ -33,12 +34,26 @@
 //!   the scripts. A call the module answers `DEFER` is sent again to the
 //!   same script at once (the module stays in use).
 //! - **Charges**: `Redis::charge` sends a budget's charge on GCRA limits
-//!   to `TOLLGATE.CHARGE` where every node knows it; a charge on any other
-//!   limit (a window's debt), or without that command, goes to the charge
-//!   script: never dropped, never allowed unrecorded. The limiter's charge
-//!   path (`RedisLimiter::charge_outcome`) goes through it. The script's
-//!   reply carries the state after the charge (one round trip); the
-//!   module's is the charge alone, and the state is read by a peek after.
+//!   to `TOLLGATE.CHARGE` where every node's module is version 2 or later;
+//!   a charge on any other limit (a window's debt), or without such a
+//!   module, goes to the charge script: never dropped, never allowed
+//!   unrecorded. The limiter's charge path (`RedisLimiter::charge_outcome`)
+//!   goes through it. Either reply is the charge script's, `{fitted,
+//!   recorded}` then the state after the charge: one round trip, and no
+//!   other request between the charge and the state it reports.
+//! - **Module versions and the charge's reply**: a module of version 1
+//!   answers `TOLLGATE.CHARGE` with `{fitted, recorded}` alone. Version 2
+//!   registers `TOLLGATE.VERSION`, so the same `COMMAND INFO` tells the two
+//!   apart at connect time ([`Found::Outcome`]), and the client sends a
+//!   charge to the module only where every node answers the full reply.
+//!   The reply's length is not how they are told apart: by the time an
+//!   older module has answered, it has recorded the charge, which can be
+//!   neither sent again (charged twice) nor read back in the same step. A
+//!   short reply that still arrives (a node replaced by one with an older
+//!   module after detection) is recorded but not read back: the limiter
+//!   answers it by its failure policy, never from a misread reply, and
+//!   later charges on this connection go to the script (a version 1
+//!   module still decides everything else).
 //!
 //! [`ModuleUse::Never`] keeps the scripts (a server whose module is a
 //! different version, say); [`ModuleUse::Require`] fails the connection when
@@ -55,8 +70,11 @@ pub const COMMAND: &str = "TOLLGATE.DECIDE";
 /// peek, answered as the lean scripts answer (one integer where exact).
 pub const LEAN: &str = "TOLLGATE.LEAN";
 /// The module's charge command: a budget's charge on GCRA limits, the
-/// charge script's arguments and reply.
+/// charge script's arguments and reply (from the module's version 2).
 pub const CHARGE: &str = "TOLLGATE.CHARGE";
+/// The module's version command, from its version 2: its presence says
+/// that [`CHARGE`] answers the state after the charge.
+pub const VERSION: &str = "TOLLGATE.VERSION";
 /// The error code of a module's answer "the scripts decide this call" (a
 /// window in a budget's debt).
 const DEFER: &str = "DEFER";
@@ -71,19 +89,26 @@ pub(crate) enum Found {
     Decide,
     /// `TOLLGATE.DECIDE` and `TOLLGATE.LEAN`.
     Lean,
-    /// The three commands: this version, which also decides warm-up and
-    /// defers windows in debt to the scripts.
+    /// The three commands (the module's version 1), which also decides
+    /// warm-up and defers windows in debt to the scripts; its
+    /// `TOLLGATE.CHARGE` answers the charge alone, so charges go to the
+    /// script.
     Charge,
+    /// The four commands, `TOLLGATE.VERSION` among them (version 2 or
+    /// later): `TOLLGATE.CHARGE` answers the charge script's reply.
+    Outcome,
 }
 
 impl Found {
-    /// As stored in one atomic byte.
+    /// As stored in one atomic byte: a module that does more, a larger
+    /// byte, so that a demotion is a `fetch_min` and never an upgrade.
     pub(crate) fn to_u8(self) -> u8 {
         match self {
             Found::None => 0,
             Found::Decide => 1,
             Found::Lean => 2,
             Found::Charge => 3,
+            Found::Outcome => 4,
         }
     }
 
@@ -93,6 +118,7 @@ impl Found {
             1 => Found::Decide,
             2 => Found::Lean,
             3 => Found::Charge,
+            4 => Found::Outcome,
             _ => Found::None,
         }
     }
@@ -112,15 +138,20 @@ pub enum ModuleUse {
     Require,
 }
 
-/// `COMMAND INFO tollgate.decide tollgate.lean tollgate.charge`.
+/// `COMMAND INFO tollgate.decide tollgate.lean tollgate.charge
+/// tollgate.version`.
 fn command_info() -> Cmd {
     let mut cmd = redis::cmd("COMMAND");
-    cmd.arg("INFO").arg(COMMAND).arg(LEAN).arg(CHARGE);
+    cmd.arg("INFO")
+        .arg(COMMAND)
+        .arg(LEAN)
+        .arg(CHARGE)
+        .arg(VERSION);
     cmd
 }
 
 /// The commands [`command_info`] asks about, in order.
-const ASKED: usize = 3;
+const ASKED: usize = 4;
 
 /// [`command_info`] on one server: which commands it knows.
 pub(crate) async fn detect<C: ConnectionLike>(connection: &mut C) -> Found {
@@ -143,7 +174,7 @@ pub(crate) async fn detect_cluster(router: &crate::cluster::router::Router) -> F
     found(&Value::Array(all))
 }
 
-/// Each node's three command descriptions, in order (nil for a command it
+/// Each node's four command descriptions, in order (nil for a command it
 /// does not know), concatenated on a cluster: a command is used only if
 /// every node knows it.
 fn found(reply: &Value) -> Found {
@@ -160,11 +191,12 @@ fn found(reply: &Value) -> Found {
             .step_by(ASKED)
             .all(|i| !matches!(i, Value::Nil))
     };
-    match (every(0), every(1), every(2)) {
-        (true, true, true) => Found::Charge,
-        (true, true, false) => Found::Lean,
-        (true, false, _) => Found::Decide,
-        (false, _, _) => Found::None,
+    match (every(0), every(1), every(2), every(3)) {
+        (true, true, true, true) => Found::Outcome,
+        (true, true, true, false) => Found::Charge,
+        (true, true, false, _) => Found::Lean,
+        (true, false, _, _) => Found::Decide,
+        (false, _, _, _) => Found::None,
     }
 }
 
@@ -177,7 +209,7 @@ fn decides(found: Found, values: &[Vec<u8>]) -> bool {
         .unwrap_or_default()
         .iter()
         .step_by(PER_LIMIT);
-    let current = found == Found::Charge;
+    let current = matches!(found, Found::Charge | Found::Outcome);
     found != Found::None
         && algorithms.all(|alg| match alg.first() {
             Some(b'g') => true,
@@ -202,7 +234,7 @@ pub(crate) async fn run<C: ConnectionLike>(
 ) -> RedisResult<Vec<i64>> {
     let values = script_values(&args);
     if decides(found, &values) {
-        let lean = matches!(found, Found::Lean | Found::Charge)
+        let lean = matches!(found, Found::Lean | Found::Charge | Found::Outcome)
             && matches!(script, Script::Gcra | Script::Fixed);
         let name = if lean { LEAN } else { COMMAND };
         match command(name, keys, &values).query_async(connection).await {
@@ -216,13 +248,17 @@ pub(crate) async fn run<C: ConnectionLike>(
 
 /// A budget's charge (the charge script's call: `script`'s `keys` and
 /// `args`, `decide.lua`'s arguments with op `h`): `TOLLGATE.CHARGE` where
-/// every node knows it and every limit is GCRA, else `script`; on `unknown
-/// command` or `DEFER`, `script` at once (see [`run`]). The reply is the
-/// script's.
+/// every node's module answers the script's reply ([`Found::Outcome`]) and
+/// every limit is GCRA, else `script`; on `unknown command` or `DEFER`,
+/// `script` at once (see [`run`]). The reply is the script's. `demote` is
+/// told what the server turned out to be: [`Found::None`] on `unknown
+/// command`; [`Found::Charge`] on the short reply of an older module,
+/// which is returned as it came (recorded: not to be sent again, and not
+/// to be read as the script's; see the [module docs](self)).
 pub(crate) async fn charge<C: ConnectionLike>(
     connection: &mut C,
     found: Found,
-    on_absent: impl FnOnce(),
+    demote: impl FnOnce(Found),
     script: &redis::Script,
     keys: &[Vec<u8>],
     args: impl Fn(&mut Cmd),
@@ -234,10 +270,17 @@ pub(crate) async fn charge<C: ConnectionLike>(
         .iter()
         .step_by(PER_LIMIT)
         .all(|alg| alg.as_slice() == b"g");
-    if found == Found::Charge && gcra {
-        match command(CHARGE, keys, &values).query_async(connection).await {
-            Err(e) if unknown_command(&e) => on_absent(),
+    if found == Found::Outcome && gcra {
+        match command(CHARGE, keys, &values)
+            .query_async::<Vec<i64>>(connection)
+            .await
+        {
+            Err(e) if unknown_command(&e) => demote(Found::None),
             Err(e) if e.code() == Some(DEFER) => {}
+            Ok(reply) if reply.len() <= OLD_CHARGE_REPLY => {
+                demote(Found::Charge);
+                return Ok(reply);
+            }
             reply => return reply,
         }
     }
@@ -270,6 +313,10 @@ fn unknown_command(e: &redis::RedisError) -> bool {
             .to_ascii_lowercase()
             .contains("unknown command")
 }
+
+/// The length of a version 1 module's `TOLLGATE.CHARGE` reply, `{fitted,
+/// recorded}`.
+const OLD_CHARGE_REPLY: usize = 2;
 
 /// Values of the script's call before the per-limit ones.
 const HEAD: usize = 5;
@@ -329,22 +376,121 @@ mod tests {
     fn detection_needs_every_node() {
         let info = || Value::Array(vec![]);
         let node =
-            |commands: [bool; 3]| commands.map(|known| if known { info() } else { Value::Nil });
-        let nodes = |all: &[[bool; 3]]| Value::Array(all.iter().flat_map(|n| node(*n)).collect());
-        assert_eq!(found(&nodes(&[[true; 3]])), Found::Charge);
-        assert_eq!(found(&nodes(&[[true; 3], [true; 3]])), Found::Charge);
-        // The second node's module predates the charge command.
-        let older = nodes(&[[true; 3], [true, true, false]]);
+            |commands: [bool; 4]| commands.map(|known| if known { info() } else { Value::Nil });
+        let nodes = |all: &[[bool; 4]]| Value::Array(all.iter().flat_map(|n| node(*n)).collect());
+        assert_eq!(found(&nodes(&[[true; 4]])), Found::Outcome);
+        assert_eq!(found(&nodes(&[[true; 4], [true; 4]])), Found::Outcome);
+        // The second node's module is version 1: its charge answers
+        // {fitted, recorded} alone.
+        let short = nodes(&[[true; 4], [true, true, true, false]]);
+        assert_eq!(found(&short), Found::Charge);
+        // ... or predates the charge command.
+        let older = nodes(&[[true; 4], [true, true, false, false]]);
         assert_eq!(found(&older), Found::Lean);
         // ... or the lean one.
-        let oldest = nodes(&[[true; 3], [true, false, false]]);
+        let oldest = nodes(&[[true; 4], [true, false, false, false]]);
         assert_eq!(found(&oldest), Found::Decide);
         // One node without the module: none.
-        let absent = nodes(&[[true; 3], [false; 3]]);
+        let absent = nodes(&[[true; 4], [false; 4]]);
         assert_eq!(found(&absent), Found::default());
         assert_eq!(found(&Value::Array(vec![])), Found::default());
-        assert_eq!(found(&Value::Array(vec![info(), info()])), Found::default());
+        let three = Value::Array(vec![info(), info(), info()]);
+        assert_eq!(found(&three), Found::default());
         assert_eq!(found(&Value::Nil), Found::default());
+    }
+
+    /// A connection that answers every command with `answer(name)` and
+    /// records the names sent.
+    struct Fake {
+        sent: Vec<String>,
+        answer: fn(&str) -> Value,
+    }
+
+    impl ConnectionLike for Fake {
+        fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+            let name = match cmd.args_iter().next() {
+                Some(Arg::Simple(v)) => String::from_utf8_lossy(v).into_owned(),
+                _ => String::new(),
+            };
+            let reply = (self.answer)(&name);
+            self.sent.push(name);
+            Box::pin(async move { Ok(reply) })
+        }
+
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            _: &'a redis::Pipeline,
+            _: usize,
+            _: usize,
+        ) -> redis::RedisFuture<'a, Vec<Value>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+
+        fn get_db(&self) -> i64 {
+            0
+        }
+    }
+
+    /// Sends a charge of one GCRA limit over `connection` with `found`;
+    /// returns the reply and what `demote` was told.
+    async fn charge_on(connection: &mut Fake, found: Found) -> (Vec<i64>, Option<Found>) {
+        let script = redis::Script::new("return 0");
+        let keys = [b"k".to_vec()];
+        let mut demoted = None;
+        let reply = charge(
+            connection,
+            found,
+            |f| demoted = Some(f),
+            &script,
+            &keys,
+            |cmd: &mut Cmd| {
+                cmd.arg("h").arg("").arg(1).arg(10).arg(0);
+                cmd.arg("g").arg(1).arg(10).arg(20).arg(9).arg(180);
+            },
+        )
+        .await
+        .unwrap();
+        (reply, demoted)
+    }
+
+    fn numbers(values: &[i64]) -> Value {
+        Value::Array(values.iter().map(|&v| Value::Int(v)).collect())
+    }
+
+    /// The charge goes to the module only where it answers the script's
+    /// reply (version 2); a version 1 module's short reply, should one
+    /// still come, is returned as it came (recorded: never sent again to
+    /// the script) and demotes the connection to the scripts for charges.
+    #[tokio::test]
+    async fn a_charge_goes_to_a_module_whose_reply_is_the_scripts() {
+        let full = [1, 1, 1, 0, 7, 1, 0, 0, 20];
+        let mut current = Fake {
+            sent: Vec::new(),
+            answer: |_| numbers(&[1, 1, 1, 0, 7, 1, 0, 0, 20]),
+        };
+        assert_eq!(
+            charge_on(&mut current, Found::Outcome).await,
+            (full.to_vec(), None)
+        );
+        assert_eq!(current.sent, [CHARGE]);
+
+        let mut older = Fake {
+            sent: Vec::new(),
+            answer: |_| numbers(&[1, 1]),
+        };
+        assert_eq!(
+            charge_on(&mut older, Found::Outcome).await,
+            (vec![1, 1], Some(Found::Charge))
+        );
+        assert_eq!(older.sent, [CHARGE], "sent once, not again as the script");
+
+        // Detected as version 1: the script, not the module.
+        let mut detected = Fake {
+            sent: Vec::new(),
+            answer: |_| numbers(&[1, 1, 1, 0, 7, 1, 0, 0, 20]),
+        };
+        assert_eq!(charge_on(&mut detected, Found::Charge).await.0, full);
+        assert_eq!(detected.sent, ["EVALSHA"]);
     }
 
     /// GCRA goes to any module; warm-up and windows only to one that
@@ -359,10 +505,10 @@ mod tests {
                 }
             })
         };
-        for found in [Found::Decide, Found::Lean, Found::Charge] {
+        for found in [Found::Decide, Found::Lean, Found::Charge, Found::Outcome] {
             assert!(decides(found, &call(&["g"])), "{found:?}");
             assert!(!decides(found, &call(&["g", "c"])), "{found:?}");
-            let current = found == Found::Charge;
+            let current = matches!(found, Found::Charge | Found::Outcome);
             for alg in ["w3", "f", "s"] {
                 assert_eq!(
                     decides(found, &call(&["g", alg])),

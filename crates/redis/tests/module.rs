@@ -318,6 +318,26 @@ async fn the_module_passes_the_parity_vectors_on_a_cluster() {
         // The controls are scripts; every decision is the module's.
         assert!(node.calls("evalsha") + node.calls("eval") > 0, "node {i}");
     }
+
+    // A budget's charge on GCRA limits is the module's on every node: one
+    // TOLLGATE.CHARGE each, no peek after it.
+    let clock = ManualClock::new();
+    let budget = frozen(
+        &redis,
+        "budget",
+        gcra(10, Duration::from_secs(1), 2),
+        &clock,
+    );
+    let count = |f: &dyn Fn(&ModuleServer) -> u64| nodes.iter().map(f).sum::<u64>();
+    let charges = || count(&|n| n.calls("tollgate.charge"));
+    let (before, decided) = (charges(), count(&ModuleServer::decisions));
+    for key in 0..12 {
+        let outcome = budget.charge_outcome(format!("k{key}"), 3).await.unwrap();
+        assert_eq!(outcome.source, Source::Redis, "k{key}");
+        assert!(outcome.decision.is_denied(), "k{key}: 3 over a burst of 2");
+    }
+    assert_eq!(charges() - before, 12);
+    assert_eq!(count(&ModuleServer::decisions), decided);
 }
 
 #[tokio::test]
@@ -774,9 +794,9 @@ async fn several_clients_warm_one_key_together() {
 /// debt capped at the core's `DEBT_PERIODS` periods beyond the burst (one
 /// charge of 10^12, then repeated ones), and the module's peeks after each
 /// charge refused until the debt is repaid, with the core's retry; the
-/// charge script gives the same replies (its first two values: it goes on
-/// with the state after the charge, which the module's reply leaves to a
-/// peek) and stored states.
+/// charge script gives the same replies (the charge, then the state after
+/// it, which is the module's peek of one permit at the same time) and
+/// stored states.
 #[tokio::test]
 async fn the_module_charges_a_budget_as_the_core() {
     let server = ModuleServer::start(false);
@@ -817,7 +837,7 @@ async fn the_module_charges_a_budget_as_the_core() {
         invocation.arg("g").arg(g.scale()).arg(g.interval_ticks());
         invocation.arg(g.capacity_ticks()).arg(m).arg(cap);
         let by_script: Vec<i64> = invocation.invoke_async(&mut raw).await.unwrap();
-        assert_eq!(reply[..], by_script[..2], "at {now}");
+        assert_eq!(reply, by_script, "at {now}");
         let states: (Option<String>, Option<String>) = redis::pipe()
             .get("budget")
             .get("budget-script")
@@ -841,8 +861,9 @@ async fn the_module_charges_a_budget_as_the_core() {
             peek.arg("p").arg(at).arg(1).arg(10_000).arg(0);
             let got: Vec<i64> = peek.query_async(&mut raw).await.unwrap();
             if later == 0 {
-                // The script's state after the charge is this peek's reply.
-                assert_eq!(got[..], by_script[2..], "at {now}");
+                // The state after the charge, in both replies, is this
+                // peek's reply.
+                assert_eq!(got[..], reply[2..], "at {now}");
             }
             let core_peek = core.peek_n(1).unwrap();
             let retry = u64::try_from(got[5]).unwrap().div_ceil(g.scale());
@@ -881,6 +902,112 @@ async fn the_module_charges_a_budget_as_the_core() {
         .await;
     assert!(window.is_err());
     assert!(!raw.exists::<_, bool>("w").await.unwrap());
+}
+
+/// A budget's charge through a client on the module is one call, one
+/// `TOLLGATE.CHARGE` and no peek after it (there was one: the state after
+/// the charge was read by a second call), and answers as a client on the
+/// scripts and as the core's charge: fitted, then the state after the
+/// charge (limit, remaining, retry, reset), for one GCRA limit and for
+/// two of one key (the core's `AllOf`). The module reports its version.
+#[tokio::test]
+async fn a_charge_through_the_module_is_one_call_and_answers_as_the_scripts_and_the_core() {
+    use tollgate::algorithm::any::AnyAlgorithm;
+
+    let server = ModuleServer::start(false);
+    let on_module = connect(&server).await;
+    assert!(on_module.uses_module());
+    let mut never = tollgate_redis::RedisConfig::single(server.url());
+    never.module = tollgate_redis::ModuleUse::Never;
+    let on_scripts = Redis::open(&never).await.unwrap();
+    let mut raw = support::raw(server.url()).await;
+    let version: i64 = redis::cmd("TOLLGATE.VERSION")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(version, 2);
+
+    let second = Gcra::new(Quota::per_second(10).unwrap().with_burst(5).unwrap()).unwrap();
+    let minute = Quota::new(100, Duration::from_secs(60)).unwrap();
+    let minute = Gcra::new(minute.with_burst(20).unwrap()).unwrap();
+    let build = |redis: &Redis, name: &str, limits: &[Gcra], clock: &ManualClock| {
+        let mut b = RedisLimiter::builder(redis.clone(), name)
+            .manual_time(clock.clone())
+            .failure_policy(FailurePolicy::FailClosed)
+            .deadline(Duration::from_secs(5));
+        for g in limits {
+            b = b.limit(Limit::from(g.clone()));
+        }
+        b.build().unwrap()
+    };
+    let fields = |d: tollgate::Decision| {
+        (
+            d.is_allowed(),
+            d.limit(),
+            d.remaining(),
+            d.retry_after(),
+            d.reset_after(),
+        )
+    };
+    let sets = [("one", vec![second.clone()]), ("two", vec![second, minute])];
+    for (name, limits) in sets {
+        let clock = ManualClock::new();
+        let all = limits.iter().cloned().map(AnyAlgorithm::Gcra).collect();
+        let core = tollgate::Limiter::with_clock(tollgate::AllOf::new(all).unwrap(), clock.clone());
+        let module = build(&on_module, name, &limits, &clock);
+        let scripts = build(&on_scripts, &format!("{name}-scripts"), &limits, &clock);
+        // The scripts' first calls load them (NOSCRIPT, then EVAL).
+        let _ = scripts.charge_outcome("warm", 1).await.unwrap();
+        let schedule: [(u64, u64); 8] = [
+            (0, 3),
+            (0, 4),
+            (150_000_000, 1),
+            (200_000_000, 1_000_000_000_000),
+            (300_000_000, 5),
+            (1_000_000_000, 2),
+            (17_000_000_000, 1),
+            (17_000_000_000, 30),
+        ];
+        for (now, cost) in schedule {
+            clock.set(Nanos::new(now));
+            let calls = (
+                server.calls("tollgate.charge"),
+                server.decisions(),
+                server.calls("evalsha") + server.calls("eval"),
+            );
+            let got = module.charge_outcome("k", cost).await.unwrap();
+            assert_eq!(
+                (
+                    server.calls("tollgate.charge"),
+                    server.decisions(),
+                    server.calls("evalsha") + server.calls("eval"),
+                ),
+                (calls.0 + 1, calls.1, calls.2),
+                "{name} at {now}: one TOLLGATE.CHARGE, nothing else"
+            );
+            let by_scripts = scripts.charge_outcome("k", cost).await.unwrap();
+            assert_eq!(got.source, Source::Redis, "{name} at {now}");
+            assert_eq!(by_scripts.source, Source::Redis, "{name} at {now}");
+            assert_eq!(
+                fields(got.decision),
+                fields(by_scripts.decision),
+                "{name} at {now}: a charge of {cost}"
+            );
+            let want = core.charge(cost).decision();
+            let fitted = !core.peek_n(0).unwrap().is_denied();
+            assert_eq!(
+                fields(got.decision),
+                (
+                    fitted,
+                    want.limit(),
+                    want.remaining(),
+                    want.retry_after(),
+                    want.reset_after()
+                ),
+                "{name} at {now}: a charge of {cost} against the core"
+            );
+        }
+    }
 }
 
 /// A fixed window charged into debt (by the charge script) is not read as

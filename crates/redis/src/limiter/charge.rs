@@ -29,9 +29,10 @@
 //!   after it, or not) with the state after it as a peek of one permit
 //!   reads it (the core's `Charge::decision`: `limit`, `remaining`,
 //!   `retry_after`, `reset_after`), read in the same atomic call: one round
-//!   trip. The module's `TOLLGATE.CHARGE` answers the charge alone (its
-//!   reply is kept short), so after it the state is read by a second call,
-//!   the same peek of one permit: both paths answer the same.
+//!   trip, by the script or by the module's `TOLLGATE.CHARGE` (the same
+//!   reply; see [`module`](crate::module), "Charges"). A reply that is not
+//!   that shape (an older module's `{fitted, recorded}`) is never read as
+//!   a state: the charge is recorded, and answered by the failure policy.
 //! - **A carrying limiter** ([`carry`](crate::carry)) first carries the
 //!   key's previous state with a look (one more call while the carry
 //!   lasts), so that a charge is never written over a state not yet
@@ -76,8 +77,7 @@ impl std::fmt::Display for ChargeError {
 impl std::error::Error for ChargeError {}
 
 /// What the script answered: the charge, and the state after it (the
-/// script's reply from its third value: a peek's reply; empty from the
-/// module).
+/// script's reply from its third value: a peek's reply).
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Charged {
     Fitted(Vec<i64>),
@@ -128,14 +128,19 @@ impl RedisLimiter {
             }
         };
         let (Charged::Fitted(state) | Charged::Over(state) | Charged::Marked(state)) = &charged;
-        let after = if state.is_empty() {
-            // The module's reply: the state read by a second call.
-            self.decide(&bounded, 1, script::Op::Peek).await
-        } else {
-            match self.decode(state) {
-                Some(reply) => self.decided(&bounded, 1, script::Op::Peek, sent, Ok(reply)),
-                // Not the script's reply: recorded, but not read back.
-                None => self.fallback(&bounded, cost.min(capacity), Fault::Script, Duration::ZERO),
+        // A decision's reply for every limit, and nothing shorter (a
+        // refund's three values would decode).
+        let shape = script::HEAD_REPLY + script::PER_LIMIT_REPLY * s.limits.len();
+        let after = match self.decode(state).filter(|_| state.len() == shape) {
+            Some(reply) => self.decided(&bounded, 1, script::Op::Peek, sent, Ok(reply)),
+            // Not the script's reply: recorded, but not read back.
+            None => {
+                return Ok(self.fallback(
+                    &bounded,
+                    cost.min(capacity),
+                    Fault::Script,
+                    Duration::ZERO,
+                ));
             }
         };
         let fitted = match charged {
