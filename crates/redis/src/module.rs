@@ -44,8 +44,8 @@
 //! - **Module versions and the charge's reply**: a module of version 1
 //!   answers `TOLLGATE.CHARGE` with `{fitted, recorded}` alone. Version 2
 //!   registers `TOLLGATE.VERSION`, so the same `COMMAND INFO` tells the two
-//!   apart at connect time ([`Found::Outcome`]), and the client sends a
-//!   charge to the module only where every node answers the full reply.
+//!   apart at connect time, and the client sends a charge to the module
+//!   only where every node answers the full reply.
 //!   The reply's length is not how they are told apart: by the time an
 //!   older module has answered, it has recorded the charge, which can be
 //!   neither sent again (charged twice) nor read back in the same step. A
