@@ -1007,6 +1007,38 @@ async fn a_charge_through_the_module_is_one_call_and_answers_as_the_scripts_and_
                 "{name} at {now}: a charge of {cost} against the core"
             );
         }
+        // Under a deny list or a penalty nothing is charged and the answer
+        // is the marker's: the same from the module (in its one call) as
+        // from the scripts.
+        for (key, penalty) in [("denied", false), ("penalized", true)] {
+            for limiter in [&module, &scripts] {
+                if penalty {
+                    limiter
+                        .penalize(key, Duration::from_millis(2_500))
+                        .await
+                        .unwrap();
+                } else {
+                    limiter.deny(key).await.unwrap();
+                }
+            }
+            let calls = (server.calls("tollgate.charge"), server.decisions());
+            let got = module.charge_outcome(key, 2).await.unwrap();
+            assert_eq!(
+                (server.calls("tollgate.charge"), server.decisions()),
+                (calls.0 + 1, calls.1),
+                "{name} {key}"
+            );
+            let by_scripts = scripts.charge_outcome(key, 2).await.unwrap();
+            assert_eq!(
+                fields(got.decision),
+                fields(by_scripts.decision),
+                "{name} {key}"
+            );
+            assert!(got.decision.is_denied(), "{name} {key}");
+            if penalty {
+                assert_eq!(got.decision.retry_after(), Duration::from_millis(2_500));
+            }
+        }
     }
 }
 
