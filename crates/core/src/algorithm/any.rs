@@ -342,7 +342,8 @@ mod tests {
             Quota::new(n, MINUTE).unwrap().with_burst(n).unwrap()
         }
         let minute = MINUTE;
-        let all: [(&str, fn(u64) -> AnyAlgorithm); 6] = [
+        type Make = fn(u64) -> AnyAlgorithm;
+        let all: [(&str, Make); 6] = [
             ("gcra", |n| Gcra::new(q(n)).unwrap().into()),
             ("fixed", |n| FixedWindow::new(q(n)).unwrap().into()),
             ("calendar", |n| {
