@@ -27,7 +27,7 @@ local function with(fitted, recorded, after)
 end
 
 local mark, mark_end = marker()
-if mark then return with(-1, 0, marked_reply(mark, mark_end)) end
+if mark then return with(-1, 0, marked_reply(mark, mark_end, 1)) end
 
 local fitted, recorded = 1, cost
 for i = 1, #KEYS do

@@ -36,8 +36,8 @@
 //! recognise a marker only where they read a value that is not a state, so
 //! an ordinary decision pays no extra read. A decision that meets the deny
 //! list is denied with `retry_after` "never" (`u64::MAX` ns); the allow
-//! list, admitted with the key reported full; a penalty, denied until it
-//! ends. It counts nothing. Lists are checked before the penalty.
+//! list, admitted, reporting a look at the state kept aside (as the core:
+//! below); a penalty, denied until it ends. It counts nothing. Lists are checked before the penalty.
 //!
 //! As the core's controls, in every state (a debt included): a penalty
 //! **drops the key's state**; listing **keeps it aside** (at
@@ -263,8 +263,11 @@ impl RedisLimiter {
     }
 
     /// Puts `key` on the allow list: every request admitted without
-    /// counting, reported full, until [`unlist`](Self::unlist). Drops its
-    /// state and any penalty. `Ok(true)` if it was not on the allow list.
+    /// counting, until [`unlist`](Self::unlist), reporting what a look of
+    /// its cost at the key's state would (its remaining, 0 if the look
+    /// would be refused, and its `reset_after`), as the core's. Keeps its
+    /// state and any penalty aside. `Ok(true)` if it was not on the allow
+    /// list.
     ///
     /// # Errors
     ///

@@ -1,11 +1,12 @@
 -- tollgate: one atomic decision over the limits of one key (see src/script.rs
 -- for the contract), after src/prelude.lua (the arguments, the clock, every
 -- limit's state in `limits` and `states`): check, peek, lease or refund.
--- Controls' markers decide before any limit and count nothing.
+-- Controls' markers decide before any limit and count nothing (an
+-- allow-listed key reports a look of `cost` at the state held aside).
 local mark, mark_end = marker()
 if mark then
   if op == 'r' then return {1, 0, now} end
-  return marked_reply(mark, mark_end)
+  return marked_reply(mark, mark_end, cost)
 end
 
 if op == 'r' then

@@ -34,6 +34,12 @@ end
 local window = (now - fmod(now, period)) / period
 local count = 0
 local raw = redis.pcall('GET', KEYS[1])
+-- An allow-listed key (its marker '!a', an interned string: one pointer
+-- comparison) is decided on the state its list holds aside (controls.lua),
+-- as a look: admitted, nothing counted, reporting what the look would
+-- leave, or 0 (prelude.lua's listed_reply).
+local listed = raw == '!a'
+if listed then raw, op = redis.pcall('GET', KEYS[1] .. '!held'), 'p' end
 if type(raw) == 'string' then
   local w, c = string.match(raw, '^(%d+) (%d+)$')
   w, c = num(w), num(c)
@@ -47,11 +53,10 @@ if type(raw) == 'string' then
     elseif c > (window - w) * limit then
       count = c - (window - w) * limit
     end
-  elseif string.byte(raw, 1) == 33 then
+  elseif not listed and string.byte(raw, 1) == 33 then
     -- A control's marker (src/controls.rs), only read where a state is not.
     local kind = string.sub(raw, 2, 2)
     if kind == 'd' then return {0, 0, now, 0, 0, -1, -1} end
-    if kind == 'a' then return {1, 0, now, 1, limit, 0, 0} end
     if kind == 'p' then
       local e = num(string.sub(raw, 3))
       if e == nil then return {0, 0, now, 0, 0, -1, -1} end
@@ -68,6 +73,7 @@ if count > limit then
   local r = fmod(count, limit)
   local at = (window + (count - r) / limit + (r > 0 and 1 or 0)) * period
   local reset = at > now and (at - now) * unit or 0
+  if listed then return {1, 0, now, 1, 0, 0, reset} end
   local retry = -1
   if cost <= limit then
     local over = count + cost - limit
@@ -94,16 +100,17 @@ if cost <= limit - count then
     if r > 0 then ttl = ttl + 1 end
     redis.call('SET', KEYS[1], string.format('%d %d', window, used), 'PX', ttl)
   end
-  if packed then return (limit - used) * span + left end
+  if packed and not listed then return (limit - used) * span + left end
   local reset, taken = 0, 0
   if used > 0 then reset = left * unit end
   if op == 'c' then taken = cost end
   return {1, taken, now, 1, limit - used, 0, reset}
 end
-if packed then return -1 - ((limit - count) * span + left) end
+if packed and not listed then return -1 - ((limit - count) * span + left) end
 left = left * unit
 local retry = -1
 if cost <= limit then retry = left end
 local reset = 0
 if count > 0 then reset = left end
+if listed then return {1, 0, now, 1, 0, 0, reset} end
 return {0, 0, now, 0, limit - count, retry, reset}

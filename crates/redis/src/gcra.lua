@@ -70,16 +70,19 @@ local M = m * us
 local cur = (now % m) * us
 local debt = 0
 local raw = redis.pcall('GET', KEYS[1])
+-- An allow-listed key (its marker '!a', an interned string: one pointer
+-- comparison) is decided on the state its list holds aside (controls.lua).
+local listed = raw == '!a'
+if listed then raw = redis.pcall('GET', KEYS[1] .. '!held') end
 local tat = num(raw)
 if tat and tat >= 0 and tat < M and tat % 1 == 0 then
   debt = tat - cur
   if debt < 0 then debt = debt + M end
   if debt > M - 2000000000000000 then debt = 0 end
-elseif type(raw) == 'string' and string.byte(raw, 1) == 33 then
+elseif not listed and type(raw) == 'string' and string.byte(raw, 1) == 33 then
   -- A control's marker (src/controls.rs), only read where a state is not.
   local kind = string.sub(raw, 2, 2)
   if kind == 'd' then return {0, 0, now, 0, 0, -1, -1} end
-  if kind == 'a' then return {1, 0, now, 1, cap, 0, 0} end
   if kind == 'p' then
     local e = num(string.sub(raw, 3))
     if e == nil then return {0, 0, now, 0, 0, -1, -1} end
@@ -90,6 +93,12 @@ elseif type(raw) == 'string' and string.byte(raw, 1) == 33 then
   end
 end
 local wanted = debt + cost * iv
+if listed then
+  -- Admitted, nothing counted, reporting a look of `cost` at the state
+  -- held aside (prelude.lua's listed_reply): what it would leave, or 0.
+  if wanted <= cap then return {1, 0, now, 1, cap - wanted, 0, wanted} end
+  return {1, 0, now, 1, 0, 0, debt}
+end
 if wanted > cap then return -1 - debt end
 if op == 'c' and cost > 0 then
   local d = scale * 1000000

@@ -891,7 +891,8 @@ local function warm_module()
     local cold = tonumber(string.match(alg, '^w([1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?)$'))
     if not (cold and cold < 4294967296 and a3 >= 1 and a4 >= 1) then return nil end
     local k = warm_constants(N, a1, a2, a3, a4, cold)
-    -- `capacity`: what an allow-listed key reports remaining.
+    -- `capacity`: the room an allow-listed key's reply gives a limit that
+    -- does not bind (listed_reply).
     return {alg = W, burst = a1, capacity = a1, size = a1, k = k, math = warm_math(N, k)}
   end
   return W
@@ -978,34 +979,15 @@ local function marker()
 end
 
 -- The reply {allowed, 0, now, (allowed_i, headroom_i, retry_i, reset_i)×m}
--- of a key under marker `mark` (see marker()): decided before any limit,
--- nothing counted.
-local function marked_reply(mark, mark_end)
-  local reply = {1, 0, now}
-  if mark ~= 'a' then reply[1] = 0 end
-  for i = 1, #KEYS do
-    local p, at = limits[i], 3 + (i - 1) * 4
-    if mark == 'a' then
-      local full = p.capacity or p.limit
-      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 1, full, 0, 0
-    else
-      local left = -1
-      if mark == 'p' and mark_end ~= -1 then left = (mark_end - now) * unit * (p.scale or 1) end
-      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 0, 0, left, left
-    end
-  end
-  return reply
-end
-
--- The reply {allowed, 0, now, (allowed_i, headroom_i, retry_i, reset_i)×m}
--- to a request of `take` permits on the loaded states, nothing written. A
--- denial takes nothing: every admitting limit then reports its time back
--- to full with nothing taken, as the core's AllOf does (a denying limit's
--- is that already).
-local function verdicts(take)
+-- to a request of `take` permits on the states `sts` (the loaded ones by
+-- default), nothing written. A denial takes nothing: every admitting limit
+-- then reports its time back to full with nothing taken, as the core's
+-- AllOf does (a denying limit's is that already).
+local function verdicts(take, sts)
+  sts = sts or states
   local reply = {1, 0, now}
   for i = 1, #KEYS do
-    local allowed, headroom, retry, reset = limits[i].alg.decide(states[i], limits[i], take)
+    local allowed, headroom, retry, reset = limits[i].alg.decide(sts[i], limits[i], take)
     if allowed == 0 then reply[1] = 0 end
     local at = 3 + (i - 1) * 4
     reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = allowed, headroom, retry, reset
@@ -1014,10 +996,65 @@ local function verdicts(take)
     for i = 1, #KEYS do
       local at = 3 + (i - 1) * 4
       if reply[at + 1] == 1 then
-        local _, _, _, reset = limits[i].alg.decide(states[i], limits[i], 0)
+        local _, _, _, reset = limits[i].alg.decide(sts[i], limits[i], 0)
         reply[at + 4] = reset
       end
     end
+  end
+  return reply
+end
+
+-- An allow-listed key's reply to a request of `take` permits: admitted,
+-- counting nothing, reporting what a look of `take` at the state the list
+-- holds aside (`<key>!held`, controls.lua) reports, as the core's listed
+-- decision does: that look's remaining and reset_after if it would admit;
+-- if not, 0 remaining and its reset_after (each limit's reset as the
+-- denial reports it, and the binding denial's limit: the client's
+-- binding() then picks it, the one left with 0, every other limit with
+-- room).
+local function listed_reply(take)
+  local held = {}
+  for i = 1, #KEYS do held[i] = limits[i].alg.load(KEYS[i] .. '!held', limits[i]) end
+  local reply = verdicts(take, held)
+  if reply[1] == 1 then return reply end
+  -- The binding denial: the longest retry in ns (-1: never), the first
+  -- of equals (limit.rs's binding()).
+  local binding, longest = nil, -1
+  for i = 1, #KEYS do
+    local at = 3 + (i - 1) * 4
+    if reply[at + 1] == 0 then
+      local retry = reply[at + 3]
+      if retry == -1 then
+        retry = math.huge
+      else
+        retry = cdiv(retry, limits[i].scale or 1)
+      end
+      if retry > longest then binding, longest = i, retry end
+    end
+  end
+  reply[1] = 1
+  for i = 1, #KEYS do
+    local p, at = limits[i], 3 + (i - 1) * 4
+    local headroom = p.capacity or p.limit
+    if i == binding then headroom = 0 end
+    reply[at + 1], reply[at + 2], reply[at + 3] = 1, headroom, 0
+  end
+  return reply
+end
+
+-- The reply {allowed, 0, now, (allowed_i, headroom_i, retry_i, reset_i)×m}
+-- of a key under marker `mark` (see marker()) to a request of `take`
+-- permits: decided before any limit, nothing counted. Denied (a deny
+-- list, a penalty): 0 remaining, retry and reset the penalty's time left
+-- (-1: never); allowed: listed_reply.
+local function marked_reply(mark, mark_end, take)
+  if mark == 'a' then return listed_reply(take) end
+  local reply = {0, 0, now}
+  for i = 1, #KEYS do
+    local p, at = limits[i], 3 + (i - 1) * 4
+    local left = -1
+    if mark == 'p' and mark_end ~= -1 then left = (mark_end - now) * unit * (p.scale or 1) end
+    reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = 0, 0, left, left
   end
   return reply
 end

@@ -8,7 +8,11 @@
 //! fixed window's count carried into the current window, where the core
 //! gives back from both. Lists are in the schedule too: listing a key
 //! dropped its state (a debt included) and its penalty, so that a key
-//! unlisted came back full where the core's came back as it was.
+//! unlisted came back full where the core's came back as it was; and an
+//! allow-listed key's decision reported the limit's full capacity where
+//! the core's reports a look at the state it keeps aside (its remaining,
+//! 0 if the look would be refused, and its reset_after): every field of
+//! a listed key's decision is compared too.
 
 use std::time::Duration;
 
@@ -46,25 +50,14 @@ fn fields(d: &Decision) -> (bool, u64, u64, Duration, Duration) {
     )
 }
 
-/// What is compared of a decision; of an allow-listed key's, whether it was
-/// admitted (the core reports the state it keeps aside, Redis the limit's
-/// capacity).
-fn seen(d: &Decision, allow_listed: bool) -> (bool, u64, u64, Duration, Duration) {
-    let f = fields(d);
-    if allow_listed {
-        (f.0, 0, 0, Duration::ZERO, Duration::ZERO)
-    } else {
-        f
-    }
-}
-
 fn per(limit: u64, period: Duration) -> Quota {
     Quota::new(limit, period).unwrap()
 }
 
 /// Runs `steps` seeded steps on the core's `algorithm` and on Redis's
 /// `limits` side by side; `period` scales the clock's steps, `capacity`
-/// the costs. Returns the refunds that gave back into a debt.
+/// the costs. Returns the refunds that gave back into a debt, and the
+/// looks at an allow-listed key whose state kept aside was not full.
 #[allow(clippy::too_many_arguments)]
 async fn replay<A: Algorithm>(
     redis: &Redis,
@@ -75,7 +68,7 @@ async fn replay<A: Algorithm>(
     capacity: u64,
     steps: usize,
     seed: u64,
-) -> u32 {
+) -> (u32, u32) {
     // Unix ns below 2^53 (test mode): 1970-01-05 10:20, a Monday.
     let clock = ManualClock::starting_at(Nanos::new(4 * 86_400 * SEC + 37_200 * SEC));
     let core = KeyedLimiter::<String, A>::builder(algorithm)
@@ -90,7 +83,7 @@ async fn replay<A: Algorithm>(
     let key = "k";
     let mut rng = Rng(seed);
     let mut refunds_in_debt = 0;
-    let mut allow_listed = false;
+    let mut listed_not_full = 0;
     for i in 0..steps {
         let at = tollgate::Clock::now(&clock).as_u64();
         let what = rng.below(100);
@@ -98,8 +91,8 @@ async fn replay<A: Algorithm>(
             let cost = [1, 1, 2, capacity / 2 + 1][rng.below(4) as usize];
             let (want, got) = (core.check_n(key, cost), remote.check_n(key, cost).await);
             assert_eq!(
-                got.map(|d| seen(&d, allow_listed)).ok(),
-                want.map(|d| seen(&d, allow_listed)).ok(),
+                got.map(|d| fields(&d)).ok(),
+                want.map(|d| fields(&d)).ok(),
                 "{name} step {i} at {at}: check {cost}"
             );
             "check"
@@ -138,13 +131,11 @@ async fn replay<A: Algorithm>(
             } else {
                 core.allow(key).unwrap();
                 remote.allow(key).await.unwrap();
-                allow_listed = true;
             }
             "listing"
         } else if what < 80 {
             let _ = core.unlist(key);
             remote.unlist(key).await.unwrap();
-            allow_listed = false;
             "unlisting"
         } else {
             let by = match rng.below(6) {
@@ -156,19 +147,55 @@ async fn replay<A: Algorithm>(
             "wait"
         };
         for look in [0, 1] {
-            let want = core.peek_n(key, look).map(|d| seen(&d, allow_listed)).ok();
-            let got = remote
-                .peek_n(key, look)
-                .await
-                .map(|d| seen(&d, allow_listed))
-                .ok();
+            let want = core.peek_n(key, look).map(|d| fields(&d)).ok();
+            if look == 0
+                && core.listed(key) == Some(tollgate::observe::List::Allow)
+                && want.is_some_and(|d| d.2 < capacity)
+            {
+                listed_not_full += 1;
+            }
+            let got = remote.peek_n(key, look).await.map(|d| fields(&d)).ok();
             assert_eq!(
                 got, want,
                 "{name} step {i} at {at}: peek {look} after a {step}"
             );
         }
     }
-    refunds_in_debt
+    // Every algorithm listed once in a known state: spent in part, then
+    // past its limit (a charge's debt, or a warm-up's wait), each look's
+    // and each check's whole decision compared.
+    let _ = core.unlist(key);
+    remote.unlist(key).await.unwrap();
+    let _ = core.reset(key);
+    remote.reset(key).await.unwrap();
+    for phase in 0..2 {
+        if phase == 0 {
+            let cost = capacity / 2 + 1;
+            let (want, got) = (core.check_n(key, cost), remote.check_n(key, cost).await);
+            assert_eq!(got.map(|d| fields(&d)).ok(), want.map(|d| fields(&d)).ok());
+        } else if !warm_up {
+            let _ = core.charge(key, 3 * capacity);
+            remote.charge_outcome(key, 3 * capacity).await.unwrap();
+        } else {
+            clock.advance(Duration::from_nanos(period / 8));
+            let (want, got) = (core.check_n(key, 1), remote.check_n(key, 1).await);
+            assert_eq!(got.map(|d| fields(&d)).ok(), want.map(|d| fields(&d)).ok());
+        }
+        core.allow(key).unwrap();
+        remote.allow(key).await.unwrap();
+        for cost in [0, 1, capacity] {
+            let want = core.peek_n(key, cost).map(|d| fields(&d)).ok();
+            let got = remote.peek_n(key, cost).await.map(|d| fields(&d)).ok();
+            assert_eq!(got, want, "{name} listed, phase {phase}: peek {cost}");
+            listed_not_full += u32::from(want.is_some_and(|d| d.2 < capacity));
+            let want = core.check_n(key, cost).map(|d| fields(&d)).ok();
+            let got = remote.check_n(key, cost).await.map(|d| fields(&d)).ok();
+            assert_eq!(got, want, "{name} listed, phase {phase}: check {cost}");
+        }
+        let _ = core.unlist(key);
+        remote.unlist(key).await.unwrap();
+    }
+    (refunds_in_debt, listed_not_full)
 }
 
 /// Every algorithm, and several limits of one key: the core's controls'
@@ -252,7 +279,13 @@ async fn controls_decide_as_the_core_in_every_state() {
         in_debt
             .iter()
             .filter(|(name, _)| *name != "warm")
-            .all(|(_, n)| *n > 3),
+            .all(|(_, (n, _))| *n > 3),
         "refunds while refused: {in_debt:?}"
+    );
+    // An allow-listed key's decision was compared where it is not the
+    // limit's full capacity.
+    assert!(
+        in_debt.iter().all(|(_, (_, listed))| *listed >= 4),
+        "allow-listed looks short of full: {in_debt:?}"
     );
 }

@@ -92,7 +92,9 @@ pub async fn carrying_the_registry_keeps_every_key_listed(redis: &Redis, name: &
             if i % 2 == 0 {
                 assert!(d.is_denied() && d.retry_after() == NEVER, "{key}: {d:?}");
             } else {
-                assert!(d.is_allowed() && d.remaining() == 5, "{key}: {d:?}");
+                // A look of 1 at its fresh state (4 of the GCRA's 5
+                // left), as the core reports an allow-listed key.
+                assert!(d.is_allowed() && d.remaining() == 4, "{key}: {d:?}");
             }
         }
     }

@@ -159,12 +159,13 @@ pub async fn lists_decide_before_any_limit(redis: &Redis, name: &str, limits: &[
     // A refund gives back into the state the list keeps aside.
     assert_eq!(l.refund(b"k", 1).await, Ok(true), "{name}");
     denied_until(&l.check(b"k").await, NEVER);
-    // Allowed: admitted without counting, reported full.
+    // Allowed: admitted without counting (what each decision reports, a
+    // look at the state kept aside, is compared with the core's in
+    // controls/parity.rs).
     assert_eq!(l.allow(b"k").await, Ok(true), "{name}");
     for _ in 0..20 {
         let d = l.check(b"k").await;
         assert!(d.is_allowed(), "{name}: {d:?}");
-        assert_eq!(d.remaining(), 5, "{name}: {d:?}");
     }
     let d = l.check_n(b"k", 5).await.unwrap();
     assert!(d.is_allowed(), "{name}: {d:?}");
