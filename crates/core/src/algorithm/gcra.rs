@@ -381,10 +381,10 @@ impl Algorithm for Gcra {
     /// The debt (the TAT ahead of now) is rescaled to this quota's ticks,
     /// rounded up so that nothing taken is given back, and not capped at the
     /// new burst: a debt beyond it is waited out as a charge's is, so
-    /// lowering and then raising a quota gives nothing back. Only the
-    /// [debt cap](crate::algorithm#charges-debt-and-its-cap) bounds it, as
-    /// it bounds a charge: the TAT at most `burst·T + DEBT_PERIODS · limit
-    /// · T` past now under this quota.
+    /// lowering and then raising a quota gives nothing back within the
+    /// [debt cap](crate::algorithm#charges-debt-and-its-cap), which bounds
+    /// it as it bounds a charge: the TAT at most `burst·T + DEBT_PERIODS ·
+    /// limit · T` past now under this quota.
     fn carry_cell(&self, previous: &Gcra, cell: &AtomicU64, now: Nanos, carry: Carry) -> AtomicU64 {
         let tat = u128::from(store::word_load(cell));
         let debt = tat.saturating_sub(previous.now_ticks(now));
