@@ -77,6 +77,21 @@ pub enum Params {
     WarmUp(WarmArgs),
 }
 
+impl Params {
+    /// What a limit reports remaining when it does not bind (a full limit:
+    /// GCRA's capacity in ticks, a window's limit, a warm-up's burst), and
+    /// its ticks per nanosecond (1 but for GCRA).
+    pub(crate) fn full_and_scale(&self) -> (i128, i128) {
+        match *self {
+            Params::Gcra {
+                capacity, scale, ..
+            } => (capacity, scale),
+            Params::Fixed { limit, .. } | Params::Sliding { limit, .. } => (limit, 1),
+            Params::WarmUp(w) => (i128::from(w.burst), 1),
+        }
+    }
+}
+
 /// One limit of the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitArgs {

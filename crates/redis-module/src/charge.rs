@@ -57,6 +57,7 @@
 //! not written.
 
 use crate::args::{ArgError, Call, Op, Params, parse_any};
+use crate::controls::Marked;
 use crate::store::Store;
 use crate::transition::{self, Clock, State};
 
@@ -102,8 +103,12 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
         states.push(transition::load(store, i, &limit.params, &clock)?);
     }
     let blank = |i: usize| transition::blank(&states[i]);
-    if let Some(marked) = crate::controls::marked(call, now, unit, store, blank) {
-        return Ok(with(-1, 0, &marked));
+    match crate::controls::marked(call, now, unit, store, blank) {
+        Some(Marked::Reply(reply)) => return Ok(with(-1, 0, &reply)),
+        Some(Marked::Listed) => {
+            return Ok(with(-1, 0, &transition::listed(call, store, &clock, 1)?));
+        }
+        None => {}
     }
     let (mut fitted, mut fewest) = (1, call.cost);
     for (i, (limit, state)) in call.limits.iter().zip(&states).enumerate() {
@@ -240,6 +245,14 @@ mod tests {
             [-1, 0, 0, 0, 0, 0, 0, -1, -1]
         );
         assert_eq!(m.strings[&0].0, b"!d");
+        // An allow-listed key: not charged, the look of one permit at what
+        // the list holds aside (debt 10 of 20: admitted, 0 left).
+        let mut listed = Memory::default();
+        listed.strings.insert(0, (b"!a".to_vec(), 1));
+        listed.held.insert(0, b"10".to_vec());
+        let reply = run(&call, 0, 1, &mut listed).unwrap();
+        assert_eq!(reply, [-1, 0, 1, 0, 0, 1, 0, 0, 20]);
+        assert_eq!(listed.strings[&0].0, b"!a");
         // A penalty past its end is no marker: charged, as by the script.
         m.strings.insert(0, (b"!p0".to_vec(), 1));
         assert_eq!(charge(&mut m, "1", 5), [1, 1]);

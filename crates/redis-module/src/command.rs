@@ -140,6 +140,28 @@ impl RedisStore<'_> {
     fn close_read(&mut self) {
         self.read = None;
     }
+
+    /// Every field and value of the hash at `key`.
+    fn hgetall_of(&self, key: &[u8]) -> Result<Fields, String> {
+        let RedisValue::Array(items) = self.call("HGETALL", &[key])? else {
+            return Err("ERR tollgate: unexpected HGETALL reply".to_owned());
+        };
+        let mut items = items.into_iter().map(bytes);
+        let mut pairs = Vec::new();
+        while let (Some(field), Some(value)) = (items.next(), items.next()) {
+            match (field, value) {
+                (Some(f), Some(v)) => pairs.push((f, v)),
+                _ => return Err("ERR tollgate: unexpected HGETALL reply".to_owned()),
+            }
+        }
+        Ok(pairs)
+    }
+}
+
+/// Where an allow list holds `key`'s state aside (`tollgate-redis`'s
+/// `controls.lua`).
+fn held_key(key: &[u8]) -> Vec<u8> {
+    [key, b"!held"].concat()
 }
 
 fn bytes(value: RedisValue) -> Option<Vec<u8>> {
@@ -195,18 +217,23 @@ impl Store for RedisStore<'_> {
 
     fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
         self.close_read();
-        let RedisValue::Array(items) = self.call("HGETALL", &[self.key(i)])? else {
-            return Err("ERR tollgate: unexpected HGETALL reply".to_owned());
-        };
-        let mut items = items.into_iter().map(bytes);
-        let mut pairs = Vec::new();
-        while let (Some(field), Some(value)) = (items.next(), items.next()) {
-            match (field, value) {
-                (Some(f), Some(v)) => pairs.push((f, v)),
-                _ => return Err("ERR tollgate: unexpected HGETALL reply".to_owned()),
-            }
+        self.hgetall_of(self.key(i))
+    }
+
+    // What a list holds aside: through `RedisModule_Call`, as the rare path
+    // it is (an allow-listed key), on a key the command's arguments do not
+    // name, as the scripts read it.
+    fn get_held(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
+        self.close_read();
+        match self.call("GET", &[&held_key(self.key(i))])? {
+            RedisValue::Null => Ok(None),
+            value => Ok(bytes(value)),
         }
-        Ok(pairs)
+    }
+
+    fn hgetall_held(&mut self, i: usize) -> Result<Fields, String> {
+        self.close_read();
+        self.hgetall_of(&held_key(self.key(i)))
     }
 
     fn hset(&mut self, i: usize, fields: &[(&str, String)]) {

@@ -11,12 +11,15 @@
 //! the scripts look for it only where the value is not a state: a key with
 //! a live state, the common case under load, pays nothing. The answer is
 //! the scripts' to the value: deny list denied with `retry` and `reset`
-//! "never" (`-1`); allow list admitted, counting nothing, reported full; a
-//! penalty denied with `retry` = `reset` = the time left; the lists first,
-//! then the latest penalty. A penalty past its end is no marker (the key is
-//! full). A lease's refund on a marked key changes nothing.
+//! "never" (`-1`); a penalty denied with `retry` = `reset` = the time left;
+//! the lists first, then the latest penalty. A penalty past its end is no
+//! marker (the key is full). An allow-listed key is admitted, counting
+//! nothing, and reports a look at the state the list holds aside, as the
+//! core's listed decision ([`Marked::Listed`]: `crate::transition::listed`
+//! builds that reply, which reads states). A lease's refund on a marked
+//! key changes nothing.
 
-use crate::args::{Call, Op, Params};
+use crate::args::{Call, Op};
 use crate::store::{Store, lua_number};
 
 /// A control's marker, as the scripts read it.
@@ -48,7 +51,17 @@ fn marker(raw: &[u8], now: i128) -> Option<Marker> {
     }
 }
 
-/// The reply to `call` if a key whose state read as none (`blank`) holds a
+/// What a control's marker decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Marked {
+    /// This reply (a deny list, a penalty, a refund under any marker).
+    Reply(Vec<i64>),
+    /// The allow list: admitted, counting nothing, answered on the state
+    /// the list holds aside.
+    Listed,
+}
+
+/// What decides `call` if a key whose state read as none (`blank`) holds a
 /// marker; `None` otherwise (the decision goes on).
 pub(crate) fn marked(
     call: &Call,
@@ -56,7 +69,7 @@ pub(crate) fn marked(
     unit: i128,
     store: &mut dyn Store,
     blank: impl Fn(usize) -> bool,
-) -> Option<Vec<i64>> {
+) -> Option<Marked> {
     let mut found: Option<Marker> = None;
     for i in 0..call.limits.len() {
         if !blank(i) {
@@ -81,29 +94,24 @@ pub(crate) fn marked(
     let found = found?;
     let now64 = i64::try_from(now).unwrap_or(i64::MAX);
     if call.op == Op::Refund {
-        return Some(vec![1, 0, now64]);
+        return Some(Marked::Reply(vec![1, 0, now64]));
+    }
+    if found == Marker::Allow {
+        return Some(Marked::Listed);
     }
     let mut reply = Vec::with_capacity(3 + 4 * call.limits.len());
-    reply.extend([i64::from(found == Marker::Allow), 0, now64]);
+    reply.extend([0, 0, now64]);
     for limit in &call.limits {
-        let (full, scale) = match limit.params {
-            Params::Gcra {
-                capacity, scale, ..
-            } => (capacity, scale),
-            Params::Fixed { limit, .. } | Params::Sliding { limit, .. } => (limit, 1),
-            Params::WarmUp(w) => (i128::from(w.burst), 1),
-        };
         let verdict: [i128; 4] = match found {
-            Marker::Allow => [1, full, 0, 0],
-            Marker::Deny | Marker::Penalty(None) => [0, 0, -1, -1],
             Marker::Penalty(Some(end)) => {
-                let left = (end - now) * unit * scale;
+                let left = (end - now) * unit * limit.params.full_and_scale().1;
                 [0, 0, left, left]
             }
+            _ => [0, 0, -1, -1],
         };
         reply.extend(verdict.map(|v| i64::try_from(v).unwrap_or(i64::MAX)));
     }
-    Some(reply)
+    Some(Marked::Reply(reply))
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@
 //! - A control's marker: the general array, as the scripts answer it.
 
 use crate::args::{Call, Op, Params};
+use crate::controls::Marked;
 use crate::store::Store;
 use crate::transition::{self, Clock, State, Verdict, clamp};
 
@@ -63,10 +64,14 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
     };
     let clock = Clock::of(call, now, unit);
     let mut state = transition::load(store, 0, &limit.params, &clock)?;
-    if let Some(reply) =
-        crate::controls::marked(call, now, unit, store, |_| transition::blank(&state))
-    {
-        return Ok(Reply::General(reply));
+    match crate::controls::marked(call, now, unit, store, |_| transition::blank(&state)) {
+        Some(Marked::Reply(reply)) => return Ok(Reply::General(reply)),
+        Some(Marked::Listed) => {
+            return Ok(Reply::General(transition::listed(
+                call, store, &clock, call.cost,
+            )?));
+        }
+        None => {}
     }
     let verdict = transition::decide(&limit.params, &state, &clock, call.cost);
     let allowed = verdict[0] == 1;

@@ -23,6 +23,60 @@ pub trait Store {
     fn hdel(&mut self, i: usize, field: &str);
     /// Sets key `i` to expire in `ttl_ms`.
     fn pexpire(&mut self, i: usize, ttl_ms: i128);
+    /// The string an allow list holds aside for key `i` (under
+    /// `<key>!held`, written by `tollgate-redis`'s `controls.lua`); `Err` if
+    /// it holds another type.
+    fn get_held(&mut self, i: usize) -> Result<Option<Vec<u8>>, String>;
+    /// The hash an allow list holds aside for key `i` (as
+    /// [`get_held`](Self::get_held)).
+    fn hgetall_held(&mut self, i: usize) -> Result<Fields, String>;
+}
+
+/// The states an allow list holds aside, read as the call's keys: what an
+/// allow-listed key is answered on (`crate::transition::listed`). Read
+/// only: a listed key counts nothing, so its answer writes nothing.
+pub(crate) struct Held<'a> {
+    store: &'a mut dyn Store,
+    /// The string read last, lent by [`Store::get`].
+    value: Option<Vec<u8>>,
+}
+
+impl<'a> Held<'a> {
+    pub(crate) fn new(store: &'a mut dyn Store) -> Held<'a> {
+        Held { store, value: None }
+    }
+}
+
+impl Store for Held<'_> {
+    fn get(&mut self, i: usize) -> Result<Option<&[u8]>, String> {
+        self.value = self.store.get_held(i)?;
+        Ok(self.value.as_deref())
+    }
+    fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
+        self.store.hgetall_held(i)
+    }
+    fn get_held(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
+        self.store.get_held(i)
+    }
+    fn hgetall_held(&mut self, i: usize) -> Result<Fields, String> {
+        self.store.hgetall_held(i)
+    }
+    // A listed key's answer is a look: never a write.
+    fn set(&mut self, _: usize, _: &str, _: i128) {
+        debug_assert!(false, "a listed key's answer wrote");
+    }
+    fn del(&mut self, _: usize) {
+        debug_assert!(false, "a listed key's answer wrote");
+    }
+    fn hset(&mut self, _: usize, _: &[(&str, String)]) {
+        debug_assert!(false, "a listed key's answer wrote");
+    }
+    fn hdel(&mut self, _: usize, _: &str) {
+        debug_assert!(false, "a listed key's answer wrote");
+    }
+    fn pexpire(&mut self, _: usize, _: i128) {
+        debug_assert!(false, "a listed key's answer wrote");
+    }
 }
 
 /// The number Lua 5.1's `tonumber` reads in `raw` (Redis's Lua): C's
@@ -86,12 +140,14 @@ pub fn plain_integer(raw: &[u8]) -> Option<u64> {
 }
 
 /// Keys in memory, for the transitions' tests: strings with their TTL,
-/// hashes.
+/// hashes, and what an allow list holds aside for each key.
 #[cfg(test)]
 #[derive(Default)]
 pub(crate) struct Memory {
     pub(crate) strings: std::collections::HashMap<usize, (Vec<u8>, i128)>,
     pub(crate) hashes: std::collections::HashMap<usize, Vec<(String, String)>>,
+    pub(crate) held: std::collections::HashMap<usize, Vec<u8>>,
+    pub(crate) held_hashes: std::collections::HashMap<usize, Vec<(String, String)>>,
 }
 
 #[cfg(test)]
@@ -130,6 +186,20 @@ impl Store for Memory {
         }
     }
     fn pexpire(&mut self, _i: usize, _ttl_ms: i128) {}
+    fn get_held(&mut self, i: usize) -> Result<Option<Vec<u8>>, String> {
+        Ok(self.held.get(&i).cloned())
+    }
+    fn hgetall_held(&mut self, i: usize) -> Result<Fields, String> {
+        Ok(self
+            .held_hashes
+            .get(&i)
+            .map(|h| {
+                h.iter()
+                    .map(|(f, v)| (f.clone().into_bytes(), v.clone().into_bytes()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,8 @@
 use std::collections::HashMap;
 
 use crate::args::{Call, Op, Params};
-use crate::store::{Fields, Store, lua_number, plain_integer};
+use crate::controls::Marked;
+use crate::store::{Fields, Held, Store, lua_number, plain_integer};
 use crate::warm_up::Warm;
 
 /// The clock of a call.
@@ -161,8 +162,10 @@ pub fn run(call: &Call, now: i128, unit: i128, store: &mut dyn Store) -> Result<
         states.push(load(store, i, &limit.params, &clock)?);
     }
     // The controls' markers, looked for only where a state read as none.
-    if let Some(reply) = crate::controls::marked(call, now, unit, store, |i| blank(&states[i])) {
-        return Ok(reply);
+    match crate::controls::marked(call, now, unit, store, |i| blank(&states[i])) {
+        Some(Marked::Reply(reply)) => return Ok(reply),
+        Some(Marked::Listed) => return listed(call, store, &clock, call.cost),
+        None => {}
     }
     if call.op == Op::Refund {
         for (i, (limit, state)) in call.limits.iter().zip(&mut states).enumerate() {
@@ -212,6 +215,62 @@ pub(crate) fn verdicts(call: &Call, states: &[State], clock: &Clock, take: i128)
         }
     }
     reply
+}
+
+/// An allow-listed key's reply to a request of `take` permits (the
+/// scripts' `listed_reply`): admitted, counting nothing, reporting what a
+/// look of `take` at the states the list holds aside reports, as the
+/// core's listed decision does: the look's remaining and reset if it would
+/// admit; if not, each limit's reset as the denial reports it, 0 remaining
+/// for the binding denial (the longest retry in ns, "never" longest, the
+/// first of equals) and full for every other limit, so that the client
+/// picks the binding one.
+///
+/// # Errors
+///
+/// A state aside that is a window in debt ([`DEFER`]: the scripts decide).
+pub(crate) fn listed(
+    call: &Call,
+    store: &mut dyn Store,
+    clock: &Clock,
+    take: i128,
+) -> Result<Vec<i64>, String> {
+    let mut held = Held::new(store);
+    let mut states = Vec::with_capacity(call.limits.len());
+    for (i, limit) in call.limits.iter().enumerate() {
+        states.push(load(&mut held, i, &limit.params, clock)?);
+    }
+    let mut reply = verdicts(call, &states, clock, take);
+    if reply[0] == 1 {
+        return Ok(reply);
+    }
+    let mut binding = None;
+    let mut longest = -1;
+    for (i, limit) in call.limits.iter().enumerate() {
+        let at = 3 + 4 * i;
+        if reply[at] == 0 {
+            let retry = match reply[at + 2] {
+                -1 => i128::MAX,
+                ticks => cdiv(i128::from(ticks), limit.params.full_and_scale().1),
+            };
+            if retry > longest {
+                (binding, longest) = (Some(i), retry);
+            }
+        }
+    }
+    reply[0] = 1;
+    for (i, limit) in call.limits.iter().enumerate() {
+        let at = 3 + 4 * i;
+        let room = if binding == Some(i) {
+            0
+        } else {
+            limit.params.full_and_scale().0
+        };
+        reply[at] = 1;
+        reply[at + 1] = clamp(room);
+        reply[at + 2] = 0;
+    }
+    Ok(reply)
 }
 
 /// Whether a loaded state is "none" (where a control's marker may be).
@@ -788,6 +847,49 @@ mod tests {
             );
             assert_eq!(m.hashes[&0].len(), 1, "{field}: written");
         }
+    }
+
+    /// An allow-listed key is admitted, counting nothing, and reports a look
+    /// at the states its list holds aside (the scripts' `listed_reply`):
+    /// the look's answer where it would admit; else 0 remaining for the
+    /// binding denial (the longest retry), full for the others, each reset
+    /// as the denial reports it. Nothing is written, and a refund changes
+    /// nothing.
+    #[test]
+    fn an_allow_listed_key_reports_a_look_at_what_its_list_holds_aside() {
+        let args = [
+            "a", "g", "1", "10", "20", M, "0", // 2 per 20 ns
+            "b", "f", "100", "2", "0", "0", "0", // 2 per 100 ns
+            "c", "10", "1", "5", "0",
+        ];
+        let listed = |held: [&str; 2]| {
+            let mut m = Memory::default();
+            m.strings.insert(0, (b"!a".to_vec(), 7));
+            m.held.insert(0, held[0].as_bytes().to_vec());
+            m.held.insert(1, held[1].as_bytes().to_vec());
+            m
+        };
+        // Debt 5 of 20 and 1 of 2: the look admits.
+        let mut m = listed(["15", "0 1"]);
+        let reply = decide(&mut m, &args, 10).unwrap();
+        assert_eq!(reply, [1, 0, 10, 1, 5, 0, 15, 1, 0, 0, 90]);
+        // Debt 40 (retry 30) and a full window (retry 90): the window binds.
+        let mut m = listed(["50", "0 2"]);
+        let reply = decide(&mut m, &args, 10).unwrap();
+        assert_eq!(reply, [1, 0, 10, 1, 20, 0, 40, 1, 0, 0, 90]);
+        assert_eq!(m.strings.len(), 1, "written");
+        assert_eq!(m.strings[&0], (b"!a".to_vec(), 7), "written");
+        // Nothing aside: the look at a fresh key.
+        let mut m = listed(["", ""]);
+        m.held.clear();
+        assert_eq!(
+            decide(&mut m, &args, 10).unwrap(),
+            [1, 0, 10, 1, 10, 0, 10, 1, 1, 0, 90]
+        );
+        let mut refund = args;
+        refund[14] = "r";
+        assert_eq!(decide(&mut m, &refund, 10).unwrap(), [1, 0, 10]);
+        assert_eq!(m.strings.len(), 1, "written");
     }
 
     /// The sliding window counter: 2 per 100 ns in 4 slots.

@@ -1007,19 +1007,23 @@ async fn a_charge_through_the_module_is_one_call_and_answers_as_the_scripts_and_
                 "{name} at {now}: a charge of {cost} against the core"
             );
         }
-        // Under a deny list or a penalty nothing is charged and the answer
-        // is the marker's: the same from the module (in its one call) as
+        // Under a control's marker nothing is charged, and the answer is the
+        // marker's (an allow-listed key in debt: a look at the state its
+        // list holds aside): the same from the module (in its one call) as
         // from the scripts.
-        for (key, penalty) in [("denied", false), ("penalized", true)] {
+        for (key, control) in [("denied", 0), ("penalized", 1), ("allowed", 2)] {
             for limiter in [&module, &scripts] {
-                if penalty {
-                    limiter
+                match control {
+                    0 => limiter.deny(key).await.unwrap(),
+                    1 => limiter
                         .penalize(key, Duration::from_millis(2_500))
                         .await
-                        .unwrap();
-                } else {
-                    limiter.deny(key).await.unwrap();
-                }
+                        .unwrap(),
+                    _ => {
+                        let _ = limiter.charge_outcome(key, 30).await.unwrap();
+                        limiter.allow(key).await.unwrap()
+                    }
+                };
             }
             let calls = (server.calls("tollgate.charge"), server.decisions());
             let got = module.charge_outcome(key, 2).await.unwrap();
@@ -1034,9 +1038,11 @@ async fn a_charge_through_the_module_is_one_call_and_answers_as_the_scripts_and_
                 fields(by_scripts.decision),
                 "{name} {key}"
             );
-            assert!(got.decision.is_denied(), "{name} {key}");
-            if penalty {
-                assert_eq!(got.decision.retry_after(), Duration::from_millis(2_500));
+            assert_eq!(got.decision.is_allowed(), control == 2, "{name} {key}");
+            match control {
+                1 => assert_eq!(got.decision.retry_after(), Duration::from_millis(2_500)),
+                2 => assert_eq!(got.decision.remaining(), 0, "{name}: the debt held aside"),
+                _ => {}
             }
         }
     }
