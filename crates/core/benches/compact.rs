@@ -41,7 +41,10 @@
 //! (`floor_u64_probe_huge`; `floor_u64_probe_cached` at the in-cache
 //! table's 10^4 keys). What any batched check on this layout costs at
 //! least. `floor_u64_probe_home_huge` reads one word of the same lines in
-//! place of the probe: what the lines alone cost.
+//! place of the probe: what the lines alone cost; `floor_u64_probe_half_huge`
+//! is the probe at a load of 1/2 (32 bytes a key): what the probe's length
+//! at 7/8 costs, and `compact_batch_half` the batch on a table at that load
+//! (built for 7/4 as many keys as it holds).
 //!
 //! `Rate` is Cloudflare's estimator: a count-min sketch of events per key
 //! over an interval, of fixed size whatever the keys. It is approximate
@@ -158,6 +161,9 @@ struct Round {
 /// cache, so that its batch costs a decision's compute and no miss.
 const CACHED_KEYS: u64 = 10_000;
 
+/// The compact table's load: 7 keys to 8 slots.
+const TABLE_LOAD: (usize, usize) = (7, 8);
+
 /// Checks every key of a round, returns how many were admitted.
 type Run<'a> = Box<dyn FnMut(&Round) -> usize + 'a>;
 
@@ -218,7 +224,7 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// The batched (or other) row, its floors: printed as ratios.
-const RATIOS: [(&str, &str, &str); 19] = [
+const RATIOS: [(&str, &str, &str); 21] = [
     (
         "compact_batch",
         "floor_u64_hash_huge",
@@ -228,6 +234,16 @@ const RATIOS: [(&str, &str, &str); 19] = [
         "floor_u64_probe_huge",
         "floor_u64_hash_huge",
         "floor_u64_two_lines_huge",
+    ),
+    (
+        "compact_batch_half",
+        "floor_u64_hash_huge",
+        "floor_u64_probe_half_huge",
+    ),
+    (
+        "floor_u64_probe_half_huge",
+        "floor_u64_hash_huge",
+        "floor_u64_probe_huge",
     ),
     (
         "floor_u64_probe_home_huge",
@@ -416,11 +432,17 @@ fn main() {
         .any(|name| wanted(name))
         .then(|| {
             let keys: Vec<u64> = (0..n).map(key_of).collect();
-            ProbeModel::new(&keys, spread)
+            ProbeModel::new(&keys, spread, TABLE_LOAD)
         });
+    // The same keys at a load of 1/2 (32 B a key): what the probe's
+    // length at 7/8 costs.
+    let probe_half = wanted("floor_u64_probe_half_huge").then(|| {
+        let keys: Vec<u64> = (0..n).map(key_of).collect();
+        ProbeModel::new(&keys, spread, (1, 2))
+    });
     let probe_cached = wanted("floor_u64_probe_cached").then(|| {
         let keys: Vec<u64> = (0..CACHED_KEYS).map(key_of).collect();
-        ProbeModel::new(&keys, spread)
+        ProbeModel::new(&keys, spread, TABLE_LOAD)
     });
     let keyed: KeyedLimiter<u64> = KeyedLimiter::builder(gcra()).sweep_every(None).build();
     let governor_default = governor::RateLimiter::keyed(governor_quota());
@@ -458,6 +480,24 @@ fn main() {
         batched(&cached, &all_cached, call, &mut decisions),
         CACHED_KEYS as usize
     );
+    // The same keys in a table built for 7/4 as many, at a load of 1/2
+    // (32 B a key): the batch where its probe is short.
+    let half: CompactKeyedLimiter<u64> = CompactKeyedLimiter::builder(
+        gcra(),
+        if wanted("compact_batch_half") {
+            (n as usize).saturating_mul(7) / 4
+        } else {
+            1
+        },
+    )
+    .sweep_every(None)
+    .build()
+    .expect("table");
+    if wanted("compact_batch_half") {
+        let began = Instant::now();
+        let admitted = batched(&half, &all, call, &mut decisions);
+        populate("compact at a load of 1/2 (batched)", admitted, began);
+    }
     if wanted("compact_ipv6_batch") {
         let began = Instant::now();
         let keys: Vec<Ipv6Addr> = all.iter().map(|&k| ipv6_of(k)).collect();
@@ -509,6 +549,7 @@ fn main() {
     }
     let mut ipv6_decisions = Vec::with_capacity(call);
     let mut cached_decisions = Vec::with_capacity(call);
+    let mut half_decisions = Vec::with_capacity(call);
     let mut short_decisions = Vec::with_capacity(call);
     let mut contenders = vec![
         Contender::new("floor_u64_read", |round| {
@@ -576,6 +617,10 @@ fn main() {
             let model = probe_model.as_ref().expect("built when wanted");
             floor_probe(model, &round.u64s, spread, ProbeModel::probe)
         }),
+        Contender::new("floor_u64_probe_half_huge", |round| {
+            let model = probe_half.as_ref().expect("built when wanted");
+            floor_probe(model, &round.u64s, spread, ProbeModel::probe)
+        }),
         Contender::new("floor_u64_probe_home_huge", |round| {
             let model = probe_model.as_ref().expect("built when wanted");
             floor_probe(model, &round.u64s, spread, ProbeModel::home_word)
@@ -589,6 +634,9 @@ fn main() {
         }),
         Contender::new("compact_batch_cached", |round| {
             batched(&cached, &round.cached, call, &mut cached_decisions)
+        }),
+        Contender::new("compact_batch_half", |round| {
+            batched(&half, &round.u64s, call, &mut half_decisions)
         }),
         Contender::new("compact_single", |round| {
             round

@@ -205,9 +205,10 @@ pub fn floor_stream<const STEPS: usize, K>(
 
 /// The compact table's layout for `u64` keys without its lock, its
 /// decision and its shards: slots of the key's two words and a two-word
-/// state (here 1; 0 is vacant), `8/7` slots a key, linear probing from
-/// the home slot the table computes (the hash's fraction of the slots),
-/// on huge pages where the kernel gives them.
+/// state (here 1; 0 is vacant), `8/7` slots a key as the table (or another
+/// load), linear probing from the home slot the table computes (the
+/// hash's fraction of the slots), on huge pages where the kernel gives
+/// them.
 pub struct ProbeModel {
     words: AtomicWords,
     slots: usize,
@@ -217,10 +218,15 @@ pub struct ProbeModel {
 const SLOT: usize = 4;
 
 impl ProbeModel {
-    /// The model holding `keys`, each at the first vacant slot from its
-    /// home, as the table inserts.
-    pub fn new(keys: &[u64], spread: impl Fn(&u64) -> u64) -> ProbeModel {
-        let slots = (keys.len() * 8).div_ceil(7).max(2);
+    /// The model holding `keys` at a load of `keys / slots` (the table's:
+    /// `(7, 8)`), each at the first vacant slot from its home, as the
+    /// table inserts.
+    pub fn new(
+        keys: &[u64],
+        spread: impl Fn(&u64) -> u64,
+        (keys_per, slots_per): (usize, usize),
+    ) -> ProbeModel {
+        let slots = (keys.len() * slots_per).div_ceil(keys_per).max(2);
         let words = AtomicWords::zeroed(slots * SLOT).expect("memory");
         let model = ProbeModel { words, slots };
         for key in keys {
