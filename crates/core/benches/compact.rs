@@ -44,7 +44,11 @@
 //! place of the probe: what the lines alone cost; `floor_u64_probe_half_huge`
 //! is the probe at a load of 1/2 (32 bytes a key): what the probe's length
 //! at 7/8 costs, and `compact_batch_half` the batch on a table at that load
-//! (built for 7/4 as many keys as it holds).
+//! (built for 7/4 as many keys as it holds). `floor_u64_probe_write_huge`
+//! and `floor_u64_probe_locked_huge` add to the probe a state written back
+//! or a lock taken, and `floor_u64_decide_huge` a whole check as the table
+//! makes it (lock, probe, GCRA's transition, the state written back, the
+//! decision stored in place) without the table's code around it.
 //!
 //! `Rate` is Cloudflare's estimator: a count-min sketch of events per key
 //! over an interval, of fixed size whatever the keys. It is approximate
@@ -224,7 +228,7 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// The batched (or other) row, its floors: printed as ratios.
-const RATIOS: [(&str, &str, &str); 21] = [
+const RATIOS: [(&str, &str, &str); 25] = [
     (
         "compact_batch",
         "floor_u64_hash_huge",
@@ -244,6 +248,26 @@ const RATIOS: [(&str, &str, &str); 21] = [
         "floor_u64_probe_half_huge",
         "floor_u64_hash_huge",
         "floor_u64_probe_huge",
+    ),
+    (
+        "floor_u64_probe_write_huge",
+        "floor_u64_probe_huge",
+        "floor_u64_hash_huge",
+    ),
+    (
+        "floor_u64_probe_locked_huge",
+        "floor_u64_probe_huge",
+        "floor_u64_hash_huge",
+    ),
+    (
+        "floor_u64_decide_huge",
+        "floor_u64_probe_huge",
+        "floor_u64_hash_huge",
+    ),
+    (
+        "compact_batch",
+        "floor_u64_decide_huge",
+        "floor_u64_decide_huge",
     ),
     (
         "floor_u64_probe_home_huge",
@@ -427,13 +451,19 @@ fn main() {
     // The layout's floor: a model of the table's slots holding the same
     // keys (and one of the in-cache table's), built when its row runs.
     let spread = |k: &u64| hasher.hash_one(k) << 8;
-    let probe_model = ["floor_u64_probe_huge", "floor_u64_probe_home_huge"]
-        .iter()
-        .any(|name| wanted(name))
-        .then(|| {
-            let keys: Vec<u64> = (0..n).map(key_of).collect();
-            ProbeModel::new(&keys, spread, TABLE_LOAD)
-        });
+    let probe_model = [
+        "floor_u64_probe_huge",
+        "floor_u64_probe_home_huge",
+        "floor_u64_probe_write_huge",
+        "floor_u64_probe_locked_huge",
+        "floor_u64_decide_huge",
+    ]
+    .iter()
+    .any(|name| wanted(name))
+    .then(|| {
+        let keys: Vec<u64> = (0..n).map(key_of).collect();
+        ProbeModel::new(&keys, spread, TABLE_LOAD)
+    });
     // The same keys at a load of 1/2 (32 B a key): what the probe's
     // length at 7/8 costs.
     let probe_half = wanted("floor_u64_probe_half_huge").then(|| {
@@ -550,6 +580,8 @@ fn main() {
     let mut ipv6_decisions = Vec::with_capacity(call);
     let mut cached_decisions = Vec::with_capacity(call);
     let mut half_decisions = Vec::with_capacity(call);
+    let mut model_decisions = Vec::with_capacity(call);
+    let model_gcra = gcra();
     let mut short_decisions = Vec::with_capacity(call);
     let mut contenders = vec![
         Contender::new("floor_u64_read", |round| {
@@ -620,6 +652,25 @@ fn main() {
         Contender::new("floor_u64_probe_half_huge", |round| {
             let model = probe_half.as_ref().expect("built when wanted");
             floor_probe(model, &round.u64s, spread, ProbeModel::probe)
+        }),
+        Contender::new("floor_u64_probe_write_huge", |round| {
+            let model = probe_model.as_ref().expect("built when wanted");
+            floor_probe(model, &round.u64s, spread, ProbeModel::probe_write)
+        }),
+        Contender::new("floor_u64_probe_locked_huge", |round| {
+            let model = probe_model.as_ref().expect("built when wanted");
+            floor_probe(model, &round.u64s, spread, ProbeModel::probe_locked)
+        }),
+        Contender::new("floor_u64_decide_huge", |round| {
+            let model = probe_model.as_ref().expect("built when wanted");
+            floors::floor_decide(
+                model,
+                &round.u64s,
+                spread,
+                &model_gcra,
+                call,
+                &mut model_decisions,
+            )
         }),
         Contender::new("floor_u64_probe_home_huge", |round| {
             let model = probe_model.as_ref().expect("built when wanted");

@@ -6,7 +6,10 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crossbeam_utils::CachePadded;
+use tollgate::clock::Nanos;
 use tollgate::keyed::compact::batch::AHEAD;
+use tollgate::{Decision, Gcra};
 use tollgate_pages::AtomicWords;
 
 /// A plain array of 8-byte words as large as a table, written once so
@@ -212,6 +215,7 @@ pub fn floor_stream<const STEPS: usize, K>(
 pub struct ProbeModel {
     words: AtomicWords,
     slots: usize,
+    locks: Vec<CachePadded<AtomicU32>>,
 }
 
 /// Words a slot of a `u64` key: the key's two, the state's two.
@@ -228,7 +232,14 @@ impl ProbeModel {
     ) -> ProbeModel {
         let slots = (keys.len() * slots_per).div_ceil(keys_per).max(2);
         let words = AtomicWords::zeroed(slots * SLOT).expect("memory");
-        let model = ProbeModel { words, slots };
+        let locks = (0..LOCKS)
+            .map(|_| CachePadded::new(AtomicU32::new(0)))
+            .collect();
+        let model = ProbeModel {
+            words,
+            slots,
+            locks,
+        };
         for key in keys {
             let mut slot = model.home(spread(key));
             while model.words[slot * SLOT + 2].load(Ordering::Relaxed) != 0 {
@@ -275,6 +286,100 @@ impl ProbeModel {
             slot = if slot + 1 == self.slots { 0 } else { slot + 1 };
         }
     }
+
+    /// [`probe`](Self::probe), then the found slot's state written back
+    /// changed (a state is never 0 here), as an admitted check writes it.
+    #[inline(always)]
+    pub fn probe_write(&self, key: u64, home: usize) -> usize {
+        let slot = self.probe(key, home);
+        let state = &self.words[slot * SLOT + 2];
+        state.store(
+            state.load(Ordering::Relaxed).wrapping_add(2) | 1,
+            Ordering::Relaxed,
+        );
+        slot
+    }
+
+    /// [`probe`](Self::probe) under one of [`LOCKS`] locks (`compare_exchange`
+    /// to take, a release store to give back, as the table's shard lock),
+    /// picked by the home slot: a locked instruction a key, no write.
+    #[inline(always)]
+    pub fn probe_locked(&self, key: u64, home: usize) -> usize {
+        let lock = &self.locks[home % LOCKS];
+        // Acquire/Release: as a lock; uncontended here, one thread.
+        while lock
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        let slot = self.probe(key, home);
+        lock.store(0, Ordering::Release);
+        slot
+    }
+}
+
+impl ProbeModel {
+    /// A check of one permit as the table's, without the table's code: under
+    /// a lock, the probe, GCRA's transition on the found slot's state (its
+    /// two words, here a TAT never 0), the state written back, and the
+    /// decision returned for the caller to store (48 bytes).
+    #[inline(always)]
+    pub fn decide(&self, key: u64, home: usize, gcra: &Gcra, now: Nanos) -> Decision {
+        let lock = &self.locks[home % LOCKS];
+        // Acquire/Release: as a lock; uncontended here, one thread.
+        while lock
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        let slot = self.probe(key, home);
+        let words = &self.words[slot * SLOT + 2..slot * SLOT + 4];
+        let tat = u64::from(words[0].load(Ordering::Relaxed))
+            | (u64::from(words[1].load(Ordering::Relaxed)) << 32);
+        let (decision, next) = gcra.transition(tat, now, 1);
+        if let Some(next) = next {
+            words[0].store(next as u32, Ordering::Relaxed);
+            words[1].store((next >> 32) as u32, Ordering::Relaxed);
+        }
+        lock.store(0, Ordering::Release);
+        decision
+    }
+}
+
+/// Locks of the model's [`probe_locked`](ProbeModel::probe_locked): as the
+/// table's shards at 10^7 keys on 2 threads.
+const LOCKS: usize = 32;
+
+/// Checks of `keys` on the model as [`ProbeModel::decide`] makes them, in
+/// calls of `call` keys, each decision stored in place in `decisions` (as
+/// `check_batch` stores them) and counted if admitted: the batch's memory
+/// operations and compute without the table's code around them.
+pub fn floor_decide(
+    model: &ProbeModel,
+    keys: &[u64],
+    spread: impl Fn(&u64) -> u64 + Copy,
+    gcra: &Gcra,
+    call: usize,
+    decisions: &mut Vec<Decision>,
+) -> usize {
+    let now = Nanos::new(1);
+    let mut admitted = 0;
+    for group in keys.chunks(call) {
+        decisions.clear();
+        decisions.resize(group.len(), gcra.transition(0, now, 0).0);
+        let mut out = decisions.iter_mut();
+        floor_probe(model, group, spread, |model, key, home| {
+            let decision = model.decide(key, home, gcra, now);
+            if let Some(out) = out.next() {
+                *out = decision;
+            }
+            0
+        });
+        admitted += decisions.iter().filter(|d| d.is_allowed()).count();
+    }
+    admitted
 }
 
 /// The layout's floor: each key's lines prefetched [`AHEAD`] keys ahead
@@ -289,7 +394,7 @@ pub fn floor_probe(
     model: &ProbeModel,
     keys: &[u64],
     spread: impl Fn(&u64) -> u64,
-    read: impl Fn(&ProbeModel, u64, usize) -> usize,
+    mut read: impl FnMut(&ProbeModel, u64, usize) -> usize,
 ) -> usize {
     let words: &[AtomicU32] = &model.words;
     let prefetch = |home: usize| {
