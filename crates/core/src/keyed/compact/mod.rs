@@ -37,7 +37,12 @@
 //!
 //! - `max_keys` ([`builder`](CompactKeyedLimiter::builder)): the table's
 //!   size; there is no default, and [`build`](CompactKeyedBuilder::build)
-//!   refuses a size it cannot address or allocate.
+//!   refuses a size it cannot address or allocate. It also sets the load:
+//!   full, a table is at 7/8 and a probe reads 4.5 slots on average. A
+//!   table built for more keys than it will hold probes fewer (at 7/4 of
+//!   them, a load of 1/2: 1.5 slots, 32 bytes a `u64` key) and its checks
+//!   are faster, in cache and out (`crates/core/BENCHMARKS.md`); the
+//!   bytes are the price.
 //! - [`sweep_every`](CompactKeyedBuilder::sweep_every): by default, every
 //!   second on a background thread; [`SWEEP_CHUNK`] (16) slots a hold.
 //! - [`clock`](CompactKeyedBuilder::clock): by default, the
