@@ -305,6 +305,13 @@ impl ProbeModel {
     /// picked by the home slot: a locked instruction a key, no write.
     #[inline(always)]
     pub fn probe_locked(&self, key: u64, home: usize) -> usize {
+        self.under_lock(home, || self.probe(key, home))
+    }
+
+    /// `f` under the lock of `home` (`compare_exchange` to take, a release
+    /// store to give back, as the table's shard lock).
+    #[inline(always)]
+    fn under_lock<R>(&self, home: usize, f: impl FnOnce() -> R) -> R {
         let lock = &self.locks[home % LOCKS];
         // Acquire/Release: as a lock; uncontended here, one thread.
         while lock
@@ -313,9 +320,9 @@ impl ProbeModel {
         {
             std::hint::spin_loop();
         }
-        let slot = self.probe(key, home);
+        let result = f();
         lock.store(0, Ordering::Release);
-        slot
+        result
     }
 }
 
@@ -326,25 +333,18 @@ impl ProbeModel {
     /// decision returned for the caller to store (48 bytes).
     #[inline(always)]
     pub fn decide(&self, key: u64, home: usize, gcra: &Gcra, now: Nanos) -> Decision {
-        let lock = &self.locks[home % LOCKS];
-        // Acquire/Release: as a lock; uncontended here, one thread.
-        while lock
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
-        let slot = self.probe(key, home);
-        let words = &self.words[slot * SLOT + 2..slot * SLOT + 4];
-        let tat = u64::from(words[0].load(Ordering::Relaxed))
-            | (u64::from(words[1].load(Ordering::Relaxed)) << 32);
-        let (decision, next) = gcra.transition(tat, now, 1);
-        if let Some(next) = next {
-            words[0].store(next as u32, Ordering::Relaxed);
-            words[1].store((next >> 32) as u32, Ordering::Relaxed);
-        }
-        lock.store(0, Ordering::Release);
-        decision
+        self.under_lock(home, || {
+            let slot = self.probe(key, home);
+            let words = &self.words[slot * SLOT + 2..slot * SLOT + 4];
+            let tat = u64::from(words[0].load(Ordering::Relaxed))
+                | (u64::from(words[1].load(Ordering::Relaxed)) << 32);
+            let (decision, next) = gcra.transition(tat, now, 1);
+            if let Some(next) = next {
+                words[0].store(next as u32, Ordering::Relaxed);
+                words[1].store((next >> 32) as u32, Ordering::Relaxed);
+            }
+            decision
+        })
     }
 }
 

@@ -150,6 +150,17 @@ pub(crate) struct Memory {
     pub(crate) held_hashes: std::collections::HashMap<usize, Vec<(String, String)>>,
 }
 
+/// A hash of the test store as `HGETALL` answers it (empty if absent).
+#[cfg(test)]
+fn fields_of(hash: Option<&Vec<(String, String)>>) -> Fields {
+    hash.map(|h| {
+        h.iter()
+            .map(|(f, v)| (f.clone().into_bytes(), v.clone().into_bytes()))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 #[cfg(test)]
 impl Store for Memory {
     fn get(&mut self, i: usize) -> Result<Option<&[u8]>, String> {
@@ -163,15 +174,7 @@ impl Store for Memory {
         self.hashes.remove(&i);
     }
     fn hgetall(&mut self, i: usize) -> Result<Fields, String> {
-        Ok(self
-            .hashes
-            .get(&i)
-            .map(|h| {
-                h.iter()
-                    .map(|(f, v)| (f.clone().into_bytes(), v.clone().into_bytes()))
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(fields_of(self.hashes.get(&i)))
     }
     fn hset(&mut self, i: usize, fields: &[(&str, String)]) {
         let hash = self.hashes.entry(i).or_default();
@@ -190,15 +193,7 @@ impl Store for Memory {
         Ok(self.held.get(&i).cloned())
     }
     fn hgetall_held(&mut self, i: usize) -> Result<Fields, String> {
-        Ok(self
-            .held_hashes
-            .get(&i)
-            .map(|h| {
-                h.iter()
-                    .map(|(f, v)| (f.clone().into_bytes(), v.clone().into_bytes()))
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(fields_of(self.held_hashes.get(&i)))
     }
 }
 
