@@ -940,15 +940,7 @@ async fn a_charge_through_the_module_is_one_call_and_answers_as_the_scripts_and_
         }
         b.build().unwrap()
     };
-    let fields = |d: tollgate::Decision| {
-        (
-            d.is_allowed(),
-            d.limit(),
-            d.remaining(),
-            d.retry_after(),
-            d.reset_after(),
-        )
-    };
+    let fields = |d: tollgate::Decision| support::fields(&d);
     let sets = [("one", vec![second.clone()]), ("two", vec![second, minute])];
     for (name, limits) in sets {
         let clock = ManualClock::new();

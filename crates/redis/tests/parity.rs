@@ -497,15 +497,7 @@ async fn warm_up_beside_gcra_decides_as_the_cores_all_of() {
         let got = limiter.check_n(b"k", cost).await.unwrap();
         // Every field, a denial's `reset_after` too (the core's AllOf: the
         // longest time back to full with nothing taken).
-        let fields = |d: tollgate::Decision| {
-            (
-                d.is_allowed(),
-                d.limit(),
-                d.remaining(),
-                d.retry_after(),
-                d.reset_after(),
-            )
-        };
+        let fields = |d: tollgate::Decision| support::fields(&d);
         assert_eq!(fields(got), fields(want), "step {i} at {t} ns, cost {cost}");
         if want.is_allowed() {
             allowed += 1;

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use tollgate::algorithm::any::AnyAlgorithm;
-use tollgate::{Carry, Decision, FixedWindow, Gcra, KeyedLimiter, ManualClock, Nanos, Quota};
+use tollgate::{Carry, FixedWindow, Gcra, KeyedLimiter, ManualClock, Nanos, Quota};
 use tollgate::{SlidingWindow, WarmUp};
 use tollgate_redis::{CalendarUnit, CalendarWindow, Limit, Redis, RedisLimiter};
 
@@ -32,16 +32,6 @@ fn limiter(
         b = b.carry_from([old], rule);
     }
     b.build().unwrap()
-}
-
-fn fields(d: &Decision) -> (bool, u64, u64, Duration, Duration) {
-    (
-        d.is_allowed(),
-        d.limit(),
-        d.remaining(),
-        d.retry_after(),
-        d.reset_after(),
-    )
 }
 
 /// One limit, as the core's algorithm and as Redis's limit.
@@ -106,8 +96,8 @@ async fn same_as_the_core(
     let clock = ManualClock::starting_at(start);
     let before = limiter(redis, old.1.clone(), &clock, None);
     for i in 0..taken {
-        let want = fields(&core.check_n(key, cost).unwrap());
-        let got = fields(&before.check_n(key, cost).await.unwrap());
+        let want = support::fields(&core.check_n(key, cost).unwrap());
+        let got = support::fields(&before.check_n(key, cost).await.unwrap());
         assert_eq!(got, want, "{key}: admission {i} before the change");
     }
     if charged > 0 {
@@ -116,7 +106,11 @@ async fn same_as_the_core(
         assert_eq!(got.source, tollgate_redis::Source::Redis, "{key}");
         let want = core.peek_n(key, 1).unwrap();
         let got = before.peek_n(key, 1).await.unwrap();
-        assert_eq!(fields(&got), fields(&want), "{key}: after the charge");
+        assert_eq!(
+            support::fields(&got),
+            support::fields(&want),
+            "{key}: after the charge"
+        );
     }
     core_clock.advance(gap);
     clock.advance(gap);
@@ -133,8 +127,8 @@ async fn same_as_the_core(
             (core.check(key), after.check(key).await)
         };
         assert_eq!(
-            fields(&got),
-            fields(&want),
+            support::fields(&got),
+            support::fields(&want),
             "{key}: step {i} after the change"
         );
         denied += usize::from(want.is_denied());

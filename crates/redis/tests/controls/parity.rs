@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tollgate::algorithm::any::AnyAlgorithm;
 use tollgate::algorithm::{Algorithm, DEBT_PERIODS};
-use tollgate::{AllOf, Decision, FixedWindow, Gcra, KeyedLimiter, ManualClock, Nanos, Quota};
+use tollgate::{AllOf, FixedWindow, Gcra, KeyedLimiter, ManualClock, Nanos, Quota};
 use tollgate::{SlidingWindow, WarmUp};
 use tollgate_redis::{CalendarUnit, CalendarWindow, Limit, Redis};
 
@@ -38,16 +38,6 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         (z ^ (z >> 31)) % n
     }
-}
-
-fn fields(d: &Decision) -> (bool, u64, u64, Duration, Duration) {
-    (
-        d.is_allowed(),
-        d.limit(),
-        d.remaining(),
-        d.retry_after(),
-        d.reset_after(),
-    )
 }
 
 fn per(limit: u64, period: Duration) -> Quota {
@@ -91,8 +81,8 @@ async fn replay<A: Algorithm>(
             let cost = [1, 1, 2, capacity / 2 + 1][rng.below(4) as usize];
             let (want, got) = (core.check_n(key, cost), remote.check_n(key, cost).await);
             assert_eq!(
-                got.map(|d| fields(&d)).ok(),
-                want.map(|d| fields(&d)).ok(),
+                got.map(|d| support::fields(&d)).ok(),
+                want.map(|d| support::fields(&d)).ok(),
                 "{name} step {i} at {at}: check {cost}"
             );
             "check"
@@ -147,14 +137,18 @@ async fn replay<A: Algorithm>(
             "wait"
         };
         for look in [0, 1] {
-            let want = core.peek_n(key, look).map(|d| fields(&d)).ok();
+            let want = core.peek_n(key, look).map(|d| support::fields(&d)).ok();
             if look == 0
                 && core.listed(key) == Some(tollgate::observe::List::Allow)
                 && want.is_some_and(|d| d.2 < capacity)
             {
                 listed_not_full += 1;
             }
-            let got = remote.peek_n(key, look).await.map(|d| fields(&d)).ok();
+            let got = remote
+                .peek_n(key, look)
+                .await
+                .map(|d| support::fields(&d))
+                .ok();
             assert_eq!(
                 got, want,
                 "{name} step {i} at {at}: peek {look} after a {step}"
@@ -172,24 +166,38 @@ async fn replay<A: Algorithm>(
         if phase == 0 {
             let cost = capacity / 2 + 1;
             let (want, got) = (core.check_n(key, cost), remote.check_n(key, cost).await);
-            assert_eq!(got.map(|d| fields(&d)).ok(), want.map(|d| fields(&d)).ok());
+            assert_eq!(
+                got.map(|d| support::fields(&d)).ok(),
+                want.map(|d| support::fields(&d)).ok()
+            );
         } else if !warm_up {
             let _ = core.charge(key, 3 * capacity);
             remote.charge_outcome(key, 3 * capacity).await.unwrap();
         } else {
             clock.advance(Duration::from_nanos(period / 8));
             let (want, got) = (core.check_n(key, 1), remote.check_n(key, 1).await);
-            assert_eq!(got.map(|d| fields(&d)).ok(), want.map(|d| fields(&d)).ok());
+            assert_eq!(
+                got.map(|d| support::fields(&d)).ok(),
+                want.map(|d| support::fields(&d)).ok()
+            );
         }
         core.allow(key).unwrap();
         remote.allow(key).await.unwrap();
         for cost in [0, 1, capacity] {
-            let want = core.peek_n(key, cost).map(|d| fields(&d)).ok();
-            let got = remote.peek_n(key, cost).await.map(|d| fields(&d)).ok();
+            let want = core.peek_n(key, cost).map(|d| support::fields(&d)).ok();
+            let got = remote
+                .peek_n(key, cost)
+                .await
+                .map(|d| support::fields(&d))
+                .ok();
             assert_eq!(got, want, "{name} listed, phase {phase}: peek {cost}");
             listed_not_full += u32::from(want.is_some_and(|d| d.2 < capacity));
-            let want = core.check_n(key, cost).map(|d| fields(&d)).ok();
-            let got = remote.check_n(key, cost).await.map(|d| fields(&d)).ok();
+            let want = core.check_n(key, cost).map(|d| support::fields(&d)).ok();
+            let got = remote
+                .check_n(key, cost)
+                .await
+                .map(|d| support::fields(&d))
+                .ok();
             assert_eq!(got, want, "{name} listed, phase {phase}: check {cost}");
         }
         let _ = core.unlist(key);

@@ -95,3 +95,15 @@ pub fn on_manual_clock(redis: &Redis, name: &str, clock: &ManualClock) -> RedisL
         .ttl_slack(Duration::from_secs(3_600))
         .deadline(Duration::from_secs(5))
 }
+
+/// Every field of a decision, to compare one backend's with another's (or
+/// the core's) at once.
+pub fn fields(d: &tollgate::Decision) -> (bool, u64, u64, Duration, Duration) {
+    (
+        d.is_allowed(),
+        d.limit(),
+        d.remaining(),
+        d.retry_after(),
+        d.reset_after(),
+    )
+}
