@@ -8,11 +8,15 @@ use support::Connect as _;
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
-use tollgate::{FixedWindow, Gcra, Quota, SlidingWindow};
+use tollgate::{FixedWindow, Gcra, ManualClock, Nanos, Quota, SlidingWindow};
 use tollgate_redis::{BreakerConfig, FailurePolicy, Limit, Redis, RedisLimiter, Source};
 
+/// Fail-closed, on a manual clock that never moves: the counts these tests
+/// assert cannot drift with how long a loaded machine takes between two
+/// calls (a 1 s window once turned over between the calls and the peek).
 fn closed(redis: &Redis, name: &str, limits: &[Limit]) -> RedisLimiter {
-    let mut builder = RedisLimiter::builder(redis.clone(), name);
+    let clock = ManualClock::starting_at(Nanos::new(3_600_000_000_000));
+    let mut builder = RedisLimiter::builder(redis.clone(), name).manual_time(clock);
     for limit in limits {
         builder = builder.limit(limit.clone());
     }
