@@ -38,11 +38,14 @@
 //! land between two of its keys. The prefetches read and decide nothing.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::AtomicU32;
 
+use super::table::Shard;
 use super::{CompactKeyedLimiter, FixedKey};
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
+use crate::keyed::entry::within_capacity;
 use crate::sync::AtomicU64;
 
 /// How many keys ahead of the one being decided a batched check asks the
@@ -68,35 +71,46 @@ where
     /// [module docs](super::batch) for how it hides the memory's latency.
     pub fn check_batch(&self, keys: &[K], decisions: &mut Vec<Decision>) {
         let shared = &*self.shared;
+        if within_capacity(&shared.algorithm, 1).is_err() {
+            // No algorithm has a capacity below 1; were there one, each
+            // key would get a single check's answer to a cost that does
+            // not fit.
+            decisions.extend(keys.iter().map(|key| self.check(key)));
+            return;
+        }
         let now = shared.clock.now();
         // Written over in place (`Shared::check_into` says why not pushed).
         let base = decisions.len();
         decisions.resize(base + keys.len(), PLACEHOLDER);
         let out = &mut decisions[base..];
+        // Dereferenced once: the table's words are one array for every shard.
+        let words: &[AtomicU32] = &shared.words;
         let home_of = |key: &K| {
             let hash = shared.hasher.hash_one(key);
-            let shard = shared.shard_index(hash);
-            (shard, shared.shards[shard].home(hash))
+            let shard: &Shard<K> = &shared.shards[shared.shard_index(hash)];
+            (shard, shard.home(hash))
         };
         // Words from a slot's first to the last slot of a mean probe.
         let ahead = (K::WORDS + 2) * PROBE_HALF_SLOTS / 2;
-        let prefetch = |(shard, home): (usize, usize)| {
-            shared.shards[shard].prefetch(&shared.words, home, ahead);
-        };
+        let prefetch = |(shard, home): (&Shard<K>, usize)| shard.prefetch(words, home, ahead);
         // Key `i`'s shard and home slot wait at `i % AHEAD`, written (and
         // its lines asked for) when key `i - AHEAD` was decided.
-        let mut ring = [(0usize, 0usize); AHEAD];
+        let mut ring = [(&*shared.shards[0], 0usize); AHEAD];
         for (home, key) in ring.iter_mut().zip(keys) {
             *home = home_of(key);
             prefetch(*home);
         }
         for (i, (key, out)) in keys.iter().zip(out).enumerate() {
             let (shard, home) = ring[i % AHEAD];
+            let locked = shard.lock(words);
+            // Hashed and asked for under the lock, not before it: a locked
+            // instruction waits for the instructions before it to retire,
+            // and these need not delay it. They read nothing of the table.
             if let Some(later) = keys.get(i + AHEAD) {
                 ring[i % AHEAD] = home_of(later);
                 prefetch(ring[i % AHEAD]);
             }
-            shared.check_into(&shared.shards[shard], home, key, now, out);
+            shared.check_into(locked, home, key, now, out);
         }
     }
 }

@@ -86,7 +86,7 @@ use std::time::Duration;
 
 pub use self::budget::CompactReserved;
 pub use self::key::{FixedKey, KeyTooLong, ShortKey};
-use self::table::{Hasher, Probe, Shard};
+use self::table::{Hasher, Shard};
 use super::entry::{Answer, Mode, run, within_capacity};
 use super::{DEFAULT_SWEEP_EVERY, KeyedStats, sweeper};
 use crate::algorithm::{Algorithm, Gcra};
@@ -425,39 +425,48 @@ where
         now: Nanos,
     ) -> R {
         let mut locked = shard.lock(&self.words);
-        match locked.find(key, home) {
-            Probe::Found(slot) => {
-                let stored = locked.stored(slot);
+        match locked.probe(key, home) {
+            (slot, 0) => self.create(locked, slot, key, cost, mode, now),
+            (slot, stored) => {
                 let mut cell = AtomicU64::new(stored ^ self.fresh);
                 let answer = run(&self.algorithm, &mut cell, now, cost, mode);
                 self.write_back(&mut locked, slot, stored, &mut cell);
                 answer
             }
-            Probe::Vacant(slot) => self.create(locked, slot, key, cost, mode, now),
         }
     }
 
     /// A check of one permit for `key`, as [`decide_in`](Self::decide_in),
-    /// its decision written over `out` (a batch's). Each arm writes its
-    /// own, first, into memory it already has: pushed, merged from the
-    /// arms, or live across `remove`'s call, the decision was spilled to
-    /// the stack a word at a time and copied on 16 bytes at a time, a
-    /// failed store-to-load forward on which a fifth of a batched check's
-    /// samples in cache sat (`BENCHMARKS.md`).
+    /// under its shard's lock the caller took, its decision written over
+    /// `out` (a batch's). Each arm writes its own, first, into memory it already
+    /// has: pushed, merged from the arms, or live across `remove`'s call,
+    /// the decision was spilled to the stack a word at a time and copied on
+    /// 16 bytes at a time, a failed store-to-load forward on which a fifth
+    /// of a batched check's samples in cache sat (`BENCHMARKS.md`).
     #[inline(always)]
-    fn check_into(&self, shard: &Shard<K>, home: usize, key: &K, now: Nanos, out: &mut Decision) {
-        let mut locked = shard.lock(&self.words);
-        match locked.find(key, home) {
-            Probe::Found(slot) => {
-                let stored = locked.stored(slot);
+    fn check_into(
+        &self,
+        mut locked: table::Locked<'_, K>,
+        home: usize,
+        key: &K,
+        now: Nanos,
+        out: &mut Decision,
+    ) {
+        // The state comes with the probe: its words were read to end it.
+        match locked.probe(key, home) {
+            (slot, 0) => {
+                *out = self.create(locked, slot, key, 1, Mode::Check, now);
+            }
+            (slot, stored) => {
                 let mut cell = AtomicU64::new(stored ^ self.fresh);
                 // Written out first: the value then need not survive the
-                // call to `remove` (it would be spilled to the stack).
-                *out = run(&self.algorithm, &mut cell, now, 1, Mode::Check);
+                // call to `remove` (it would be spilled to the stack). The
+                // transition itself, as `run` makes it for a check of a
+                // cost that fits (`check_batch` checked that 1 does): no
+                // refusal arm to merge with, so the decision goes from the
+                // registers to `out`, not through a stack slot.
+                *out = self.algorithm.check_cell_mut(&mut cell, now, 1);
                 self.write_back(&mut locked, slot, stored, &mut cell);
-            }
-            Probe::Vacant(slot) => {
-                *out = self.create(locked, slot, key, 1, Mode::Check, now);
             }
         }
     }

@@ -121,8 +121,12 @@ impl<K: FixedKey> Shard<K> {
     #[inline(always)]
     pub(super) fn prefetch(&self, table: &[AtomicU32], home: usize, ahead: usize) {
         let first = self.base + home * Self::SLOT;
-        for word in (first..first + ahead).step_by(16) {
-            prefetch_index::prefetch_index(table, word);
+        prefetch_index::prefetch_index(table, first);
+        // A range of constant bounds for a key type (`step_by` over
+        // `first..first + ahead` was left a loop where the caller's
+        // closures did not inline the same way).
+        for line in 1..ahead.div_ceil(16) {
+            prefetch_index::prefetch_index(table, first + line * 16);
         }
         prefetch_index::prefetch_index(table, first + ahead);
     }
@@ -204,21 +208,40 @@ impl<K: FixedKey> Locked<'_, K> {
     /// Probes for `key` from its `home` slot.
     #[inline(always)]
     pub(super) fn find(&self, key: &K, home: usize) -> Probe {
+        match self.probe(key, home) {
+            (slot, 0) => Probe::Vacant(slot),
+            (slot, _) => Probe::Found(slot),
+        }
+    }
+
+    /// Probes for `key` from its `home` slot: the slot the probe ended at
+    /// and its stored state, read on the way (0: vacant, the key is
+    /// absent; otherwise the key's).
+    ///
+    /// The slots from `home` to the shard's end, then from its start, each
+    /// run walked as exact chunks of a slot: no bounds check and no wrap
+    /// test a slot.
+    #[inline(always)]
+    pub(super) fn probe(&self, key: &K, home: usize) -> (usize, u64) {
         let want = key.to_words();
         let want = want.as_ref();
-        let mut slot = home;
-        loop {
-            let words = self.slot(slot);
-            let low = words[K::WORDS].load(Ordering::Relaxed);
-            let high = words[K::WORDS + 1].load(Ordering::Relaxed);
-            if low == 0 && high == 0 {
-                return Probe::Vacant(slot);
+        let (before, after) = self.words.split_at(home * Shard::<K>::SLOT);
+        for (run, first) in [(after, home), (before, 0)] {
+            for (at, words) in run.chunks_exact(Shard::<K>::SLOT).enumerate() {
+                // Relaxed: under the shard's lock (module docs).
+                let low = words[K::WORDS].load(Ordering::Relaxed);
+                let high = words[K::WORDS + 1].load(Ordering::Relaxed);
+                if (low == 0 && high == 0)
+                    || want
+                        .iter()
+                        .zip(words)
+                        .all(|(want, word)| word.load(Ordering::Relaxed) == *want)
+                {
+                    return (first + at, u64::from(low) | (u64::from(high) << 32));
+                }
             }
-            if (0..K::WORDS).all(|i| words[i].load(Ordering::Relaxed) == want[i]) {
-                return Probe::Found(slot);
-            }
-            slot = self.next(slot);
         }
+        unreachable!("compact table: a shard with no vacant slot")
     }
 
     /// Whether the shard has no room for another key.
@@ -370,7 +393,11 @@ mod tests {
                 }
                 for (&other, &state) in &live {
                     match locked.find(&other, homes[&other]) {
-                        Probe::Found(slot) => assert_eq!(locked.stored(slot), state),
+                        Probe::Found(slot) => {
+                            assert_eq!(locked.stored(slot), state);
+                            // The probe reads the state it ends on.
+                            assert_eq!(locked.probe(&other, homes[&other]), (slot, state));
+                        }
                         Probe::Vacant(_) => panic!("seed {seed}: key {other} unreachable"),
                     }
                 }
