@@ -8,15 +8,17 @@
 //! cache line; one check at a time, that wait is the check. A batch goes
 //! for the memory's *throughput* of independent random reads instead (the
 //! floor `benches/compact.rs` measures beside it). It decides its keys in
-//! order, and before deciding key `i` it hashes key `i + AHEAD` and
-//! prefetches the lines its probe will read (`Shard::prefetch` in
-//! `table.rs`: the home slot's line and every line up to where a 4.5-slot
-//! probe ends, the mean for a known key at a load of 7/8). Streamed one key
-//! at a time rather than a group at once, the prefetches arrive in time,
-//! and a decision's worth of arithmetic hides their misses entirely (the
-//! bench's `floor_u64_stream_huge` and `floor_u64_compute_stream_huge`). The table
-//! is on huge pages where the kernel gives them (`tollgate-pages`), so that
-//! a prefetch rarely waits for a page walk.
+//! order, and before deciding key `i` (its shard's lock already taken: a
+//! locked instruction waits for the instructions before it, and these need
+//! not delay it) it hashes key `i + AHEAD` and prefetches the lines its
+//! probe will read (`Shard::prefetch` in `table.rs`: the home slot's line
+//! and every line up to where a 4.5-slot probe ends, the mean for a known
+//! key at a load of 7/8). Streamed one key at a time rather than a group
+//! at once, the prefetches arrive in time, and a decision's worth of
+//! arithmetic hides their misses entirely (the bench's
+//! `floor_u64_stream_huge` and `floor_u64_compute_stream_huge`). The
+//! table is on huge pages where the kernel gives them (`tollgate-pages`),
+//! so that a prefetch rarely waits for a page walk.
 //!
 //! A table in cache takes the same path: there a prefetch finds its line
 //! at hand and costs an instruction.
@@ -24,8 +26,10 @@
 //! What bounds the batch on the reference host is the probe's own reads of
 //! the fetched lines: the table's probe alone, prefetched as here but with
 //! no lock and no decision, costs more than twice the memory's floor at
-//! 10^7 keys (`floor_u64_probe_huge`). The figures, and the variants of the
-//! probe measured: `crates/core/BENCHMARKS.md`.
+//! 10^7 keys (`floor_u64_probe_huge`), and the batch is within about a
+//! tenth of a model check without the table's code
+//! (`floor_u64_decide_huge`). The figures, and the variants of the probe
+//! and of the check's code measured: `crates/core/BENCHMARKS.md`.
 //!
 //! # Exactness
 //!
