@@ -49,6 +49,9 @@
 //! or a lock taken, and `floor_u64_decide_huge` a whole check as the table
 //! makes it (lock, probe, GCRA's transition, the state written back, the
 //! decision stored in place) without the table's code around it.
+//! `floor_ipv6_probe_huge` and `floor_ipv6_decide_huge` are the probe and
+//! the whole check on the same model of the IPv6 table (a key of four
+//! words, 24-byte slots that may straddle two lines).
 //!
 //! `Rate` is Cloudflare's estimator: a count-min sketch of events per key
 //! over an interval, of fixed size whatever the keys. It is approximate
@@ -228,7 +231,7 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// The batched (or other) row, its floors: printed as ratios.
-const RATIOS: [(&str, &str, &str); 25] = [
+const RATIOS: [(&str, &str, &str); 28] = [
     (
         "compact_batch",
         "floor_u64_hash_huge",
@@ -303,6 +306,21 @@ const RATIOS: [(&str, &str, &str); 25] = [
         "compact_ipv6_batch",
         "floor_ipv6_hash_huge",
         "floor_ipv6_hash",
+    ),
+    (
+        "floor_ipv6_probe_huge",
+        "floor_ipv6_hash_huge",
+        "floor_ipv6_hash_huge",
+    ),
+    (
+        "floor_ipv6_decide_huge",
+        "floor_ipv6_hash_huge",
+        "floor_ipv6_hash_huge",
+    ),
+    (
+        "compact_ipv6_batch",
+        "floor_ipv6_decide_huge",
+        "floor_ipv6_decide_huge",
     ),
     (
         "compact_short_batch",
@@ -470,6 +488,15 @@ fn main() {
         let keys: Vec<u64> = (0..n).map(key_of).collect();
         ProbeModel::new(&keys, spread, (1, 2))
     });
+    // The IPv6 table's layout (24-byte slots) holding its keys.
+    let spread_ipv6 = |k: &Ipv6Addr| hasher.hash_one(k) << 8;
+    let probe_ipv6 = ["floor_ipv6_probe_huge", "floor_ipv6_decide_huge"]
+        .iter()
+        .any(|name| wanted(name))
+        .then(|| {
+            let keys: Vec<Ipv6Addr> = (0..n).map(|k| ipv6_of(key_of(k))).collect();
+            ProbeModel::new(&keys, spread_ipv6, TABLE_LOAD)
+        });
     let probe_cached = wanted("floor_u64_probe_cached").then(|| {
         let keys: Vec<u64> = (0..CACHED_KEYS).map(key_of).collect();
         ProbeModel::new(&keys, spread, TABLE_LOAD)
@@ -581,6 +608,7 @@ fn main() {
     let mut cached_decisions = Vec::with_capacity(call);
     let mut half_decisions = Vec::with_capacity(call);
     let mut model_decisions = Vec::with_capacity(call);
+    let mut model_ipv6_decisions = Vec::with_capacity(call);
     let model_gcra = gcra();
     let mut short_decisions = Vec::with_capacity(call);
     let mut contenders = vec![
@@ -706,6 +734,21 @@ fn main() {
         }),
         Contender::new("floor_ipv6_hash_huge", |round| {
             floor_reads(&huge_ipv6, &round.ipv6, |k| hasher.hash_one(k) << 8)
+        }),
+        Contender::new("floor_ipv6_probe_huge", |round| {
+            let model = probe_ipv6.as_ref().expect("built when wanted");
+            floor_probe(model, &round.ipv6, spread_ipv6, ProbeModel::probe)
+        }),
+        Contender::new("floor_ipv6_decide_huge", |round| {
+            let model = probe_ipv6.as_ref().expect("built when wanted");
+            floors::floor_decide(
+                model,
+                &round.ipv6,
+                spread_ipv6,
+                &model_gcra,
+                call,
+                &mut model_ipv6_decisions,
+            )
         }),
         Contender::new("compact_ipv6_batch", |round| {
             batched(&ipv6, &round.ipv6, call, &mut ipv6_decisions)

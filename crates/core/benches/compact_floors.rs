@@ -4,6 +4,7 @@
 //! (the module docs of `compact.rs` say what each row is for).
 
 use std::hint::black_box;
+use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crossbeam_utils::CachePadded;
@@ -206,32 +207,58 @@ pub fn floor_stream<const STEPS: usize, K>(
     keys.len()
 }
 
-/// The compact table's layout for `u64` keys without its lock, its
-/// decision and its shards: slots of the key's two words and a two-word
+/// A key as the model's slots hold it: `KW` 4-byte words, as the table's
+/// `FixedKey` stores it (2 for a `u64`, 4 for an IPv6 address).
+pub trait ModelKey<const KW: usize>: Copy {
+    fn words(&self) -> [u32; KW];
+}
+
+impl ModelKey<2> for u64 {
+    #[inline(always)]
+    fn words(&self) -> [u32; 2] {
+        [*self as u32, (*self >> 32) as u32]
+    }
+}
+
+impl ModelKey<4> for Ipv6Addr {
+    #[inline(always)]
+    fn words(&self) -> [u32; 4] {
+        let bits = u128::from(*self);
+        [0, 32, 64, 96].map(|shift| (bits >> shift) as u32)
+    }
+}
+
+/// The compact table's layout for keys of `KW` words without its lock,
+/// its decision and its shards: slots of the key's words and a two-word
 /// state (here 1; 0 is vacant), `8/7` slots a key as the table (or another
 /// load), linear probing from the home slot the table computes (the
 /// hash's fraction of the slots), on huge pages where the kernel gives
-/// them.
-pub struct ProbeModel {
+/// them. A `u64` slot is 16 bytes (four to a line); an IPv6 slot 24 (some
+/// straddle two lines).
+pub struct ProbeModel<const KW: usize = 2> {
     words: AtomicWords,
     slots: usize,
     locks: Vec<CachePadded<AtomicU32>>,
 }
 
-/// Words a slot of a `u64` key: the key's two, the state's two.
-const SLOT: usize = 4;
+impl<const KW: usize> ProbeModel<KW> {
+    /// Words a slot: the key's, then the state's two.
+    const SLOT: usize = KW + 2;
 
-impl ProbeModel {
+    /// Words from a slot's first to the last slot of a mean probe at 7/8
+    /// (4.5 slots): where the table's prefetch asks up to.
+    const AHEAD_WORDS: usize = Self::SLOT * 7 / 2;
+
     /// The model holding `keys` at a load of `keys / slots` (the table's:
     /// `(7, 8)`), each at the first vacant slot from its home, as the
     /// table inserts.
-    pub fn new(
-        keys: &[u64],
-        spread: impl Fn(&u64) -> u64,
+    pub fn new<K: ModelKey<KW>>(
+        keys: &[K],
+        spread: impl Fn(&K) -> u64,
         (keys_per, slots_per): (usize, usize),
-    ) -> ProbeModel {
+    ) -> ProbeModel<KW> {
         let slots = (keys.len() * slots_per).div_ceil(keys_per).max(2);
-        let words = AtomicWords::zeroed(slots * SLOT).expect("memory");
+        let words = AtomicWords::zeroed(slots * Self::SLOT).expect("memory");
         let locks = (0..LOCKS)
             .map(|_| CachePadded::new(AtomicU32::new(0)))
             .collect();
@@ -242,15 +269,22 @@ impl ProbeModel {
         };
         for key in keys {
             let mut slot = model.home(spread(key));
-            while model.words[slot * SLOT + 2].load(Ordering::Relaxed) != 0 {
+            while model.slot(slot)[KW].load(Ordering::Relaxed) != 0 {
                 slot = (slot + 1) % slots;
             }
-            let words = &model.words[slot * SLOT..slot * SLOT + SLOT];
-            words[0].store(*key as u32, Ordering::Relaxed);
-            words[1].store((*key >> 32) as u32, Ordering::Relaxed);
-            words[2].store(1, Ordering::Relaxed);
+            let words = model.slot(slot);
+            for (word, value) in words.iter().zip(key.words()) {
+                word.store(value, Ordering::Relaxed);
+            }
+            words[KW].store(1, Ordering::Relaxed);
         }
         model
+    }
+
+    /// The words of `slot`.
+    #[inline(always)]
+    fn slot(&self, slot: usize) -> &[AtomicU32] {
+        &self.words[slot * Self::SLOT..(slot + 1) * Self::SLOT]
     }
 
     #[inline(always)]
@@ -261,25 +295,27 @@ impl ProbeModel {
     /// The home slot's first state word: one read of the lines a probe
     /// reads.
     #[inline(always)]
-    pub fn home_word(&self, _key: u64, home: usize) -> usize {
-        self.words[home * SLOT + 2].load(Ordering::Relaxed) as usize
+    pub fn home_word<K>(&self, _key: K, home: usize) -> usize {
+        self.slot(home)[KW].load(Ordering::Relaxed) as usize
     }
 
     /// The slot holding `key` (or the vacant one its probe ends at), read
     /// as `Locked::find` reads: the state's words, then the key's.
     #[inline(always)]
-    pub fn probe(&self, key: u64, home: usize) -> usize {
-        let want = [key as u32, (key >> 32) as u32];
+    pub fn probe<K: ModelKey<KW>>(&self, key: K, home: usize) -> usize {
+        let want = key.words();
         let mut slot = home;
         loop {
-            let words = &self.words[slot * SLOT..slot * SLOT + SLOT];
-            let low = words[2].load(Ordering::Relaxed);
-            let high = words[3].load(Ordering::Relaxed);
+            let words = self.slot(slot);
+            let low = words[KW].load(Ordering::Relaxed);
+            let high = words[KW + 1].load(Ordering::Relaxed);
             if low == 0 && high == 0 {
                 return slot;
             }
-            if words[0].load(Ordering::Relaxed) == want[0]
-                && words[1].load(Ordering::Relaxed) == want[1]
+            if want
+                .iter()
+                .zip(words)
+                .all(|(want, word)| word.load(Ordering::Relaxed) == *want)
             {
                 return slot;
             }
@@ -290,9 +326,9 @@ impl ProbeModel {
     /// [`probe`](Self::probe), then the found slot's state written back
     /// changed (a state is never 0 here), as an admitted check writes it.
     #[inline(always)]
-    pub fn probe_write(&self, key: u64, home: usize) -> usize {
+    pub fn probe_write<K: ModelKey<KW>>(&self, key: K, home: usize) -> usize {
         let slot = self.probe(key, home);
-        let state = &self.words[slot * SLOT + 2];
+        let state = &self.slot(slot)[KW];
         state.store(
             state.load(Ordering::Relaxed).wrapping_add(2) | 1,
             Ordering::Relaxed,
@@ -304,7 +340,7 @@ impl ProbeModel {
     /// to take, a release store to give back, as the table's shard lock),
     /// picked by the home slot: a locked instruction a key, no write.
     #[inline(always)]
-    pub fn probe_locked(&self, key: u64, home: usize) -> usize {
+    pub fn probe_locked<K: ModelKey<KW>>(&self, key: K, home: usize) -> usize {
         self.under_lock(home, || self.probe(key, home))
     }
 
@@ -326,16 +362,22 @@ impl ProbeModel {
     }
 }
 
-impl ProbeModel {
+impl<const KW: usize> ProbeModel<KW> {
     /// A check of one permit as the table's, without the table's code: under
     /// a lock, the probe, GCRA's transition on the found slot's state (its
     /// two words, here a TAT never 0), the state written back, and the
     /// decision returned for the caller to store (48 bytes).
     #[inline(always)]
-    pub fn decide(&self, key: u64, home: usize, gcra: &Gcra, now: Nanos) -> Decision {
+    pub fn decide<K: ModelKey<KW>>(
+        &self,
+        key: K,
+        home: usize,
+        gcra: &Gcra,
+        now: Nanos,
+    ) -> Decision {
         self.under_lock(home, || {
             let slot = self.probe(key, home);
-            let words = &self.words[slot * SLOT + 2..slot * SLOT + 4];
+            let words = &self.slot(slot)[KW..];
             let tat = u64::from(words[0].load(Ordering::Relaxed))
                 | (u64::from(words[1].load(Ordering::Relaxed)) << 32);
             let (decision, next) = gcra.transition(tat, now, 1);
@@ -356,10 +398,10 @@ const LOCKS: usize = 32;
 /// calls of `call` keys, each decision stored in place in `decisions` (as
 /// `check_batch` stores them) and counted if admitted: the batch's memory
 /// operations and compute without the table's code around them.
-pub fn floor_decide(
-    model: &ProbeModel,
-    keys: &[u64],
-    spread: impl Fn(&u64) -> u64 + Copy,
+pub fn floor_decide<const KW: usize, K: ModelKey<KW>>(
+    model: &ProbeModel<KW>,
+    keys: &[K],
+    spread: impl Fn(&K) -> u64 + Copy,
     gcra: &Gcra,
     call: usize,
     decisions: &mut Vec<Decision>,
@@ -383,23 +425,29 @@ pub fn floor_decide(
 }
 
 /// The layout's floor: each key's lines prefetched [`AHEAD`] keys ahead
-/// as `check_batch` asks for them (the home slot's line and the one 14
-/// words, 3.5 slots, on), then `read` on the key and its home slot, with
+/// as `check_batch` asks for them (the home slot's line, every line after
+/// it up to the start of the 4.5th slot: 14 words on for a `u64`, 21 for
+/// an IPv6 address), then `read` on the key and its home slot, with
 /// no lock taken, no decision made and nothing written. With
 /// [`ProbeModel::probe`], what any batched check on this layout costs at
 /// least; with [`ProbeModel::home_word`], what the same lines cost when
 /// only one word of them is read.
 #[inline(never)]
-pub fn floor_probe(
-    model: &ProbeModel,
-    keys: &[u64],
-    spread: impl Fn(&u64) -> u64,
-    mut read: impl FnMut(&ProbeModel, u64, usize) -> usize,
+pub fn floor_probe<const KW: usize, K: ModelKey<KW>>(
+    model: &ProbeModel<KW>,
+    keys: &[K],
+    spread: impl Fn(&K) -> u64,
+    mut read: impl FnMut(&ProbeModel<KW>, K, usize) -> usize,
 ) -> usize {
     let words: &[AtomicU32] = &model.words;
+    let ahead = ProbeModel::<KW>::AHEAD_WORDS;
     let prefetch = |home: usize| {
-        prefetch_index::prefetch_index(words, home * SLOT);
-        prefetch_index::prefetch_index(words, home * SLOT + 14);
+        let first = home * ProbeModel::<KW>::SLOT;
+        prefetch_index::prefetch_index(words, first);
+        for line in 1..ahead.div_ceil(16) {
+            prefetch_index::prefetch_index(words, first + line * 16);
+        }
+        prefetch_index::prefetch_index(words, first + ahead);
     };
     let mut ring = [0usize; AHEAD];
     for (slot, key) in ring.iter_mut().zip(keys) {
