@@ -246,8 +246,12 @@ async fn slots_migrating_under_load_lose_no_decision_and_admit_within_the_limits
     assert_eq!(lean.stats().redis, stats_before + lean_keys.len() as u64);
     let after = cluster.cli(added, &["INFO", "commandstats"]);
     assert_ne!(before, after, "the new node was not asked");
-    let keys: u64 = cluster.cli(added, &["DBSIZE"]).parse().unwrap();
-    assert!(keys >= 36, "the new node holds {keys} keys");
+    // Its slots, not a count of its keys: a key lives until its 1 s window
+    // ends, and a loaded machine once took longer than that over the checks
+    // above, so that fewer keys than were written were left to count.
+    for &slot in &slots {
+        assert_eq!(cluster.owner_of(slot), added, "slot {slot}");
+    }
     drop(cluster);
 }
 

@@ -421,7 +421,7 @@ async fn a_master_added_under_load_takes_its_slots_without_touching_the_rest() {
     }
 
     // The client found the new node: the moving keys are decided by Redis,
-    // on it (its calls and its keys grow), with no refresh asked for.
+    // on it (its calls grow), with no refresh asked for.
     let calls_there = |cluster: &ReplicatedCluster| {
         let stats = cluster.cli(added, &["INFO", "commandstats"]);
         stats
@@ -445,7 +445,8 @@ async fn a_master_added_under_load_takes_its_slots_without_touching_the_rest() {
         after - before >= moving_keys.len() as u64,
         "the new node was not asked: {before} then {after} calls"
     );
-    let keys: u64 = cluster.cli(added, &["DBSIZE"]).parse().unwrap();
-    assert!(keys > 0, "the new node holds no key");
+    // No count of its keys: each lives until its 1 s window ends, which can
+    // fall between the last check and the count (the slots are checked
+    // above, the calls here).
     drop(cluster);
 }
